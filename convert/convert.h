@@ -1,0 +1,30 @@
+/* convert.h — the qconvert pipeline: source model in, bundle out. */
+#ifndef QC_CONVERT_H
+#define QC_CONVERT_H
+
+#include <stdint.h>
+
+#include "layout.h"
+#include "qc_err.h"
+
+struct qc_convert_opts {
+	const char *in;            /* .gguf (any shard of a split set) */
+	const char *out;           /* bundle path; written via temp + rename */
+	enum qc_target target;
+	uint32_t alignment;        /* tensor data alignment, >= 4096 */
+	unsigned plan_flags;       /* enum qc_plan_flags */
+	int verbose;               /* print plan notes and a summary to stderr */
+};
+
+/* Stats a caller may report. */
+struct qc_convert_stats {
+	uint64_t in_bytes, out_bytes, n_tensors;
+	double seconds;
+};
+
+int qc_convert_gguf(const struct qc_convert_opts *o, struct qc_convert_stats *st, struct qc_err *err);
+
+/* Default output name: "<input without .gguf / -0000i-of-0000n.gguf>.<target>.qb". */
+void qc_convert_default_out(const char *in, enum qc_target tgt, char *buf, size_t len);
+
+#endif

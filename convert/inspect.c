@@ -1,0 +1,194 @@
+/* inspect.c — see inspect.h. */
+#include "inspect.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+#include "gguf_meta.h"
+
+static void add_tensor(cJSON *arr, const char *name, uint32_t n_dims, const int64_t *ne, const char *enc,
+		       uint64_t off, uint64_t size)
+{
+	cJSON *t = cJSON_CreateObject();
+	cJSON_AddItemToArray(arr, t);
+	cJSON_AddStringToObject(t, "name", name);
+	cJSON *a = cJSON_AddArrayToObject(t, "ne");
+	for (uint32_t d = 0; d < n_dims; d++)
+		cJSON_AddItemToArray(a, cJSON_CreateNumber((double)ne[d]));
+	cJSON_AddStringToObject(t, "encoding", enc);
+	cJSON_AddNumberToObject(t, "offset", (double)off);
+	cJSON_AddNumberToObject(t, "size", (double)size);
+}
+
+static void add_bytes(cJSON *by, const char *enc, uint64_t n)
+{
+	cJSON *x = cJSON_GetObjectItemCaseSensitive(by, enc);
+	if (x)
+		cJSON_SetNumberValue(x, x->valuedouble + (double)n);
+	else
+		cJSON_AddNumberToObject(by, enc, (double)n);
+}
+
+/* Summary of a manifest-schema tokenizer object (no token lists). */
+static cJSON *tok_summary(const cJSON *tok)
+{
+	if (!tok)
+		return cJSON_CreateNull();
+	cJSON *s = cJSON_CreateObject();
+	static const char *const copy[] = { "model", "pre", "special", "add_bos", "add_eos" };
+	for (size_t i = 0; i < sizeof copy / sizeof copy[0]; i++) {
+		const cJSON *x = cJSON_GetObjectItemCaseSensitive(tok, copy[i]);
+		if (x)
+			cJSON_AddItemToObject(s, copy[i], cJSON_Duplicate(x, 1));
+	}
+	cJSON_AddNumberToObject(s, "n_tokens", cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(tok, "tokens")));
+	cJSON_AddNumberToObject(s, "n_merges", cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(tok, "merges")));
+	cJSON_AddBoolToObject(s, "chat_template", cJSON_GetObjectItemCaseSensitive(tok, "chat_template") != NULL);
+	return s;
+}
+
+static void add_common(cJSON *r, const cJSON *man)
+{
+	const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(man, "config");
+	const cJSON *arch = cJSON_GetObjectItemCaseSensitive(cfg, "architecture");
+	const cJSON *md = cJSON_GetObjectItemCaseSensitive(man, "metadata");
+	const cJSON *nm = cJSON_GetObjectItemCaseSensitive(md, "general.name");
+	cJSON_AddStringToObject(r, "architecture", cJSON_IsString(arch) ? arch->valuestring : "?");
+	if (cJSON_IsString(nm))
+		cJSON_AddStringToObject(r, "name", nm->valuestring);
+	if (cfg)
+		cJSON_AddItemToObject(r, "config", cJSON_Duplicate(cfg, 1));
+	cJSON_AddItemToObject(r, "tokenizer", tok_summary(cJSON_GetObjectItemCaseSensitive(man, "tokenizer")));
+}
+
+cJSON *qc_inspect_gguf(const struct qc_gguf_model *m, struct qc_err *err)
+{
+	cJSON *man = cJSON_CreateObject(), *r = cJSON_CreateObject();
+	if (!man || !r || qc_meta_from_gguf(m, man, err)) {
+		cJSON_Delete(man);
+		cJSON_Delete(r);
+		return NULL;
+	}
+	cJSON_AddStringToObject(r, "file", m->files[0]->path);
+	cJSON_AddStringToObject(r, "kind", "gguf");
+	cJSON_AddNumberToObject(r, "gguf_version", m->files[0]->version);
+	cJSON_AddNumberToObject(r, "n_files", m->n_files);
+	add_common(r, man);
+	cJSON_Delete(man);
+	uint64_t params = 0;
+	cJSON *by = cJSON_CreateObject();
+	cJSON *ts = cJSON_CreateArray();
+	for (uint64_t i = 0; i < m->n_tensors; i++) {
+		const struct qc_gguf_tensor *t = m->tensors[i];
+		const char *enc = qc_type_get(t->type)->name;
+		params += t->n_elems;
+		add_bytes(by, enc, t->n_bytes);
+		add_tensor(ts, t->name, t->n_dims, t->ne, enc, t->data_off, t->n_bytes);
+	}
+	cJSON_AddNumberToObject(r, "n_params", (double)params);
+	cJSON_AddNumberToObject(r, "n_tensors", (double)m->n_tensors);
+	cJSON_AddItemToObject(r, "bytes_by_encoding", by);
+	cJSON_AddItemToObject(r, "tensors", ts);
+	return r;
+}
+
+cJSON *qc_inspect_bundle(const struct qc_bundle *b, struct qc_err *err)
+{
+	cJSON *r = cJSON_CreateObject();
+	if (!r) {
+		qc_err_set(err, QC_ENOMEM, b->path, NULL, -1, "out of memory");
+		return NULL;
+	}
+	cJSON_AddStringToObject(r, "file", b->path);
+	cJSON_AddStringToObject(r, "kind", "bundle");
+	char v[32];
+	snprintf(v, sizeof v, "%u.%u", b->major, b->minor);
+	cJSON_AddStringToObject(r, "bundle_version", v);
+	cJSON_AddStringToObject(r, "target", b->target);
+	static const char *const copy[] = { "converter", "source" };
+	for (size_t i = 0; i < sizeof copy / sizeof copy[0]; i++) {
+		const cJSON *x = cJSON_GetObjectItemCaseSensitive(b->manifest, copy[i]);
+		if (x)
+			cJSON_AddItemToObject(r, copy[i], cJSON_Duplicate(x, 1));
+	}
+	add_common(r, b->manifest);
+	uint64_t params = 0;
+	cJSON *by = cJSON_CreateObject();
+	cJSON *ts = cJSON_CreateArray();
+	for (uint64_t i = 0; i < b->n_tensors; i++) {
+		const struct qc_bundle_tensor *t = &b->tensors[i];
+		char enc[64];
+		snprintf(enc, sizeof enc, "%s/%s", qc_type_get(t->type)->name, qc_layout_name(t->layout));
+		params += (uint64_t)(t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]);
+		add_bytes(by, enc, t->size);
+		add_tensor(ts, t->name, t->n_dims, t->ne, enc, t->off, t->size);
+		if (t->n_parts) {
+			cJSON *last = cJSON_GetArrayItem(ts, cJSON_GetArraySize(ts) - 1);
+			cJSON_AddItemToObject(last, "parts",
+					      cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(t->json, "parts"), 1));
+		}
+	}
+	cJSON_AddNumberToObject(r, "n_params", (double)params);
+	cJSON_AddNumberToObject(r, "n_tensors", (double)b->n_tensors);
+	cJSON_AddItemToObject(r, "bytes_by_encoding", by);
+	cJSON_AddItemToObject(r, "tensors", ts);
+	return r;
+}
+
+static const char *s_or(const cJSON *o, const char *k, const char *def)
+{
+	const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
+	return cJSON_IsString(x) ? x->valuestring : def;
+}
+
+static double n_or(const cJSON *o, const char *k, double def)
+{
+	const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
+	return cJSON_IsNumber(x) ? x->valuedouble : def;
+}
+
+void qc_inspect_print(const cJSON *r, FILE *out)
+{
+	const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(r, "config");
+	const cJSON *tok = cJSON_GetObjectItemCaseSensitive(r, "tokenizer");
+	fprintf(out, "file:          %s (%s", s_or(r, "file", "?"), s_or(r, "kind", "?"));
+	if (cJSON_GetObjectItemCaseSensitive(r, "gguf_version"))
+		fprintf(out, " v%.0f", n_or(r, "gguf_version", 0));
+	if (cJSON_GetObjectItemCaseSensitive(r, "target"))
+		fprintf(out, " %s, target %s", s_or(r, "bundle_version", "?"), s_or(r, "target", "?"));
+	fprintf(out, ")\n");
+	fprintf(out, "architecture:  %s%s%s%s\n", s_or(r, "architecture", "?"), cJSON_GetObjectItemCaseSensitive(r, "name") ? " (" : "",
+		s_or(r, "name", ""), cJSON_GetObjectItemCaseSensitive(r, "name") ? ")" : "");
+	fprintf(out, "parameters:    %.0f (%.3f B)\n", n_or(r, "n_params", 0), n_or(r, "n_params", 0) / 1e9);
+	if (cfg)
+		fprintf(out, "shape:         n_embd %.0f, n_layer %.0f, n_head %.0f/%.0f kv, n_ff %.0f, n_vocab %.0f, ctx %.0f, experts %.0f/%.0f\n",
+			n_or(cfg, "n_embd", 0), n_or(cfg, "n_layer", 0), n_or(cfg, "n_head", 0), n_or(cfg, "n_head_kv", 0),
+			n_or(cfg, "n_ff", 0), n_or(cfg, "n_vocab", 0), n_or(cfg, "n_ctx_train", 0),
+			n_or(cfg, "n_expert_used", 0), n_or(cfg, "n_expert", 0));
+	if (cJSON_IsObject(tok)) {
+		const cJSON *sp = cJSON_GetObjectItemCaseSensitive(tok, "special");
+		fprintf(out, "tokenizer:     %s/%s, %.0f tokens, %.0f merges, bos %.0f, eos %.0f%s\n", s_or(tok, "model", "?"),
+			s_or(tok, "pre", "-"), n_or(tok, "n_tokens", 0), n_or(tok, "n_merges", 0), n_or(sp, "bos", -1),
+			n_or(sp, "eos", -1), cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(tok, "chat_template")) ? ", chat template" : "");
+	} else {
+		fprintf(out, "tokenizer:     none\n");
+	}
+	fprintf(out, "bytes by encoding:\n");
+	const cJSON *e;
+	cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(r, "bytes_by_encoding"))
+		fprintf(out, "  %-14s %14.0f  (%.2f MB)\n", e->string, e->valuedouble, e->valuedouble / 1e6);
+	fprintf(out, "tensors (%.0f):\n", n_or(r, "n_tensors", 0));
+	const cJSON *t;
+	cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(r, "tensors")) {
+		char shape[96] = "", *p = shape;
+		const cJSON *d;
+		cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(t, "ne"))
+			p += snprintf(p, (size_t)(shape + sizeof shape - p), "%s%.0f", p == shape ? "" : " x ", d->valuedouble);
+		fprintf(out, "  %-36s %-22s %-12s %12.0f\n", s_or(t, "name", "?"), shape, s_or(t, "encoding", "?"),
+			n_or(t, "size", 0));
+		const cJSON *pt;
+		cJSON_ArrayForEach(pt, cJSON_GetObjectItemCaseSensitive(t, "parts"))
+			fprintf(out, "    part %-31s rows %.0f..%.0f of each expert\n", s_or(pt, "name", "?"), n_or(pt, "row0", 0),
+				n_or(pt, "row0", 0) + n_or(pt, "rows", 0));
+	}
+}

@@ -1,0 +1,125 @@
+/* plan.c — source tensors to bundle tensors (see plan.h). */
+#include "plan.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int note(struct qc_plan *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int note(struct qc_plan *p, const char *fmt, ...)
+{
+	char buf[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof buf, fmt, ap);
+	va_end(ap);
+	char **n = realloc(p->notes, (size_t)(p->n_notes + 1) * sizeof(*n));
+	if (!n)
+		return QC_ENOMEM;
+	p->notes = n;
+	if (!(n[p->n_notes] = strdup(buf)))
+		return QC_ENOMEM;
+	p->n_notes++;
+	return QC_OK;
+}
+
+/* "blk.<N>.<what>" -> N, or -1 */
+static long layer_of(const char *name, const char *what)
+{
+	long n;
+	int end = 0;
+	char tail[80];
+	if (sscanf(name, "blk.%ld.%79s%n", &n, tail, &end) != 2 || name[end] || strcmp(tail, what) != 0)
+		return -1;
+	return n;
+}
+
+static bool fusable(const struct qc_gguf_tensor *g, const struct qc_gguf_tensor *u)
+{
+	return g->type == u->type && g->n_dims == 3 && u->n_dims == 3 && g->ne[0] == u->ne[0] &&
+	       g->ne[1] == u->ne[1] && g->ne[2] == u->ne[2] && g->ne[3] == 1;
+}
+
+static int finish_tensor(struct qc_plan_tensor *t, enum qc_target tgt, struct qc_err *err)
+{
+	t->layout = qc_target_layout(tgt, t->type, t->n_dims);
+	int rc = qc_layout_bytes(t->layout, t->type, t->ne, &t->size);
+	if (rc)
+		return qc_err_set(err, QC_EFORMAT, NULL, t->name, -1, "shape does not fit layout %s",
+				  qc_layout_name(t->layout));
+	return QC_OK;
+}
+
+int qc_plan_build(const struct qc_gguf_model *m, enum qc_target tgt, unsigned flags, struct qc_plan **out,
+		  struct qc_err *err)
+{
+	int rc = QC_OK;
+	*out = NULL;
+	struct qc_plan *p = calloc(1, sizeof(*p));
+	if (!p || !(p->t = calloc((size_t)m->n_tensors + 1, sizeof(*p->t)))) {
+		free(p);
+		return qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
+	}
+	for (uint64_t i = 0; i < m->n_tensors; i++) {
+		const struct qc_gguf_tensor *s = m->tensors[i];
+		struct qc_plan_tensor *t = &p->t[p->n];
+		long layer = layer_of(s->name, "ffn_up_exps.weight");
+		char gate[QC_PLAN_NAME_MAX];
+		if ((flags & QC_PLAN_FUSE_MOE) && layer >= 0) {
+			snprintf(gate, sizeof gate, "blk.%ld.ffn_gate_exps.weight", layer);
+			const struct qc_gguf_tensor *g = qc_gguf_model_find(m, gate);
+			if (g && fusable(g, s))
+				continue; /* emitted together with its gate half */
+		}
+		layer = layer_of(s->name, "ffn_gate_exps.weight");
+		const struct qc_gguf_tensor *up = NULL;
+		if ((flags & QC_PLAN_FUSE_MOE) && layer >= 0) {
+			char upn[QC_PLAN_NAME_MAX];
+			snprintf(upn, sizeof upn, "blk.%ld.ffn_up_exps.weight", layer);
+			up = qc_gguf_model_find(m, upn);
+			if (up && !fusable(s, up)) {
+				if (note(p, "blk.%ld: ffn_gate_exps (%s) and ffn_up_exps (%s) differ in encoding or shape; kept separate",
+					 layer, qc_type_get(s->type)->name, qc_type_get(up->type)->name)) {
+					rc = qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
+					goto fail;
+				}
+				up = NULL;
+			}
+		}
+		t->n_dims = s->n_dims;
+		memcpy(t->ne, s->ne, sizeof t->ne);
+		t->type = s->type;
+		t->parts[0] = (struct qc_plan_part){ s, 0, s->ne[1] };
+		t->n_parts = 1;
+		if (up) {
+			snprintf(t->name, sizeof t->name, "blk.%ld.ffn_gate_up_exps.weight", layer);
+			t->ne[1] = 2 * s->ne[1];
+			t->parts[1] = (struct qc_plan_part){ up, s->ne[1], up->ne[1] };
+			t->n_parts = 2;
+		} else {
+			snprintf(t->name, sizeof t->name, "%s", s->name);
+		}
+		rc = finish_tensor(t, tgt, err);
+		if (rc)
+			goto fail;
+		p->total_bytes += t->size;
+		p->n++;
+	}
+	*out = p;
+	return QC_OK;
+fail:
+	qc_plan_free(p);
+	return rc;
+}
+
+void qc_plan_free(struct qc_plan *p)
+{
+	if (!p)
+		return;
+	for (int i = 0; i < p->n_notes; i++)
+		free(p->notes[i]);
+	free(p->notes);
+	free(p->t);
+	free(p);
+}

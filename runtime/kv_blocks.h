@@ -1,0 +1,140 @@
+/* kv_blocks.h — paged KV block manager (PagedAttention bookkeeping, no data).
+ *
+ * Owns: a pool of fixed-size block ids sized once from a memory budget, the free
+ * list, per-block reference counts and per-sequence block tables. The K/V bytes
+ * live elsewhere (the backend allocates n_blocks * block_bytes); attention reaches
+ * them only through the int32 block tables kept here.
+ * Non-goals: the K/V data itself, prefix-cache hashing, eviction policy (the
+ * scheduler decides who gives blocks back), thread safety (one owner thread).
+ * Invariants: free + used == total; refcount[b] == number of live tables naming b;
+ * a table holds exactly ceil(len / block_tokens) blocks; a block never appears
+ * twice in one table. Nothing is allocated after qc_kv_new.
+ * References: Kwon et al., "Efficient Memory Management for LLM Serving with
+ * PagedAttention" (SOSP'23) §4.2-4.4; vLLM BlockSpaceManager (behaviour only).
+ */
+#ifndef QC_KV_BLOCKS_H
+#define QC_KV_BLOCKS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "qc_err.h"
+
+#define QC_KV_BLOCK_TOKENS_DEFAULT 16
+#define QC_KV_BLOCK_TOKENS_MAX 1024
+#define QC_KV_MAX_BLOCKS (1 << 24)     /* 16M ids: bookkeeping stays under 200 MiB */
+#define QC_KV_MAX_SEQS 65536
+
+struct qc_kv;   /* opaque */
+
+struct qc_kv_config {
+	uint64_t budget_bytes;   /* bytes of (device) memory granted to the K/V pool */
+	uint64_t block_bytes;    /* bytes one block occupies; see qc_kv_block_bytes */
+	int32_t block_tokens;    /* tokens per block, 1..QC_KV_BLOCK_TOKENS_MAX */
+	int32_t max_seqs;        /* live sequences at once (block-table rows) */
+	int32_t max_seq_tokens;  /* longest sequence in tokens; sets the table width */
+};
+
+/* One copy-on-write the backend must perform before the forward that writes the
+ * new slots: copy token rows [0, n_tokens) of block src into block dst, for every
+ * layer, K and V. */
+struct qc_kv_cow {
+	int32_t src;        /* block id still shared with another sequence */
+	int32_t dst;        /* fresh block now in this sequence's table */
+	int32_t n_tokens;   /* valid leading token rows of src to copy */
+};
+
+/* Fill cfg with defaults: block_tokens 16, max_seqs 256, max_seq_tokens 4096,
+ * budget and block_bytes 0 (the caller must set both). Never fails. */
+void qc_kv_config_init(struct qc_kv_config *cfg);
+
+/* *out = n_layers * 2 (K and V) * n_kv_heads * head_dim * elem_bytes * block_tokens.
+ * Returns QC_OK, QC_EINVAL for a zero or negative factor, QC_ERANGE on overflow. */
+int qc_kv_block_bytes(int32_t n_layers, int32_t n_kv_heads, int32_t head_dim,
+		      uint32_t elem_bytes, int32_t block_tokens, uint64_t *out,
+		      struct qc_err *err);
+
+/* Create the manager: n_blocks = min(budget_bytes / block_bytes, QC_KV_MAX_BLOCKS,
+ * INT32_MAX / block_tokens). All bookkeeping is allocated here and nowhere else.
+ * Returns QC_OK and *out, or QC_EINVAL (bad config, budget below one block),
+ * QC_ENOMEM. *out is NULL on failure. */
+int qc_kv_new(const struct qc_kv_config *cfg, struct qc_kv **out, struct qc_err *err);
+
+/* Release everything. Accepts NULL. Live sequences are dropped with it. */
+void qc_kv_free(struct qc_kv *kv);
+
+/* Pool geometry and occupancy; kv must not be NULL. used counts blocks with
+ * refcount > 0, so a block shared by several sequences counts once. */
+int32_t qc_kv_blocks_total(const struct qc_kv *kv);
+int32_t qc_kv_blocks_free(const struct qc_kv *kv);
+int32_t qc_kv_blocks_used(const struct qc_kv *kv);
+int32_t qc_kv_block_tokens(const struct qc_kv *kv);
+int32_t qc_kv_max_seqs(const struct qc_kv *kv);
+/* Columns of a block table: the most blocks one sequence can hold. */
+int32_t qc_kv_table_width(const struct qc_kv *kv);
+/* Longest sequence the tables can describe: table_width * block_tokens. */
+int32_t qc_kv_max_seq_tokens(const struct qc_kv *kv);
+/* Reference count of block b, or -1 when b is out of range. */
+int32_t qc_kv_block_refcount(const struct qc_kv *kv, int32_t b);
+
+/* Open an empty sequence (no blocks) and return its id in *seq, 0..max_seqs-1.
+ * Returns QC_OK or QC_ERANGE when all max_seqs rows are live. */
+int qc_kv_seq_new(struct qc_kv *kv, int32_t *seq, struct qc_err *err);
+
+/* Return every block of seq at once (decrement; refcount 0 goes to the free list)
+ * and close the row. Accepts a dead or out-of-range seq as a no-op. */
+void qc_kv_seq_free(struct qc_kv *kv, int32_t seq);
+
+/* Fork: *child gets a new row whose table names the same blocks as parent (each
+ * refcount + 1) and the same length. Copy-on-write: full shared blocks are never
+ * written again (the cache is append-only), so only a shared, partially filled
+ * last block must be copied, and that happens lazily in qc_kv_seq_append of
+ * whichever sequence writes into it first, which reports the copy. Freeing either
+ * side leaves the other intact. Returns QC_OK, QC_EINVAL (dead parent), QC_ERANGE. */
+int qc_kv_seq_fork(struct qc_kv *kv, int32_t parent, int32_t *child, struct qc_err *err);
+
+/* True when seq names a live row. */
+bool qc_kv_seq_live(const struct qc_kv *kv, int32_t seq);
+
+/* Tokens stored for seq (0 for a dead row). */
+int32_t qc_kv_seq_len(const struct qc_kv *kv, int32_t seq);
+
+/* seq's block table: *n_blocks ids, valid until the next append/free/fork on kv.
+ * NULL with *n_blocks = 0 for a dead row. The row is padded with -1 to the width. */
+const int32_t *qc_kv_seq_table(const struct qc_kv *kv, int32_t seq, int32_t *n_blocks);
+
+/* New blocks (copy-on-write included) that appending n tokens to seq needs;
+ * -1 when seq is dead, n < 0, or the result would exceed the table width. */
+int32_t qc_kv_seq_blocks_needed(const struct qc_kv *kv, int32_t seq, int32_t n);
+
+/* Most tokens seq can take while allocating at most max_new_blocks new blocks
+ * (copy-on-write counted), capped by the table width. 0 for a dead row. */
+int32_t qc_kv_seq_room(const struct qc_kv *kv, int32_t seq, int32_t max_new_blocks);
+
+/* Reserve the next n token slots of seq, allocating blocks as needed, all or
+ * nothing. slots (n entries, caller-owned, may be NULL when n == 0) receives
+ * slot = block_id * block_tokens + offset for positions len .. len+n-1. When the
+ * last block was shared and partial, it is replaced by a fresh block and *cow
+ * describes the copy (cow->src = -1 when none; cow may be NULL only if the caller
+ * never forks). Returns QC_OK, QC_EINVAL (dead seq, n < 0), QC_ERANGE (past the
+ * table width) or QC_ENOMEM (not enough free blocks; nothing changed). */
+int qc_kv_seq_append(struct qc_kv *kv, int32_t seq, int32_t n, int32_t *slots,
+		     struct qc_kv_cow *cow, struct qc_err *err);
+
+/* Split a slot into block id and offset. */
+static inline int32_t qc_kv_slot_block(const struct qc_kv *kv, int32_t slot)
+{
+	return slot / qc_kv_block_tokens(kv);
+}
+
+static inline int32_t qc_kv_slot_offset(const struct qc_kv *kv, int32_t slot)
+{
+	return slot % qc_kv_block_tokens(kv);
+}
+
+/* Verify every invariant above from scratch (O(blocks + table entries)).
+ * Returns QC_OK or QC_EFORMAT naming the first violation. For tests and debug
+ * builds; a violation is a bug in this module or memory corruption. */
+int qc_kv_check(const struct qc_kv *kv, struct qc_err *err);
+
+#endif

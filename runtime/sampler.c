@@ -1,0 +1,503 @@
+/* sampler.c — penalties, top-k/top-p/min-p, temperature, seeded draws, logprobs.
+ *
+ * Owns: the chain documented in sampler.h. Candidates are (logit, id) pairs in the
+ * workspace; "better" means higher logit, then lower id, so every cut and every
+ * draw order is deterministic even with ties. Selection is a size-m min-heap over
+ * the row (O(V log m), bounded, no quickselect worst case); top-p without top-k
+ * selects the top 256, 2048, ... until the kept mass reaches p, so the full sort
+ * only happens on a flat distribution. Softmax sums accumulate in double.
+ * Formulas: llama-sampling.cpp llama_sampler_{penalties,top_k,top_p,min_p,temp}
+ * (facts only). PRNG: Vigna's splitmix64 + xoshiro256** (prng.di.unimi.it).
+ */
+#include "sampler.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TOP_P_FIRST_PICK 256   /* typical nucleus sizes fit in the first selection */
+
+struct cand {
+	float logit;
+	int32_t id;
+};
+
+struct qc_sampler {
+	struct qc_sampler_params p;
+	uint64_t rng[4];          /* xoshiro256** state */
+	int32_t hist_cap;         /* penalty window, tokens; 0 = penalties off */
+	int32_t hist_n;           /* valid entries of hist */
+	int32_t hist_pos;         /* next write index (ring) */
+	int32_t *hist;            /* (hist_cap) last accepted tokens, ring */
+	int32_t *scratch;         /* (hist_cap) sorted copy for counting */
+};
+
+struct qc_sampler_ws {
+	int32_t n_vocab;          /* capacity */
+	float *x;                 /* (n_vocab) penalized logits */
+	struct cand *cand;        /* (n_vocab) live candidates */
+	struct cand *tmp;         /* (n_vocab) selection output */
+};
+
+/* ---- PRNG ---- */
+
+static uint64_t splitmix64(uint64_t *state)
+{
+	uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k)
+{
+	return (x << k) | (x >> (64 - k));
+}
+
+static uint64_t xoshiro_next(uint64_t s[4])
+{
+	uint64_t r = rotl(s[1] * 5, 7) * 9;
+	uint64_t t = s[1] << 17;
+	s[2] ^= s[0];
+	s[3] ^= s[1];
+	s[1] ^= s[2];
+	s[0] ^= s[3];
+	s[2] ^= t;
+	s[3] = rotl(s[3], 45);
+	return r;
+}
+
+static void rng_seed(uint64_t s[4], uint64_t seed)
+{
+	/* splitmix64 never yields four zero words, so the state is valid */
+	for (int i = 0; i < 4; i++)
+		s[i] = splitmix64(&seed);
+}
+
+/* Uniform in [0, 1) with 53 random bits. */
+static double rng_uniform(uint64_t s[4])
+{
+	return (double)(xoshiro_next(s) >> 11) * 0x1.0p-53;
+}
+
+/* ---- lifecycle ---- */
+
+void qc_sampler_params_init(struct qc_sampler_params *p)
+{
+	memset(p, 0, sizeof *p);
+	p->temperature = 1.0f;
+	p->top_p = 1.0f;
+	p->repeat_penalty = 1.0f;
+	p->penalty_last_n = 64;
+}
+
+static int check_params(const struct qc_sampler_params *p, int32_t max_history,
+			struct qc_err *err)
+{
+	const char *bad = NULL;
+
+	if (isnan(p->temperature) || isinf(p->temperature))
+		bad = "temperature must be finite";
+	else if (!(p->top_p >= 0.0f) || isinf(p->top_p))
+		bad = "top_p must be finite and >= 0";
+	else if (!(p->min_p >= 0.0f && p->min_p <= 1.0f))
+		bad = "min_p must be in [0, 1]";
+	else if (!(p->repeat_penalty > 0.0f) || isinf(p->repeat_penalty))
+		bad = "repeat_penalty must be finite and > 0";
+	else if (!isfinite(p->frequency_penalty) || !isfinite(p->presence_penalty))
+		bad = "frequency/presence penalties must be finite";
+	else if (p->penalty_last_n < -1)
+		bad = "penalty_last_n must be >= -1";
+	else if (p->n_logprobs < 0 || p->n_logprobs > QC_SAMPLER_MAX_LOGPROBS)
+		bad = "n_logprobs must be in 0..20";
+	else if (max_history < 0 || max_history > QC_SAMPLER_MAX_HISTORY)
+		bad = "max_history must be in 0..1048576";
+	if (bad)
+		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "sampler: %s", bad);
+	return QC_OK;
+}
+
+int qc_sampler_new(const struct qc_sampler_params *p, int32_t max_history,
+		   struct qc_sampler **out, struct qc_err *err)
+{
+	struct qc_sampler *s;
+	int rc;
+
+	*out = NULL;
+	rc = check_params(p, max_history, err);
+	if (rc)
+		return rc;
+	s = calloc(1, sizeof *s);
+	if (!s)
+		return qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "sampler: out of memory");
+	s->p = *p;
+	s->hist_cap = p->penalty_last_n < 0 ? max_history :
+		      p->penalty_last_n < max_history ? p->penalty_last_n : max_history;
+	if (s->hist_cap > 0) {
+		s->hist = malloc((size_t)s->hist_cap * sizeof *s->hist);
+		s->scratch = malloc((size_t)s->hist_cap * sizeof *s->scratch);
+		if (!s->hist || !s->scratch) {
+			rc = qc_err_set(err, QC_ENOMEM, NULL, NULL, -1,
+					"sampler: out of memory for a %d-token window", s->hist_cap);
+			goto out_free;
+		}
+	}
+	rng_seed(s->rng, p->seed);
+	*out = s;
+	return QC_OK;
+
+out_free:
+	qc_sampler_free(s);
+	return rc;
+}
+
+void qc_sampler_free(struct qc_sampler *s)
+{
+	if (!s)
+		return;
+	free(s->hist);
+	free(s->scratch);
+	free(s);
+}
+
+void qc_sampler_accept(struct qc_sampler *s, const int32_t *tokens, int32_t n)
+{
+	if (s->hist_cap == 0)
+		return;
+	for (int32_t i = 0; i < n; i++) {
+		if (tokens[i] < 0)
+			continue;
+		s->hist[s->hist_pos] = tokens[i];
+		s->hist_pos = (s->hist_pos + 1) % s->hist_cap;
+		if (s->hist_n < s->hist_cap)
+			s->hist_n++;
+	}
+}
+
+int qc_sampler_ws_new(int32_t n_vocab, struct qc_sampler_ws **out, struct qc_err *err)
+{
+	struct qc_sampler_ws *ws;
+
+	*out = NULL;
+	if (n_vocab < 1 || n_vocab > QC_SAMPLER_MAX_VOCAB)
+		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1,
+				  "sampler: n_vocab %d outside 1..%d", n_vocab, QC_SAMPLER_MAX_VOCAB);
+	ws = calloc(1, sizeof *ws);
+	if (!ws)
+		return qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "sampler: out of memory");
+	ws->n_vocab = n_vocab;
+	ws->x = malloc((size_t)n_vocab * sizeof *ws->x);
+	ws->cand = malloc((size_t)n_vocab * sizeof *ws->cand);
+	ws->tmp = malloc((size_t)n_vocab * sizeof *ws->tmp);
+	if (!ws->x || !ws->cand || !ws->tmp) {
+		qc_sampler_ws_free(ws);
+		return qc_err_set(err, QC_ENOMEM, NULL, NULL, -1,
+				  "sampler: out of memory for a %d-token workspace", n_vocab);
+	}
+	*out = ws;
+	return QC_OK;
+}
+
+void qc_sampler_ws_free(struct qc_sampler_ws *ws)
+{
+	if (!ws)
+		return;
+	free(ws->x);
+	free(ws->cand);
+	free(ws->tmp);
+	free(ws);
+}
+
+/* ---- penalties ---- */
+
+static int cmp_i32(const void *a, const void *b)
+{
+	int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+	return (x > y) - (x < y);
+}
+
+/* llama_sampler_penalties_apply: the divide-or-multiply keeps a repeated token
+ * from becoming more likely when its logit is negative. */
+static void apply_penalties(const struct qc_sampler *s, float *x, int32_t n_vocab)
+{
+	const struct qc_sampler_params *p = &s->p;
+	if (s->hist_n == 0 || (p->repeat_penalty == 1.0f && p->frequency_penalty == 0.0f &&
+			       p->presence_penalty == 0.0f))
+		return;
+	int32_t n = s->hist_n;
+	memcpy(s->scratch, s->hist, (size_t)n * sizeof *s->scratch);
+	qsort(s->scratch, (size_t)n, sizeof *s->scratch, cmp_i32);
+	for (int32_t i = 0; i < n;) {
+		int32_t t = s->scratch[i], c = 0;
+		while (i < n && s->scratch[i] == t) {
+			c++;
+			i++;
+		}
+		if (t >= n_vocab)
+			continue;
+		if (x[t] <= 0.0f)
+			x[t] *= p->repeat_penalty;
+		else
+			x[t] /= p->repeat_penalty;
+		x[t] -= (float)c * p->frequency_penalty + p->presence_penalty;
+	}
+}
+
+/* ---- selection ---- */
+
+static bool better(struct cand a, struct cand b)
+{
+	return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+}
+
+/* Min-heap on "better": h[0] is the worst of the kept m. */
+static void sift_down(struct cand *h, int32_t n, int32_t i)
+{
+	for (;;) {
+		int32_t l = 2 * i + 1, r = l + 1, w = i;
+		if (l < n && better(h[w], h[l]))
+			w = l;
+		if (r < n && better(h[w], h[r]))
+			w = r;
+		if (w == i)
+			return;
+		struct cand t = h[i];
+		h[i] = h[w];
+		h[w] = t;
+		i = w;
+	}
+}
+
+static void heap_offer(struct cand *h, int32_t *n, int32_t m, struct cand c)
+{
+	if (*n < m) {
+		int32_t i = (*n)++;
+		h[i] = c;
+		while (i > 0) {
+			int32_t up = (i - 1) / 2;
+			if (!better(h[up], h[i]))
+				break;
+			struct cand t = h[i];
+			h[i] = h[up];
+			h[up] = t;
+			i = up;
+		}
+	} else if (better(c, h[0])) {
+		h[0] = c;
+		sift_down(h, m, 0);
+	}
+}
+
+/* Turn the heap into descending ("best first") order in place. */
+static void heap_sort_desc(struct cand *h, int32_t n)
+{
+	for (int32_t end = n - 1; end > 0; end--) {
+		struct cand t = h[0];
+		h[0] = h[end];
+		h[end] = t;
+		sift_down(h, end, 0);
+	}
+}
+
+/* Top m of src[0..n) into dst[0..m), best first. */
+static int32_t select_top(const struct cand *src, int32_t n, int32_t m, struct cand *dst)
+{
+	int32_t k = 0;
+	if (m > n)
+		m = n;
+	for (int32_t i = 0; i < n; i++)
+		heap_offer(dst, &k, m, src[i]);
+	heap_sort_desc(dst, k);
+	return k;
+}
+
+/* Candidate list state while the chain runs. */
+struct cset {
+	struct cand *c;       /* ws->cand or ws->tmp */
+	struct cand *spare;   /* the other buffer */
+	int32_t n;
+	bool sorted;          /* best first */
+};
+
+static void cset_swap(struct cset *cs)
+{
+	struct cand *t = cs->c;
+	cs->c = cs->spare;
+	cs->spare = t;
+}
+
+static void top_k(struct cset *cs, int32_t k)
+{
+	if (k <= 0 || k >= cs->n)
+		return;
+	cs->n = select_top(cs->c, cs->n, k, cs->spare);
+	cset_swap(cs);
+	cs->sorted = true;
+}
+
+static float max_logit(const struct cset *cs)
+{
+	if (cs->sorted)
+		return cs->c[0].logit;
+	float m = -INFINITY;
+	for (int32_t i = 0; i < cs->n; i++)
+		if (cs->c[i].logit > m)
+			m = cs->c[i].logit;
+	return m;
+}
+
+/* Smallest best-first prefix whose mass reaches p (llama_sampler_top_p with
+ * min_keep 1); if rounding keeps the total below p, everything stays. */
+static void top_p(struct cset *cs, float p)
+{
+	if (p >= 1.0f)
+		return;
+	float m = max_logit(cs);
+	double sum = 0.0;
+	for (int32_t i = 0; i < cs->n; i++)
+		sum += expf(cs->c[i].logit - m);
+	for (int32_t pick = TOP_P_FIRST_PICK;; pick *= 8) {
+		const struct cand *v = cs->c;
+		int32_t nv = cs->n, keep = -1;
+		if (!cs->sorted) {
+			nv = select_top(cs->c, cs->n, pick, cs->spare);
+			v = cs->spare;
+		}
+		double cum = 0.0;
+		for (int32_t i = 0; i < nv; i++) {
+			cum += expf(v[i].logit - m) / sum;
+			if (cum >= p) {
+				keep = i + 1;
+				break;
+			}
+		}
+		if (keep < 0) {
+			if (nv < cs->n)
+				continue;   /* mass not reached inside the top `pick`: widen */
+			keep = nv;
+		}
+		if (!cs->sorted) {
+			cset_swap(cs);
+			cs->sorted = true;
+		}
+		cs->n = keep;
+		return;
+	}
+}
+
+/* Keep p_i >= min_p * p_max, i.e. logit >= max + log(min_p); order preserved. */
+static void min_p(struct cset *cs, float p)
+{
+	if (p <= 0.0f)
+		return;
+	float thr = max_logit(cs) + logf(p);
+	int32_t k = 0;
+	for (int32_t i = 0; i < cs->n; i++)
+		if (cs->c[i].logit >= thr)
+			cs->c[k++] = cs->c[i];
+	cs->n = k;
+}
+
+static int32_t draw(struct cset *cs, float temp, uint64_t rng[4])
+{
+	for (int32_t i = 0; i < cs->n; i++)
+		cs->c[i].logit /= temp;
+	float m = max_logit(cs);
+	double sum = 0.0;
+	for (int32_t i = 0; i < cs->n; i++)
+		sum += expf(cs->c[i].logit - m);
+	double target = rng_uniform(rng) * sum, cum = 0.0;
+	for (int32_t i = 0; i < cs->n; i++) {
+		cum += expf(cs->c[i].logit - m);
+		if (cum > target)
+			return cs->c[i].id;
+	}
+	/* target within rounding of sum: the last token with any mass */
+	for (int32_t i = cs->n - 1; i > 0; i--)
+		if (cs->c[i].logit > -INFINITY)
+			return cs->c[i].id;
+	return cs->c[0].id;
+}
+
+/* ---- logprobs ---- */
+
+static void fill_logprobs(const struct qc_sampler *s, struct qc_sampler_ws *ws,
+			  int32_t n_vocab, struct qc_sample_result *res)
+{
+	const float *x = ws->x;
+	float inv_t = s->p.temperature > 0.0f ? 1.0f / s->p.temperature : 1.0f;
+	float m = -INFINITY;
+	for (int32_t i = 0; i < n_vocab; i++)
+		if (x[i] > m)
+			m = x[i];
+	double sum = 0.0;
+	for (int32_t i = 0; i < n_vocab; i++)
+		sum += exp(((double)x[i] - m) * inv_t);
+	double lse = (double)m * inv_t + log(sum);
+	res->logprob = (float)((double)x[res->token] * inv_t - lse);
+
+	int32_t k = 0, want = s->p.n_logprobs;
+	struct cand *h = ws->tmp;
+	res->n_top = 0;
+	if (want == 0)
+		return;
+	for (int32_t i = 0; i < n_vocab; i++)
+		heap_offer(h, &k, want, (struct cand){ x[i], i });
+	heap_sort_desc(h, k);
+	res->n_top = k;
+	for (int32_t i = 0; i < k; i++) {
+		res->top_ids[i] = h[i].id;
+		res->top_logprobs[i] = (float)((double)h[i].logit * inv_t - lse);
+	}
+}
+
+/* ---- the chain ---- */
+
+int qc_sampler_sample(struct qc_sampler *s, struct qc_sampler_ws *ws, const float *logits,
+		      int32_t n_vocab, struct qc_sample_result *res, struct qc_err *err)
+{
+	const struct qc_sampler_params *p = &s->p;
+	float *x = ws->x;
+	bool any = false;
+
+	if (n_vocab < 1 || n_vocab > ws->n_vocab)
+		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1,
+				  "sampler: row of %d logits, workspace holds %d", n_vocab,
+				  ws->n_vocab);
+	for (int32_t i = 0; i < n_vocab; i++) {
+		float v = logits[i];
+		if (isnan(v) || v == INFINITY)
+			return qc_err_set(err, QC_EINVAL, NULL, NULL, -1,
+					  "sampler: logit of token %d is %f", i, (double)v);
+		any |= v > -INFINITY;
+	}
+	if (!any)
+		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1,
+				  "sampler: all %d logits are -inf", n_vocab);
+
+	memcpy(x, logits, (size_t)n_vocab * sizeof *x);
+	apply_penalties(s, x, n_vocab);
+
+	memset(res, 0, sizeof *res);
+	res->logprob = NAN;
+	if (p->temperature <= 0.0f) {
+		/* every filter keeps the maximum, so greedy skips the chain */
+		int32_t best = 0;
+		for (int32_t i = 1; i < n_vocab; i++)
+			if (x[i] > x[best])
+				best = i;
+		res->token = best;
+	} else {
+		struct cset cs = { ws->cand, ws->tmp, n_vocab, false };
+		for (int32_t i = 0; i < n_vocab; i++)
+			cs.c[i] = (struct cand){ x[i], i };
+		top_k(&cs, p->top_k);
+		top_p(&cs, p->top_p);
+		min_p(&cs, p->min_p);
+		res->token = draw(&cs, p->temperature, s->rng);
+	}
+	if (p->logprobs || p->n_logprobs > 0)
+		fill_logprobs(s, ws, n_vocab, res);
+	qc_sampler_accept(s, &res->token, 1);
+	return QC_OK;
+}

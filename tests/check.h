@@ -1,0 +1,37 @@
+/* check.h — the whole test harness: CHECK counts, prints file:line on failure.
+ * Each test binary ends with check_report(), which prints "N passed, N failed"
+ * and returns the exit status; tests/run.sh adds the binaries' counts up. */
+#ifndef QC_CHECK_H
+#define QC_CHECK_H
+
+#include <stdio.h>
+#include <stdlib.h>
+
+static int check_passed_, check_failed_;
+
+#define CHECK(cond, ...) \
+	do { \
+		if (cond) { \
+			check_passed_++; \
+		} else { \
+			check_failed_++; \
+			fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+			fprintf(stderr, __VA_ARGS__); \
+			fputc('\n', stderr); \
+		} \
+	} while (0)
+
+static inline int check_report(const char *name)
+{
+	printf("%s: %d passed, %d failed\n", name, check_passed_, check_failed_);
+	return check_failed_ ? 1 : 0;
+}
+
+/* Fixture root: $QC_FIXTURES, else ../shared/fixtures beside the checkout. */
+static inline const char *check_fixtures(void)
+{
+	const char *e = getenv("QC_FIXTURES");
+	return e && *e ? e : "../shared/fixtures";
+}
+
+#endif

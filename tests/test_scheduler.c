@@ -1,0 +1,731 @@
+/* test_scheduler.c — continuous batching driven by a mock model.
+ *
+ * The mock "model" keeps a fake K/V store indexed by slot: the forward writes
+ * (token, position) for every planned token, then for each entry needing logits
+ * reads the whole context back through the plan's block table and returns
+ * hash(context) mod V. So a request's output equals the plain loop in ref_run()
+ * (the independent reference) only if the scheduler fed every token once, in
+ * order, and no block was handed to two live sequences. Runs: 20 requests on a
+ * pool small enough to force preemption, a lone request too big for the pool,
+ * queue/commit misuse, cancellation, and a randomized stress run with invariant
+ * checks each step. Every checker is also fed a deliberately wrong input.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "kv_blocks.h"
+#include "scheduler.h"
+
+#define V 64              /* mock vocabulary */
+#define MAX_REQ_TOKENS 256
+
+/* ---- mock model ---- */
+
+static uint32_t hash_tokens(const int32_t *t, int32_t n)
+{
+	uint64_t h = 0xcbf29ce484222325ull;   /* FNV-1a 64 over the token words */
+	for (int32_t i = 0; i < n; i++) {
+		h ^= (uint32_t)t[i];
+		h *= 0x100000001b3ull;
+	}
+	h ^= h >> 29;
+	return (uint32_t)(h ^ (h >> 32));
+}
+
+static int32_t next_token(const int32_t *t, int32_t n)
+{
+	return (int32_t)(hash_tokens(t, n) % V);
+}
+
+struct req {
+	uint64_t id;
+	int32_t prompt[MAX_REQ_TOKENS];
+	int32_t n_prompt;
+	int32_t max_tokens;
+	int32_t eos;
+	int32_t n_stop;
+	int32_t stop[2];
+	int32_t out[MAX_REQ_TOKENS];
+	int32_t n_out;
+	int finish;             /* enum qc_sched_finish once done */
+	bool done;
+	int n_entries;          /* plan entries that carried this request */
+	int max_chunk;
+};
+
+static int32_t hist_at(const struct req *r, int32_t pos)
+{
+	return pos < r->n_prompt ? r->prompt[pos] : r->out[pos - r->n_prompt];
+}
+
+/* Independent reference: the request run alone, no scheduler at all. */
+static int32_t ref_run(const struct req *r, int32_t *out, int *finish)
+{
+	int32_t h[2 * MAX_REQ_TOKENS], n = r->n_prompt, k = 0;
+	memcpy(h, r->prompt, (size_t)n * sizeof *h);
+	*finish = QC_SCHED_FINISH_LENGTH;
+	while (k < r->max_tokens) {
+		int32_t t = next_token(h, n);
+		h[n++] = t;
+		out[k++] = t;
+		if (t == r->eos || (r->n_stop > 0 && (t == r->stop[0] || t == r->stop[1]))) {
+			*finish = QC_SCHED_FINISH_STOP;
+			break;
+		}
+	}
+	return k;
+}
+
+/* 0 when r's output and finish equal the reference; with allow_prefix (cancelled
+ * requests) the output only has to be a prefix of it. */
+static int compare_with_ref(const struct req *r, bool allow_prefix)
+{
+	int32_t want[MAX_REQ_TOKENS];
+	int fin;
+	int32_t n = ref_run(r, want, &fin);
+	if (allow_prefix ? r->n_out > n : (r->n_out != n || r->finish != fin))
+		return 1;
+	for (int32_t i = 0; i < r->n_out; i++)
+		if (r->out[i] != want[i])
+			return 1;
+	return 0;
+}
+
+struct mock {
+	int32_t *kv_tok;        /* (n_slots) token whose K/V sits in the slot */
+	int32_t *kv_pos;        /* (n_slots) its position */
+	int32_t n_slots;
+};
+
+static void mock_init(struct mock *m, const struct qc_kv *kv)
+{
+	m->n_slots = qc_kv_blocks_total(kv) * qc_kv_block_tokens(kv);
+	m->kv_tok = malloc((size_t)m->n_slots * sizeof *m->kv_tok);
+	m->kv_pos = malloc((size_t)m->n_slots * sizeof *m->kv_pos);
+	for (int32_t i = 0; i < m->n_slots; i++)
+		m->kv_tok[i] = m->kv_pos[i] = -1;
+}
+
+static void mock_deinit(struct mock *m)
+{
+	free(m->kv_tok);
+	free(m->kv_pos);
+}
+
+/* Reads entry e's context through its block table. Returns mismatches against
+ * r's recorded history (and with it the next token in *tok). */
+static int mock_read_context(const struct mock *m, const struct qc_sched_plan *p, int32_t e,
+			     const struct req *r, int32_t *tok)
+{
+	int32_t ctx[2 * MAX_REQ_TOKENS], n = p->ctx_lens[e], bad = 0;
+	const int32_t *tab = p->block_tables + (size_t)e * (size_t)p->table_stride;
+	for (int32_t pos = 0; pos < n; pos++) {
+		int32_t blk = tab[pos / p->block_tokens];
+		if (blk < 0) {
+			bad++;
+			ctx[pos] = -1;
+			continue;
+		}
+		int32_t slot = blk * p->block_tokens + pos % p->block_tokens;
+		ctx[pos] = m->kv_tok[slot];
+		bad += m->kv_pos[slot] != pos || (r && ctx[pos] != hist_at(r, pos));
+	}
+	*tok = next_token(ctx, n);
+	return bad;
+}
+
+/* The forward. requests[e] is entry e's record (NULL once cancelled). Writes
+ * sampled[e]; returns the number of inconsistencies found in the plan. */
+static int mock_forward(struct mock *m, const struct qc_sched_plan *p, struct req **requests,
+			int32_t *sampled)
+{
+	int bad = 0;
+	for (int32_t e = 0; e < p->n_seqs; e++) {
+		const int32_t *tab = p->block_tables + (size_t)e * (size_t)p->table_stride;
+		int32_t t0 = p->tok_start[e], t1 = p->tok_start[e + 1];
+		bad += t1 <= t0 || p->positions[t1 - 1] + 1 != p->ctx_lens[e];
+		for (int32_t t = t0; t < t1; t++) {
+			int32_t pos = p->positions[t];
+			int32_t blk = tab[pos / p->block_tokens];
+			bad += t > t0 && pos != p->positions[t - 1] + 1;
+			bad += blk < 0 || p->slots[t] != blk * p->block_tokens + pos % p->block_tokens;
+			bad += p->slots[t] < 0 || p->slots[t] >= m->n_slots;
+			if (requests[e])
+				bad += p->tokens[t] != hist_at(requests[e], pos);
+			if (p->slots[t] >= 0 && p->slots[t] < m->n_slots) {
+				m->kv_tok[p->slots[t]] = p->tokens[t];
+				m->kv_pos[p->slots[t]] = pos;
+			}
+		}
+	}
+	for (int32_t e = 0; e < p->n_seqs; e++) {
+		sampled[e] = -1;
+		if (p->need_logits[e])
+			bad += mock_read_context(m, p, e, requests[e], &sampled[e]);
+	}
+	return bad;
+}
+
+/* ---- invariant checker over the KV pool, from the public API only ---- */
+
+/* tables[r] / nbs[r]: the live rows' block tables. Returns violations: a block
+ * named twice (the scheduler never shares), refcounts that disagree, counts that
+ * do not add up. */
+static int check_tables(const struct qc_kv *kv, const int32_t *const *tables, const int32_t *nbs,
+			int32_t n_rows)
+{
+	int32_t total = qc_kv_blocks_total(kv), distinct = 0, bad = 0;
+	int32_t *seen = calloc((size_t)total, sizeof *seen);
+	for (int32_t r = 0; r < n_rows; r++)
+		for (int32_t j = 0; j < nbs[r]; j++) {
+			int32_t b = tables[r][j];
+			if (b < 0 || b >= total) {
+				bad++;
+				continue;
+			}
+			distinct += seen[b] == 0;
+			bad += ++seen[b] > 1;
+		}
+	for (int32_t b = 0; b < total; b++)
+		bad += qc_kv_block_refcount(kv, b) != seen[b];
+	bad += distinct != qc_kv_blocks_used(kv);
+	bad += qc_kv_blocks_used(kv) + qc_kv_blocks_free(kv) != total;
+	free(seen);
+	return bad;
+}
+
+static int check_kv_live(const struct qc_kv *kv)
+{
+	int32_t n = qc_kv_max_seqs(kv), k = 0;
+	const int32_t **tables = calloc((size_t)n, sizeof *tables);
+	int32_t *nbs = calloc((size_t)n, sizeof *nbs);
+	for (int32_t r = 0; r < n; r++)
+		if (qc_kv_seq_live(kv, r)) {
+			tables[k] = qc_kv_seq_table(kv, r, &nbs[k]);
+			k++;
+		}
+	int bad = check_tables(kv, tables, nbs, k);
+	free(tables);
+	free(nbs);
+	return bad;
+}
+
+/* ---- a driver shared by the runs ---- */
+
+struct run {
+	struct qc_kv *kv;
+	struct qc_sched *s;
+	struct qc_sched_config cfg;
+	struct mock m;
+	int bad_plan, bad_check, bad_kv;
+	int mixed_steps;        /* steps that held a decode and a multi-token prefill */
+	long steps;
+};
+
+static void run_open(struct run *rn, int32_t n_blocks, int32_t bt, int32_t max_tokens,
+		     int32_t max_running, int32_t batch, int32_t prefill)
+{
+	struct qc_kv_config kc;
+	struct qc_err err = { 0 };
+	memset(rn, 0, sizeof *rn);
+	qc_kv_config_init(&kc);
+	kc.block_bytes = 4096;
+	kc.budget_bytes = (uint64_t)n_blocks * 4096;
+	kc.block_tokens = bt;
+	kc.max_seqs = max_running;
+	kc.max_seq_tokens = max_tokens;
+	CHECK(qc_kv_new(&kc, &rn->kv, &err) == QC_OK, "kv: %s", err.msg);
+	qc_sched_config_init(&rn->cfg);
+	rn->cfg.max_running = max_running;
+	rn->cfg.max_waiting = 4096;
+	rn->cfg.max_batch_tokens = batch;
+	rn->cfg.max_prefill_tokens = prefill;
+	CHECK(qc_sched_new(&rn->cfg, rn->kv, &rn->s, &err) == QC_OK, "sched: %s", err.msg);
+	mock_init(&rn->m, rn->kv);
+}
+
+static void run_close(struct run *rn)
+{
+	qc_sched_free(rn->s);
+	qc_kv_free(rn->kv);
+	mock_deinit(&rn->m);
+}
+
+static int add_req(struct run *rn, struct req *r)
+{
+	struct qc_sched_request q = { 0 };
+	struct qc_err err = { 0 };
+	q.prompt = r->prompt;
+	q.n_prompt = r->n_prompt;
+	q.max_tokens = r->max_tokens;
+	q.eos_id = r->eos;
+	q.n_stop_ids = r->n_stop;
+	memcpy(q.stop_ids, r->stop, sizeof r->stop);
+	q.user = r;
+	int rc = qc_sched_add(rn->s, &q, &r->id, &err);
+	if (rc)
+		fprintf(stderr, "  add: %s\n", err.msg);
+	return rc;
+}
+
+/* One engine iteration. cancel_mid: a request to cancel between step and commit. */
+static void run_step(struct run *rn, struct req *cancel_mid)
+{
+	struct qc_sched_plan *p;
+	struct qc_err err = { 0 };
+	struct req *reqs[64];
+	int32_t sampled[64];
+
+	int rc = qc_sched_step(rn->s, &p, &err);
+	CHECK(rc == QC_OK, "step: %s", err.msg);
+	if (rc)
+		return;
+	rn->steps++;
+	rn->bad_plan += p->n_seqs > rn->cfg.max_running || p->n_tokens > rn->cfg.max_batch_tokens ||
+			p->n_seqs > 64;
+	if (p->n_seqs == 0 || p->n_seqs > 64)
+		return;
+	bool has_decode = false, has_prefill = false;
+	for (int32_t e = 0; e < p->n_seqs; e++) {
+		reqs[e] = qc_sched_seq_user(rn->s, p->seq_ids[e]);
+		rn->bad_plan += reqs[e] == NULL;
+		int32_t chunk = p->tok_start[e + 1] - p->tok_start[e];
+		if (reqs[e]) {
+			reqs[e]->n_entries++;
+			if (chunk > reqs[e]->max_chunk)
+				reqs[e]->max_chunk = chunk;
+			has_decode |= chunk == 1 && p->positions[p->tok_start[e]] >= reqs[e]->n_prompt;
+		}
+		has_prefill |= chunk > 1;
+	}
+	rn->mixed_steps += has_decode && has_prefill;
+	if (cancel_mid) {
+		CHECK(qc_sched_cancel(rn->s, cancel_mid->id, &err) == QC_OK, "cancel: %s", err.msg);
+		cancel_mid->done = true;
+		cancel_mid->finish = QC_SCHED_FINISH_CANCELLED;
+		for (int32_t e = 0; e < p->n_seqs; e++)
+			if (reqs[e] == cancel_mid)
+				reqs[e] = NULL;
+	}
+	rn->bad_plan += mock_forward(&rn->m, p, reqs, sampled);
+	rn->bad_check += qc_sched_check(rn->s, NULL) != QC_OK;
+	rc = qc_sched_commit(rn->s, p, sampled, &err);
+	CHECK(rc == QC_OK, "commit: %s", err.msg);
+	for (int32_t e = 0; e < p->n_seqs; e++) {
+		struct req *r = reqs[e];
+		if (!r) {
+			rn->bad_plan += p->accepted[e] != 0;
+			continue;
+		}
+		if (p->accepted[e])
+			r->out[r->n_out++] = sampled[e];
+		if (p->finish[e] != QC_SCHED_FINISH_NONE) {
+			r->done = true;
+			r->finish = p->finish[e];
+			rn->bad_plan += qc_sched_seq_live(rn->s, r->id);
+		}
+	}
+	rn->bad_check += qc_sched_check(rn->s, NULL) != QC_OK;
+	rn->bad_kv += check_kv_live(rn->kv);
+}
+
+static void make_prompt(struct req *r, uint32_t seed, int32_t n)
+{
+	r->n_prompt = n;
+	for (int32_t i = 0; i < n; i++)
+		r->prompt[i] = (int32_t)((seed * 2654435761u + (uint32_t)i * 40503u) % V);
+}
+
+/* ---- tests ---- */
+
+static void requests_match_solo_runs_under_preemption(void)
+{
+	enum { N = 20 };
+	static struct req reqs[N];
+	struct run rn;
+	struct qc_sched_stats st;
+	/* 24 blocks x 4 tokens = 96 slots, far less than the 20 requests need */
+	run_open(&rn, 24, 4, 96, 6, 32, 16);
+	memset(reqs, 0, sizeof reqs);
+	for (int i = 0; i < N; i++) {
+		struct req *r = &reqs[i];
+		make_prompt(r, (uint32_t)i + 1, i == 3 ? 70 : 1 + (i * 37) % 45);
+		r->max_tokens = i == 3 ? 20 : 5 + (i * 13) % 36;
+		r->eos = i % 3 == 0 ? -1 : 0;
+		r->n_stop = i % 4 == 1 ? 2 : 0;
+		r->stop[0] = 7;
+		r->stop[1] = 11;
+	}
+	/* staggered arrivals: 12 now, the rest while the first ones decode */
+	for (int i = 0; i < 12; i++)
+		CHECK(add_req(&rn, &reqs[i]) == QC_OK, "add %d", i);
+	for (int step = 0; qc_sched_has_work(rn.s) && step < 5000; step++) {
+		if (step == 5)
+			for (int i = 12; i < N; i++)
+				CHECK(add_req(&rn, &reqs[i]) == QC_OK, "add %d", i);
+		run_step(&rn, NULL);
+	}
+	qc_sched_get_stats(rn.s, &st);
+	CHECK(!qc_sched_has_work(rn.s), "did not drain in 5000 steps");
+	CHECK(st.n_preemptions > 0, "pool too small yet no preemption");
+	CHECK(st.n_finished == N && st.n_failed == 0, "finished %llu failed %llu",
+	      (unsigned long long)st.n_finished, (unsigned long long)st.n_failed);
+	CHECK(st.blocks_used == 0 && st.blocks_free == 24, "blocks leaked: %d used", st.blocks_used);
+	CHECK(rn.bad_plan == 0 && rn.bad_check == 0 && rn.bad_kv == 0,
+	      "plan %d, sched check %d, kv %d inconsistencies", rn.bad_plan, rn.bad_check, rn.bad_kv);
+	CHECK(rn.mixed_steps > 0, "chunked prefill never shared a step with a decode");
+	CHECK(reqs[3].max_chunk <= 16 && reqs[3].n_entries >= 5 + reqs[3].n_out - 1,
+	      "70-token prompt not chunked: max chunk %d over %d entries", reqs[3].max_chunk,
+	      reqs[3].n_entries);
+	int mism = 0, n_stop = 0;
+	for (int i = 0; i < N; i++) {
+		mism += !reqs[i].done || compare_with_ref(&reqs[i], false);
+		n_stop += reqs[i].finish == QC_SCHED_FINISH_STOP;
+	}
+	CHECK(mism == 0, "%d requests differ from their solo run", mism);
+	CHECK(n_stop > 0 && n_stop < N, "finish mix too uniform: %d stops", n_stop);
+	printf("  20 requests: %ld steps, %llu preemptions, %d mixed steps\n", rn.steps,
+	       (unsigned long long)st.n_preemptions, rn.mixed_steps);
+
+	/* the comparator must reject a reordered output */
+	struct req bad = reqs[0];
+	if (bad.n_out >= 2) {
+		int32_t t = bad.out[0];
+		bad.out[0] = bad.out[1];
+		bad.out[1] = t;
+		if (bad.out[0] == bad.out[1])
+			bad.out[0] = (bad.out[0] + 1) % V;
+	} else {
+		bad.n_out++;
+	}
+	CHECK(compare_with_ref(&bad, false) != 0, "reordered output passed the comparator");
+	run_close(&rn);
+
+	/* and through the scheduler alone with a roomy pool, the same outputs */
+	int mism_alone = 0;
+	for (int i = 0; i < N; i += 3) {
+		struct req solo = reqs[i];
+		solo.n_out = 0;
+		solo.done = false;
+		run_open(&rn, 64, 4, 256, 1, 32, 16);
+		add_req(&rn, &solo);
+		for (int step = 0; qc_sched_has_work(rn.s) && step < 1000; step++)
+			run_step(&rn, NULL);
+		mism_alone += solo.n_out != reqs[i].n_out ||
+			      memcmp(solo.out, reqs[i].out, (size_t)solo.n_out * sizeof solo.out[0]);
+		run_close(&rn);
+	}
+	CHECK(mism_alone == 0, "%d requests differ from a solo scheduler run", mism_alone);
+}
+
+static void lone_sequence_too_big_fails_instead_of_spinning(void)
+{
+	struct run rn;
+	struct qc_err err = { 0 };
+	struct req big = { 0 }, small = { 0 };
+	struct qc_sched_stats st;
+	run_open(&rn, 4, 4, 64, 2, 32, 32);      /* 16 KV tokens, 64-token context */
+	make_prompt(&big, 99, 10);
+	big.max_tokens = 40;
+	big.eos = -1;
+	make_prompt(&small, 5, 3);
+	small.max_tokens = 4;
+	small.eos = -1;
+	CHECK(add_req(&rn, &big) == QC_OK && add_req(&rn, &small) == QC_OK, "adds");
+	uint64_t failed = 0;
+	int step;
+	for (step = 0; qc_sched_has_work(rn.s) && step < 200; step++) {
+		struct qc_sched_plan *p;
+		int32_t sampled[8];
+		struct req *reqs[8];
+		CHECK(qc_sched_step(rn.s, &p, &err) == QC_OK, "step: %s", err.msg);
+		if (p->n_failed) {
+			failed = p->failed_ids[0];
+			CHECK(p->n_failed == 1, "%d failures in one step", p->n_failed);
+		}
+		if (p->n_seqs == 0)
+			continue;
+		for (int32_t e = 0; e < p->n_seqs; e++)
+			reqs[e] = qc_sched_seq_user(rn.s, p->seq_ids[e]);
+		rn.bad_plan += mock_forward(&rn.m, p, reqs, sampled);
+		CHECK(qc_sched_commit(rn.s, p, sampled, &err) == QC_OK, "commit: %s", err.msg);
+		for (int32_t e = 0; e < p->n_seqs; e++) {
+			if (p->accepted[e])
+				reqs[e]->out[reqs[e]->n_out++] = sampled[e];
+			if (p->finish[e])
+				reqs[e]->finish = p->finish[e];
+		}
+	}
+	qc_sched_get_stats(rn.s, &st);
+	CHECK(step < 200 && !qc_sched_has_work(rn.s), "spun for %d steps", step);
+	CHECK(failed == big.id && st.n_failed == 1, "big request not failed (failed id %llx)",
+	      (unsigned long long)failed);
+	/* 16 KV slots: prompt 10 + 6 fed generated tokens, the 7th cannot be fed */
+	CHECK(big.n_out == 7, "big generated %d tokens before failing", big.n_out);
+	CHECK(!qc_sched_seq_live(rn.s, big.id), "failed request still live");
+	CHECK(small.finish == QC_SCHED_FINISH_LENGTH && compare_with_ref(&small, false) == 0,
+	      "the request queued behind it did not complete correctly");
+	CHECK(st.blocks_used == 0 && rn.bad_plan == 0, "leak %d / plan %d", st.blocks_used, rn.bad_plan);
+	CHECK(strcmp(qc_sched_finish_name(QC_SCHED_FINISH_NO_MEMORY), "no_memory") == 0, "name");
+	run_close(&rn);
+}
+
+static void add_and_misuse_are_rejected(void)
+{
+	struct run rn;
+	struct qc_err err = { 0 };
+	struct qc_sched_request q = { 0 };
+	struct qc_sched_plan *p;
+	int32_t prompt[80] = { 0 };
+	uint64_t id, id2;
+	run_open(&rn, 8, 4, 32, 2, 16, 8);        /* 32 KV tokens, 32-token context */
+	q.prompt = prompt;
+	q.max_tokens = 4;
+	q.eos_id = -1;
+	q.n_prompt = 0;
+	CHECK(qc_sched_add(rn.s, &q, &id, &err) == QC_EINVAL && id == 0, "empty prompt");
+	q.n_prompt = 30;
+	CHECK(qc_sched_add(rn.s, &q, &id, &err) == QC_ERANGE, "30 + 4 tokens > 32 context: %s",
+	      err.msg);
+	q.n_prompt = 4;
+	q.max_tokens = 0;
+	CHECK(qc_sched_add(rn.s, &q, &id, &err) == QC_EINVAL, "max_tokens 0");
+	q.max_tokens = 4;
+	q.n_stop_ids = QC_SCHED_MAX_STOP_IDS + 1;
+	CHECK(qc_sched_add(rn.s, &q, &id, &err) == QC_EINVAL, "too many stop ids");
+	q.n_stop_ids = 0;
+	prompt[2] = -5;
+	CHECK(qc_sched_add(rn.s, &q, &id, &err) == QC_EINVAL, "negative token");
+	prompt[2] = 3;
+	CHECK(qc_sched_add(rn.s, &q, &id, &err) == QC_OK && id != 0, "valid add: %s", err.msg);
+	CHECK(qc_sched_add(rn.s, &q, &id2, &err) == QC_OK && id2 != id, "second add");
+	CHECK(qc_sched_commit(rn.s, NULL, NULL, &err) == QC_EINVAL, "commit before step");
+	CHECK(qc_sched_step(rn.s, &p, &err) == QC_OK && p->n_seqs == 2, "step");
+	CHECK(qc_sched_step(rn.s, &p, &err) == QC_EINVAL && !p, "second step without commit");
+	CHECK(qc_sched_step(rn.s, &p, &err) == QC_EINVAL, "still pending");
+	qc_sched_cancel(rn.s, id, &err);
+	CHECK(qc_sched_cancel(rn.s, id, &err) == QC_ENOTFOUND, "double cancel");
+	CHECK(qc_sched_finish(rn.s, id2, QC_SCHED_FINISH_NONE, &err) == QC_EINVAL, "finish NONE");
+	CHECK(qc_sched_finish(rn.s, id2, QC_SCHED_FINISH_STOP_STRING, &err) == QC_OK, "stop string");
+	CHECK(qc_kv_blocks_used(rn.kv) == 0, "cancel/finish did not free blocks at once: %d used",
+	      qc_kv_blocks_used(rn.kv));
+	CHECK(qc_sched_check(rn.s, &err) == QC_OK, "check: %s", err.msg);
+	run_close(&rn);
+
+	/* waiting queue cap and kv sharing with another user are refused */
+	struct qc_kv_config kc;
+	struct qc_kv *kv;
+	struct qc_sched *s;
+	struct qc_sched_config sc;
+	int32_t row;
+	qc_kv_config_init(&kc);
+	kc.block_bytes = 1;
+	kc.budget_bytes = 8;
+	kc.block_tokens = 4;
+	kc.max_seqs = 2;
+	CHECK(qc_kv_new(&kc, &kv, &err) == QC_OK, "kv");
+	qc_sched_config_init(&sc);
+	sc.max_running = 3;
+	CHECK(qc_sched_new(&sc, kv, &s, &err) == QC_EINVAL && !s, "max_running > kv rows");
+	sc.max_running = 2;
+	sc.max_waiting = 1;
+	qc_kv_seq_new(kv, &row, &err);
+	CHECK(qc_sched_new(&sc, kv, &s, &err) == QC_EINVAL, "kv already in use");
+	qc_kv_seq_free(kv, row);
+	CHECK(qc_sched_new(&sc, kv, &s, &err) == QC_OK, "new: %s", err.msg);
+	q.n_prompt = 4;
+	CHECK(qc_sched_add(s, &q, &id, &err) == QC_OK, "first add");
+	CHECK(qc_sched_add(s, &q, &id, &err) == QC_ERANGE, "waiting queue of 1 took 2");
+	q.n_prompt = 40;     /* fits the 4096-token context, not the 8-block pool */
+	q.max_tokens = 1;
+	CHECK(qc_sched_add(s, &q, &id, &err) == QC_ERANGE && strstr(err.msg, "pool"),
+	      "prompt larger than the pool: %s", err.msg);
+	qc_sched_free(s);
+	qc_kv_free(kv);
+	qc_sched_free(NULL);
+}
+
+static void cancel_between_step_and_commit_drops_only_that_request(void)
+{
+	struct run rn;
+	struct req a = { 0 }, b = { 0 };
+	run_open(&rn, 32, 4, 64, 4, 32, 32);
+	make_prompt(&a, 1, 9);
+	make_prompt(&b, 2, 5);
+	a.max_tokens = b.max_tokens = 12;
+	a.eos = b.eos = -1;
+	add_req(&rn, &a);
+	add_req(&rn, &b);
+	run_step(&rn, NULL);
+	run_step(&rn, NULL);
+	int32_t used_before = qc_kv_blocks_used(rn.kv);
+	run_step(&rn, &a);     /* a cancelled after step, before commit */
+	CHECK(qc_kv_blocks_used(rn.kv) < used_before, "cancelled blocks not freed");
+	CHECK(!qc_sched_seq_live(rn.s, a.id), "cancelled request still live");
+	while (qc_sched_has_work(rn.s) && rn.steps < 100)
+		run_step(&rn, NULL);
+	CHECK(compare_with_ref(&a, true) == 0 && a.n_out == 2, "cancelled output %d tokens", a.n_out);
+	CHECK(b.done && compare_with_ref(&b, false) == 0, "neighbour of a cancel diverged");
+	CHECK(rn.bad_plan == 0 && rn.bad_check == 0 && rn.bad_kv == 0, "inconsistencies %d %d %d",
+	      rn.bad_plan, rn.bad_check, rn.bad_kv);
+	CHECK(qc_kv_blocks_used(rn.kv) == 0, "leak");
+	run_close(&rn);
+}
+
+/* The harness's own checkers must trip on wrong inputs. */
+static void checkers_trip_on_wrong_inputs(void)
+{
+	struct run rn;
+	struct req a = { 0 };
+	run_open(&rn, 16, 4, 64, 2, 32, 32);
+	make_prompt(&a, 3, 10);
+	a.max_tokens = 8;
+	a.eos = -1;
+	add_req(&rn, &a);
+	run_step(&rn, NULL);
+	CHECK(check_kv_live(rn.kv) == 0, "clean pool fails the table checker");
+
+	int32_t nb;
+	const int32_t *t = qc_kv_seq_table(rn.kv, 0, &nb);
+	const int32_t *dup_tables[2] = { t, t };
+	int32_t dup_nbs[2] = { nb, nb };
+	CHECK(check_tables(rn.kv, dup_tables, dup_nbs, 2) > 0, "block in two tables not flagged");
+	const int32_t *missing[1] = { t };
+	int32_t short_nb[1] = { nb - 1 };
+	CHECK(check_tables(rn.kv, missing, short_nb, 1) > 0, "refcount without a table not flagged");
+
+	/* the mock's context read must notice a clobbered slot */
+	struct qc_sched_plan *p;
+	struct qc_err err = { 0 };
+	int32_t sampled[2], tok;
+	struct req *reqs[2];
+	CHECK(qc_sched_step(rn.s, &p, &err) == QC_OK && p->n_seqs == 1, "step");
+	reqs[0] = &a;
+	CHECK(mock_forward(&rn.m, p, reqs, sampled) == 0, "clean forward flagged");
+	int32_t slot0 = p->block_tables[0] * p->block_tokens;
+	rn.m.kv_tok[slot0] ^= 1;
+	CHECK(mock_read_context(&rn.m, p, 0, &a, &tok) > 0, "clobbered K/V not detected");
+	rn.m.kv_tok[slot0] ^= 1;
+	p->slots[0] += 1;      /* a plan whose slot disagrees with its table */
+	CHECK(mock_forward(&rn.m, p, reqs, sampled) > 0, "bad slot mapping not detected");
+	p->slots[0] -= 1;
+	CHECK(mock_forward(&rn.m, p, reqs, sampled) == 0, "restored plan flagged");
+	CHECK(qc_sched_commit(rn.s, p, sampled, &err) == QC_OK, "commit");
+	a.out[a.n_out++] = sampled[0];
+	run_close(&rn);
+}
+
+static uint64_t rs = 0x9e3779b97f4a7c15ull;
+
+static uint32_t rnd(uint32_t n)
+{
+	rs ^= rs << 13;
+	rs ^= rs >> 7;
+	rs ^= rs << 17;
+	return (uint32_t)(rs % n);
+}
+
+static int count_unfinished(const struct req *reqs, int n)
+{
+	int k = 0;
+	for (int i = 0; i < n; i++)
+		k += !reqs[i].done;
+	return k;
+}
+
+static void randomized_stress_keeps_invariants(void)
+{
+	enum { MAXR = 3000, ARRIVE_STEPS = 6000 };
+	struct req *reqs = calloc(MAXR, sizeof *reqs);
+	struct run rn;
+	struct qc_sched_stats st;
+	struct qc_err err = { 0 };
+	int n_req = 0, n_cancel = 0, n_stopstr = 0, refused = 0;
+	/* 40 blocks x 8 tokens; prompts up to 90, context 160 */
+	run_open(&rn, 40, 8, 160, 8, 48, 24);
+	for (long step = 0; step < 40000; step++) {
+		if (step < ARRIVE_STEPS) {
+			int arrivals = rnd(100) < 30 ? 1 + (int)rnd(2) : 0;
+			for (int k = 0; k < arrivals && n_req < MAXR; k++) {
+				struct req *r = &reqs[n_req];
+				make_prompt(r, (uint32_t)n_req * 7 + 3, 1 + (int32_t)rnd(90));
+				r->max_tokens = 1 + (int32_t)rnd(60);
+				r->eos = rnd(2) ? 0 : -1;
+				r->n_stop = rnd(3) == 0 ? 2 : 0;
+				r->stop[0] = (int32_t)rnd(V);
+				r->stop[1] = (int32_t)rnd(V);
+				if (add_req(&rn, r) == QC_OK)
+					n_req++;
+				else
+					refused++;
+			}
+		} else if (!qc_sched_has_work(rn.s)) {
+			break;
+		}
+		struct req *victim = NULL;
+		if (n_req > 0 && rnd(100) < 4) {
+			struct req *r = &reqs[rnd((uint32_t)n_req)];
+			if (!r->done && qc_sched_seq_live(rn.s, r->id)) {
+				if (rnd(2)) {
+					victim = r;    /* cancelled between step and commit */
+				} else if (rnd(2)) {
+					CHECK(qc_sched_cancel(rn.s, r->id, &err) == QC_OK, "cancel");
+					r->done = true;
+					r->finish = QC_SCHED_FINISH_CANCELLED;
+				} else {
+					CHECK(qc_sched_finish(rn.s, r->id, QC_SCHED_FINISH_STOP_STRING,
+							      &err) == QC_OK, "finish");
+					r->done = true;
+					r->finish = QC_SCHED_FINISH_STOP_STRING;
+					n_stopstr++;
+				}
+				n_cancel++;
+			}
+		}
+		run_step(&rn, victim);
+		if (victim && !victim->done) {
+			/* it was not in this plan: cancel now */
+			qc_sched_cancel(rn.s, victim->id, &err);
+			victim->done = true;
+			victim->finish = QC_SCHED_FINISH_CANCELLED;
+		}
+	}
+	qc_sched_get_stats(rn.s, &st);
+	int unfinished = count_unfinished(reqs, n_req), mism = 0;
+	for (int i = 0; i < n_req; i++) {
+		struct req *r = &reqs[i];
+		bool cut = r->finish == QC_SCHED_FINISH_CANCELLED ||
+			   r->finish == QC_SCHED_FINISH_STOP_STRING;
+		mism += compare_with_ref(r, cut);
+	}
+	CHECK(n_req > 1000, "only %d requests arrived", n_req);
+	CHECK(unfinished == 0 && !qc_sched_has_work(rn.s), "%d requests never finished", unfinished);
+	CHECK(mism == 0, "%d outputs reordered, dropped or wrong", mism);
+	CHECK(rn.bad_plan == 0 && rn.bad_check == 0 && rn.bad_kv == 0,
+	      "plan %d, sched check %d, kv %d inconsistencies", rn.bad_plan, rn.bad_check, rn.bad_kv);
+	CHECK(st.n_preemptions > 10, "stress run never preempted (%llu)",
+	      (unsigned long long)st.n_preemptions);
+	CHECK(st.blocks_used == 0 && st.n_running == 0 && st.n_waiting == 0, "leftovers");
+	CHECK(st.n_failed == 0, "%llu failures with prompts that fit", (unsigned long long)st.n_failed);
+	printf("  stress: %d requests, %ld steps, %llu preemptions, %d cancels (%d stop strings), %d refused\n",
+	       n_req, rn.steps, (unsigned long long)st.n_preemptions, n_cancel, n_stopstr, refused);
+
+	/* the completion checker must notice a request left unfinished */
+	reqs[0].done = false;
+	CHECK(count_unfinished(reqs, n_req) == 1, "unfinished request not flagged");
+	run_close(&rn);
+	free(reqs);
+}
+
+int main(void)
+{
+	requests_match_solo_runs_under_preemption();
+	lone_sequence_too_big_fails_instead_of_spinning();
+	add_and_misuse_are_rejected();
+	cancel_between_step_and_commit_drops_only_that_request();
+	checkers_trip_on_wrong_inputs();
+	randomized_stress_keeps_invariants();
+	return check_report("test_scheduler");
+}
