@@ -14,7 +14,8 @@ WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wformat=2 -Wcast-qual -Wn
 # _GNU_SOURCE: mremap/madvise/O_TMPFILE-free POSIX extras; no -ffast-math anywhere:
 # the C reference is the ground truth for every kernel.
 CFLAGS  ?= -O2 -g
-CFLAGS  += -std=c11 -D_GNU_SOURCE -MMD -MP $(WARN) $(WERROR) -Iformats -Ikernels -Iconvert -Iruntime
+# project flags stay even when CFLAGS is given on the command line (make asan does)
+QCFLAGS := -std=c11 -D_GNU_SOURCE -MMD -MP $(WARN) $(WERROR) -Iformats -Ikernels -Iconvert -Iruntime
 LDLIBS  := -lcjson -lxxhash -larchive -lpcre2-8 -lm -lpthread
 
 # CUDA: built whenever nvcc is found. sm_90a for Hopper (wgmma/TMA), sm_80 for Ampere.
@@ -45,7 +46,7 @@ deps:
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c $< -o $@
+	$(CC) $(CFLAGS) $(QCFLAGS) -c $< -o $@
 
 $(LIB): $(LIB_OBJ)
 	@rm -f $@
@@ -53,15 +54,15 @@ $(LIB): $(LIB_OBJ)
 
 $(BUILD)/bin/qconvert: $(BUILD)/obj/convert/qconvert.o $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+	$(CC) $(CFLAGS) $(QCFLAGS) $^ -o $@ $(LDLIBS)
 
 $(BUILD)/bin/mkgguf: $(BUILD)/obj/samples/mkgguf.o $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+	$(CC) $(CFLAGS) $(QCFLAGS) $^ -o $@ $(LDLIBS)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+	$(CC) $(CFLAGS) $(QCFLAGS) $^ -o $@ $(LDLIBS)
 
 tests-build: $(BINS) $(TEST_BIN)
 

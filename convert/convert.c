@@ -2,12 +2,11 @@
  *   open source → hash source files → config/tokenizer/metadata → plan tensors →
  *   for each tensor { stream parts (fused: per expert, gate rows then up rows) →
  *   hash → write } → manifest → fsync → rename.
- * Source pages are dropped from RSS as soon as they are written, so peak memory
- * does not grow with the model. Output is byte-identical across runs (no
+ * Source bytes go through one reused buffer (pread), so peak memory does not grow
+ * with the model. Output is byte-identical across runs (no
  * timestamps, paths reduced to base names). */
 #include "convert.h"
 
-#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,21 +38,24 @@ void qc_convert_default_out(const char *in, enum qc_target tgt, char *buf, size_
 	snprintf(buf, len, "%.*s%.*s.%s.qb", (int)dir, in, (int)n, b, qc_target_name(tgt));
 }
 
-static int hash_sources(const struct qc_gguf_model *m, cJSON *src, struct qc_progress *pr, struct qc_err *err)
+static int hash_sources(const struct qc_gguf_model *m, cJSON *src, uint8_t *buf, struct qc_progress *pr,
+			struct qc_err *err)
 {
 	cJSON *files = cJSON_AddArrayToObject(src, "files");
 	XXH3_state_t *st = XXH3_createState();
+	int rc = QC_OK;
 	if (!files || !st) {
 		XXH3_freeState(st);
 		return qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
 	}
-	for (int f = 0; f < m->n_files; f++) {
+	for (int f = 0; !rc && f < m->n_files; f++) {
 		const struct qc_gguf *g = m->files[f];
 		XXH3_64bits_reset(st);
-		for (uint64_t o = 0; o < g->size; o += QC_STREAM_CHUNK) {
+		for (uint64_t o = 0; !rc && o < g->size; o += QC_STREAM_CHUNK) {
 			uint64_t n = g->size - o < QC_STREAM_CHUNK ? g->size - o : QC_STREAM_CHUNK;
-			XXH3_64bits_update(st, g->map + o, (size_t)n);
-			qc_map_release(&g->file, o, n);
+			rc = qc_map_pread(&g->file, buf, o, n, err);
+			if (!rc)
+				XXH3_64bits_update(st, buf, (size_t)n);
 			qc_progress_add(pr, n);
 		}
 		char hex[17];
@@ -65,19 +67,27 @@ static int hash_sources(const struct qc_gguf_model *m, cJSON *src, struct qc_pro
 		cJSON_AddStringToObject(e, "xxh3", hex);
 	}
 	XXH3_freeState(st);
-	return QC_OK;
+	return rc;
 }
 
-/* Stream [p, p+n) of source file f into the open member, in bounded windows. */
-static int stream(struct qc_bundle_writer *w, const struct qc_gguf *g, uint64_t off, uint64_t n,
+/* Copy [off, off+n) of source file g into the open member through buf, in bounded
+ * chunks. pread into one reused buffer beats faulting the mapping in: the bytes are
+ * touched once by the kernel copy, then hashed and written while still in cache. */
+static int stream(struct qc_bundle_writer *w, const struct qc_gguf *g, uint64_t off, uint64_t n, uint8_t *buf,
 		  struct qc_progress *pr, struct qc_err *err)
 {
 	while (n) {
 		uint64_t k = n < QC_STREAM_CHUNK ? n : QC_STREAM_CHUNK;
-		int rc = qc_bundle_writer_write(w, g->map + off, k, err);
+		const uint8_t *src = g->map + off;
+		if (g->file.fd >= 0) {
+			int rc = qc_map_pread(&g->file, buf, off, k, err);
+			if (rc)
+				return rc;
+			src = buf;
+		}
+		int rc = qc_bundle_writer_write(w, src, k, err);
 		if (rc)
 			return rc;
-		qc_map_release(&g->file, off, k);
 		qc_progress_add(pr, k);
 		off += k;
 		n -= k;
@@ -86,7 +96,7 @@ static int stream(struct qc_bundle_writer *w, const struct qc_gguf *g, uint64_t 
 }
 
 static int write_tensor(const struct qc_gguf_model *m, struct qc_bundle_writer *w, struct qc_plan_tensor *t,
-			struct qc_progress *pr, struct qc_err *err)
+			uint8_t *buf, struct qc_progress *pr, struct qc_err *err)
 {
 	int rc = qc_bundle_writer_begin(w, t->name, t->size, &t->off, err);
 	if (rc)
@@ -96,14 +106,14 @@ static int write_tensor(const struct qc_gguf_model *m, struct qc_bundle_writer *
 	QC_ASSERT(qc_type_row_bytes(t->type, (uint64_t)t->ne[0], &row) == QC_OK);
 	if (t->n_parts == 1) {
 		const struct qc_gguf_tensor *s = t->parts[0].src;
-		rc = stream(w, m->files[s->file_idx], s->data_off, s->n_bytes, pr, err);
+		rc = stream(w, m->files[s->file_idx], s->data_off, s->n_bytes, buf, pr, err);
 	} else {
 		uint64_t slices = (uint64_t)t->ne[2] * (uint64_t)t->ne[3];
 		for (uint64_t sl = 0; !rc && sl < slices; sl++)
 			for (int k = 0; !rc && k < t->n_parts; k++) {
 				const struct qc_plan_part *pp = &t->parts[k];
 				uint64_t span = (uint64_t)pp->n_rows * row;
-				rc = stream(w, m->files[pp->src->file_idx], pp->src->data_off + sl * span, span, pr, err);
+				rc = stream(w, m->files[pp->src->file_idx], pp->src->data_off + sl * span, span, buf, pr, err);
 			}
 	}
 	if (!rc)
@@ -149,7 +159,8 @@ int qc_convert_gguf(const struct qc_convert_opts *o, struct qc_convert_stats *st
 	struct qc_progress pr;
 	double t0 = qc_now();
 	cJSON *man = cJSON_CreateObject();
-	if (!man)
+	uint8_t *buf = malloc(QC_STREAM_CHUNK);
+	if (!man || !buf)
 		return qc_err_set(err, QC_ENOMEM, o->in, NULL, -1, "out of memory");
 	int rc = qc_gguf_model_open(o->in, &m, err);
 	if (rc)
@@ -180,14 +191,14 @@ int qc_convert_gguf(const struct qc_convert_opts *o, struct qc_convert_stats *st
 	cJSON *src = cJSON_AddObjectToObject(man, "source");
 	cJSON_AddStringToObject(src, "format", "gguf");
 	cJSON_AddNumberToObject(src, "gguf_version", m->files[0]->version);
-	rc = hash_sources(m, src, &pr, err);
+	rc = hash_sources(m, src, buf, &pr, err);
 	if (!rc)
 		rc = qc_meta_from_gguf(m, man, err);
 	if (!rc)
 		rc = qc_bundle_writer_open(o->out, o->alignment, &w, err);
 	cJSON *tensors = cJSON_AddArrayToObject(man, "tensors");
 	for (uint64_t i = 0; !rc && i < plan->n; i++) {
-		rc = write_tensor(m, w, &plan->t[i], &pr, err);
+		rc = write_tensor(m, w, &plan->t[i], buf, &pr, err);
 		if (!rc && !cJSON_AddItemToArray(tensors, tensor_json(&plan->t[i])))
 			rc = qc_err_set(err, QC_ENOMEM, o->out, NULL, -1, "out of memory");
 	}
@@ -207,5 +218,6 @@ out:
 	qc_plan_free(plan);
 	qc_gguf_model_close(m);
 	cJSON_Delete(man);
+	free(buf);
 	return rc;
 }

@@ -189,26 +189,37 @@ static int cmd_convert(int argc, char **argv)
 	return 0;
 }
 
-static int cmd_inspect(int argc, char **argv)
+/* Shared by the subcommands that take one FILE and at most one boolean flag.
+ * Returns -1 to go on, else the exit code (help printed, or a usage error). */
+static int parse_file_and_flag(int argc, char **argv, const char *usage, const char *flag, const char **in,
+			       bool *flag_set)
 {
-	const char *in = NULL;
-	bool json = false;
 	for (int i = 1; i < argc; i++) {
 		if (is_help(argv[i])) {
-			fputs(usage_inspect, stdout);
+			fputs(usage, stdout);
 			return 0;
-		} else if (strcmp(argv[i], "--json") == 0) {
-			json = true;
+		} else if (strcmp(argv[i], flag) == 0) {
+			*flag_set = true;
 		} else if (argv[i][0] == '-' && argv[i][1]) {
 			return usage_error("unknown option '%s'", argv[i]);
-		} else if (!in) {
-			in = argv[i];
+		} else if (!*in) {
+			*in = argv[i];
 		} else {
 			return usage_error("unexpected argument '%s'", argv[i]);
 		}
 	}
-	if (!in)
-		return usage_error("%s", "inspect needs a FILE");
+	if (!*in)
+		return usage_error("%s", "missing FILE");
+	return -1;
+}
+
+static int cmd_inspect(int argc, char **argv)
+{
+	const char *in = NULL;
+	bool json = false;
+	int code = parse_file_and_flag(argc, argv, usage_inspect, "--json", &in, &json);
+	if (code >= 0)
+		return code;
 	struct qc_err err = {0};
 	cJSON *r = NULL;
 	struct qc_gguf_model *m = NULL;
@@ -241,22 +252,9 @@ static int cmd_verify(int argc, char **argv)
 {
 	const char *in = NULL;
 	bool deep = false;
-	for (int i = 1; i < argc; i++) {
-		if (is_help(argv[i])) {
-			fputs(usage_verify, stdout);
-			return 0;
-		} else if (strcmp(argv[i], "--deep") == 0) {
-			deep = true;
-		} else if (argv[i][0] == '-' && argv[i][1]) {
-			return usage_error("unknown option '%s'", argv[i]);
-		} else if (!in) {
-			in = argv[i];
-		} else {
-			return usage_error("unexpected argument '%s'", argv[i]);
-		}
-	}
-	if (!in)
-		return usage_error("%s", "verify needs a BUNDLE");
+	int code = parse_file_and_flag(argc, argv, usage_verify, "--deep", &in, &deep);
+	if (code >= 0)
+		return code;
 	struct qc_err err = {0};
 	struct qc_bundle *b = NULL;
 	uint64_t n_ok = 0;

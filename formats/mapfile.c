@@ -83,3 +83,24 @@ void qc_map_will_need(const struct qc_map *m, uint64_t off, uint64_t len)
 	if (n)
 		madvise(s, n, MADV_SEQUENTIAL);
 }
+
+int qc_map_pread(const struct qc_map *m, void *buf, uint64_t off, uint64_t n, struct qc_err *err)
+{
+	uint8_t *b = buf;
+	if (m->fd < 0) {
+		memcpy(buf, m->p + off, n);
+		return QC_OK;
+	}
+	while (n) {
+		ssize_t r = pread(m->fd, b, n > (1u << 30) ? (1u << 30) : (size_t)n, (off_t)off);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return qc_err_set(err, QC_EIO, NULL, NULL, (int64_t)off, "read failed: %s",
+					  r < 0 ? strerror(errno) : "unexpected end of file");
+		b += r;
+		off += (uint64_t)r;
+		n -= (uint64_t)r;
+	}
+	return QC_OK;
+}

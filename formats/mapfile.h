@@ -20,6 +20,8 @@ void qc_map_close(struct qc_map *m); /* accepts a zeroed/closed map */
 /* Tell the kernel the process is done with [off, off+len) for now (drops it from
  * RSS; the page cache keeps it). Never fails visibly. */
 void qc_map_release(const struct qc_map *m, uint64_t off, uint64_t len);
+/* Copy [off, off+n) of the file into buf with pread (the mapping is not touched). */
+int qc_map_pread(const struct qc_map *m, void *buf, uint64_t off, uint64_t n, struct qc_err *err);
 /* Hint sequential access over [off, off+len). */
 void qc_map_will_need(const struct qc_map *m, uint64_t off, uint64_t len);
 

@@ -4,7 +4,7 @@
 
 #define QC_VERSION "0.1.0"
 /* bytes streamed per write/hash step while converting; bounds RSS */
-#define QC_STREAM_CHUNK (16u << 20)
+#define QC_STREAM_CHUNK (4u << 20)
 /* GGUF arrays longer than this are summarized, not copied, into manifest "metadata" */
 #define QC_META_MAX_ARRAY 4096
 

@@ -50,7 +50,8 @@ int qc_kv_block_bytes(int32_t n_layers, int32_t n_kv_heads, int32_t head_dim,
 	if (n_layers <= 0 || n_kv_heads <= 0 || head_dim <= 0 || elem_bytes == 0 ||
 	    block_tokens <= 0)
 		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1,
-				  "kv: block size factors must be positive (layers %d, kv heads %d, head_dim %d, elem %u bytes, block %d tokens)",
+				  "kv: block size factors must be positive (layers %d, kv heads %d, "
+				  "head_dim %d, elem %u bytes, block %d tokens)",
 				  n_layers, n_kv_heads, head_dim, elem_bytes, block_tokens);
 	if (__builtin_mul_overflow(v, (uint64_t)n_layers, &v) ||
 	    __builtin_mul_overflow(v, (uint64_t)n_kv_heads, &v) ||

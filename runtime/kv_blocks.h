@@ -55,7 +55,8 @@ int qc_kv_block_bytes(int32_t n_layers, int32_t n_kv_heads, int32_t head_dim,
 		      struct qc_err *err);
 
 /* Create the manager: n_blocks = min(budget_bytes / block_bytes, QC_KV_MAX_BLOCKS,
- * INT32_MAX / block_tokens). All bookkeeping is allocated here and nowhere else.
+ * INT32_MAX / block_tokens); table width = ceil(max_seq_tokens / block_tokens),
+ * which may exceed n_blocks. All bookkeeping is allocated here and nowhere else.
  * Returns QC_OK and *out, or QC_EINVAL (bad config, budget below one block),
  * QC_ENOMEM. *out is NULL on failure. */
 int qc_kv_new(const struct qc_kv_config *cfg, struct qc_kv **out, struct qc_err *err);

@@ -2,10 +2,11 @@
  *
  * Owns: the chain documented in sampler.h. Candidates are (logit, id) pairs in the
  * workspace; "better" means higher logit, then lower id, so every cut and every
- * draw order is deterministic even with ties. Selection is a size-m min-heap over
- * the row (O(V log m), bounded, no quickselect worst case); top-p without top-k
- * selects the top 256, 2048, ... until the kept mass reaches p, so the full sort
- * only happens on a flat distribution. Softmax sums accumulate in double.
+ * draw order is deterministic even with ties. Top-k is a size-k min-heap over
+ * the row (O(V log k), no quickselect worst case). Top-p without top-k needs no
+ * sort: one pass histograms probability mass into logit buckets, the walk from
+ * the top bucket finds the bucket where the mass crosses p, and only that bucket
+ * is sorted. Softmax sums accumulate in double.
  * Formulas: llama-sampling.cpp llama_sampler_{penalties,top_k,top_p,min_p,temp}
  * (facts only). PRNG: Vigna's splitmix64 + xoshiro256** (prng.di.unimi.it).
  */
@@ -15,7 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TOP_P_FIRST_PICK 256   /* typical nucleus sizes fit in the first selection */
+#define TOP_P_BUCKETS 4096     /* logit histogram resolution for top-p */
+#define TOP_P_RANGE 40.0f      /* logits further below the max carry < e^-40 mass */
 
 struct cand {
 	float logit;
@@ -37,6 +39,10 @@ struct qc_sampler_ws {
 	float *x;                 /* (n_vocab) penalized logits */
 	struct cand *cand;        /* (n_vocab) live candidates */
 	struct cand *tmp;         /* (n_vocab) selection output */
+	float *w;                 /* (n_vocab) softmax weights exp(l - max) */
+	int32_t *bucket;          /* (n_vocab) top-p bucket of each candidate */
+	double mass[TOP_P_BUCKETS];   /* top-p: weight per bucket */
+	int32_t count[TOP_P_BUCKETS]; /* top-p: candidates per bucket */
 };
 
 /* ---- PRNG ---- */
@@ -189,7 +195,9 @@ int qc_sampler_ws_new(int32_t n_vocab, struct qc_sampler_ws **out, struct qc_err
 	ws->x = malloc((size_t)n_vocab * sizeof *ws->x);
 	ws->cand = malloc((size_t)n_vocab * sizeof *ws->cand);
 	ws->tmp = malloc((size_t)n_vocab * sizeof *ws->tmp);
-	if (!ws->x || !ws->cand || !ws->tmp) {
+	ws->w = malloc((size_t)n_vocab * sizeof *ws->w);
+	ws->bucket = malloc((size_t)n_vocab * sizeof *ws->bucket);
+	if (!ws->x || !ws->cand || !ws->tmp || !ws->w || !ws->bucket) {
 		qc_sampler_ws_free(ws);
 		return qc_err_set(err, QC_ENOMEM, NULL, NULL, -1,
 				  "sampler: out of memory for a %d-token workspace", n_vocab);
@@ -205,6 +213,8 @@ void qc_sampler_ws_free(struct qc_sampler_ws *ws)
 	free(ws->x);
 	free(ws->cand);
 	free(ws->tmp);
+	free(ws->w);
+	free(ws->bucket);
 	free(ws);
 }
 
@@ -346,43 +356,75 @@ static float max_logit(const struct cset *cs)
 	return m;
 }
 
+static int cmp_better(const void *a, const void *b)
+{
+	const struct cand *x = a, *y = b;
+	return better(*x, *y) ? -1 : better(*y, *x) ? 1 : 0;
+}
+
 /* Smallest best-first prefix whose mass reaches p (llama_sampler_top_p with
  * min_keep 1); if rounding keeps the total below p, everything stays. */
-static void top_p(struct cset *cs, float p)
+static void top_p(struct cset *cs, struct qc_sampler_ws *ws, float p)
 {
 	if (p >= 1.0f)
 		return;
-	float m = max_logit(cs);
+	float m = max_logit(cs), lo = m;
 	double sum = 0.0;
-	for (int32_t i = 0; i < cs->n; i++)
-		sum += expf(cs->c[i].logit - m);
-	for (int32_t pick = TOP_P_FIRST_PICK;; pick *= 8) {
-		const struct cand *v = cs->c;
-		int32_t nv = cs->n, keep = -1;
-		if (!cs->sorted) {
-			nv = select_top(cs->c, cs->n, pick, cs->spare);
-			v = cs->spare;
-		}
-		double cum = 0.0;
-		for (int32_t i = 0; i < nv; i++) {
-			cum += expf(v[i].logit - m) / sum;
-			if (cum >= p) {
-				keep = i + 1;
-				break;
+	for (int32_t i = 0; i < cs->n; i++) {
+		ws->w[i] = expf(cs->c[i].logit - m);
+		sum += ws->w[i];
+		if (cs->c[i].logit < lo && cs->c[i].logit > -INFINITY)
+			lo = cs->c[i].logit;
+	}
+	double target = (double)p * sum, cum = 0.0;
+	if (cs->sorted) {
+		for (int32_t i = 0; i < cs->n; i++) {
+			cum += ws->w[i];
+			if (cum >= target) {
+				cs->n = i + 1;
+				return;
 			}
 		}
-		if (keep < 0) {
-			if (nv < cs->n)
-				continue;   /* mass not reached inside the top `pick`: widen */
-			keep = nv;
-		}
-		if (!cs->sorted) {
-			cset_swap(cs);
-			cs->sorted = true;
-		}
-		cs->n = keep;
 		return;
 	}
+
+	/* buckets span the row's own finite range so flat rows still spread out;
+	 * higher logit -> lower bucket, equal logits share one */
+	float range = m - lo < TOP_P_RANGE ? m - lo : TOP_P_RANGE;
+	float scale = range > 0.0f ? (float)(TOP_P_BUCKETS - 1) / range : 0.0f;
+	memset(ws->mass, 0, sizeof ws->mass);
+	memset(ws->count, 0, sizeof ws->count);
+	for (int32_t i = 0; i < cs->n; i++) {
+		float d = (m - cs->c[i].logit) * scale;
+		int32_t b = d < (float)(TOP_P_BUCKETS - 1) ? (int32_t)d : TOP_P_BUCKETS - 1;
+		ws->bucket[i] = b;
+		ws->mass[b] += ws->w[i];
+		ws->count[b]++;
+	}
+	int32_t bb = 0;
+	while (bb < TOP_P_BUCKETS - 1 && cum + ws->mass[bb] < target)
+		cum += ws->mass[bb++];
+
+	/* everything above the boundary bucket stays (row order), then the boundary
+	 * bucket sorted best-first until the mass is reached */
+	int32_t k = 0, nb = 0;
+	struct cand *edge = cs->spare + cs->n - ws->count[bb];
+	for (int32_t i = 0; i < cs->n; i++) {
+		if (ws->bucket[i] < bb)
+			cs->spare[k++] = cs->c[i];
+		else if (ws->bucket[i] == bb)
+			edge[nb++] = cs->c[i];
+	}
+	qsort(edge, (size_t)nb, sizeof *edge, cmp_better);
+	for (int32_t i = 0; i < nb; i++) {
+		cs->spare[k++] = edge[i];
+		cum += expf(edge[i].logit - m);
+		if (cum >= target)
+			break;
+	}
+	cset_swap(cs);
+	cs->n = k;
+	cs->sorted = false;
 }
 
 /* Keep p_i >= min_p * p_max, i.e. logit >= max + log(min_p); order preserved. */
@@ -398,17 +440,19 @@ static void min_p(struct cset *cs, float p)
 	cs->n = k;
 }
 
-static int32_t draw(struct cset *cs, float temp, uint64_t rng[4])
+static int32_t draw(struct cset *cs, float *w, float temp, uint64_t rng[4])
 {
 	for (int32_t i = 0; i < cs->n; i++)
 		cs->c[i].logit /= temp;
 	float m = max_logit(cs);
 	double sum = 0.0;
-	for (int32_t i = 0; i < cs->n; i++)
-		sum += expf(cs->c[i].logit - m);
+	for (int32_t i = 0; i < cs->n; i++) {
+		w[i] = expf(cs->c[i].logit - m);
+		sum += w[i];
+	}
 	double target = rng_uniform(rng) * sum, cum = 0.0;
 	for (int32_t i = 0; i < cs->n; i++) {
-		cum += expf(cs->c[i].logit - m);
+		cum += w[i];
 		if (cum > target)
 			return cs->c[i].id;
 	}
@@ -432,7 +476,7 @@ static void fill_logprobs(const struct qc_sampler *s, struct qc_sampler_ws *ws,
 			m = x[i];
 	double sum = 0.0;
 	for (int32_t i = 0; i < n_vocab; i++)
-		sum += exp(((double)x[i] - m) * inv_t);
+		sum += expf((x[i] - m) * inv_t);
 	double lse = (double)m * inv_t + log(sum);
 	res->logprob = (float)((double)x[res->token] * inv_t - lse);
 
@@ -492,9 +536,9 @@ int qc_sampler_sample(struct qc_sampler *s, struct qc_sampler_ws *ws, const floa
 		for (int32_t i = 0; i < n_vocab; i++)
 			cs.c[i] = (struct cand){ x[i], i };
 		top_k(&cs, p->top_k);
-		top_p(&cs, p->top_p);
+		top_p(&cs, ws, p->top_p);
 		min_p(&cs, p->min_p);
-		res->token = draw(&cs, p->temperature, s->rng);
+		res->token = draw(&cs, ws->w, p->temperature, s->rng);
 	}
 	if (p->logprobs || p->n_logprobs > 0)
 		fill_logprobs(s, ws, n_vocab, res);

@@ -77,8 +77,8 @@ void qc_sampler_ws_free(struct qc_sampler_ws *ws);
 
 /* Pick the next token from logits (n_vocab floats, not modified), advance the
  * PRNG (not when greedy), append the token to s's history, fill *res.
- * Cost: O(n_vocab) plus O(n_vocab log k) selection; no full sort unless top-p
- * runs without top-k on a flat distribution. Returns QC_OK, or QC_EINVAL when
+ * Cost: a few O(n_vocab) passes plus O(n_vocab log k) for top-k; top-p sorts
+ * only one logit bucket; never a full-vocabulary sort. Returns QC_OK, or QC_EINVAL when
  * n_vocab exceeds the workspace, a logit is NaN or +inf, or all are -inf
  * (nothing changed then). */
 int qc_sampler_sample(struct qc_sampler *s, struct qc_sampler_ws *ws, const float *logits,

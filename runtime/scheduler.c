@@ -469,7 +469,12 @@ static bool schedule_running(struct qc_sched *s, int32_t *budget, int32_t *prefi
 }
 
 /* Strict FCFS: stop at the first waiting request that does not fit, so nothing
- * overtakes the head (no starvation of long prompts). */
+ * overtakes the head (no starvation of long prompts). A request is admitted only
+ * when the free pool (less the watermark) holds its whole (re)prefill: admitting
+ * on a sliver of memory would only get it evicted by the next decode (vLLM V0
+ * can_allocate). With nothing running the head always goes in (with what fits),
+ * so the queue cannot stall behind it; the running loop fails it if it cannot
+ * progress alone. */
 static void admit_waiting(struct qc_sched *s, int32_t *budget, int32_t *prefill_budget)
 {
 	int32_t bt = qc_kv_block_tokens(s->kv);
@@ -479,8 +484,11 @@ static void admit_waiting(struct qc_sched *s, int32_t *budget, int32_t *prefill_
 		int32_t slot = s->waiting.head;
 		struct seq *q = &s->seqs[slot];
 		int32_t free_blocks = qc_kv_blocks_free(s->kv);
-		if (s->running.n > 0)
+		if (s->running.n > 0) {
 			free_blocks -= s->cfg.watermark_blocks;
+			if (blocks_for(s, q->n_tokens) > free_blocks)
+				break;
+		}
 		if (free_blocks <= 0)
 			break;
 		int64_t room = (int64_t)free_blocks * bt;
@@ -559,6 +567,8 @@ static bool is_stop(const struct seq *q, int32_t t)
 int qc_sched_commit(struct qc_sched *s, struct qc_sched_plan *plan, const int32_t *sampled,
 		    struct qc_err *err)
 {
+	if (plan == &s->plan && !s->plan_pending && plan->n_seqs == 0)
+		return QC_OK;   /* an empty step has nothing to account for */
 	if (plan != &s->plan || !s->plan_pending)
 		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1,
 				  "sched: commit of a plan that is not the pending one");

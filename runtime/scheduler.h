@@ -3,14 +3,15 @@
  * Owns: the waiting and running queues, per-request token history, and the batch
  * plan of each step. Engine loop: qc_sched_step -> forward over the plan (K/V
  * reached only through plan->block_tables) -> sample each entry with need_logits
- * -> qc_sched_commit. Exactly one commit follows each step.
+ * -> qc_sched_commit. One commit follows each step (a no-op for an empty plan).
  * Policy (vLLM-style, iteration level): running sequences first, oldest first,
  * one decode token each or the next prefill chunk; then FCFS admission of waiting
- * requests while max_running, max_batch_tokens, max_prefill_tokens and free
- * blocks allow. Out of blocks: the most recently admitted running sequence is
- * preempted by recompute (blocks freed, back to the front of the waiting queue,
- * later re-prefilled over prompt + generated tokens). The oldest running sequence
- * always progresses; if it cannot fit alone it fails with QC_SCHED_FINISH_NO_MEMORY.
+ * requests while max_running, max_batch_tokens, max_prefill_tokens allow and the
+ * free blocks (less watermark_blocks) hold the request's whole prefill. Out of
+ * blocks: the most recently admitted running sequence is preempted by recompute
+ * (blocks freed, back to the front of the waiting queue, later re-prefilled over
+ * prompt + generated tokens). The oldest running sequence always progresses; if
+ * it cannot fit even alone it fails with QC_SCHED_FINISH_NO_MEMORY (plan->failed_ids).
  * Non-goals: stop strings (detokenizer calls qc_sched_finish), sampling, beam
  * search/forking, priorities, thread safety (one engine thread owns it).
  * Reference: Yu et al., Orca (OSDI'22) iteration-level scheduling; Kwon et al.,
@@ -126,7 +127,8 @@ int qc_sched_add(struct qc_sched *s, const struct qc_sched_request *req, uint64_
  * Returns QC_OK or QC_EINVAL when the previous plan was not committed. */
 int qc_sched_step(struct qc_sched *s, struct qc_sched_plan **plan, struct qc_err *err);
 
-/* Account for the forward over plan (which must be the last step's plan).
+/* Account for the forward over plan (which must be the last step's plan; an
+ * empty plan commits as a no-op, a plan committed twice is refused).
  * sampled (n_seqs entries, indexed like plan entries; NULL allowed when
  * n_logits == 0) holds the token sampled for each entry with need_logits; other
  * entries are ignored. Appends tokens, checks eos/stop ids and max_tokens, and

@@ -191,6 +191,59 @@ static void check_verify_catches_flip(const char *in)
 	unlink(out);
 }
 
+/* A split set (mkgguf --split 3, llama.cpp's gguf-split layout) converts to the same
+ * tensors as the single file made from the same seed, with every shard in "source". */
+static void check_split(void)
+{
+	const char *bin = getenv("QC_BIN") ? getenv("QC_BIN") : "build/bin";
+	char cmd[2048], one[512], split[512], shard[512];
+	snprintf(one, sizeof one, "%s/one.gguf", tmpdir);
+	snprintf(split, sizeof split, "%s/sp.gguf", tmpdir);
+	snprintf(cmd, sizeof cmd, "%s/mkgguf --preset tiny-moe --type q8_0 --seed 7 -o %s && "
+		 "%s/mkgguf --preset tiny-moe --type q8_0 --seed 7 --split 3 -o %s", bin, one, bin, split);
+	int rc = system(cmd);
+	CHECK(rc == 0, "mkgguf failed: %s", cmd);
+	if (rc)
+		return;
+	snprintf(shard, sizeof shard, "%s/sp-00002-of-00003.gguf", tmpdir);
+	struct qc_gguf_model *a = NULL, *b = NULL;
+	struct qc_err err = {0};
+	CHECK(qc_gguf_model_open(one, &a, &err) == QC_OK, "%s", err.msg);
+	CHECK(qc_gguf_model_open(shard, &b, &err) == QC_OK, "split set via shard 2: %s", err.msg);
+	if (a && b) {
+		CHECK(b->n_files == 3 && a->n_tensors == b->n_tensors, "split: %d files, %llu vs %llu tensors", b->n_files,
+		      (unsigned long long)b->n_tensors, (unsigned long long)a->n_tensors);
+		char out[512];
+		snprintf(out, sizeof out, "%s/sp.qb", tmpdir);
+		struct qc_convert_opts o = { .in = shard, .out = out, .target = QC_TARGET_SM90, .alignment = QC_BUNDLE_ALIGN,
+					     .plan_flags = QC_PLAN_FUSE_MOE };
+		struct qc_bundle *qb = NULL;
+		CHECK(qc_convert_gguf(&o, NULL, &err) == QC_OK && qc_bundle_open(out, &qb, &err) == QC_OK, "%s", err.msg);
+		if (qb) {
+			const cJSON *files = cJSON_GetObjectItem(cJSON_GetObjectItem(qb->manifest, "source"), "files");
+			CHECK(cJSON_GetArraySize(files) == 3, "split: %d source files recorded", cJSON_GetArraySize(files));
+			for (uint64_t i = 0; i < a->n_tensors; i++) {
+				size_t la, lb;
+				int ra, rb;
+				char *da = dump_to_mem(false, a, a->tensors[i]->name, &la, &ra);
+				char *db = dump_to_mem(true, qb, a->tensors[i]->name, &lb, &rb);
+				CHECK(!ra && !rb && la == lb && memcmp(da, db, la) == 0, "split: %s differs", a->tensors[i]->name);
+				free(da);
+				free(db);
+			}
+		}
+		qc_bundle_close(qb);
+		unlink(out);
+	}
+	qc_gguf_model_close(a);
+	qc_gguf_model_close(b);
+	unlink(one);
+	for (int i = 1; i <= 3; i++) {
+		snprintf(shard, sizeof shard, "%s/sp-%05d-of-00003.gguf", tmpdir, i);
+		unlink(shard);
+	}
+}
+
 int main(void)
 {
 	snprintf(tmpdir, sizeof tmpdir, "/tmp/qc_test_bundle.XXXXXX");
@@ -220,6 +273,7 @@ int main(void)
 	char p[1024];
 	snprintf(p, sizeof p, "%s/gguf/stories260K.gguf", check_fixtures());
 	check_verify_catches_flip(p);
+	check_split();
 	rmdir(tmpdir);
 	return check_report("test_bundle");
 }

@@ -103,7 +103,7 @@ static void append_maps_slots_block_by_block(void)
 {
 	struct qc_kv *kv = make_kv(8, 4, 4, 64);
 	struct qc_err err = { 0 };
-	int32_t a, b, slots[8];
+	int32_t a = -1, b = -1, slots[8];
 	struct qc_kv_cow cow;
 
 	CHECK(qc_kv_seq_new(kv, &a, &err) == QC_OK && qc_kv_seq_new(kv, &b, &err) == QC_OK,

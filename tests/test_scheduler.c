@@ -222,6 +222,8 @@ struct run {
 	int bad_plan, bad_check, bad_kv;
 	int mixed_steps;        /* steps that held a decode and a multi-token prefill */
 	long steps;
+	struct req *admits[64]; /* entries starting at position 0, in plan order */
+	int n_admits;
 };
 
 static void run_open(struct run *rn, int32_t n_blocks, int32_t bt, int32_t max_tokens,
@@ -292,6 +294,8 @@ static void run_step(struct run *rn, struct req *cancel_mid)
 		reqs[e] = qc_sched_seq_user(rn->s, p->seq_ids[e]);
 		rn->bad_plan += reqs[e] == NULL;
 		int32_t chunk = p->tok_start[e + 1] - p->tok_start[e];
+		if (reqs[e] && p->positions[p->tok_start[e]] == 0 && rn->n_admits < 64)
+			rn->admits[rn->n_admits++] = reqs[e];
 		if (reqs[e]) {
 			reqs[e]->n_entries++;
 			if (chunk > reqs[e]->max_chunk)
@@ -472,6 +476,38 @@ static void lone_sequence_too_big_fails_instead_of_spinning(void)
 	run_close(&rn);
 }
 
+/* A preempted request goes back to the front of the waiting queue: it was
+ * admitted before anything still waiting, so it is re-admitted first. */
+static void preempted_request_is_readmitted_before_later_arrivals(void)
+{
+	struct run rn;
+	struct qc_sched_stats st;
+	struct req a = { 0 }, b = { 0 }, c = { 0 };
+	run_open(&rn, 6, 4, 64, 2, 64, 64);      /* 24 KV tokens, 2 running */
+	make_prompt(&a, 11, 8);
+	a.max_tokens = 14;                       /* alone it needs all 6 blocks */
+	make_prompt(&b, 12, 4);
+	b.max_tokens = 10;
+	make_prompt(&c, 13, 4);
+	c.max_tokens = 2;
+	a.eos = b.eos = c.eos = -1;
+	add_req(&rn, &a);
+	add_req(&rn, &b);
+	add_req(&rn, &c);
+	while (qc_sched_has_work(rn.s) && rn.steps < 200)
+		run_step(&rn, NULL);
+	qc_sched_get_stats(rn.s, &st);
+	CHECK(st.n_preemptions == 1, "expected exactly b preempted once, got %llu",
+	      (unsigned long long)st.n_preemptions);
+	CHECK(rn.n_admits == 4 && rn.admits[0] == &a && rn.admits[1] == &b &&
+	      rn.admits[2] == &b && rn.admits[3] == &c,
+	      "admission order wrong (%d admissions): want a b b c", rn.n_admits);
+	CHECK(compare_with_ref(&a, false) == 0 && compare_with_ref(&b, false) == 0 &&
+	      compare_with_ref(&c, false) == 0, "outputs differ from solo runs");
+	CHECK(rn.bad_plan == 0 && rn.bad_check == 0 && rn.bad_kv == 0, "inconsistencies");
+	run_close(&rn);
+}
+
 static void add_and_misuse_are_rejected(void)
 {
 	struct run rn;
@@ -499,6 +535,9 @@ static void add_and_misuse_are_rejected(void)
 	prompt[2] = -5;
 	CHECK(qc_sched_add(rn.s, &q, &id, &err) == QC_EINVAL, "negative token");
 	prompt[2] = 3;
+	CHECK(!qc_sched_has_work(rn.s), "refused adds left work behind");
+	CHECK(qc_sched_step(rn.s, &p, &err) == QC_OK && p->n_seqs == 0, "empty step");
+	CHECK(qc_sched_commit(rn.s, p, NULL, &err) == QC_OK, "empty plan commit is a no-op");
 	CHECK(qc_sched_add(rn.s, &q, &id, &err) == QC_OK && id != 0, "valid add: %s", err.msg);
 	CHECK(qc_sched_add(rn.s, &q, &id2, &err) == QC_OK && id2 != id, "second add");
 	CHECK(qc_sched_commit(rn.s, NULL, NULL, &err) == QC_EINVAL, "commit before step");
@@ -709,8 +748,8 @@ static void randomized_stress_keeps_invariants(void)
 	      (unsigned long long)st.n_preemptions);
 	CHECK(st.blocks_used == 0 && st.n_running == 0 && st.n_waiting == 0, "leftovers");
 	CHECK(st.n_failed == 0, "%llu failures with prompts that fit", (unsigned long long)st.n_failed);
-	printf("  stress: %d requests, %ld steps, %llu preemptions, %d cancels (%d stop strings), %d refused\n",
-	       n_req, rn.steps, (unsigned long long)st.n_preemptions, n_cancel, n_stopstr, refused);
+	printf("  stress: %d requests, %ld steps, %llu preemptions, %d cancels (%d stop strings), "
+	       "%d refused\n", n_req, rn.steps, (unsigned long long)st.n_preemptions, n_cancel, n_stopstr, refused);
 
 	/* the completion checker must notice a request left unfinished */
 	reqs[0].done = false;
@@ -723,6 +762,7 @@ int main(void)
 {
 	requests_match_solo_runs_under_preemption();
 	lone_sequence_too_big_fails_instead_of_spinning();
+	preempted_request_is_readmitted_before_later_arrivals();
 	add_and_misuse_are_rejected();
 	cancel_between_step_and_commit_drops_only_that_request();
 	checkers_trip_on_wrong_inputs();
