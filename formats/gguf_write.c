@@ -2,10 +2,11 @@
  *
  * KV pairs are encoded into one growing byte buffer the moment they are added (the
  * version fixes every field width up front), so a failed add just truncates it back.
- * Tensor infos and offsets are laid out at write time; tensor bytes flow from the
- * caller's pointer or fill callback through one STAGE_BYTES staging buffer into
- * write(2), or straight into the output buffer for write_mem, so memory stays bounded.
- * Bloat: no mmap output, no threads, no in-place editing.
+ * Tensor infos and offsets are laid out at write time. Tensor bytes flow from the
+ * caller's pointer or fill callback into one of two STAGE_BYTES buffers while a
+ * background thread write(2)s the other (write_file), or straight into the output
+ * buffer (write_mem): memory stays bounded and fill cost overlaps disk time.
+ * Bloat: no mmap output, no O_DIRECT, no in-place editing.
  * Layout matched: llama.cpp ggml/src/gguf.cpp gguf_write_to_buf (padding after every
  * tensor, data section aligned, n_dims as given).
  */
@@ -13,6 +14,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -22,7 +24,7 @@
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "GGUF writer assumes a little-endian host");
 
-#define STAGE_BYTES (8u << 20)      /* staging buffer for write_file; large writes, bounded memory */
+#define STAGE_BYTES (8u << 20)      /* each of write_file's two staging buffers */
 #define TMP_TRIES 64                /* attempts at an unused "<path>.tmp.XXXXXX" name */
 #define ALIGNMENT_KEY "general.alignment"
 
@@ -633,11 +635,119 @@ int qc_gguf_writer_file_size(const struct qc_gguf_writer *w, uint64_t *n_bytes, 
 
 /* ---- output sink ------------------------------------------------------------------- */
 
+/* Background writer for write_file: write(2) of one staging buffer overlaps the fill
+ * of the other, so an expensive fill callback and a slow disk cost max(), not sum(). */
+struct flusher {
+	pthread_t tid;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int fd;
+	const uint8_t *job;     /* bytes being written; NULL when idle (guarded by mu) */
+	size_t job_n;
+	bool stop;
+	uint64_t off;           /* file offset of the next job */
+	int err_no;             /* errno of the first failed write, 0 if none */
+	uint64_t err_off;       /* file offset where it failed */
+};
+
+static void *flusher_main(void *arg)
+{
+	struct flusher *f = arg;
+	pthread_mutex_lock(&f->mu);
+	for (;;) {
+		while (!f->job && !f->stop)
+			pthread_cond_wait(&f->cv, &f->mu);
+		if (!f->job)
+			break;
+		const uint8_t *p = f->job;
+		size_t n = f->job_n;
+		uint64_t at = f->off;
+		int e = f->err_no;  /* after a failure, later jobs are dropped */
+		pthread_mutex_unlock(&f->mu);
+		while (n && !e) {
+			ssize_t k = write(f->fd, p, n > (1u << 30) ? (1u << 30) : n);
+			if (k < 0 && errno == EINTR)
+				continue;
+			if (k <= 0) {
+				e = k < 0 ? errno : EIO;
+				break;
+			}
+			p += k;
+			n -= (size_t)k;
+			at += (uint64_t)k;
+		}
+		pthread_mutex_lock(&f->mu);
+		if (e && !f->err_no) {
+			f->err_no = e;
+			f->err_off = at;
+		}
+		f->off += f->job_n;
+		f->job = NULL;
+		pthread_cond_broadcast(&f->cv);
+	}
+	pthread_mutex_unlock(&f->mu);
+	return NULL;
+}
+
+/* Wait until the previous job is written; its error, if any, as errno. */
+static int flusher_wait(struct flusher *f, uint64_t *err_off)
+{
+	pthread_mutex_lock(&f->mu);
+	while (f->job)
+		pthread_cond_wait(&f->cv, &f->mu);
+	int e = f->err_no;
+	*err_off = f->err_off;
+	pthread_mutex_unlock(&f->mu);
+	return e;
+}
+
+static void flusher_submit(struct flusher *f, const uint8_t *p, size_t n)
+{
+	pthread_mutex_lock(&f->mu);
+	QC_ASSERT(!f->job);
+	f->job = p;
+	f->job_n = n;
+	pthread_cond_broadcast(&f->cv);
+	pthread_mutex_unlock(&f->mu);
+}
+
+static int flusher_start(struct flusher *f, int fd)
+{
+	memset(f, 0, sizeof *f);
+	f->fd = fd;
+	if (pthread_mutex_init(&f->mu, NULL))
+		return QC_ENOMEM;
+	if (pthread_cond_init(&f->cv, NULL))
+		goto out_mutex;
+	if (pthread_create(&f->tid, NULL, flusher_main, f))
+		goto out_cond;
+	return QC_OK;
+
+out_cond:
+	pthread_cond_destroy(&f->cv);
+out_mutex:
+	pthread_mutex_destroy(&f->mu);
+	return QC_ENOMEM;
+}
+
+/* Finish the pending job, then end the thread. */
+static void flusher_stop(struct flusher *f)
+{
+	pthread_mutex_lock(&f->mu);
+	f->stop = true;
+	pthread_cond_broadcast(&f->cv);
+	pthread_mutex_unlock(&f->mu);
+	pthread_join(f->tid, NULL);
+	pthread_cond_destroy(&f->cv);
+	pthread_mutex_destroy(&f->mu);
+}
+
 struct sink {
-	int fd;             /* -1: memory sink, buf is the whole output of cap bytes */
-	uint8_t *buf;
+	struct flusher *fl; /* NULL: memory sink, buf is the whole output of cap bytes */
+	uint8_t *buf;       /* buffer being filled */
+	uint8_t *spare;     /* the other staging buffer (file sinks) */
 	size_t cap, used;
-	uint64_t flushed;   /* bytes already passed to write(2) */
+	uint64_t flushed;   /* bytes handed to the flusher */
 	const char *path;   /* the destination, for messages */
 };
 
@@ -646,52 +756,72 @@ static uint64_t sink_pos(const struct sink *s)
 	return s->flushed + s->used;
 }
 
-static int write_all(struct sink *s, const uint8_t *p, size_t n, const char *tensor, struct qc_err *err)
+static int sink_wait(struct sink *s, struct qc_err *err)
 {
-	while (n) {
-		ssize_t k = write(s->fd, p, n > (1u << 30) ? (1u << 30) : n);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			return qc_err_set(err, QC_EIO, s->path, tensor, (int64_t)s->flushed, "write failed: %s",
-					  k < 0 ? strerror(errno) : "no progress");
-		p += k;
-		n -= (size_t)k;
-		s->flushed += (uint64_t)k;
-	}
+	uint64_t at;
+	int e = flusher_wait(s->fl, &at);
+	if (e)
+		return qc_err_set(err, QC_EIO, s->path, NULL, (int64_t)at, "write failed: %s", strerror(e));
 	return QC_OK;
 }
 
-static int sink_flush(struct sink *s, const char *tensor, struct qc_err *err)
+/* Hand n bytes at p to the flusher once it is idle. */
+static int sink_submit(struct sink *s, const uint8_t *p, size_t n, struct qc_err *err)
 {
-	if (s->fd < 0 || !s->used)
-		return QC_OK;
-	size_t n = s->used;
-	s->used = 0;
-	return write_all(s, s->buf, n, tensor, err);
+	int rc = sink_wait(s, err);
+	if (rc)
+		return rc;
+	flusher_submit(s->fl, p, n);
+	s->flushed += n;
+	return QC_OK;
 }
 
-static int sink_put(struct sink *s, const void *src, uint64_t n, const char *tensor, struct qc_err *err)
+/* Queue the filled staging buffer and continue in the spare one. */
+static int sink_flush(struct sink *s, struct qc_err *err)
+{
+	if (!s->fl || !s->used)
+		return QC_OK;
+	int rc = sink_submit(s, s->buf, s->used, err);
+	if (rc)
+		return rc;
+	uint8_t *t = s->buf;
+	s->buf = s->spare;
+	s->spare = t;
+	s->used = 0;
+	return QC_OK;
+}
+
+/* Make room for at least one byte. A full memory sink means the layout was computed
+ * wrong, a bug. */
+static int sink_room(struct sink *s, struct qc_err *err)
+{
+	if (s->used < s->cap)
+		return QC_OK;
+	QC_ASSERT(s->fl);
+	return sink_flush(s, err);
+}
+
+static int sink_put(struct sink *s, const void *src, uint64_t n, struct qc_err *err)
 {
 	const uint8_t *p = src;
 	if (!n)
 		return QC_OK;
-	if (s->fd < 0) {
+	if (!s->fl) {
 		QC_ASSERT(n <= s->cap - s->used);
 		memcpy(s->buf + s->used, p, (size_t)n);
 		s->used += (size_t)n;
 		return QC_OK;
 	}
 	if (n >= s->cap) {  /* big borrowed tensors go straight from the caller's memory */
-		int rc = sink_flush(s, tensor, err);
-		return rc ? rc : write_all(s, p, (size_t)n, tensor, err);
+		int rc = sink_flush(s, err);
+		if (!rc)
+			rc = sink_submit(s, p, (size_t)n, err);
+		return rc ? rc : sink_wait(s, err);
 	}
 	while (n) {
-		if (s->used == s->cap) {
-			int rc = sink_flush(s, tensor, err);
-			if (rc)
-				return rc;
-		}
+		int rc = sink_room(s, err);
+		if (rc)
+			return rc;
 		size_t k = s->cap - s->used < n ? s->cap - s->used : (size_t)n;
 		memcpy(s->buf + s->used, p, k);
 		s->used += k;
@@ -704,11 +834,9 @@ static int sink_put(struct sink *s, const void *src, uint64_t n, const char *ten
 static int sink_zero(struct sink *s, uint64_t n, struct qc_err *err)
 {
 	while (n) {
-		if (s->used == s->cap) {
-			int rc = sink_flush(s, NULL, err);
-			if (rc)
-				return rc;
-		}
+		int rc = sink_room(s, err);
+		if (rc)
+			return rc;
 		size_t k = s->cap - s->used < n ? s->cap - s->used : (size_t)n;
 		memset(s->buf + s->used, 0, k);
 		s->used += k;
@@ -722,14 +850,12 @@ static int sink_fill(struct sink *s, const struct wtensor *t, struct qc_err *err
 {
 	uint64_t off = 0;
 	while (off < t->n_bytes) {
-		if (s->used == s->cap) {
-			int rc = sink_flush(s, t->name, err);
-			if (rc)
-				return rc;
-		}
+		int rc = sink_room(s, err);
+		if (rc)
+			return rc;
 		uint64_t left = t->n_bytes - off;
 		size_t k = s->cap - s->used < left ? s->cap - s->used : (size_t)left;
-		int rc = t->fill(t->fill_ctx, off, s->buf + s->used, k);
+		rc = t->fill(t->fill_ctx, off, s->buf + s->used, k);
 		if (rc)
 			return qc_err_set(err, rc < 0 ? rc : QC_EIO, s->path, t->name, (int64_t)sink_pos(s),
 					  "fill callback failed (%s) for tensor bytes [%llu, %llu)",
@@ -792,13 +918,13 @@ static int emit(const struct qc_gguf_writer *w, const struct layout *lo, struct 
 	k = 4 + enc_u32(hdr + 4, w->version);
 	k += enc_len(w, hdr + k, w->n_tensors);
 	k += enc_len(w, hdr + k, w->n_kv);
-	int rc = sink_put(s, hdr, k, NULL, err);
+	int rc = sink_put(s, hdr, k, err);
 	if (!rc)
-		rc = sink_put(s, w->kv.p, w->kv.len, NULL, err);
+		rc = sink_put(s, w->kv.p, w->kv.len, err);
 	uint64_t rel = 0;
 	for (uint64_t i = 0; i < w->n_tensors && !rc; i++) {
 		const struct wtensor *t = &w->tensors[i];
-		rc = sink_put(s, hdr, enc_info(w, t, rel, hdr), t->name, err);
+		rc = sink_put(s, hdr, enc_info(w, t, rel, hdr), err);
 		rel += t->n_bytes + pad_to(t->n_bytes, w->alignment);
 	}
 	if (rc)
@@ -810,12 +936,14 @@ static int emit(const struct qc_gguf_writer *w, const struct layout *lo, struct 
 		if (t->fill)
 			rc = sink_fill(s, t, err);
 		else
-			rc = sink_put(s, t->data, t->n_bytes, t->name, err);
+			rc = sink_put(s, t->data, t->n_bytes, err);
 		if (!rc)
 			rc = sink_zero(s, pad_to(t->n_bytes, w->alignment), err);
 	}
 	if (!rc)
-		rc = sink_flush(s, NULL, err);
+		rc = sink_flush(s, err);
+	if (!rc && s->fl)
+		rc = sink_wait(s, err);
 	if (!rc)
 		QC_ASSERT(sink_pos(s) == lo->total);
 	return rc;
@@ -832,7 +960,7 @@ int qc_gguf_writer_write_mem(const struct qc_gguf_writer *w, uint8_t **buf, size
 	if (lo.total > SIZE_MAX)
 		return qc_err_set(err, QC_ERANGE, NULL, NULL, -1, "file of %llu bytes does not fit memory",
 				  (unsigned long long)lo.total);
-	struct sink s = { .fd = -1, .cap = (size_t)lo.total, .path = "(memory)" };
+	struct sink s = { .cap = (size_t)lo.total, .path = "(memory)" };
 	s.buf = malloc(s.cap ? s.cap : 1);
 	if (!s.buf)
 		return qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "cannot allocate %llu bytes",
@@ -879,35 +1007,39 @@ static int open_tmp(const char *path, char *tmp, size_t tmp_len)
 int qc_gguf_writer_write_file(const struct qc_gguf_writer *w, const char *path, struct qc_err *err)
 {
 	struct layout lo;
+	struct flusher fl;
 	int fd, rc = compute_layout(w, &lo, err);
 	if (rc)
 		return rc;
 	size_t tmp_len = strlen(path) + 16;
 	char *tmp = malloc(tmp_len);
-	if (!tmp)
-		return qc_err_set(err, QC_ENOMEM, path, NULL, -1, "out of memory");
-	struct sink s = { .fd = -1, .cap = STAGE_BYTES, .path = path };
+	struct sink s = { .cap = STAGE_BYTES, .path = path };
 	s.buf = malloc(s.cap);
-	if (!s.buf) {
-		rc = qc_err_set(err, QC_ENOMEM, path, NULL, -1, "cannot allocate a %u-byte write buffer",
+	s.spare = malloc(s.cap);
+	if (!tmp || !s.buf || !s.spare) {
+		rc = qc_err_set(err, QC_ENOMEM, path, NULL, -1, "cannot allocate 2 x %u-byte write buffers",
 				STAGE_BYTES);
-		goto out_free_tmp;
+		goto out_free;
 	}
-	s.fd = open_tmp(path, tmp, tmp_len);
-	if (s.fd < 0) {
+	fd = open_tmp(path, tmp, tmp_len);
+	if (fd < 0) {
 		rc = qc_err_set(err, QC_EIO, path, NULL, -1, "cannot create temporary file: %s",
 				strerror(errno));
-		goto out_free_buf;
+		goto out_free;
 	}
+	if (flusher_start(&fl, fd)) {
+		rc = qc_err_set(err, QC_ENOMEM, path, NULL, -1, "cannot start the writer thread");
+		goto out_close;
+	}
+	s.fl = &fl;
 	rc = emit(w, &lo, &s, err);
+	flusher_stop(&fl);
 	if (rc)
 		goto out_close;
-	if ((w->flags & QC_GGUF_WRITE_FSYNC) && fsync(s.fd)) {
+	if ((w->flags & QC_GGUF_WRITE_FSYNC) && fsync(fd)) {
 		rc = qc_err_set(err, QC_EIO, path, NULL, -1, "fsync failed: %s", strerror(errno));
 		goto out_close;
 	}
-	fd = s.fd;
-	s.fd = -1;
 	if (close(fd)) {
 		rc = qc_err_set(err, QC_EIO, path, NULL, -1, "close failed: %s", strerror(errno));
 		goto out_unlink;
@@ -917,15 +1049,15 @@ int qc_gguf_writer_write_file(const struct qc_gguf_writer *w, const char *path, 
 				strerror(errno));
 		goto out_unlink;
 	}
-	goto out_free_buf;
+	goto out_free;
 
 out_close:
-	close(s.fd);
+	close(fd);
 out_unlink:
 	unlink(tmp);
-out_free_buf:
+out_free:
+	free(s.spare);
 	free(s.buf);
-out_free_tmp:
 	free(tmp);
 	return rc;
 }

@@ -6,9 +6,9 @@
  * data section start are multiples of the alignment; each tensor is zero-padded to
  * the alignment (the last one too), as llama.cpp gguf_write_to_buf does.
  * Tensor bytes are never held by the writer: borrowed pointers or a fill callback
- * are read only while a write_* call runs, through one fixed staging buffer.
- * Non-goals: reading (gguf.h), quantizing (qtype.h), editing an existing file.
- * Host must be little-endian (checked at compile time in gguf_write.c).
+ * are read only while a write_* call runs, through two fixed 8 MiB staging buffers
+ * (one filled while a helper thread writes the other).
+ * Non-goals: reading (gguf.h), quantizing (qtype.h), editing files, big-endian hosts.
  */
 #ifndef QC_GGUF_WRITE_H
 #define QC_GGUF_WRITE_H

@@ -4,11 +4,10 @@
  * llama.cpp's names and shapes (llama-arch.cpp / llama-model.cpp load_tensors), a
  * synthetic SentencePiece vocab (llama-vocab.cpp: tokens, scores, token types, byte
  * tokens "<0xXX>"), seeded weights, and gguf-split's shard convention.
- * Weights: element j of row r of tensor T is a function of (seed, T's name, r, j) only,
- * so bytes do not depend on type order, chunking, threads or --split. Values are
- * mean + std * z, z the centred sum of four 16-bit draws of splitmix64 (Irwin-Hall,
- * |z| < 3.47), then encoded with qc_types[t].quant_row, row by row, inside the
- * writer's fill callback: memory stays bounded for any model size.
+ * Element j of row r of tensor T depends on (seed, T's name, r, j) only, so bytes do not
+ * depend on order, chunking, threads or --split: mean + std * z, z the centred sum of
+ * four 16-bit splitmix64 draws (Irwin-Hall, |z| < 3.47), encoded by qc_types[t].quant_row
+ * row by row inside the writer's fill callback, so memory stays bounded.
  * Non-goals: real tokenizers (BPE merges), trained weights, K-quants.
  */
 #include <pthread.h>
@@ -16,7 +15,9 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -32,6 +33,7 @@
 #define GOLDEN 0x9e3779b97f4a7c15ull
 #define IH_SD 37837.226                     /* sd of a sum of four uniform u16: 65536/sqrt(3) */
 #define IH_MEAN 131070                      /* its mean, 4 * 65535 / 2 */
+#define WEIGHT_STD 0.02                     /* std of every generated value */
 #define SPM_SPACE "\xe2\x96\x81"            /* U+2581, SentencePiece's word-start mark */
 
 enum arch { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3 };
@@ -147,16 +149,19 @@ static uint64_t fnv1a(const char *s)
 	return h;
 }
 
+/* Float arithmetic only (one rounded multiply, one rounded add), so any IEEE float32
+ * implementation reproduces the values exactly. */
 static void gen_row(const struct tensor_plan *t, uint64_t row, float *dst)
 {
-	double mean = t->init == INIT_NORM ? 1.0 : 0.0, std = 0.02;
+	const float mean = t->init == INIT_NORM ? 1.0f : 0.0f;
+	const float scale = (float)(WEIGHT_STD / IH_SD);
 	uint64_t st = mix64(t->seed + row * GOLDEN);
 	for (int64_t j = 0; j < t->ne[0]; j++) {
 		st += GOLDEN;
 		uint64_t z = mix64(st);
-		int64_t s = (int64_t)(z & 0xffff) + (int64_t)((z >> 16) & 0xffff) +
-			    (int64_t)((z >> 32) & 0xffff) + (int64_t)(z >> 48);
-		dst[j] = (float)(mean + std * ((double)(s - IH_MEAN) / IH_SD));
+		int32_t s = (int32_t)(z & 0xffff) + (int32_t)((z >> 16) & 0xffff) +
+			    (int32_t)((z >> 32) & 0xffff) + (int32_t)(z >> 48);
+		dst[j] = mean + (float)(s - IH_MEAN) * scale;
 	}
 }
 
@@ -433,7 +438,7 @@ static int vocab_build(struct vocab *v, uint64_t n, struct qc_err *err)
 				} while (is_fixed_piece(buf));
 			}
 			v->ttype[i] = TOK_NORMAL;
-			v->score[i] = -(float)k;
+			v->score[i] = 0.0f - (float)k;  /* +0.0 for the first piece */
 		}
 		v->tok[i] = strdup(buf);
 		if (!v->tok[i])
@@ -534,6 +539,26 @@ static int add_metadata(struct qc_gguf_writer *w, const struct opts *o, const st
 
 /* ---- output files --------------------------------------------------------------------------- */
 
+/* mkdir -p of path's directory, so "-o samples/out/x.gguf" works in a fresh checkout. */
+static int make_parent_dirs(const char *path, struct qc_err *err)
+{
+	char *dir = strdup(path);
+	int rc = QC_OK;
+	if (!dir)
+		return qc_err_set(err, QC_ENOMEM, path, NULL, -1, "out of memory");
+	for (char *p = dir + 1; *p && !rc; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(dir, 0777) && errno != EEXIST)
+			rc = qc_err_set(err, QC_EIO, path, NULL, -1, "cannot create directory %s: %s", dir,
+					strerror(errno));
+		*p = '/';
+	}
+	free(dir);
+	return rc;
+}
+
 /* One file holding tensors [t0, t1) of the plan; split_count 0 means an unsplit file. */
 static int write_one(const struct opts *o, const struct vocab *v, struct tensor_plan *p, size_t n_all,
 		     size_t t0, size_t t1, int split_no, int split_count, const char *path,
@@ -614,6 +639,9 @@ static int write_model(const struct opts *o, struct qc_err *err)
 	rc = vocab_build(&v, (uint64_t)o->hp.n_vocab, err);
 	if (rc)
 		goto out_free_rows;
+	rc = make_parent_dirs(o->out, err);
+	if (rc)
+		goto out_free_vocab;
 	g.total = plan_bytes(p, n);
 	g.t_start = now_s();
 	if (o->split <= 1) {
@@ -661,7 +689,8 @@ static void usage(FILE *f)
 		"(<unk> <s> </s>, <0x00>..<0xFF>, word pieces), and seeded weights (~N(0, 0.02);\n"
 		"norm weights ~1 + N(0, 0.02)). Norms and biases (and the MoE router) are f32,\n"
 		"every other matrix is --type. The same seed gives the same bytes whatever\n"
-		"--split or --threads. The file appears atomically (temp file + rename).\n"
+		"--split or --threads. The file appears atomically (temp file + rename);\n"
+		"missing parent directories of OUT are created.\n"
 		"\n"
 		"presets:\n");
 	for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
