@@ -16,7 +16,7 @@ WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wformat=2 -Wcast-qual -Wn
 CFLAGS  ?= -O2 -g
 # project flags stay even when CFLAGS is given on the command line (make asan does)
 QCFLAGS := -std=c11 -D_GNU_SOURCE -MMD -MP $(WARN) $(WERROR) -Iformats -Ikernels -Iconvert -Iruntime
-LDLIBS  := -lcjson -lxxhash -larchive -lpcre2-8 -lm -lpthread
+LDLIBS  := -lcjson -lxxhash -larchive -lpcre2-8 -licuuc -lm -lpthread
 
 # CUDA: built whenever nvcc is found. sm_90a for Hopper (wgmma/TMA), sm_80 for Ampere.
 CUDA_HOME ?= /usr/local/cuda

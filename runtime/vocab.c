@@ -1,18 +1,14 @@
 /* vocab.c — the vocab object: token and merge hash tables, special ids, token
  * attributes, and the code point classes the tokenizers share.
  *
- * Owns: building a struct qc_vocab from loader-supplied pieces (vocab_gguf.c,
- * vocab_json.c both go through qc_vocab_begin ... qc_vocab_finish) and every
- * read-only query on it.
- * Matches llama.cpp llama_vocab::impl::load: per-model defaults, special ids
- * found by token text (EOT, EOM, FIM), end-of-generation set, attribute
- * overrides, the partition list of control/user-defined tokens.
- * Code point classes follow llama.cpp's unicode-data tables (Unicode 15.1
- * general categories, White_Space, simple lowercase, first code point of NFD);
- * we read them from ICU and pin them to 15.1 so a newer or older ICU gives the
- * same answers for every character llama.cpp knows.
- * Invariants: token texts are unique (llama.cpp asserts the same); hash tables
- * are at most half full, so probing always ends at an empty slot.
+ * Owns: building a struct qc_vocab from loader pieces (qc_vocab_begin ...
+ * qc_vocab_finish, used by vocab_gguf.c and vocab_json.c) and all queries on it.
+ * Matches llama.cpp llama_vocab::impl::load: per-model defaults, special ids found
+ * by text (EOT, EOM, FIM), the end-of-generation set, attribute overrides, the
+ * partition list. Code point classes are llama.cpp's unicode-data (Unicode 15.1
+ * categories, White_Space, simple lowercase, first code point of NFD), read from
+ * ICU and pinned to 15.1 whatever ICU's own version.
+ * Invariants: token texts are unique; hash tables stay at most half full.
  */
 #define QC_VOCAB_INTERNAL
 #include "vocab.h"
@@ -68,7 +64,8 @@ static uint64_t hash_bytes(const char *p, size_t n, uint64_t seed)
 		h = (h ^ mix64(w)) * 0x9e3779b97f4a7c15ULL;
 	}
 	w = 0;
-	memcpy(&w, p, n);
+	if (n)
+		memcpy(&w, p, n);
 	return mix64(h ^ mix64(w + n));
 }
 
@@ -80,15 +77,24 @@ static size_t table_size(uint64_t n)
 	return sz;
 }
 
+/* A slot keeps the top half of the hash beside the index, so a probe only touches
+ * the entry itself when the tags agree (the tables are too big for cache). */
+#define SLOT_TAG(h) ((h) & 0xffffffff00000000ULL)
+#define SLOT_IDX(s) ((uint32_t)(s) - 1)
+
 int32_t qc_vocab_lookup(const struct qc_vocab *v, const char *text, size_t len)
 {
-	size_t i = hash_bytes(text, len, 0) & v->tok_mask;
-	for (uint32_t s; (s = v->tok_slot[i]) != 0; i = (i + 1) & v->tok_mask) {
-		const struct qc_vocab_token *t = &v->tok[s - 1];
+	uint64_t h = hash_bytes(text, len, 0);
+	for (size_t i = h & v->tok_mask;; i = (i + 1) & v->tok_mask) {
+		uint64_t s = v->tok_slot[i];
+		if (!s)
+			return QC_TOKEN_NULL;
+		if (SLOT_TAG(s) != SLOT_TAG(h))
+			continue;
+		const struct qc_vocab_token *t = &v->tok[SLOT_IDX(s)];
 		if (t->len == len && memcmp(t->text, text, len) == 0)
-			return (int32_t)(s - 1);
+			return (int32_t)SLOT_IDX(s);
 	}
-	return QC_TOKEN_NULL;
 }
 
 static uint64_t merge_hash(const char *l, size_t ln, const char *r, size_t rn)
@@ -96,18 +102,24 @@ static uint64_t merge_hash(const char *l, size_t ln, const char *r, size_t rn)
 	return hash_bytes(r, rn, hash_bytes(l, ln, 0x5bd1e995));
 }
 
+static bool merge_is(const struct qc_vocab_merge *m, const char *l, size_t ln, const char *r, size_t rn)
+{
+	return m->split == ln && m->len - m->split - 1 == rn && memcmp(m->text, l, ln) == 0 &&
+	       memcmp(m->text + ln + 1, r, rn) == 0;
+}
+
 int32_t qc_vocab_merge_rank(const struct qc_vocab *v, const char *l, size_t ln, const char *r, size_t rn)
 {
 	if (!v->n_merges)
 		return -1;
-	size_t i = merge_hash(l, ln, r, rn) & v->merge_mask;
-	for (uint32_t s; (s = v->merge_slot[i]) != 0; i = (i + 1) & v->merge_mask) {
-		const struct qc_vocab_merge *m = &v->merge[s - 1];
-		if (m->split == ln && m->len - m->split - 1 == rn && memcmp(m->text, l, ln) == 0 &&
-		    memcmp(m->text + ln + 1, r, rn) == 0)
-			return (int32_t)(s - 1);
+	uint64_t h = merge_hash(l, ln, r, rn);
+	for (size_t i = h & v->merge_mask;; i = (i + 1) & v->merge_mask) {
+		uint64_t s = v->merge_slot[i];
+		if (!s)
+			return -1;
+		if (SLOT_TAG(s) == SLOT_TAG(h) && merge_is(&v->merge[SLOT_IDX(s)], l, ln, r, rn))
+			return (int32_t)SLOT_IDX(s);
 	}
-	return -1;
 }
 
 /* ---- building ----------------------------------------------------------------- */
@@ -246,6 +258,7 @@ int qc_vocab_alloc_merges(struct qc_vocab *v, uint64_t n, const char *src, struc
 	if (n > MAX_MERGES)
 		return qc_err_set(err, QC_ERANGE, src, NULL, -1, "merge count %llu above %u",
 				  (unsigned long long)n, MAX_MERGES);
+	v->has_merges = true;
 	if (n == 0)
 		return QC_OK;
 	v->merge = qc_arena_calloc(v->arena, (size_t)n, sizeof(*v->merge));
@@ -291,28 +304,47 @@ int qc_vocab_set_chat_template(struct qc_vocab *v, const char *s, size_t len, st
 	return QC_OK;
 }
 
+/* Building probes ~400k random slots of multi-MB tables: hash a batch ahead and
+ * prefetch its slots so the cache misses overlap instead of queueing. */
+#define BATCH 16
+
 static int build_token_table(struct qc_vocab *v, const char *src, struct qc_err *err)
 {
 	size_t sz = table_size(v->n_tokens);
+	uint64_t hb[BATCH];
 	v->tok_slot = qc_arena_calloc(v->arena, sz, sizeof(*v->tok_slot));
 	if (!v->tok_slot)
 		return qc_err_set(err, QC_ENOMEM, src, NULL, -1, "out of memory for the token table");
 	v->tok_mask = sz - 1;
 	for (uint32_t id = 0; id < v->n_tokens; id++) {
+		if (id % BATCH == 0)
+			for (uint32_t k = 0; k < BATCH && id + k < v->n_tokens; k++) {
+				const struct qc_vocab_token *t = &v->tok[id + k];
+				hb[k] = hash_bytes(t->text, t->len, 0);
+				__builtin_prefetch(&v->tok_slot[hb[k] & v->tok_mask], 1);
+			}
 		const struct qc_vocab_token *t = &v->tok[id];
-		size_t i = hash_bytes(t->text, t->len, 0) & v->tok_mask;
-		for (uint32_t s; (s = v->tok_slot[i]) != 0; i = (i + 1) & v->tok_mask) {
-			const struct qc_vocab_token *o = &v->tok[s - 1];
-			if (o->len == t->len && memcmp(o->text, t->text, t->len) == 0)
+		uint64_t h = hb[id % BATCH], s;
+		size_t i = h & v->tok_mask;
+		for (; (s = v->tok_slot[i]) != 0; i = (i + 1) & v->tok_mask) {
+			const struct qc_vocab_token *o = &v->tok[SLOT_IDX(s)];
+			if (SLOT_TAG(s) == SLOT_TAG(h) && o->len == t->len && memcmp(o->text, t->text, t->len) == 0)
 				return qc_err_set(err, QC_EFORMAT, src, NULL, -1,
-						  "tokens %u and %u have the same text '%.*s'", s - 1, id,
+						  "tokens %u and %u have the same text '%.*s'", SLOT_IDX(s), id,
 						  (int)(t->len > 40 ? 40 : t->len), t->text);
 		}
-		v->tok_slot[i] = id + 1;
+		v->tok_slot[i] = SLOT_TAG(h) | (id + 1);
 		if (t->len > v->max_token_len)
 			v->max_token_len = t->len;
 	}
 	return QC_OK;
+}
+
+static uint64_t merge_line_hash(const struct qc_vocab_merge *m)
+{
+	if (!m->split)
+		return 0; /* never inserted */
+	return merge_hash(m->text, m->split, m->text + m->split + 1, m->len - m->split - 1);
 }
 
 static int build_merge_table(struct qc_vocab *v, const char *src, struct qc_err *err)
@@ -320,23 +352,30 @@ static int build_merge_table(struct qc_vocab *v, const char *src, struct qc_err 
 	if (!v->n_merges)
 		return QC_OK;
 	size_t sz = table_size(v->n_merges);
+	uint64_t hb[BATCH];
 	v->merge_slot = qc_arena_calloc(v->arena, sz, sizeof(*v->merge_slot));
 	if (!v->merge_slot)
 		return qc_err_set(err, QC_ENOMEM, src, NULL, -1, "out of memory for the merge table");
 	v->merge_mask = sz - 1;
 	for (uint32_t r = 0; r < v->n_merges; r++) {
+		if (r % BATCH == 0)
+			for (uint32_t k = 0; k < BATCH && r + k < v->n_merges; k++) {
+				hb[k] = merge_line_hash(&v->merge[r + k]);
+				__builtin_prefetch(&v->merge_slot[hb[k] & v->merge_mask], 1);
+			}
 		const struct qc_vocab_merge *m = &v->merge[r];
 		if (!m->split)
 			continue;
 		const char *rt = m->text + m->split + 1;
 		size_t rn = m->len - m->split - 1;
+		uint64_t h = hb[r % BATCH], s;
+		size_t i = h & v->merge_mask;
+		bool seen = false;
+		for (; !seen && (s = v->merge_slot[i]) != 0; i = (i + 1) & v->merge_mask)
+			seen = SLOT_TAG(s) == SLOT_TAG(h) && merge_is(&v->merge[SLOT_IDX(s)], m->text, m->split, rt, rn);
 		/* a repeated line keeps its first (best) rank, as llama.cpp's emplace */
-		if (qc_vocab_merge_rank(v, m->text, m->split, rt, rn) >= 0)
-			continue;
-		size_t i = merge_hash(m->text, m->split, rt, rn) & v->merge_mask;
-		while (v->merge_slot[i])
-			i = (i + 1) & v->merge_mask;
-		v->merge_slot[i] = r + 1;
+		if (!seen)
+			v->merge_slot[i] = SLOT_TAG(h) | (r + 1);
 	}
 	return QC_OK;
 }
@@ -523,8 +562,8 @@ static int find_linefeed(struct qc_vocab *v, struct qc_err *err)
 int qc_vocab_finish(struct qc_vocab *v, const char *model_name, const char *src, struct qc_err *err)
 {
 	int rc;
-	if (v->type == QC_VOCAB_BPE && !v->n_merges)
-		return qc_err_set(err, QC_EFORMAT, src, NULL, -1, "BPE (gpt2) vocab without merges");
+	if (v->type == QC_VOCAB_BPE && !v->has_merges)
+		return qc_err_set(err, QC_EFORMAT, src, NULL, -1, "BPE (gpt2) vocab without a merges list");
 	if ((rc = build_token_table(v, src, err)) || (rc = build_merge_table(v, src, err)))
 		return rc;
 	/* defaults that do not fit this vocab would index past the token array */
@@ -600,6 +639,12 @@ bool qc_vocab_add_eos(const struct qc_vocab *v)
 bool qc_vocab_is_eog(const struct qc_vocab *v, int32_t id)
 {
 	return id != QC_TOKEN_NULL && bsearch(&id, v->eog, v->n_eog, sizeof(*v->eog), cmp_i32) != NULL;
+}
+
+const int32_t *qc_vocab_eog_ids(const struct qc_vocab *v, size_t *n)
+{
+	*n = v->n_eog;
+	return v->eog;
 }
 
 uint32_t qc_vocab_token_attr(const struct qc_vocab *v, int32_t id)

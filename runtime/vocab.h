@@ -1,17 +1,14 @@
 /* vocab.h — tokenizer vocabulary and the tokenize / detokenize entry points.
  *
  * Owns: struct qc_vocab (tokens, scores, attributes, special ids, BPE merges,
- * compiled pre-tokenizer), built from a GGUF (vocab_gguf.c) or from the bundle
- * manifest's "tokenizer" object (vocab_json.c); qc_tokenize (tokenize.c) and
- * the detokenizers (detok.c).
- * Invariant: ids out of qc_tokenize are exactly what llama.cpp's llama_tokenize
- * returns for the same vocab, text and flags (tests/test_tokenizer.c checks this
- * against llama.cpp's own test vectors). Behaviour matched: llama.cpp
- * src/llama-vocab.cpp (llama_vocab::impl::load / tokenize / detokenize) and
- * src/unicode.cpp, read for facts at commit c392e50 (Feb 2025).
- * Non-goals: UGM (T5) and RWKV vocabularies (QC_EUNSUPPORTED); chat templating.
- * Thread safety: a finished vocab is read-only; any number of threads may
- * tokenize with it concurrently. A struct qc_detok belongs to one thread.
+ * compiled pre-tokenizer), built from a GGUF (vocab_gguf.c) or the bundle
+ * manifest's "tokenizer" object (vocab_json.c); qc_tokenize (tokenize.c) and the
+ * detokenizers (detok.c). Invariant: ids equal llama.cpp's llama_tokenize for the
+ * same vocab, text and flags (tests/test_tokenizer.c, llama.cpp's own vectors).
+ * Matches llama.cpp src/llama-vocab.cpp and src/unicode.cpp at c392e50 (Feb 2025),
+ * read for facts. Non-goals: UGM (T5) and RWKV vocabs (QC_EUNSUPPORTED), chat
+ * templating. A finished vocab is read-only: tokenize from any number of threads;
+ * a struct qc_detok belongs to one thread.
  */
 #ifndef QC_VOCAB_H
 #define QC_VOCAB_H
@@ -127,6 +124,8 @@ bool qc_vocab_add_bos(const struct qc_vocab *v);
 bool qc_vocab_add_eos(const struct qc_vocab *v);
 /* End of generation: EOS, EOT, EOM and the end-of-turn tokens llama.cpp knows by text. */
 bool qc_vocab_is_eog(const struct qc_vocab *v, int32_t id);
+/* The whole end-of-generation set, ascending (*n ids); valid until qc_vocab_free. */
+const int32_t *qc_vocab_eog_ids(const struct qc_vocab *v, size_t *n);
 /* enum qc_token_attr bits of id; 0 when id is out of range. */
 uint32_t qc_vocab_token_attr(const struct qc_vocab *v, int32_t id);
 /* The token's stored text (NUL-terminated, *len bytes) or NULL when out of range. */
@@ -168,7 +167,7 @@ int qc_detokenize(const struct qc_vocab *v, const int32_t *ids, size_t n, enum q
  * QC_DETOK_REMOVE_SPECIAL a leading BOS is skipped and every EOS is dropped. */
 int qc_detok_new(const struct qc_vocab *v, enum qc_detok_flags flags, struct qc_detok **out,
 		 struct qc_err *err);
-/* *text/*len: what became printable; valid until the next call on d. QC_ERANGE for
+/* text, len: what became printable; valid until the next call on d. QC_ERANGE for
  * an id out of range (d is unchanged), QC_ENOMEM. */
 int qc_detok_push(struct qc_detok *d, int32_t id, const char **text, size_t *len,
 		  struct qc_err *err);
@@ -236,11 +235,13 @@ struct qc_vocab {
 	uint32_t n_tokens;
 	struct qc_vocab_token *tok;        /* (n_tokens) */
 	uint32_t max_token_len;            /* bytes, longest token text */
-	uint32_t *tok_slot;                /* (tok_mask + 1) open addressing: id + 1, 0 = empty */
+	uint64_t *tok_slot;                /* (tok_mask + 1) open addressing: hash high 32 bits << 32
+					    * | (id + 1); 0 = empty */
 	size_t tok_mask;
+	bool has_merges;                   /* the source had a merges list (maybe empty) */
 	uint32_t n_merges;
 	struct qc_vocab_merge *merge;      /* (n_merges), rank = index */
-	uint32_t *merge_slot;              /* (merge_mask + 1): rank + 1, 0 = empty */
+	uint64_t *merge_slot;              /* (merge_mask + 1): as tok_slot, with rank + 1 */
 	size_t merge_mask;
 	int32_t special[QC_SPECIAL_COUNT]; /* QC_TOKEN_NULL when absent */
 	bool add_bos, add_eos;

@@ -2,7 +2,7 @@
 # tools/deps.sh — install the Debian packages qconvert builds and tests with, if missing.
 # Idempotent and quiet when everything is present; uses sudo when not root.
 set -e
-pkgs="build-essential clang libarchive-dev libxxhash-dev libcjson-dev libpcre2-dev"
+pkgs="build-essential clang libarchive-dev libxxhash-dev libcjson-dev libpcre2-dev libicu-dev"
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
