@@ -307,7 +307,20 @@ static int add_metadata(const struct qc_gguf *g, cJSON *manifest, struct qc_err 
 		if (in_tokenizer_object(kv->key.p) || strncmp(kv->key.p, "split.", 6) == 0)
 			continue;
 		cJSON *j = qc_meta_value_json(&kv->val, QC_META_MAX_ARRAY);
-		if (!j || !cJSON_AddItemToObject(md, kv->key.p, j)) {
+		/* keys that are not UTF-8 are kept, spelled "hex:<bytes>", so the manifest stays valid JSON */
+		char *hexkey = NULL;
+		if (!qc_meta_json_safe(kv->key.p, kv->key.len)) {
+			hexkey = malloc((size_t)kv->key.len * 2 + 5);
+			if (hexkey) {
+				memcpy(hexkey, "hex:", 4);
+				for (uint64_t k = 0; k < kv->key.len; k++)
+					snprintf(hexkey + 4 + 2 * k, 3, "%02x", (unsigned char)kv->key.p[k]);
+			}
+		}
+		bool ok = j && (hexkey || qc_meta_json_safe(kv->key.p, kv->key.len)) &&
+			  cJSON_AddItemToObject(md, hexkey ? hexkey : kv->key.p, j);
+		free(hexkey);
+		if (!ok) {
 			cJSON_Delete(j);
 			return qc_err_set(err, QC_ENOMEM, g->path, NULL, -1, "out of memory");
 		}

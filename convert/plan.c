@@ -1,6 +1,8 @@
 /* plan.c — source tensors to bundle tensors (see plan.h). */
 #include "plan.h"
 
+#include "gguf_meta.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +53,18 @@ static int finish_tensor(struct qc_plan_tensor *t, enum qc_target tgt, struct qc
 	return QC_OK;
 }
 
+/* Tensor names become manifest strings and tar member names ("tensors/<name>"):
+ * require printable UTF-8 without '/' (no path can escape the archive) and not "."/"..". */
+static bool name_ok(const char *n)
+{
+	if (!n[0] || strcmp(n, ".") == 0 || strcmp(n, "..") == 0 || !qc_meta_json_safe(n, strlen(n)))
+		return false;
+	for (const unsigned char *p = (const unsigned char *)n; *p; p++)
+		if (*p < 0x20 || *p == 0x7f || *p == '/' || *p == '\\')
+			return false;
+	return true;
+}
+
 int qc_plan_build(const struct qc_gguf_model *m, enum qc_target tgt, unsigned flags, struct qc_plan **out,
 		  struct qc_err *err)
 {
@@ -64,6 +78,12 @@ int qc_plan_build(const struct qc_gguf_model *m, enum qc_target tgt, unsigned fl
 	for (uint64_t i = 0; i < m->n_tensors; i++) {
 		const struct qc_gguf_tensor *s = m->tensors[i];
 		struct qc_plan_tensor *t = &p->t[p->n];
+		if (!name_ok(s->name)) {
+			rc = qc_err_set(err, QC_EUNSUPPORTED, m->files[s->file_idx]->path, NULL, (int64_t)s->info_off,
+					"tensor %llu: name is not printable UTF-8 or contains '/' or '\\'; refusing to write it as a bundle member",
+					(unsigned long long)i);
+			goto fail;
+		}
 		long layer = layer_of(s->name, "ffn_up_exps.weight");
 		char gate[QC_PLAN_NAME_MAX];
 		if ((flags & QC_PLAN_FUSE_MOE) && layer >= 0) {

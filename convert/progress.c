@@ -20,8 +20,11 @@ static void draw(struct qc_progress *p, double now)
 	fprintf(stderr, "\r%s [", p->label);
 	for (int i = 0; i < w; i++)
 		fputc(i < fill ? '#' : '.', stderr);
-	fprintf(stderr, "] %5.1f%%  %.2f/%.2f GB  %.2f GB/s ", 100.0 * frac, (double)p->done / 1e9,
-		(double)p->total / 1e9, el > 0 ? (double)p->done / 1e9 / el : 0.0);
+	/* MB for small jobs, GB for big ones: "0.00/0.00 GB" tells nobody anything */
+	double unit = p->total >= 1000000000ull ? 1e9 : 1e6;
+	const char *un = unit == 1e9 ? "GB" : "MB";
+	fprintf(stderr, "] %5.1f%%  %.2f/%.2f %s  %.2f GB/s ", 100.0 * frac, (double)p->done / unit,
+		(double)p->total / unit, un, el > 0 ? (double)p->done / 1e9 / el : 0.0);
 	fflush(stderr);
 }
 

@@ -178,6 +178,36 @@ static int read_value(struct parser *ps, enum qc_gguf_vtype t, struct qc_gguf_va
 	return read_scalar(ps, t, v, err);
 }
 
+static int cmp_key(const void *a, const void *b)
+{
+	const struct qc_gguf_kv *x = *(struct qc_gguf_kv *const *)a, *y = *(struct qc_gguf_kv *const *)b;
+	uint64_t n = x->key.len < y->key.len ? x->key.len : y->key.len;
+	int c = memcmp(x->key.p, y->key.p, n);
+	return c ? c : (x->key.len > y->key.len) - (x->key.len < y->key.len);
+}
+
+/* llama.cpp rejects duplicate keys, so do we; sorted, so 10^5 keys stay cheap. */
+static int check_dup_keys(struct qc_gguf *g, struct qc_err *err)
+{
+	if (g->n_kv < 2)
+		return QC_OK;
+	struct qc_gguf_kv **v = malloc((size_t)g->n_kv * sizeof(*v));
+	if (!v)
+		return qc_err_set(err, QC_ENOMEM, g->path, NULL, -1, "out of memory");
+	for (uint64_t i = 0; i < g->n_kv; i++)
+		v[i] = &g->kv[i];
+	qsort(v, (size_t)g->n_kv, sizeof(*v), cmp_key);
+	int rc = QC_OK;
+	for (uint64_t i = 1; i < g->n_kv; i++)
+		if (cmp_key(&v[i - 1], &v[i]) == 0) {
+			const struct qc_gguf_kv *later = v[i]->off > v[i - 1]->off ? v[i] : v[i - 1];
+			rc = qc_err_set(err, QC_EFORMAT, g->path, NULL, (int64_t)later->off, "duplicate key '%s'", later->key.p);
+			break;
+		}
+	free(v);
+	return rc;
+}
+
 static int parse_kv(struct parser *ps, struct qc_gguf *g, struct qc_err *err)
 {
 	for (uint64_t i = 0; i < g->n_kv; i++) {
@@ -191,12 +221,6 @@ static int parse_kv(struct parser *ps, struct qc_gguf *g, struct qc_err *err)
 			return qc_err_set(err, QC_ENOMEM, ps->c.path, NULL, (int64_t)kv->off, "out of memory");
 		kv->key.p = key; /* NUL-terminated copy, so keys can be printed */
 		ps->key = key;
-		/* duplicate keys: llama.cpp rejects them, so do we (linear scan is fine: n_kv is small,
-		 * and each pair costs >= 13 file bytes) */
-		for (uint64_t j = 0; j < i; j++)
-			if (g->kv[j].key.len == kv->key.len && memcmp(g->kv[j].key.p, key, kv->key.len) == 0)
-				return qc_err_set(err, QC_EFORMAT, ps->c.path, NULL, (int64_t)kv->off,
-						  "duplicate key '%s'", key);
 		uint32_t t;
 		uint64_t toff = qc_cur_pos(&ps->c);
 		rc = qc_cur_u32(&ps->c, &t, "value type", err);
@@ -210,7 +234,7 @@ static int parse_kv(struct parser *ps, struct qc_gguf *g, struct qc_err *err)
 			return rc;
 	}
 	ps->key = NULL;
-	return QC_OK;
+	return check_dup_keys(g, err);
 }
 
 static int parse_alignment(struct qc_gguf *g, struct qc_err *err)
