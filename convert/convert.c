@@ -2,11 +2,13 @@
  *   open source → hash source files → config/tokenizer/metadata → plan tensors →
  *   for each tensor { stream parts (fused: per expert, gate rows then up rows) →
  *   hash → write } → manifest → fsync → rename.
- * Source bytes go through one reused buffer (pread), so peak memory does not grow
- * with the model. Output is byte-identical across runs (no
+ * Tensor bytes are copied file to file in the kernel and hashed through the mapping,
+ * whose windows are dropped from RSS as soon as they are done, so peak memory does
+ * not grow with the model. Output is byte-identical across runs (no
  * timestamps, paths reduced to base names). */
 #include "convert.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,56 +40,60 @@ void qc_convert_default_out(const char *in, enum qc_target tgt, char *buf, size_
 	snprintf(buf, len, "%.*s%.*s.%s.qb", (int)dir, in, (int)n, b, qc_target_name(tgt));
 }
 
-static int hash_sources(const struct qc_gguf_model *m, cJSON *src, uint8_t *buf, struct qc_progress *pr,
-			struct qc_err *err)
+/* Whole-file XXH3 of every source file, on its own thread: it only reads the mapping,
+ * so it overlaps the tensor copy (the other core) instead of adding to it. */
+struct hash_job {
+	const struct qc_gguf_model *m;
+	uint64_t *hashes;          /* one per file, filled by the thread */
+	int rc;
+};
+
+static void *hash_sources(void *arg)
 {
-	cJSON *files = cJSON_AddArrayToObject(src, "files");
+	struct hash_job *j = arg;
 	XXH3_state_t *st = XXH3_createState();
-	int rc = QC_OK;
-	if (!files || !st) {
-		XXH3_freeState(st);
-		return qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
-	}
-	for (int f = 0; !rc && f < m->n_files; f++) {
-		const struct qc_gguf *g = m->files[f];
+	j->rc = st ? QC_OK : QC_ENOMEM;
+	for (int f = 0; st && f < j->m->n_files; f++) {
+		const struct qc_gguf *g = j->m->files[f];
 		XXH3_64bits_reset(st);
-		for (uint64_t o = 0; !rc && o < g->size; o += QC_STREAM_CHUNK) {
+		for (uint64_t o = 0; o < g->size; o += QC_STREAM_CHUNK) {
 			uint64_t n = g->size - o < QC_STREAM_CHUNK ? g->size - o : QC_STREAM_CHUNK;
-			rc = qc_map_pread(&g->file, buf, o, n, err);
-			if (!rc)
-				XXH3_64bits_update(st, buf, (size_t)n);
-			qc_progress_add(pr, n);
+			XXH3_64bits_update(st, g->map + o, (size_t)n);
+			qc_map_release(&g->file, o, n);
 		}
-		char hex[17];
-		qc_bundle_hash_hex(XXH3_64bits_digest(st), hex);
-		cJSON *e = cJSON_CreateObject();
-		cJSON_AddItemToArray(files, e);
-		cJSON_AddStringToObject(e, "name", base_name(g->path));
-		cJSON_AddNumberToObject(e, "size", (double)g->size);
-		cJSON_AddStringToObject(e, "xxh3", hex);
+		j->hashes[f] = XXH3_64bits_digest(st);
 	}
 	XXH3_freeState(st);
-	return rc;
+	return NULL;
 }
 
-/* Copy [off, off+n) of source file g into the open member through buf, in bounded
- * chunks. pread into one reused buffer beats faulting the mapping in: the bytes are
- * touched once by the kernel copy, then hashed and written while still in cache. */
-static int stream(struct qc_bundle_writer *w, const struct qc_gguf *g, uint64_t off, uint64_t n, uint8_t *buf,
+static void add_source_files(const struct qc_gguf_model *m, const uint64_t *hashes, cJSON *src)
+{
+	cJSON *files = cJSON_AddArrayToObject(src, "files");
+	for (int f = 0; f < m->n_files; f++) {
+		char hex[17];
+		qc_bundle_hash_hex(hashes[f], hex);
+		cJSON *e = cJSON_CreateObject();
+		cJSON_AddItemToArray(files, e);
+		cJSON_AddStringToObject(e, "name", base_name(m->files[f]->path));
+		cJSON_AddNumberToObject(e, "size", (double)m->files[f]->size);
+		cJSON_AddStringToObject(e, "xxh3", hex);
+	}
+}
+
+/* Copy [off, off+n) of source file g into the open member in bounded chunks: the
+ * kernel copies file to file (copy_file_range) while XXH3 reads the same bytes
+ * through the mapping; each window is then dropped from RSS. */
+static int stream(struct qc_bundle_writer *w, const struct qc_gguf *g, uint64_t off, uint64_t n,
 		  struct qc_progress *pr, struct qc_err *err)
 {
 	while (n) {
 		uint64_t k = n < QC_STREAM_CHUNK ? n : QC_STREAM_CHUNK;
-		const uint8_t *src = g->map + off;
-		if (g->file.fd >= 0) {
-			int rc = qc_map_pread(&g->file, buf, off, k, err);
-			if (rc)
-				return rc;
-			src = buf;
-		}
-		int rc = qc_bundle_writer_write(w, src, k, err);
+		int rc = g->file.fd >= 0 ? qc_bundle_writer_copy(w, g->map + off, g->file.fd, off, k, err)
+					 : qc_bundle_writer_write(w, g->map + off, k, err);
 		if (rc)
 			return rc;
+		qc_map_release(&g->file, off, k);
 		qc_progress_add(pr, k);
 		off += k;
 		n -= k;
@@ -96,7 +102,7 @@ static int stream(struct qc_bundle_writer *w, const struct qc_gguf *g, uint64_t 
 }
 
 static int write_tensor(const struct qc_gguf_model *m, struct qc_bundle_writer *w, struct qc_plan_tensor *t,
-			uint8_t *buf, struct qc_progress *pr, struct qc_err *err)
+			struct qc_progress *pr, struct qc_err *err)
 {
 	int rc = qc_bundle_writer_begin(w, t->name, t->size, &t->off, err);
 	if (rc)
@@ -106,14 +112,14 @@ static int write_tensor(const struct qc_gguf_model *m, struct qc_bundle_writer *
 	QC_ASSERT(qc_type_row_bytes(t->type, (uint64_t)t->ne[0], &row) == QC_OK);
 	if (t->n_parts == 1) {
 		const struct qc_gguf_tensor *s = t->parts[0].src;
-		rc = stream(w, m->files[s->file_idx], s->data_off, s->n_bytes, buf, pr, err);
+		rc = stream(w, m->files[s->file_idx], s->data_off, s->n_bytes, pr, err);
 	} else {
 		uint64_t slices = (uint64_t)t->ne[2] * (uint64_t)t->ne[3];
 		for (uint64_t sl = 0; !rc && sl < slices; sl++)
 			for (int k = 0; !rc && k < t->n_parts; k++) {
 				const struct qc_plan_part *pp = &t->parts[k];
 				uint64_t span = (uint64_t)pp->n_rows * row;
-				rc = stream(w, m->files[pp->src->file_idx], pp->src->data_off + sl * span, span, buf, pr, err);
+				rc = stream(w, m->files[pp->src->file_idx], pp->src->data_off + sl * span, span, pr, err);
 			}
 	}
 	if (!rc)
@@ -159,8 +165,7 @@ int qc_convert_gguf(const struct qc_convert_opts *o, struct qc_convert_stats *st
 	struct qc_progress pr;
 	double t0 = qc_now();
 	cJSON *man = cJSON_CreateObject();
-	uint8_t *buf = malloc(QC_STREAM_CHUNK);
-	if (!man || !buf)
+	if (!man)
 		return qc_err_set(err, QC_ENOMEM, o->in, NULL, -1, "out of memory");
 	int rc = qc_gguf_model_open(o->in, &m, err);
 	if (rc)
@@ -177,7 +182,18 @@ int qc_convert_gguf(const struct qc_convert_opts *o, struct qc_convert_stats *st
 	uint64_t in_total = 0;
 	for (int f = 0; f < m->n_files; f++)
 		in_total += m->files[f]->size;
-	qc_progress_init(&pr, "converting", in_total + plan->total_bytes);
+	qc_progress_init(&pr, "converting", plan->total_bytes);
+	struct hash_job hj = { .m = m, .hashes = calloc((size_t)m->n_files, sizeof(uint64_t)) };
+	pthread_t th;
+	bool threaded = hj.hashes && pthread_create(&th, NULL, hash_sources, &hj) == 0;
+	if (!hj.hashes) {
+		rc = qc_err_set(err, QC_ENOMEM, o->in, NULL, -1, "out of memory");
+		goto out;
+	}
+	if (!threaded) {
+		QC_WARN_ONCE("cannot start the hashing thread; hashing the source inline");
+		hash_sources(&hj);
+	}
 
 	cJSON_AddStringToObject(man, "format", "qconvert-bundle");
 	cJSON *ver = cJSON_AddArrayToObject(man, "version");
@@ -191,17 +207,22 @@ int qc_convert_gguf(const struct qc_convert_opts *o, struct qc_convert_stats *st
 	cJSON *src = cJSON_AddObjectToObject(man, "source");
 	cJSON_AddStringToObject(src, "format", "gguf");
 	cJSON_AddNumberToObject(src, "gguf_version", m->files[0]->version);
-	rc = hash_sources(m, src, buf, &pr, err);
-	if (!rc)
-		rc = qc_meta_from_gguf(m, man, err);
+	rc = qc_meta_from_gguf(m, man, err);
 	if (!rc)
 		rc = qc_bundle_writer_open(o->out, o->alignment, &w, err);
 	cJSON *tensors = cJSON_AddArrayToObject(man, "tensors");
 	for (uint64_t i = 0; !rc && i < plan->n; i++) {
-		rc = write_tensor(m, w, &plan->t[i], buf, &pr, err);
+		rc = write_tensor(m, w, &plan->t[i], &pr, err);
 		if (!rc && !cJSON_AddItemToArray(tensors, tensor_json(&plan->t[i])))
 			rc = qc_err_set(err, QC_ENOMEM, o->out, NULL, -1, "out of memory");
 	}
+	if (threaded)
+		pthread_join(th, NULL);
+	if (!rc && hj.rc)
+		rc = qc_err_set(err, QC_ENOMEM, o->in, NULL, -1, "out of memory hashing the source");
+	if (!rc)
+		add_source_files(m, hj.hashes, src);
+	free(hj.hashes);
 	if (!rc) {
 		rc = qc_bundle_writer_finish(w, man, err);
 		w = NULL;
@@ -218,6 +239,5 @@ out:
 	qc_plan_free(plan);
 	qc_gguf_model_close(m);
 	cJSON_Delete(man);
-	free(buf);
 	return rc;
 }

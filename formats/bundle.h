@@ -107,6 +107,10 @@ int qc_bundle_writer_open(const char *path, uint32_t alignment, struct qc_bundle
 int qc_bundle_writer_begin(struct qc_bundle_writer *w, const char *name, uint64_t size, uint64_t *off,
 			   struct qc_err *err);
 int qc_bundle_writer_write(struct qc_bundle_writer *w, const void *data, uint64_t n, struct qc_err *err);
+/* Append n bytes that are at src_off in file src_fd, whose content is also mapped at data
+ * (hashed from there): copied in the kernel with copy_file_range, no user-space copy. */
+int qc_bundle_writer_copy(struct qc_bundle_writer *w, const void *data, int src_fd, uint64_t src_off, uint64_t n,
+			  struct qc_err *err);
 /* End the member; fails if fewer/more than size bytes were written. */
 int qc_bundle_writer_end(struct qc_bundle_writer *w, uint64_t *xxh3, struct qc_err *err);
 /* Write manifest (not consumed), the end of archive, the header; fsync; rename. Frees w. */

@@ -40,6 +40,16 @@ void qc_bundle_hash_hex(uint64_t h, char out[17])
 	snprintf(out, 17, "%016llx", (unsigned long long)h);
 }
 
+/* Start writeback every 64 MiB: dirty pages never pile up to the kernel's throttling
+ * limit, and the final fsync has little left to do. */
+static void kick_writeback(struct qc_bundle_writer *w)
+{
+	if (w->pos - w->flushed >= (64u << 20)) {
+		sync_file_range(w->fd, (off_t)w->flushed, (off_t)(w->pos - w->flushed), SYNC_FILE_RANGE_WRITE);
+		w->flushed = w->pos;
+	}
+}
+
 static int write_all(struct qc_bundle_writer *w, const void *p, uint64_t n, struct qc_err *err)
 {
 	const uint8_t *b = p;
@@ -55,12 +65,7 @@ static int write_all(struct qc_bundle_writer *w, const void *p, uint64_t n, stru
 		n -= (uint64_t)r;
 		w->pos += (uint64_t)r;
 	}
-	/* Kick off writeback every 64 MiB: dirty pages never pile up to the kernel's
-	 * throttling limit, and the final fsync has little left to do. */
-	if (w->pos - w->flushed >= (64u << 20)) {
-		sync_file_range(w->fd, (off_t)w->flushed, (off_t)(w->pos - w->flushed), SYNC_FILE_RANGE_WRITE);
-		w->flushed = w->pos;
-	}
+	kick_writeback(w);
 	return QC_OK;
 }
 
@@ -171,6 +176,38 @@ int qc_bundle_writer_write(struct qc_bundle_writer *w, const void *data, uint64_
 	XXH3_64bits_update(w->xx, data, (size_t)n);
 	w->got += n;
 	return write_all(w, data, n, err);
+}
+
+int qc_bundle_writer_copy(struct qc_bundle_writer *w, const void *data, int src_fd, uint64_t src_off, uint64_t n,
+			  struct qc_err *err)
+{
+	static int no_cfr; /* copy_file_range unavailable here: use write() from then on */
+	QC_ASSERT(w->in_member);
+	if (n > w->want - w->got)
+		return qc_err_set(err, QC_EINVAL, w->path, w->name, (int64_t)w->pos,
+				  "tensor data longer than its declared %llu bytes", (unsigned long long)w->want);
+	XXH3_64bits_update(w->xx, data, (size_t)n);
+	w->got += n;
+	loff_t in = (loff_t)src_off;
+	while (n && !no_cfr) {
+		ssize_t r = copy_file_range(src_fd, &in, w->fd, NULL, n > (1u << 30) ? (1u << 30) : (size_t)n, 0);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0 && (errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP) &&
+		    in == (loff_t)src_off) {
+			QC_WARN_ONCE("copy_file_range unavailable (%s); copying through user space", strerror(errno));
+			no_cfr = 1;
+			break;
+		}
+		if (r <= 0)
+			return qc_err_set(err, QC_EIO, w->tmp, w->name, (int64_t)w->pos, "copy failed: %s",
+					  r < 0 ? strerror(errno) : "source ended early");
+		n -= (uint64_t)r;
+		w->pos += (uint64_t)r;
+		data = (const uint8_t *)data + r;
+		kick_writeback(w);
+	}
+	return n ? write_all(w, data, n, err) : QC_OK;
 }
 
 int qc_bundle_writer_end(struct qc_bundle_writer *w, uint64_t *xxh3, struct qc_err *err)
