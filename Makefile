@@ -1,5 +1,5 @@
 # qconvert — one plain Makefile, one target per deliverable.
-#   make            build/bin/{qconvert,mkgguf} (+ CUDA objects when nvcc exists)
+#   make            build/bin/{qconvert,qrun,mkgguf} (+ CUDA objects when nvcc exists)
 #   make test       every CPU test; ends with "N passed, N failed"
 #   make asan       the same tests under AddressSanitizer + UBSan
 #   make fuzz       libFuzzer harnesses (clang), FUZZ_SECONDS each
@@ -35,7 +35,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 CU_SRC   := $(wildcard kernels/cuda/*.cu)
 CU_OBJ   := $(CU_SRC:%.cu=$(BUILD)/obj/%.o)
 
-BINS := $(BUILD)/bin/qconvert $(BUILD)/bin/mkgguf
+BINS := $(BUILD)/bin/qconvert $(BUILD)/bin/mkgguf $(BUILD)/bin/qrun
 
 .PHONY: all deps test check asan fuzz bench cuda-check clean sample tests-build
 all: $(BINS) $(if $(NVCC),cuda-check)
@@ -57,6 +57,10 @@ $(BUILD)/bin/qconvert: $(BUILD)/obj/convert/qconvert.o $(LIB)
 	$(CC) $(CFLAGS) $(QCFLAGS) $^ -o $@ $(LDLIBS)
 
 $(BUILD)/bin/mkgguf: $(BUILD)/obj/samples/mkgguf.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(QCFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/bin/qrun: $(BUILD)/obj/runtime/qrun_main.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(QCFLAGS) $^ -o $@ $(LDLIBS)
 

@@ -1,6 +1,7 @@
 /* qc_err.c — filling and formatting struct qc_err. See qc_err.h. */
 #include "qc_err.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,4 +92,9 @@ void qc_assert_fail(const char *file, int line, const char *what)
 {
 	fprintf(stderr, "qconvert: internal error at %s:%d: assertion '%s' failed\n", file, line, what);
 	abort();
+}
+
+void qc_warn_prefix(void)
+{
+	fprintf(stderr, "%s: warning: ", program_invocation_short_name);
 }

@@ -62,6 +62,8 @@ void qc_assert_fail(const char *file, int line, const char *what) __attribute__(
 
 /* A deliberate slow or alternative path logs once per call site. */
 #define QC_WARN_ONCE(...) \
-	do { static int warned_; if (!warned_) { warned_ = 1; fprintf(stderr, "qconvert: warning: " __VA_ARGS__); fputc('\n', stderr); } } while (0)
+	do { static int warned_; if (!warned_) { warned_ = 1; qc_warn_prefix(); fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); } } while (0)
+/* Prints "<program>: warning: " to stderr. */
+void qc_warn_prefix(void);
 
 #endif

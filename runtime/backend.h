@@ -1,0 +1,56 @@
+/* backend.h — the compute interface the engine drives (CPU today, CUDA later).
+ *
+ * Owns: struct qc_backend_ops, the three calls a backend provides: create (take
+ * the model's weights — upload them, or for the CPU just keep the views — and
+ * allocate a K/V pool of n_blocks blocks), forward (one scheduler plan), destroy.
+ * Contract of forward: perform plan->n_cow block copies first; write the K/V of
+ * every planned token to its slot; attention reads K/V only through the plan's
+ * block tables; write one row of n_vocab logits per entry with need_logits, in
+ * entry order (row k = the k-th such entry), computed at that entry's last token.
+ * Non-goals: scheduling, sampling, tokenization (engine.c), thread safety.
+ */
+#ifndef QC_BACKEND_H
+#define QC_BACKEND_H
+
+#include <stdint.h>
+
+#include "model.h"
+#include "qc_err.h"
+#include "scheduler.h"
+
+/* How matmul activations are rounded before the dot product. */
+enum qc_act_round {
+	QC_ACT_ROUND_NONE = 0,      /* float activations (the plain reference) */
+	QC_ACT_ROUND_GGML = 1,      /* as ggml's CPU vec_dot_type: f16/bf16 for those
+				       weights, 8-bit blocks (q8_0 / q8_K) for quantized */
+};
+
+struct qc_backend_params {
+	int32_t n_blocks;           /* K/V pool size in blocks (qc_kv_blocks_total) */
+	int32_t block_tokens;       /* tokens per block */
+	int32_t max_tokens;         /* most tokens one forward will carry */
+	int32_t max_logits;         /* most logits rows one forward will write */
+	int32_t max_ctx;            /* longest sequence attention will see */
+	enum qc_act_round act_round;
+	int32_t n_threads;          /* worker threads for matmuls, >= 1 */
+};
+
+struct qc_backend_ops {
+	const char *name;
+	/* m is borrowed and outlives the backend. QC_OK and *state, or an error. */
+	int (*create)(const struct qc_model *m, const struct qc_backend_params *p, void **state,
+		      struct qc_err *err);
+	/* logits: (plan->n_logits, n_vocab) floats, caller-owned. */
+	int (*forward)(void *state, const struct qc_sched_plan *plan, float *logits,
+		       struct qc_err *err);
+	void (*destroy)(void *state); /* accepts NULL */
+};
+
+/* The plain-C backend (backend_cpu.c). */
+extern const struct qc_backend_ops qc_backend_cpu;
+
+/* Bytes of one K/V block for m with float storage (qc_kv_block_bytes). */
+int qc_backend_block_bytes(const struct qc_model *m, int32_t block_tokens, uint64_t *out,
+			   struct qc_err *err);
+
+#endif

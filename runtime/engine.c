@@ -1,0 +1,348 @@
+/* engine.c — the serving loop: plan -> forward -> sample -> commit.
+ *
+ * Owns: the per-request table and the glue between the leaf modules; no math.
+ * Sizing at new: block bytes from the backend, K/V pool from the budget, one
+ * K/V row per running sequence, plan maxima passed to the backend so it never
+ * allocates in forward. Invariant: a request's output only grows by tokens the
+ * scheduler accepted, so recompute after preemption never duplicates a token.
+ */
+#include "engine.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "vocab.h"
+
+struct req {
+	uint64_t id;
+	struct qc_sampler *sampler;
+	int32_t *out;              /* (n_out) generated ids */
+	int32_t n_out, cap;
+	enum qc_sched_finish finish;
+};
+
+struct qc_engine {
+	struct qc_model *model;
+	struct qc_vocab *vocab;
+	const struct qc_backend_ops *be;
+	void *be_state;
+	struct qc_kv *kv;
+	struct qc_sched *sched;
+	struct qc_sampler_ws *ws;
+	struct qc_engine_opts opts;
+	float *logits;             /* (max_running, n_vocab) */
+	int32_t *sampled;          /* (max_running) */
+	struct req **entry_req;    /* (max_running) request of each plan entry */
+	struct req **reqs;         /* (n_reqs) live and finished, unreleased */
+	size_t n_reqs, cap_reqs;
+};
+
+void qc_engine_opts_init(struct qc_engine_opts *o)
+{
+	memset(o, 0, sizeof *o);
+	o->act_round = QC_ACT_ROUND_GGML;
+}
+
+static struct req *find_req(const struct qc_engine *e, uint64_t id)
+{
+	for (size_t i = 0; i < e->n_reqs; i++)
+		if (e->reqs[i]->id == id)
+			return e->reqs[i];
+	return NULL;
+}
+
+static void req_free(struct req *r)
+{
+	if (!r)
+		return;
+	qc_sampler_free(r->sampler);
+	free(r->out);
+	free(r);
+}
+
+int qc_engine_new(const char *path, const struct qc_engine_opts *o, struct qc_engine **out,
+		  struct qc_err *err)
+{
+	struct qc_engine *e;
+	struct qc_engine_opts def;
+	int rc;
+
+	*out = NULL;
+	if (!o) {
+		qc_engine_opts_init(&def);
+		o = &def;
+	}
+	e = calloc(1, sizeof *e);
+	if (!e)
+		return qc_err_set(err, QC_ENOMEM, path, NULL, -1, "out of memory");
+	e->opts = *o;
+	struct qc_engine_opts *op = &e->opts;
+	e->be = op->backend ? op->backend : &qc_backend_cpu;
+
+	/* model and tokenizer */
+	if ((rc = qc_model_open(path, &e->model, err)))
+		goto out_free;
+	const struct qc_model_config *cfg = &e->model->cfg;
+	const cJSON *tok = cJSON_GetObjectItemCaseSensitive(e->model->bundle->manifest, "tokenizer");
+	if (tok && (rc = qc_vocab_from_json(tok, &e->vocab, err)))
+		goto out_free;
+
+	/* geometry */
+	if (!op->block_tokens)
+		op->block_tokens = QC_KV_BLOCK_TOKENS_DEFAULT;
+	if (!op->max_running)
+		op->max_running = 8;
+	if (!op->max_seq_tokens)
+		op->max_seq_tokens = cfg->n_ctx_train > 0 && cfg->n_ctx_train < 4096 ? cfg->n_ctx_train : 4096;
+	if (!op->max_batch_tokens)
+		op->max_batch_tokens = 512;
+	uint64_t block_bytes;
+	if ((rc = qc_backend_block_bytes(e->model, op->block_tokens, &block_bytes, err)))
+		goto out_free;
+	if (!op->kv_budget_bytes) {
+		/* max_running full sequences, but no more than 2 GiB unless one sequence
+		 * alone needs more; the scheduler preempts when the pool runs out */
+		uint64_t blocks = ((uint64_t)op->max_seq_tokens + (uint64_t)op->block_tokens - 1) /
+				  (uint64_t)op->block_tokens;
+		uint64_t one = blocks * block_bytes, cap = (uint64_t)2 << 30;
+		op->kv_budget_bytes = one * (uint64_t)op->max_running;
+		if (op->kv_budget_bytes > cap)
+			op->kv_budget_bytes = one > cap ? one : cap;
+	}
+
+	/* paged K/V and the scheduler */
+	struct qc_kv_config kc;
+	qc_kv_config_init(&kc);
+	kc.budget_bytes = op->kv_budget_bytes;
+	kc.block_bytes = block_bytes;
+	kc.block_tokens = op->block_tokens;
+	kc.max_seqs = op->max_running;
+	kc.max_seq_tokens = op->max_seq_tokens;
+	if ((rc = qc_kv_new(&kc, &e->kv, err)))
+		goto out_free;
+	struct qc_sched_config sc;
+	qc_sched_config_init(&sc);
+	sc.max_running = op->max_running;
+	sc.max_batch_tokens = op->max_batch_tokens;
+	sc.max_prefill_tokens = op->max_batch_tokens;
+	if ((rc = qc_sched_new(&sc, e->kv, &e->sched, err)))
+		goto out_free;
+
+	/* backend */
+	struct qc_backend_params bp = {
+		.n_blocks = qc_kv_blocks_total(e->kv),
+		.block_tokens = op->block_tokens,
+		.max_tokens = op->max_batch_tokens,
+		.max_logits = op->max_running,
+		.max_ctx = qc_kv_max_seq_tokens(e->kv),
+		.act_round = op->act_round,
+	};
+	if ((rc = e->be->create(e->model, &bp, &e->be_state, err)))
+		goto out_free;
+
+	if ((rc = qc_sampler_ws_new(cfg->n_vocab, &e->ws, err)))
+		goto out_free;
+	e->logits = malloc(sizeof(float) * (size_t)op->max_running * (size_t)cfg->n_vocab);
+	e->sampled = calloc((size_t)op->max_running, sizeof *e->sampled);
+	e->entry_req = calloc((size_t)op->max_running, sizeof *e->entry_req);
+	if (!e->logits || !e->sampled || !e->entry_req) {
+		rc = qc_err_set(err, QC_ENOMEM, path, NULL, -1, "out of memory");
+		goto out_free;
+	}
+	*out = e;
+	return QC_OK;
+
+out_free:
+	qc_engine_free(e);
+	return rc;
+}
+
+void qc_engine_free(struct qc_engine *e)
+{
+	if (!e)
+		return;
+	for (size_t i = 0; i < e->n_reqs; i++)
+		req_free(e->reqs[i]);
+	free(e->reqs);
+	free(e->logits);
+	free(e->sampled);
+	free(e->entry_req);
+	qc_sampler_ws_free(e->ws);
+	if (e->be && e->be_state)
+		e->be->destroy(e->be_state);
+	qc_sched_free(e->sched);
+	qc_kv_free(e->kv);
+	qc_vocab_free(e->vocab);
+	qc_model_close(e->model);
+	free(e);
+}
+
+const struct qc_model *qc_engine_model(const struct qc_engine *e)
+{
+	return e->model;
+}
+
+const struct qc_vocab *qc_engine_vocab(const struct qc_engine *e)
+{
+	return e->vocab;
+}
+
+int qc_engine_tokenize(const struct qc_engine *e, const char *text, size_t len, bool add_special,
+		       int32_t **ids, size_t *n_ids, struct qc_err *err)
+{
+	*ids = NULL;
+	*n_ids = 0;
+	if (!e->vocab)
+		return qc_err_set(err, QC_EUNSUPPORTED, e->model->bundle->path, NULL, -1,
+				  "bundle has no tokenizer");
+	unsigned flags = QC_TOK_PARSE_SPECIAL | (add_special ? QC_TOK_ADD_SPECIAL : 0);
+	return qc_tokenize(e->vocab, text, len, (enum qc_tok_flags)flags, ids, n_ids, err);
+}
+
+int qc_engine_add(struct qc_engine *e, const struct qc_engine_request *r, uint64_t *id,
+		  struct qc_err *err)
+{
+	struct req *q;
+	int rc;
+
+	for (int32_t i = 0; i < r->n_prompt; i++)
+		if (r->prompt[i] < 0 || r->prompt[i] >= e->model->cfg.n_vocab)
+			return qc_err_set(err, QC_EINVAL, NULL, NULL, -1,
+					  "prompt token %d at %d outside the vocabulary (%d)",
+					  r->prompt[i], i, e->model->cfg.n_vocab);
+	if (e->n_reqs == e->cap_reqs) {
+		size_t cap = e->cap_reqs ? 2 * e->cap_reqs : 16;
+		struct req **p = realloc(e->reqs, cap * sizeof *p);
+		if (!p)
+			return qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
+		e->reqs = p;
+		e->cap_reqs = cap;
+	}
+	q = calloc(1, sizeof *q);
+	if (!q)
+		return qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
+	if ((rc = qc_sampler_new(&r->sampling, e->opts.max_seq_tokens, &q->sampler, err)))
+		goto out_free;
+	qc_sampler_accept(q->sampler, r->prompt, r->n_prompt);
+
+	struct qc_sched_request sr = {
+		.prompt = r->prompt,
+		.n_prompt = r->n_prompt,
+		.max_tokens = r->max_tokens,
+		.eos_id = -1,
+		.user = q,
+	};
+	if (!r->ignore_eos && e->vocab) {
+		/* end of generation: EOS, EOT, EOM (llama_vocab_is_eog's fixed ids) */
+		const enum qc_special eog[] = {QC_SPECIAL_EOS, QC_SPECIAL_EOT, QC_SPECIAL_EOM};
+		sr.eos_id = qc_vocab_eos(e->vocab);
+		for (size_t k = 0; k < sizeof eog / sizeof eog[0]; k++) {
+			int32_t t = qc_vocab_special(e->vocab, eog[k]);
+			if (t >= 0 && t != sr.eos_id && sr.n_stop_ids < QC_SCHED_MAX_STOP_IDS)
+				sr.stop_ids[sr.n_stop_ids++] = t;
+		}
+	}
+	if ((rc = qc_sched_add(e->sched, &sr, &q->id, err)))
+		goto out_free;
+	e->reqs[e->n_reqs++] = q;
+	*id = q->id;
+	return QC_OK;
+
+out_free:
+	req_free(q);
+	return rc;
+}
+
+static int append_out(struct req *q, int32_t tok, struct qc_err *err)
+{
+	if (q->n_out == q->cap) {
+		int32_t cap = q->cap ? 2 * q->cap : 32;
+		int32_t *p = realloc(q->out, sizeof *p * (size_t)cap);
+		if (!p)
+			return qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
+		q->out = p;
+		q->cap = cap;
+	}
+	q->out[q->n_out++] = tok;
+	return QC_OK;
+}
+
+int qc_engine_step(struct qc_engine *e, struct qc_err *err)
+{
+	struct qc_sched_plan *plan;
+	const int32_t V = e->model->cfg.n_vocab;
+	int rc;
+
+	if ((rc = qc_sched_step(e->sched, &plan, err)))
+		return rc;
+	for (int32_t k = 0; k < plan->n_failed; k++) {
+		struct req *q = find_req(e, plan->failed_ids[k]);
+		if (q)
+			q->finish = QC_SCHED_FINISH_NO_MEMORY;
+	}
+	if (plan->n_seqs == 0)
+		return qc_sched_commit(e->sched, plan, NULL, err);
+	if ((rc = e->be->forward(e->be_state, plan, e->logits, err)))
+		return rc;
+
+	int32_t row = 0;
+	for (int32_t i = 0; i < plan->n_seqs; i++) {
+		struct req *q = qc_sched_seq_user(e->sched, plan->seq_ids[i]);
+		e->entry_req[i] = q;
+		e->sampled[i] = 0;
+		if (!plan->need_logits[i])
+			continue;
+		const float *lg = e->logits + (size_t)row++ * (size_t)V;
+		struct qc_sample_result res;
+		if (e->opts.on_logits)
+			e->opts.on_logits(e->opts.cb_ctx, q->id, q->n_out, lg, V);
+		if ((rc = qc_sampler_sample(q->sampler, e->ws, lg, V, &res, err)))
+			return rc;
+		e->sampled[i] = res.token;
+	}
+	if ((rc = qc_sched_commit(e->sched, plan, e->sampled, err)))
+		return rc;
+	for (int32_t i = 0; i < plan->n_seqs; i++) {
+		struct req *q = e->entry_req[i];
+		if (plan->accepted[i] && (rc = append_out(q, e->sampled[i], err)))
+			return rc;
+		if (plan->finish[i] != QC_SCHED_FINISH_NONE)
+			q->finish = (enum qc_sched_finish)plan->finish[i];
+	}
+	return QC_OK;
+}
+
+bool qc_engine_has_work(const struct qc_engine *e)
+{
+	return qc_sched_has_work(e->sched);
+}
+
+int qc_engine_output(const struct qc_engine *e, uint64_t id, const int32_t **ids, int32_t *n,
+		     enum qc_sched_finish *finish)
+{
+	const struct req *q = find_req(e, id);
+	if (!q)
+		return QC_ENOTFOUND;
+	*ids = q->out;
+	*n = q->n_out;
+	*finish = q->finish;
+	return QC_OK;
+}
+
+void qc_engine_release(struct qc_engine *e, uint64_t id)
+{
+	for (size_t i = 0; i < e->n_reqs; i++) {
+		if (e->reqs[i]->id != id)
+			continue;
+		if (qc_sched_seq_live(e->sched, id))
+			qc_sched_cancel(e->sched, id, NULL);
+		req_free(e->reqs[i]);
+		e->reqs[i] = e->reqs[--e->n_reqs];
+		return;
+	}
+}
+
+void qc_engine_stats(const struct qc_engine *e, struct qc_sched_stats *out)
+{
+	qc_sched_get_stats(e->sched, out);
+}

@@ -1,0 +1,98 @@
+/* engine.h — model + backend + paged KV + scheduler + samplers + tokenizer.
+ *
+ * Owns: the request table (per request: sampler, generated ids, finish reason)
+ * and one logits buffer. Data flow of one qc_engine_step: scheduler plan ->
+ * backend forward (K/V through the plan's block tables) -> sample each entry that
+ * needs logits -> qc_sched_commit -> append accepted tokens. Requests preempted by
+ * the scheduler are recomputed transparently; their output is unchanged.
+ * Finished requests keep their output until qc_engine_release.
+ * Non-goals: threads (one caller thread), stop strings, chat templates, HTTP.
+ */
+#ifndef QC_ENGINE_H
+#define QC_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "model.h"
+#include "qc_err.h"
+#include "sampler.h"
+#include "scheduler.h"
+
+struct qc_engine; /* opaque */
+struct qc_vocab;
+
+/* Called for every sampled position with the raw logits row (valid only during
+ * the call); step counts this request's generated tokens before this one. */
+typedef void (*qc_engine_logits_fn)(void *ctx, uint64_t id, int32_t step, const float *logits,
+				    int32_t n_vocab);
+
+struct qc_engine_opts {
+	const struct qc_backend_ops *backend; /* NULL: qc_backend_cpu */
+	enum qc_act_round act_round;          /* default QC_ACT_ROUND_GGML */
+	int32_t block_tokens;                 /* K/V block size in tokens; 0: 16 */
+	int32_t max_running;                  /* concurrent sequences; 0: 8 */
+	int32_t max_seq_tokens;               /* longest sequence; 0: min(n_ctx_train, 4096) */
+	int32_t max_batch_tokens;             /* tokens per forward; 0: 512 */
+	uint64_t kv_budget_bytes;             /* K/V pool; 0: max_running full sequences,
+						 capped at 2 GiB (or one full sequence) */
+	qc_engine_logits_fn on_logits;        /* optional */
+	void *cb_ctx;
+};
+
+struct qc_engine_request {
+	const int32_t *prompt;     /* (n_prompt) ids, copied; BOS is the caller's business */
+	int32_t n_prompt;          /* >= 1 */
+	int32_t max_tokens;        /* >= 1 */
+	bool ignore_eos;           /* true: only max_tokens stops it */
+	struct qc_sampler_params sampling;
+};
+
+/* Defaults as documented on each field. Never fails. */
+void qc_engine_opts_init(struct qc_engine_opts *o);
+
+/* Open the bundle at path, build model, vocab (when the manifest has a tokenizer),
+ * backend, K/V pool and scheduler. o may be NULL (defaults). Returns QC_OK and
+ * *out, or the failing part's error. *out is NULL on failure. */
+int qc_engine_new(const char *path, const struct qc_engine_opts *o, struct qc_engine **out,
+		  struct qc_err *err);
+
+/* Accepts NULL. Frees everything, live requests included. */
+void qc_engine_free(struct qc_engine *e);
+
+const struct qc_model *qc_engine_model(const struct qc_engine *e);
+/* The tokenizer, or NULL when the bundle has none. */
+const struct qc_vocab *qc_engine_vocab(const struct qc_engine *e);
+
+/* Tokenize text as llama.cpp's common_tokenize(add_special, parse_special = true):
+ * BOS exactly when the vocab asks for it and add_special is set. *ids is malloc'd
+ * (caller frees). QC_EUNSUPPORTED without a tokenizer, else qc_tokenize's codes. */
+int qc_engine_tokenize(const struct qc_engine *e, const char *text, size_t len, bool add_special,
+		       int32_t **ids, size_t *n_ids, struct qc_err *err);
+
+/* Queue a request; *id identifies it. QC_EINVAL (bad ids/params), the
+ * scheduler's QC_ERANGE (too long / queue full), QC_ENOMEM. */
+int qc_engine_add(struct qc_engine *e, const struct qc_engine_request *r, uint64_t *id,
+		  struct qc_err *err);
+
+/* Run one scheduler step (one forward). QC_OK, or a backend/scheduler error
+ * (the engine should then be freed). */
+int qc_engine_step(struct qc_engine *e, struct qc_err *err);
+
+/* True while any request is waiting or running. */
+bool qc_engine_has_work(const struct qc_engine *e);
+
+/* Generated ids so far of request id (valid until the next step or release) and
+ * its finish reason (QC_SCHED_FINISH_NONE while live). QC_ENOTFOUND for an
+ * unknown or released id. */
+int qc_engine_output(const struct qc_engine *e, uint64_t id, const int32_t **ids, int32_t *n,
+		     enum qc_sched_finish *finish);
+
+/* Forget a finished (or cancel and forget a live) request. */
+void qc_engine_release(struct qc_engine *e, uint64_t id);
+
+void qc_engine_stats(const struct qc_engine *e, struct qc_sched_stats *out);
+
+#endif

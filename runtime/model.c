@@ -1,0 +1,316 @@
+/* model.c — manifest config + weight views for the llama family.
+ *
+ * Owns: reading "config", locating every tensor by llama.cpp's GGUF name and
+ * checking its shape against the config once, so the backend never re-checks.
+ * Fused w13 experts are found through the bundle's part table (gate rows then up
+ * rows per expert, docs/bundle.md), so fused and separate stacks look the same.
+ * Non-goals: any arithmetic beyond decoding small vectors.
+ */
+#include "model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_DIM (1 << 24)
+
+static const cJSON *cfg_item(const cJSON *cfg, const char *key)
+{
+	const cJSON *it = cJSON_GetObjectItemCaseSensitive(cfg, key);
+	if (cJSON_IsArray(it)) /* per-layer arrays: this engine needs uniform layers */
+		it = cJSON_GetArrayItem(it, 0);
+	return cJSON_IsNumber(it) ? it : NULL;
+}
+
+static int cfg_int(const cJSON *cfg, const char *key, int32_t def, bool required, int32_t *out,
+		   const char *path, struct qc_err *err)
+{
+	const cJSON *it = cfg_item(cfg, key);
+	if (!it) {
+		if (required)
+			return qc_err_set(err, QC_EFORMAT, path, NULL, -1, "config key '%s' missing", key);
+		*out = def;
+		return QC_OK;
+	}
+	if (!(it->valuedouble >= 0 && it->valuedouble <= MAX_DIM))
+		return qc_err_set(err, QC_EFORMAT, path, NULL, -1, "config '%s' = %g out of range", key,
+				  it->valuedouble);
+	*out = (int32_t)it->valuedouble;
+	return QC_OK;
+}
+
+static float cfg_float(const cJSON *cfg, const char *key, float def)
+{
+	const cJSON *it = cfg_item(cfg, key);
+	return it ? (float)it->valuedouble : def;
+}
+
+static int read_config(const struct qc_bundle *b, struct qc_model_config *c, bool *neox,
+		       struct qc_err *err)
+{
+	const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(b->manifest, "config");
+	const char *p = b->path;
+	int rc;
+
+	if (!cJSON_IsObject(cfg))
+		return qc_err_set(err, QC_EFORMAT, p, NULL, -1, "manifest has no config object");
+	const cJSON *arch = cJSON_GetObjectItemCaseSensitive(cfg, "architecture");
+	const char *a = cJSON_IsString(arch) ? arch->valuestring : "";
+	if (!strcmp(a, "llama"))
+		*neox = false;
+	else if (!strcmp(a, "qwen2") || !strcmp(a, "qwen3"))
+		*neox = true; /* llama.cpp: LLAMA_ROPE_TYPE_NEOX for the Qwen family */
+	else
+		return qc_err_set(err, QC_EUNSUPPORTED, p, NULL, -1, "architecture '%s' not supported", a);
+
+	if ((rc = cfg_int(cfg, "n_embd", 0, true, &c->n_embd, p, err)) ||
+	    (rc = cfg_int(cfg, "n_layer", 0, true, &c->n_layer, p, err)) ||
+	    (rc = cfg_int(cfg, "n_head", 0, true, &c->n_head, p, err)) ||
+	    (rc = cfg_int(cfg, "n_head_kv", c->n_head, false, &c->n_head_kv, p, err)) ||
+	    (rc = cfg_int(cfg, "n_expert", 0, false, &c->n_expert, p, err)) ||
+	    (rc = cfg_int(cfg, "n_expert_used", 0, false, &c->n_expert_used, p, err)) ||
+	    (rc = cfg_int(cfg, "n_ctx_train", 4096, false, &c->n_ctx_train, p, err)))
+		return rc;
+	if (c->n_embd < 1 || c->n_layer < 1 || c->n_head < 1 || c->n_head_kv < 1 ||
+	    c->n_head % c->n_head_kv)
+		return qc_err_set(err, QC_EFORMAT, p, NULL, -1,
+				  "config: n_embd %d, n_layer %d, n_head %d, n_head_kv %d inconsistent",
+				  c->n_embd, c->n_layer, c->n_head, c->n_head_kv);
+	if ((rc = cfg_int(cfg, "head_dim_k", c->n_embd / c->n_head, false, &c->head_dim, p, err)))
+		return rc;
+	int32_t hdv;
+	if ((rc = cfg_int(cfg, "head_dim_v", c->head_dim, false, &hdv, p, err)) ||
+	    (rc = cfg_int(cfg, "rope_dim", c->head_dim, false, &c->rope_dim, p, err)))
+		return rc;
+	if (hdv != c->head_dim || c->head_dim < 2 || c->rope_dim > c->head_dim || c->rope_dim % 2)
+		return qc_err_set(err, QC_EUNSUPPORTED, p, NULL, -1,
+				  "head_dim_k %d, head_dim_v %d, rope_dim %d not supported", c->head_dim,
+				  hdv, c->rope_dim);
+	if (c->n_expert && (c->n_expert_used < 1 || c->n_expert_used > c->n_expert))
+		return qc_err_set(err, QC_EFORMAT, p, NULL, -1, "n_expert_used %d of %d experts",
+				  c->n_expert_used, c->n_expert);
+
+	c->norm_eps = cfg_float(cfg, "norm_rms_eps", 1e-5f);
+	c->rope_freq_base = cfg_float(cfg, "rope_freq_base", 10000.0f);
+	const cJSON *st = cJSON_GetObjectItemCaseSensitive(cfg, "rope_scaling_type");
+	if (cJSON_IsString(st) && strcmp(st->valuestring, "linear") && strcmp(st->valuestring, "none"))
+		return qc_err_set(err, QC_EUNSUPPORTED, p, NULL, -1, "rope scaling '%s' not supported",
+				  st->valuestring);
+	/* llama.cpp: scaling factor, else the older linear key; scale = 1 / factor */
+	float factor = cfg_float(cfg, "rope_scaling_factor", 0.0f);
+	if (factor == 0.0f)
+		factor = cfg_float(cfg, "rope_freq_scale_linear", 0.0f);
+	c->rope_freq_scale = factor == 0.0f ? 1.0f : 1.0f / factor;
+	if (!(c->norm_eps > 0) || !(c->rope_freq_base > 0) || !isfinite(c->rope_freq_scale))
+		return qc_err_set(err, QC_EFORMAT, p, NULL, -1, "config: bad eps / rope parameters");
+	return QC_OK;
+}
+
+/* View tensor `name` (or the part of a fused tensor that holds it) as n_mat
+ * matrices of n_out x n_in. n_out = -1 accepts any row count (stored in w). */
+static int mat_view(const struct qc_bundle *b, const char *name, int64_t n_in, int64_t n_out,
+		    int64_t n_mat, bool required, struct qc_mat *w, struct qc_err *err)
+{
+	const struct qc_bundle_part *part = NULL;
+	const struct qc_bundle_tensor *t = qc_bundle_find(b, name);
+	int64_t row0 = 0, rows;
+
+	memset(w, 0, sizeof *w);
+	if (!t)
+		t = qc_bundle_find_part(b, name, &part);
+	if (!t) {
+		if (!required)
+			return QC_OK;
+		return qc_err_set(err, QC_EFORMAT, b->path, name, -1, "tensor missing");
+	}
+	if (t->layout != QC_LAYOUT_GGML)
+		return qc_err_set(err, QC_EUNSUPPORTED, b->path, name, -1,
+				  "layout %d not readable by the CPU backend (convert with --target cpu)",
+				  (int)t->layout);
+	rows = t->ne[1];
+	if (part) {
+		row0 = part->row0;
+		rows = part->n_rows;
+	}
+	if (t->ne[0] != n_in || (n_out >= 0 && rows != n_out) || t->ne[2] != n_mat || t->ne[3] != 1)
+		return qc_err_set(err, QC_EFORMAT, b->path, name, -1,
+				  "shape [%lld, %lld, %lld] where [%lld, %lld, %lld] expected",
+				  (long long)t->ne[0], (long long)rows, (long long)t->ne[2],
+				  (long long)n_in, (long long)n_out, (long long)n_mat);
+	uint64_t rb;
+	int rc = qc_type_row_bytes(t->type, (uint64_t)n_in, &rb);
+	if (rc)
+		return qc_err_set(err, rc, b->path, name, -1, "row of %lld elements not block aligned",
+				  (long long)n_in);
+	w->type = t->type;
+	w->n_in = n_in;
+	w->n_out = rows;
+	w->n_mat = n_mat;
+	w->row_bytes = rb;
+	w->mat_stride = rb * (uint64_t)t->ne[1];
+	w->data = qc_bundle_data(b, t) + (uint64_t)row0 * rb;
+	return QC_OK;
+}
+
+/* Decode a 1-D tensor of n elements into dst (advanced past it). */
+static int vec_load(const struct qc_bundle *b, const char *name, int64_t n, bool required,
+		    float **dst, const float **out, struct qc_err *err)
+{
+	const struct qc_bundle_tensor *t = qc_bundle_find(b, name);
+	*out = NULL;
+	if (!t) {
+		if (!required)
+			return QC_OK;
+		return qc_err_set(err, QC_EFORMAT, b->path, name, -1, "tensor missing");
+	}
+	if (t->ne[0] != n || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1 ||
+	    n % qc_types[t->type].block_elems || !qc_types[t->type].dequant_row)
+		return qc_err_set(err, QC_EFORMAT, b->path, name, -1,
+				  "vector of %lld elements expected (got ne[0] %lld, type %s)",
+				  (long long)n, (long long)t->ne[0], qc_types[t->type].name);
+	qc_types[t->type].dequant_row(qc_bundle_data(b, t), *dst, n);
+	*out = *dst;
+	*dst += n;
+	return QC_OK;
+}
+
+static int load_layer(const struct qc_bundle *b, const struct qc_model_config *c, int il,
+		      struct qc_layer *L, float **store, struct qc_err *err)
+{
+	char n[96];
+	int64_t E = c->n_embd, hd = c->head_dim, q_dim = (int64_t)c->n_head * hd;
+	int64_t kv_dim = (int64_t)c->n_head_kv * hd;
+	int rc;
+
+#define NAME(s) (snprintf(n, sizeof n, "blk.%d." s, il), n)
+	if ((rc = vec_load(b, NAME("attn_norm.weight"), E, true, store, &L->attn_norm, err)) ||
+	    (rc = vec_load(b, NAME("ffn_norm.weight"), E, true, store, &L->ffn_norm, err)) ||
+	    (rc = vec_load(b, NAME("attn_q.bias"), q_dim, false, store, &L->bq, err)) ||
+	    (rc = vec_load(b, NAME("attn_k.bias"), kv_dim, false, store, &L->bk, err)) ||
+	    (rc = vec_load(b, NAME("attn_v.bias"), kv_dim, false, store, &L->bv, err)) ||
+	    (rc = vec_load(b, NAME("attn_q_norm.weight"), hd, false, store, &L->q_norm, err)) ||
+	    (rc = vec_load(b, NAME("attn_k_norm.weight"), hd, false, store, &L->k_norm, err)) ||
+	    (rc = mat_view(b, NAME("attn_q.weight"), E, q_dim, 1, true, &L->wq, err)) ||
+	    (rc = mat_view(b, NAME("attn_k.weight"), E, kv_dim, 1, true, &L->wk, err)) ||
+	    (rc = mat_view(b, NAME("attn_v.weight"), E, kv_dim, 1, true, &L->wv, err)) ||
+	    (rc = mat_view(b, NAME("attn_output.weight"), q_dim, E, 1, true, &L->wo, err)))
+		return rc;
+	if (!c->n_expert) {
+		if ((rc = mat_view(b, NAME("ffn_gate.weight"), E, c->n_ff, 1, true, &L->ffn_gate, err)) ||
+		    (rc = mat_view(b, NAME("ffn_up.weight"), E, c->n_ff, 1, true, &L->ffn_up, err)) ||
+		    (rc = mat_view(b, NAME("ffn_down.weight"), c->n_ff, E, 1, true, &L->ffn_down, err)))
+			return rc;
+		return QC_OK;
+	}
+	int64_t X = c->n_expert;
+	if ((rc = mat_view(b, NAME("ffn_gate_inp.weight"), E, X, 1, true, &L->gate_inp, err)) ||
+	    (rc = mat_view(b, NAME("ffn_gate_exps.weight"), E, c->n_ff, X, true, &L->gate_exps, err)) ||
+	    (rc = mat_view(b, NAME("ffn_up_exps.weight"), E, c->n_ff, X, true, &L->up_exps, err)) ||
+	    (rc = mat_view(b, NAME("ffn_down_exps.weight"), c->n_ff, E, X, true, &L->down_exps, err)))
+		return rc;
+#undef NAME
+	return QC_OK;
+}
+
+/* The FFN width comes from the weights (n_ff in the config may be the dense or
+ * the expert width depending on the converter's source). */
+static int ffn_width(const struct qc_bundle *b, const struct qc_model_config *c, int32_t *n_ff,
+		     struct qc_err *err)
+{
+	const struct qc_bundle_part *part = NULL;
+	const char *name = c->n_expert ? "blk.0.ffn_down_exps.weight" : "blk.0.ffn_down.weight";
+	const struct qc_bundle_tensor *t = qc_bundle_find(b, name);
+	if (!t)
+		t = qc_bundle_find_part(b, name, &part);
+	if (!t)
+		return qc_err_set(err, QC_EFORMAT, b->path, name, -1, "tensor missing");
+	if (t->ne[0] < 1 || t->ne[0] > MAX_DIM)
+		return qc_err_set(err, QC_EFORMAT, b->path, name, -1, "bad FFN width %lld",
+				  (long long)t->ne[0]);
+	*n_ff = (int32_t)t->ne[0];
+	return QC_OK;
+}
+
+int qc_model_from_bundle(struct qc_bundle *b, struct qc_model **out, struct qc_err *err)
+{
+	struct qc_model *m;
+	bool neox = false;
+	int rc;
+
+	*out = NULL;
+	m = calloc(1, sizeof *m);
+	if (!m)
+		return qc_err_set(err, QC_ENOMEM, b->path, NULL, -1, "out of memory");
+	m->bundle = b;
+	struct qc_model_config *c = &m->cfg;
+	if ((rc = read_config(b, c, &neox, err)) || (rc = ffn_width(b, c, &c->n_ff, err)))
+		goto out_free;
+	c->rope_mode = neox ? QC_ROPE_NEOX : QC_ROPE_NORM;
+
+	const struct qc_bundle_tensor *te = qc_bundle_find(b, "token_embd.weight");
+	if (!te) {
+		rc = qc_err_set(err, QC_EFORMAT, b->path, "token_embd.weight", -1, "tensor missing");
+		goto out_free;
+	}
+	if (te->ne[1] < 1 || te->ne[1] > MAX_DIM) {
+		rc = qc_err_set(err, QC_EFORMAT, b->path, "token_embd.weight", -1, "bad vocab size");
+		goto out_free;
+	}
+	c->n_vocab = (int32_t)te->ne[1];
+	if ((rc = mat_view(b, "token_embd.weight", c->n_embd, c->n_vocab, 1, true, &m->token_embd, err)) ||
+	    (rc = mat_view(b, "output.weight", c->n_embd, c->n_vocab, 1, false, &m->output, err)))
+		goto out_free;
+	c->tied_embeddings = m->output.data == NULL;
+	if (c->tied_embeddings)
+		m->output = m->token_embd;
+
+	int64_t hd = c->head_dim;
+	size_t per_layer = 2 * (size_t)c->n_embd + (size_t)(c->n_head + 2 * c->n_head_kv) * hd + 2 * hd;
+	m->vec_store = malloc(sizeof(float) * (per_layer * (size_t)c->n_layer + (size_t)c->n_embd));
+	m->layers = calloc((size_t)c->n_layer, sizeof *m->layers);
+	if (!m->vec_store || !m->layers) {
+		rc = qc_err_set(err, QC_ENOMEM, b->path, NULL, -1, "out of memory");
+		goto out_free;
+	}
+	float *store = m->vec_store;
+	if ((rc = vec_load(b, "output_norm.weight", c->n_embd, true, &store, &m->output_norm, err)))
+		goto out_free;
+	for (int il = 0; il < c->n_layer; il++)
+		if ((rc = load_layer(b, c, il, &m->layers[il], &store, err)))
+			goto out_free;
+	*out = m;
+	return QC_OK;
+
+out_free:
+	m->bundle = NULL;
+	qc_model_close(m);
+	return rc;
+}
+
+int qc_model_open(const char *path, struct qc_model **out, struct qc_err *err)
+{
+	struct qc_bundle *b;
+	int rc = qc_bundle_open(path, &b, err);
+	*out = NULL;
+	if (rc)
+		return rc;
+	rc = qc_model_from_bundle(b, out, err);
+	if (rc) {
+		qc_bundle_close(b);
+		return rc;
+	}
+	(*out)->own_bundle = true;
+	return QC_OK;
+}
+
+void qc_model_close(struct qc_model *m)
+{
+	if (!m)
+		return;
+	if (m->own_bundle)
+		qc_bundle_close(m->bundle);
+	free(m->layers);
+	free(m->vec_store);
+	free(m);
+}

@@ -1,0 +1,96 @@
+/* model.h — model config and weight views over an open bundle (no compute).
+ *
+ * Owns: struct qc_model: the hyper-parameters read from the manifest "config",
+ * and per-layer weight views (pointer into the mapped bundle + encoding + shape)
+ * computed once at open. Small vectors (norm weights, biases) are decoded to
+ * float through the type-traits table into model-owned arrays.
+ * Supported: arch "llama": GQA, tied embeddings (output = token_embd when
+ * output.weight is absent), RoPE NORM mode with rope_freq_base and linear scaling,
+ * Mixtral-style MoE (fused ffn_gate_up_exps or separate gate/up experts); arch
+ * "qwen2"/"qwen3": NEOX RoPE, q/k/v biases, per-head q/k RMSNorm (these two are
+ * not covered by a reference fixture yet).
+ * Non-goals: YaRN/llama3 rope factors, shared experts, sliding window.
+ * Reference: llama.cpp c392e50 build_llama / llm_build_moe_ffn (facts only).
+ */
+#ifndef QC_MODEL_H
+#define QC_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "bundle.h"
+#include "qc_err.h"
+#include "qtype.h"
+
+/* A weight matrix view: n_out rows of n_in elements, ggml row encoding; for an
+ * expert stack, n_mat matrices mat_stride bytes apart. data is NULL when absent. */
+struct qc_mat {
+	const uint8_t *data;   /* first row of matrix 0; valid until qc_model_close */
+	enum qc_type type;
+	int64_t n_in;          /* elements per row (ne[0]) */
+	int64_t n_out;         /* rows per matrix */
+	int64_t n_mat;         /* matrices (experts), 1 for dense */
+	uint64_t row_bytes;    /* bytes per row */
+	uint64_t mat_stride;   /* bytes from matrix e to e+1 */
+};
+
+/* Rotary embedding pairing (llama.cpp LLAMA_ROPE_TYPE_NORM / _NEOX). */
+enum qc_rope_mode {
+	QC_ROPE_NORM = 0,  /* rotate adjacent pairs (x[2i], x[2i+1]): llama */
+	QC_ROPE_NEOX = 2,  /* rotate (x[i], x[i + n_rot/2]): qwen2, qwen3 */
+};
+
+struct qc_model_config {
+	int32_t n_embd, n_layer, n_head, n_head_kv, head_dim, n_vocab;
+	int32_t n_ff;              /* dense FFN width, or per-expert width for MoE */
+	int32_t n_expert, n_expert_used;
+	int32_t rope_dim;          /* rotated leading dims of each head */
+	enum qc_rope_mode rope_mode;
+	float rope_freq_base;
+	float rope_freq_scale;     /* 1 / linear scaling factor; 1 when none */
+	float norm_eps;            /* RMSNorm epsilon */
+	int32_t n_ctx_train;
+	bool tied_embeddings;      /* output weight is token_embd */
+};
+
+struct qc_layer {
+	const float *attn_norm;    /* (n_embd) */
+	const float *ffn_norm;     /* (n_embd) */
+	const float *bq, *bk, *bv; /* (n_head*hd), (n_head_kv*hd) x2; NULL when absent */
+	const float *q_norm, *k_norm; /* (head_dim) per-head RMSNorm weights; NULL when absent */
+	struct qc_mat wq, wk, wv, wo;
+	struct qc_mat ffn_gate, ffn_up, ffn_down;          /* dense FFN */
+	struct qc_mat gate_inp;                            /* (n_expert, n_embd) router */
+	struct qc_mat gate_exps, up_exps, down_exps;       /* (n_expert) x (n_ff, n_embd) */
+};
+
+struct qc_model {
+	struct qc_model_config cfg;
+	struct qc_bundle *bundle;  /* owned when opened by qc_model_open */
+	bool own_bundle;
+	struct qc_mat token_embd;  /* (n_vocab, n_embd) */
+	struct qc_mat output;      /* (n_vocab, n_embd); token_embd's view when tied */
+	const float *output_norm;  /* (n_embd) */
+	struct qc_layer *layers;   /* (n_layer) */
+	float *vec_store;          /* owns every decoded vector above */
+};
+
+/* Open the bundle at path and build the model over it (the model owns it).
+ * Returns QC_OK and *out, or the bundle's error, QC_EFORMAT (missing/mis-shaped
+ * tensor or config key, naming it), QC_EUNSUPPORTED (architecture or feature),
+ * QC_ENOMEM. *out is NULL on failure. */
+int qc_model_open(const char *path, struct qc_model **out, struct qc_err *err);
+
+/* Same over an open bundle, borrowed: it must outlive the model. */
+int qc_model_from_bundle(struct qc_bundle *b, struct qc_model **out, struct qc_err *err);
+
+/* Accepts NULL; closes the bundle when the model owns it. */
+void qc_model_close(struct qc_model *m);
+
+/* Pointer to row r of matrix e of w. */
+static inline const uint8_t *qc_mat_row(const struct qc_mat *w, int64_t e, int64_t r)
+{
+	return w->data + (uint64_t)e * w->mat_stride + (uint64_t)r * w->row_bytes;
+}
+
+#endif

@@ -1,0 +1,451 @@
+/* qrun_main.c — the qrun command: generate text from a bundle or a GGUF.
+ *
+ *   qrun MODEL -p TEXT -n N [--temp T] [--seed S] [--json] [--ignore-eos] [--device cpu|cuda]
+ *   qrun MODEL --tokenize TEXT [--bos]
+ *
+ * MODEL is a .qb bundle or a .gguf; a GGUF is converted first (target cpu) into a
+ * private temp directory under $TMPDIR, mapped, and unlinked at once, so nothing is
+ * left behind. `-p -` reads the prompt's raw bytes from stdin. BOS is added exactly
+ * when the vocabulary asks for it (llama.cpp's add_special). Non-goals: chat
+ * templates, interactive mode, stop strings.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bundle.h"
+#include "convert.h"
+#include "engine.h"
+#include "plan.h"
+#include "vocab.h"
+
+static const char *prog = "qrun";
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: %s MODEL -p TEXT [-n N] [--temp T] [--seed S] [--json] [--ignore-eos]\n"
+		"                [--device cpu|cuda]\n"
+		"       %s MODEL --tokenize TEXT [--bos]\n"
+		"MODEL: a .qb bundle or a .gguf (converted to a temp bundle first).\n"
+		"-p - reads the prompt from stdin. --temp 0 (default) is greedy.\n",
+		prog, prog);
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static char *read_stdin(size_t *len)
+{
+	size_t cap = 4096, n = 0;
+	char *buf = malloc(cap);
+	while (buf) {
+		if (n == cap) {
+			char *p = realloc(buf, cap * 2);
+			if (!p)
+				break;
+			buf = p;
+			cap *= 2;
+		}
+		size_t r = fread(buf + n, 1, cap - n, stdin);
+		n += r;
+		if (r == 0) {
+			*len = n;
+			return buf;
+		}
+	}
+	free(buf);
+	return NULL;
+}
+
+static bool is_gguf(const char *path)
+{
+	unsigned char m[4] = {0};
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return false;
+	size_t r = fread(m, 1, 4, f);
+	fclose(f);
+	return r == 4 && !memcmp(m, "GGUF", 4);
+}
+
+/* Open the engine over path; a GGUF goes through a temp bundle that is unlinked
+ * as soon as it is mapped. */
+static int open_engine(const char *path, struct qc_engine **e, struct qc_err *err)
+{
+	struct qc_engine_opts o;
+	qc_engine_opts_init(&o);
+	if (!is_gguf(path))
+		return qc_engine_new(path, &o, e, err);
+
+	const char *td = getenv("TMPDIR");
+	char dir[4096], out[4200];
+	snprintf(dir, sizeof dir, "%s/qrun-XXXXXX", td && *td ? td : "/tmp");
+	if (!mkdtemp(dir))
+		return qc_err_set(err, QC_EIO, dir, NULL, -1, "mkdtemp: %s", strerror(errno));
+	snprintf(out, sizeof out, "%s/model.qb", dir);
+	struct qc_convert_opts co = {.in = path, .out = out, .target = QC_TARGET_CPU,
+				     .alignment = QC_BUNDLE_ALIGN, .plan_flags = QC_PLAN_FUSE_MOE};
+	int rc = qc_convert_gguf(&co, NULL, err);
+	if (!rc)
+		rc = qc_engine_new(out, &o, e, err);
+	unlink(out);
+	rmdir(dir);
+	return rc;
+}
+
+/* --tokenize needs only the vocabulary: read it straight from the GGUF (vocab-only
+ * files have no weights to convert) or from the bundle's manifest. Special-token
+ * text is not parsed, as llama.cpp's tokenizer tests do; --bos adds BOS. */
+static int tokenize_only(const char *path, const char *text, size_t len, bool bos, int32_t **ids, size_t *n,
+			 struct qc_err *err)
+{
+	struct qc_gguf *g = NULL;
+	struct qc_bundle *b = NULL;
+	struct qc_vocab *v = NULL;
+	int rc;
+	if (is_gguf(path)) {
+		rc = qc_gguf_open(path, &g, err);
+		if (!rc)
+			rc = qc_vocab_from_gguf(g, &v, err);
+	} else {
+		rc = qc_bundle_open(path, &b, err);
+		const cJSON *tok = b ? cJSON_GetObjectItemCaseSensitive(b->manifest, "tokenizer") : NULL;
+		if (!rc && !tok)
+			rc = qc_err_set(err, QC_EUNSUPPORTED, path, NULL, -1, "bundle has no tokenizer");
+		if (!rc)
+			rc = qc_vocab_from_json(tok, &v, err);
+	}
+	if (!rc)
+		rc = qc_tokenize(v, text, len, bos ? QC_TOK_ADD_SPECIAL : (enum qc_tok_flags)0, ids, n, err);
+	qc_vocab_free(v);
+	qc_gguf_close(g);
+	qc_bundle_close(b);
+	return rc;
+}
+
+/* Append n bytes to the NUL-terminated growable string *s. */
+static int append(char **s, size_t *len, size_t *cap, const char *p, size_t n, struct qc_err *err)
+{
+	if (*len + n + 1 > *cap) {
+		size_t c = *cap ? *cap : 256;
+		while (c < *len + n + 1)
+			c *= 2;
+		char *q = realloc(*s, c);
+		if (!q)
+			return qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
+		*s = q;
+		*cap = c;
+	}
+	memcpy(*s + *len, p, n);
+	*len += n;
+	(*s)[*len] = '\0';
+	return QC_OK;
+}
+
+/* Append the bytes token id stands for. */
+static int append_piece(const struct qc_vocab *v, int32_t id, enum qc_piece_flags flags, char **s,
+			size_t *len, size_t *cap, struct qc_err *err)
+{
+	char buf[256];
+	size_t n = qc_token_to_piece(v, id, buf, sizeof buf, flags);
+	if (n <= sizeof buf)
+		return append(s, len, cap, buf, n, err);
+	char *big = malloc(n);
+	if (!big)
+		return qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
+	size_t m = qc_token_to_piece(v, id, big, n, flags);
+	int rc = append(s, len, cap, big, m < n ? m : n, err);
+	free(big);
+	return rc;
+}
+
+static void print_ids(const int32_t *ids, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		printf("%s%d", i ? " " : "", ids[i]);
+	printf("\n");
+}
+
+static void print_json_ids(const int32_t *ids, size_t n)
+{
+	putchar('[');
+	for (size_t i = 0; i < n; i++)
+		printf("%s%d", i ? "," : "", ids[i]);
+	putchar(']');
+}
+
+/* Length of the valid UTF-8 sequence at s[0, n) (RFC 3629: no overlongs,
+ * surrogates or values above U+10FFFF), or 0 when invalid; *trunc is set when
+ * it is invalid only because s ends early (more bytes may complete it). */
+static size_t utf8_seq(const unsigned char *s, size_t n, bool *trunc)
+{
+	unsigned char c = s[0];
+	size_t len;
+	unsigned char lo = 0x80, hi = 0xbf;
+
+	*trunc = false;
+	if (c < 0x80)
+		return 1;
+	if (c >= 0xc2 && c <= 0xdf)
+		len = 2;
+	else if (c >= 0xe0 && c <= 0xef)
+		len = 3;
+	else if (c >= 0xf0 && c <= 0xf4)
+		len = 4;
+	else
+		return 0;
+	if (c == 0xe0)
+		lo = 0xa0;
+	else if (c == 0xed)
+		hi = 0x9f;
+	else if (c == 0xf0)
+		lo = 0x90;
+	else if (c == 0xf4)
+		hi = 0x8f;
+	for (size_t k = 1; k < len; k++) {
+		if (k >= n) {
+			*trunc = true;
+			return 0;
+		}
+		if (s[k] < lo || s[k] > hi)
+			return 0;
+		lo = 0x80;
+		hi = 0xbf;
+	}
+	return len;
+}
+
+/* Make bytes [*done, n) of p valid UTF-8: complete sequences as they are, every
+ * other byte as one U+FFFD each (what llama.cpp's reference texts show: "e7 a6 !"
+ * gives two U+FFFD), handing each run to out. Unless final, a sequence cut off
+ * by the end of p is held back (*done stops before it) for the next call. */
+static void utf8_sanitize(const char *p, size_t n, size_t *done, bool final,
+			  void (*out)(void *ctx, const char *s, size_t len), void *ctx)
+{
+	const unsigned char *u = (const unsigned char *)p;
+	size_t i = *done;
+	while (i < n) {
+		bool trunc;
+		size_t l = utf8_seq(u + i, n - i, &trunc);
+		if (l) {
+			out(ctx, p + i, l);
+			i += l;
+		} else if (trunc && !final) {
+			break;
+		} else {
+			out(ctx, "\xef\xbf\xbd", 3);
+			i += 1;
+		}
+	}
+	*done = i;
+}
+
+static void out_stdout(void *ctx, const char *s, size_t len)
+{
+	(void)ctx;
+	fwrite(s, 1, len, stdout);
+}
+
+struct strbuf {
+	char *s;
+	size_t len, cap;
+	int rc;
+	struct qc_err *err;
+};
+
+static void out_strbuf(void *ctx, const char *s, size_t len)
+{
+	struct strbuf *b = ctx;
+	if (!b->rc)
+		b->rc = append(&b->s, &b->len, &b->cap, s, len, b->err);
+}
+
+/* A JSON string of n bytes of valid UTF-8 (NUL included): quotes, backslashes
+ * and control characters escaped. */
+static void print_json_string(const char *str, size_t n)
+{
+	const unsigned char *s = (const unsigned char *)str;
+	putchar('"');
+	for (size_t i = 0; i < n; i++) {
+		if (s[i] == '"' || s[i] == '\\')
+			printf("\\%c", s[i]);
+		else if (s[i] < 0x20)
+			printf("\\u%04x", s[i]);
+		else
+			putchar(s[i]);
+	}
+	putchar('"');
+}
+
+int main(int argc, char **argv)
+{
+	const char *model = NULL, *prompt = NULL, *tok_text = NULL, *device = "cpu";
+	int n_gen = 32, json = 0, bos = 0, ignore_eos = 0;
+	float temp = 0.0f;
+	unsigned long long seed = 0;
+	struct qc_err err = {0};
+	int rc = 0;
+
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		bool has = i + 1 < argc;
+		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			usage(stdout);
+			return 0;
+		} else if (!strcmp(a, "-p") && has) {
+			prompt = argv[++i];
+		} else if (!strcmp(a, "-n") && has) {
+			n_gen = atoi(argv[++i]);
+		} else if (!strcmp(a, "--temp") && has) {
+			temp = strtof(argv[++i], NULL);
+		} else if (!strcmp(a, "--seed") && has) {
+			seed = strtoull(argv[++i], NULL, 10);
+		} else if (!strcmp(a, "--tokenize") && has) {
+			tok_text = argv[++i];
+		} else if (!strcmp(a, "--device") && has) {
+			device = argv[++i];
+		} else if (!strcmp(a, "--json")) {
+			json = 1;
+		} else if (!strcmp(a, "--bos")) {
+			bos = 1;
+		} else if (!strcmp(a, "--ignore-eos")) {
+			ignore_eos = 1;
+		} else if (a[0] != '-' && !model) {
+			model = a;
+		} else {
+			fprintf(stderr, "%s: unknown or incomplete argument '%s'\n", prog, a);
+			usage(stderr);
+			return 1;
+		}
+	}
+	if (!model || (!prompt && !tok_text) || n_gen < 1) {
+		usage(stderr);
+		return 1;
+	}
+	if (!strcmp(device, "cuda")) {
+		fprintf(stderr, "%s: --device cuda: the CUDA backend is not built yet (use --device cpu)\n", prog);
+		return 2;
+	}
+	if (strcmp(device, "cpu")) {
+		fprintf(stderr, "%s: unknown device '%s' (cpu or cuda)\n", prog, device);
+		return 1;
+	}
+
+	struct qc_engine *e = NULL;
+	const char *text = NULL;
+	char *stdin_buf = NULL;
+	int32_t *pids = NULL;
+	size_t n_pids = 0, text_len = 0, raw_len = 0, raw_cap = 0, raw_done = 0;
+	char *raw = NULL;
+
+	if (tok_text) {
+		size_t tl = strlen(tok_text);
+		if (!strcmp(tok_text, "-")) {
+			stdin_buf = read_stdin(&tl);
+			if (!stdin_buf) {
+				rc = qc_err_set(&err, QC_EIO, "<stdin>", NULL, -1, "cannot read the text");
+				goto out_err;
+			}
+			tok_text = stdin_buf;
+		}
+		if ((rc = tokenize_only(model, tok_text, tl, bos, &pids, &n_pids, &err)))
+			goto out_err;
+		print_ids(pids, n_pids);
+		goto out;
+	}
+	if ((rc = open_engine(model, &e, &err)))
+		goto out_err;
+	if (!strcmp(prompt, "-")) {
+		stdin_buf = read_stdin(&text_len);
+		if (!stdin_buf) {
+			rc = qc_err_set(&err, QC_EIO, "<stdin>", NULL, -1, "cannot read the prompt");
+			goto out_err;
+		}
+		text = stdin_buf;
+	} else {
+		text = prompt;
+		text_len = strlen(prompt);
+	}
+	if ((rc = qc_engine_tokenize(e, text, text_len, true, &pids, &n_pids, &err)))
+		goto out_err;
+	if (n_pids == 0) {
+		rc = qc_err_set(&err, QC_EINVAL, NULL, NULL, -1,
+				"empty prompt and the vocabulary adds no BOS: nothing to condition on");
+		goto out_err;
+	}
+
+	struct qc_engine_request q = {.prompt = pids, .n_prompt = (int32_t)n_pids,
+				      .max_tokens = n_gen, .ignore_eos = ignore_eos};
+	qc_sampler_params_init(&q.sampling);
+	q.sampling.temperature = temp;
+	q.sampling.seed = seed;
+	uint64_t id;
+	if ((rc = qc_engine_add(e, &q, &id, &err)))
+		goto out_err;
+	/* The continuation's pieces as llama.cpp's common_token_to_piece gives them
+	 * (no leading-space strip: it is not a sequence start), made valid UTF-8;
+	 * streamed as they complete with control tokens silent, or with them
+	 * rendered in --json's "text" (as the reference texts have them). */
+
+	double t0 = now_s(), t_first = 0.0;
+	int32_t shown = 0, n = 0;
+	const int32_t *ids = NULL;
+	enum qc_sched_finish fin = QC_SCHED_FINISH_NONE;
+	while (qc_engine_has_work(e)) {
+		if ((rc = qc_engine_step(e, &err)))
+			goto out_err;
+		qc_engine_output(e, id, &ids, &n, &fin);
+		if (n > 0 && t_first == 0.0)
+			t_first = now_s();
+		for (; shown < n; shown++) {
+			if ((rc = append_piece(qc_engine_vocab(e), ids[shown],
+					       json ? QC_PIECE_SPECIAL : 0, &raw, &raw_len, &raw_cap, &err)))
+				goto out_err;
+		}
+		if (!json) {
+			utf8_sanitize(raw, raw_len, &raw_done, false, out_stdout, NULL);
+			fflush(stdout);
+		}
+	}
+	double t1 = now_s();
+	if (!json) {
+		utf8_sanitize(raw, raw_len, &raw_done, true, out_stdout, NULL);
+		printf("\n");
+	} else {
+		struct strbuf txt = {.err = &err};
+		utf8_sanitize(raw, raw_len, &raw_done, true, out_strbuf, &txt);
+		if ((rc = txt.rc)) {
+			free(txt.s);
+			goto out_err;
+		}
+		printf("{\"prompt_ids\":");
+		print_json_ids(pids, n_pids);
+		printf(",\"ids\":");
+		print_json_ids(ids, (size_t)n);
+		printf(",\"text\":");
+		print_json_string(txt.s ? txt.s : "", txt.len);
+		printf(",\"finish\":\"%s\"}\n", qc_sched_finish_name(fin));
+		free(txt.s);
+	}
+	fprintf(stderr, "%s: %zu prompt tokens, %d generated in %.3f s (first token %.3f s, %.1f tokens/s after it)\n",
+		prog, n_pids, n, t1 - t0, t_first > 0 ? t_first - t0 : 0.0,
+		n > 1 && t1 > t_first ? (double)(n - 1) / (t1 - t_first) : 0.0);
+	goto out;
+
+out_err:
+	qc_err_print(&err, prog, stderr);
+out:
+	free(raw);
+	free(pids);
+	free(stdin_buf);
+	qc_engine_free(e);
+	return rc ? 1 : 0;
+}

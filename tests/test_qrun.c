@@ -1,0 +1,178 @@
+/* test_qrun.c — the qrun command line as a user runs it: --json greedy output on a
+ * .gguf equals llama.cpp's reference ids (stories260K: every margin is large), the
+ * same through a converted bundle, --tokenize (stdin bytes) equals llama.cpp's own
+ * tokenizer test vectors on vocab-only GGUFs, and --device cuda says it is absent. */
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../tests/check.h"
+
+static const char *bin(void)
+{
+	const char *b = getenv("QC_BIN");
+	return b && *b ? b : "build/bin";
+}
+
+/* Run cmd with optional stdin bytes; returns malloc'd stdout, *status the exit code. */
+static char *run(const char *cmd, const char *in, size_t in_len, int *status)
+{
+	char tmp[] = "/tmp/qc_qrun_in.XXXXXX";
+	int fd = mkstemp(tmp);
+	if (fd < 0 || (in_len && write(fd, in, in_len) != (ssize_t)in_len))
+		return NULL;
+	close(fd);
+	char full[4096];
+	snprintf(full, sizeof full, "%s < %s 2>/dev/null", cmd, tmp);
+	FILE *p = popen(full, "r");
+	char *out = NULL;
+	size_t len = 0, cap = 0;
+	int c;
+	while (p && (c = fgetc(p)) != EOF) {
+		if (len + 2 > cap) {
+			cap = cap ? cap * 2 : 4096;
+			out = realloc(out, cap);
+		}
+		out[len++] = (char)c;
+	}
+	if (out)
+		out[len] = '\0';
+	int st = p ? pclose(p) : -1;
+	*status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+	unlink(tmp);
+	return out ? out : strdup("");
+}
+
+static cJSON *load_json(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return NULL;
+	fseek(f, 0, SEEK_END);
+	long n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	char *b = malloc((size_t)n + 1);
+	size_t got = fread(b, 1, (size_t)n, f);
+	b[got] = '\0';
+	fclose(f);
+	cJSON *j = cJSON_Parse(b);
+	free(b);
+	return j;
+}
+
+static bool same_ids(const cJSON *a, const cJSON *b)
+{
+	if (cJSON_GetArraySize(a) != cJSON_GetArraySize(b))
+		return false;
+	for (int i = 0; i < cJSON_GetArraySize(a); i++)
+		if (cJSON_GetArrayItem(a, i)->valuedouble != cJSON_GetArrayItem(b, i)->valuedouble)
+			return false;
+	return true;
+}
+
+static void check_greedy(const char *model, const cJSON *g)
+{
+	const char *prompt = cJSON_GetObjectItem(g, "prompt")->valuestring;
+	char cmd[2048];
+	snprintf(cmd, sizeof cmd, "%s/qrun %s -p - -n 32 --temp 0 --ignore-eos --json", bin(), model);
+	int st;
+	char *out = run(cmd, prompt, strlen(prompt), &st);
+	cJSON *j = out ? cJSON_Parse(out) : NULL;
+	CHECK(st == 0 && j, "%s: qrun failed (%d): %s", model, st, out ? out : "");
+	if (j) {
+		CHECK(same_ids(cJSON_GetObjectItem(j, "prompt_ids"), cJSON_GetObjectItem(g, "prompt_ids")),
+		      "%s '%s': prompt ids differ from llama.cpp", model, prompt);
+		CHECK(same_ids(cJSON_GetObjectItem(j, "ids"), cJSON_GetObjectItem(g, "ids")),
+		      "%s '%s': greedy ids differ from llama.cpp", model, prompt);
+	}
+	cJSON_Delete(j);
+	free(out);
+}
+
+static void check_tokenize(const char *vocab)
+{
+	char inp[1100], outp[1100], model[1024];
+	snprintf(model, sizeof model, "%s/vocab/ggml-vocab-%s.gguf", check_fixtures(), vocab);
+	snprintf(inp, sizeof inp, "%s.inp", model);
+	snprintf(outp, sizeof outp, "%s.out", model);
+	FILE *fi = fopen(inp, "rb"), *fo = fopen(outp, "rb");
+	CHECK(fi && fo, "missing %s", inp);
+	if (!fi || !fo)
+		return;
+	static char ib[1 << 16], ob[1 << 16];
+	size_t il = fread(ib, 1, sizeof ib - 1, fi), ol = fread(ob, 1, sizeof ob - 1, fo);
+	ib[il] = ob[ol] = '\0';
+	fclose(fi);
+	fclose(fo);
+	const char *sep = "\n__ggml_vocab_test__\n";
+	char *s = ib, *line = ob;
+	int n = 0, ok = 0;
+	char cmd[2048];
+	snprintf(cmd, sizeof cmd, "%s/qrun %s --tokenize -", bin(), model);
+	for (char *e; (e = strstr(s, sep)); s = e + strlen(sep)) {
+		char *nl = strchr(line, '\n');
+		if (nl)
+			*nl = '\0';
+		int st;
+		char *got = run(cmd, s, (size_t)(e - s), &st);
+		/* compare as whitespace-separated id lists */
+		char *a = strdup(got), *b = strdup(line);
+		for (char *p = a; *p; p++)
+			if (*p == '\n')
+				*p = ' ';
+		char *x = a, *y = b;
+		while (*x == ' ')
+			x++;
+		while (*y == ' ')
+			y++;
+		size_t lx = strlen(x), ly = strlen(y);
+		while (lx && x[lx - 1] == ' ')
+			x[--lx] = '\0';
+		while (ly && y[ly - 1] == ' ')
+			y[--ly] = '\0';
+		ok += st == 0 && strcmp(x, y) == 0;
+		n++;
+		free(a);
+		free(b);
+		free(got);
+		line = nl ? nl + 1 : line + strlen(line);
+	}
+	CHECK(n == 46 && ok == n, "qrun --tokenize %s: %d/%d strings match llama.cpp", vocab, ok, n);
+}
+
+int main(void)
+{
+	char model[1024], ref[1024], bundle[] = "/tmp/qc_qrun_XXXXXX.qb";
+	snprintf(model, sizeof model, "%s/gguf/stories260K.gguf", check_fixtures());
+	snprintf(ref, sizeof ref, "%s/reference/stories260K.json", check_fixtures());
+	cJSON *r = load_json(ref);
+	CHECK(r != NULL, "cannot read %s", ref);
+	int fd = mkstemps(bundle, 3);
+	close(fd);
+	char cmd[2048];
+	snprintf(cmd, sizeof cmd, "%s/qconvert %s --target cpu -o %s -q", bin(), model, bundle);
+	CHECK(system(cmd) == 0, "%s", cmd);
+	const cJSON *g;
+	if (r)
+		cJSON_ArrayForEach(g, cJSON_GetObjectItem(r, "greedy")) {
+			check_greedy(model, g);
+			check_greedy(bundle, g);
+		}
+	unlink(bundle);
+	cJSON_Delete(r);
+	check_tokenize("llama-spm");
+	check_tokenize("llama-bpe");
+	check_tokenize("bert-bge");
+	int st;
+	snprintf(cmd, sizeof cmd, "%s/qrun %s -p hi --device cuda", bin(), model);
+	free(run(cmd, "", 0, &st));
+	CHECK(st == 2, "--device cuda exits %d, expected 2 (not built)", st);
+	/* the comparator must notice a wrong id list */
+	cJSON *a = cJSON_Parse("[1,2,3]"), *b = cJSON_Parse("[1,2,4]");
+	CHECK(!same_ids(a, b), "id comparator accepts different lists");
+	cJSON_Delete(a);
+	cJSON_Delete(b);
+	return check_report("test_qrun");
+}
