@@ -34,4 +34,27 @@ static inline const char *check_fixtures(void)
 	return e && *e ? e : "../shared/fixtures";
 }
 
+/* Whole file as a NUL-terminated heap string (caller frees); NULL if unreadable.
+ * *len (may be NULL) gets the byte count. */
+static inline char *check_read_file(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return NULL;
+	fseek(f, 0, SEEK_END);
+	long n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	char *b = n >= 0 ? malloc((size_t)n + 1) : NULL;
+	if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
+		free(b);
+		b = NULL;
+	}
+	if (b)
+		b[n] = '\0';
+	fclose(f);
+	if (b && len)
+		*len = (size_t)n;
+	return b;
+}
+
 #endif

@@ -52,28 +52,9 @@ struct run {
 	int32_t n_vocab;
 };
 
-static char *slurp(const char *path)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return NULL;
-	fseek(f, 0, SEEK_END);
-	long n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	char *s = malloc((size_t)n + 1);
-	if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
-		free(s);
-		s = NULL;
-	}
-	if (s)
-		s[n] = 0;
-	fclose(f);
-	return s;
-}
-
 static int load_ref(const char *path, struct ref_prompt *rp, char *gguf, size_t gguf_len)
 {
-	char *txt = slurp(path);
+	char *txt = check_read_file(path, NULL);
 	cJSON *j = txt ? cJSON_Parse(txt) : NULL;
 	int ok = 0;
 	free(txt);

@@ -13,27 +13,6 @@
 #include "../tests/check.h"
 #include "gguf.h"
 
-static char *slurp(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return NULL;
-	fseek(f, 0, SEEK_END);
-	long n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	char *b = malloc((size_t)n + 1);
-	if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-		free(b);
-		b = NULL;
-	}
-	if (b)
-		b[n] = '\0';
-	fclose(f);
-	if (len)
-		*len = (size_t)n;
-	return b;
-}
-
 static bool close_rel(double a, double b, double rel)
 {
 	if (a == b)
@@ -107,7 +86,7 @@ static int types_seen[QC_TYPE_COUNT];
 
 static void check_file(const char *refpath)
 {
-	char *js = slurp(refpath, NULL);
+	char *js = check_read_file(refpath, NULL);
 	cJSON *ref = js ? cJSON_Parse(js) : NULL;
 	CHECK(ref != NULL, "cannot read %s", refpath);
 	if (!ref) {
@@ -151,7 +130,7 @@ static void check_file(const char *refpath)
 /* tests/data/extra-types.json: {"file", "tensors":[{"name","type","ne","values":[...]}]} */
 static void check_extra_types(void)
 {
-	char *js = slurp("tests/data/extra-types.json", NULL);
+	char *js = check_read_file("tests/data/extra-types.json", NULL);
 	cJSON *ref = js ? cJSON_Parse(js) : NULL;
 	CHECK(ref != NULL, "cannot read tests/data/extra-types.json");
 	struct qc_gguf_model *m = NULL;

@@ -47,17 +47,8 @@ static char *run(const char *cmd, const char *in, size_t in_len, int *status)
 
 static cJSON *load_json(const char *path)
 {
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return NULL;
-	fseek(f, 0, SEEK_END);
-	long n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	char *b = malloc((size_t)n + 1);
-	size_t got = fread(b, 1, (size_t)n, f);
-	b[got] = '\0';
-	fclose(f);
-	cJSON *j = cJSON_Parse(b);
+	char *b = check_read_file(path, NULL);
+	cJSON *j = b ? cJSON_Parse(b) : NULL;
 	free(b);
 	return j;
 }
