@@ -105,6 +105,8 @@ sample: deps
 	$(BUILD)/bin/mkgguf --preset tiny -o samples/out/tiny-llama.gguf
 	$(BUILD)/bin/qconvert samples/out/tiny-llama.gguf --target cpu -o samples/out/tiny-llama.qb
 	$(BUILD)/bin/qconvert inspect samples/out/tiny-llama.qb
+	$(BUILD)/bin/qconvert verify samples/out/tiny-llama.qb
+	$(BUILD)/bin/qrun samples/out/tiny-llama.qb -p "Once upon a time" -n 16
 
 clean:
 	rm -rf build build-asan
