@@ -51,7 +51,7 @@ void qc_err_format(const struct qc_err *err, char *buf, size_t len)
 	if (err->path[0])
 		n += (size_t)snprintf(buf + n, len - n, "%s: ", err->path);
 	if (n < len && err->tensor[0])
-		n += (size_t)snprintf(buf + n, len - n, "tensor '%s' ", err->tensor);
+		n += (size_t)snprintf(buf + n, len - n, "tensor '%s'%s", err->tensor, err->off >= 0 ? " " : "");
 	if (n < len && err->off >= 0)
 		n += (size_t)snprintf(buf + n, len - n, "at offset 0x%llx (%lld)",
 				      (unsigned long long)err->off, (long long)err->off);

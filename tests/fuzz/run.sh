@@ -41,6 +41,26 @@ rm -f "$OUT/libqc-fuzz.a"
 ar rcs "$OUT/libqc-fuzz.a" $objs || exit 1
 
 # ---- seeds -----------------------------------------------------------------------------
+# safetensors: reference-writer fixtures and header-cut prefixes
+ss="$OUT/seeds/fuzz_safetensors"
+mkdir -p "$ss"
+for f in tests/data/st/tiny/model.safetensors tests/data/st/sharded/*.safetensors tests/data/st/bad-*/*.safetensors; do
+	[ -f "$f" ] && cp "$f" "$ss/$(echo "$f" | tr / _)"
+done
+head -c 64 tests/data/st/tiny/model.safetensors > "$ss/tiny-prefix64.safetensors"
+cat > "$OUT/fuzz_safetensors.dict" <<'DICT'
+"\"dtype\":"
+"\"shape\":["
+"\"data_offsets\":["
+"\"__metadata__\":{"
+"\"F32\""
+"\"BF16\""
+"\"F8_E4M3\""
+"\"BOOL\""
+"9007199254740992"
+"1.5"
+"-1"
+DICT
 # GGUF: whole small files (v2, v3, quantized, vocab-only) and prefixes cut inside headers.
 gs="$OUT/seeds/fuzz_gguf"
 mkdir -p "$gs"
