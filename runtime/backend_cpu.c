@@ -9,19 +9,63 @@
  * activations are first rounded as ggml's x86 CPU vec_dot_type would (f16/bf16
  * for those weights, q8_0 for 32-element blocks, q8_K for 256-element
  * super-blocks), Q·K uses f16-rounded Q and the softmax weights are f16-rounded
- * before ·V, as ggml's mul_mat does with an f16 cache. Not emulated: the fp16
- * block sum of q8_1 (ggml's q4_1/q5_1 dots add m * fp16(d * sum q)).
- * Non-goals: SIMD intrinsics, threads (single-threaded reference), flash attention.
+ * before ·V, as ggml's mul_mat does with an f16 cache. q4_1/q5_1 pair with
+ * q8_1, whose block also stores s = fp16(d * sum q); ggml's dot adds m * s, so
+ * the engine adds m * (s - d16 * sum q) per block to the decoded-value dot.
+ * Dots: double sums of exact float products in 16 fixed lanes (AVX2 clones
+ * picked at run time compute the same IEEE operations as the portable code);
+ * q8_0 weights x q8_0 codes use exact integer block sums. Weight rows are
+ * software-prefetched.
+ * Threads: each matmul's output rows are split into n_threads contiguous ranges,
+ * one per thread of a pool made at create (the caller runs range 0); every
+ * output is computed by exactly the same code whatever thread runs it, so
+ * results are bit-identical for any thread count. Everything else runs on the
+ * caller's thread.
+ * Non-goals: SIMD intrinsics, flash attention.
  * Reference: llama.cpp c392e50 build_llama, llm_build_kqv, llm_build_moe_ffn;
  * ggml rms_norm (double sum), rope NORM/NEOX cache (theta *= base^(-2/n_rot)), silu.
  */
 #include "backend.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "qblock.h"
 #include "ref/fp16.h"
+
+struct cpu;
+
+/* sum of a[i] * b[i] over n doubles (see dot_dd_body) */
+typedef double (*dot_dd_fn)(const double *a, const double *b, int64_t n);
+/* the same with a as floats (dot_fd_body) */
+typedef double (*dot_fd_fn)(const float *a, const double *b, int64_t n);
+/* q8_0 weight blocks . q8_0 activation codes (dot_q8_body) */
+typedef double (*dot_q8_fn)(const struct qc_block_Q8_0 *w, const int8_t *xq, const float *xd,
+			    int64_t nb);
+
+/* One matmul, split by output rows across the pool. */
+struct mm_job {
+	const struct qc_mat *w;
+	int64_t e;                    /* expert index */
+	const float *xa;              /* (n_rows, w->n_in) activations, rounded */
+	int64_t n_rows;
+	float *y;                     /* y[t * ldy + r] */
+	int64_t ldy;
+	bool q81;                     /* add the q8_1 block-sum correction */
+	bool q8;                      /* q8_0 weights x q8_0 codes (xq, xqd) */
+};
+
+struct worker {
+	struct cpu *c;
+	int idx;                      /* 1..n_threads-1; range 0 is the caller's */
+	pthread_t th;
+	bool started;
+};
 
 struct cpu {
 	const struct qc_model *m;
@@ -33,8 +77,29 @@ struct cpu {
 	float *q, *k, *v, *att;       /* (max_tokens, q_dim | kv_dim) */
 	float *fa, *fb;               /* (max_tokens, n_ff) gate / up */
 	float *xr;                    /* (max_tokens, max_in) rounded activations */
+	double *sdelta;               /* (max_tokens, max_in / 32) q8_1 blocks: s - d16 * sum q */
+	int8_t *xq;                   /* (max_tokens, max_in) q8_0 activation codes */
+	float *xqd;                   /* (max_tokens, max_in / 32) their d16 */
 	uint8_t *qbuf;                /* one quantized activation row */
-	float *row;                   /* (max_in) one decoded weight row */
+	float *row;                   /* (n_threads, max_in) one decoded weight row per thread */
+	double *rowd;                 /* (n_threads, max_in) the same row widened */
+	double *xd;                   /* (max_tokens * n_expert_used, max_in) activations widened */
+	/* pool: workers spin a while, then sleep on go, until gen changes; run
+	 * their range of job; count pending down. The caller spins (yielding after
+	 * a while) until pending is 0. A wake through the condition variable alone
+	 * cost ~70 us per matmul on the development VM. */
+	struct worker *workers;       /* (n_threads - 1) */
+	pthread_mutex_t mu;           /* guards n_sleep and the sleep/wake handshake */
+	pthread_cond_t go;
+	bool pool_init;
+	int n_sleep;                  /* workers blocked on go */
+	_Atomic uint64_t gen;         /* bumped once per dispatched job (and at quit) */
+	_Atomic int pending;          /* ranges not yet finished */
+	_Atomic bool quit;
+	struct mm_job job;
+	dot_dd_fn dot_dd;             /* chosen once at create */
+	dot_fd_fn dot_fd;
+	dot_q8_fn dot_q8;
 	float *scores;                /* (max_ctx) attention weights */
 	float *qh;                    /* (head_dim) rounded query */
 	/* MoE */
@@ -54,7 +119,7 @@ struct cpu {
  * block, so its results sit closer to the exact sum than a float running sum;
  * with float sums, one-ulp differences flip later 8-bit activation roundings
  * and a random tiny model amplifies that to 0.1 logits (measured). */
-static float dot(const float *a, const float *b, int64_t n)
+static double dot(const float *a, const float *b, int64_t n)
 {
 	double acc[4] = {0};
 	int64_t i = 0;
@@ -63,7 +128,209 @@ static float dot(const float *a, const float *b, int64_t n)
 			acc[j] += (double)a[i + j] * (double)b[i + j];
 	for (; i < n; i++)
 		acc[0] += (double)a[i] * (double)b[i];
-	return (float)((acc[0] + acc[1]) + (acc[2] + acc[3]));
+	return (acc[0] + acc[1]) + (acc[2] + acc[3]);
+}
+
+/* Weight rows stream from the mapped file once per token; this machine's
+ * hardware prefetch did not keep up (q8_0 decode 17 tokens/s without, 51 at
+ * 3 KiB ahead, 57 at 16 KiB: consecutive rows are contiguous).
+ * A prefetch never faults, so running past the end of the row is harmless;
+ * the address is formed as an integer to stay clear of pointer-overflow UB. */
+static inline void prefetch_ahead(const void *p, size_t bytes)
+{
+	__builtin_prefetch((const void *)((uintptr_t)p + bytes));
+}
+
+/* Matmul dot of float values held as doubles: the products are exact (24-bit
+ * mantissas), summed in 16 lanes (lane k takes i = k mod 16, plus the tail in
+ * lane 0) combined by a fixed tree. Every build computes exactly these IEEE
+ * operations (a fused multiply-add equals multiply-then-add here, the product
+ * being exact), so the AVX2 clone and the portable one agree bit for bit. */
+typedef double v4d __attribute__((vector_size(32)));
+
+static inline __attribute__((always_inline)) double dot_dd_body(const double *a, const double *b,
+								int64_t n)
+{
+	v4d s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
+	int64_t i = 0;
+	for (; i + 16 <= n; i += 16) {
+		v4d a0, a1, a2, a3, b0, b1, b2, b3;
+		memcpy(&a0, a + i, sizeof a0);
+		memcpy(&a1, a + i + 4, sizeof a1);
+		memcpy(&a2, a + i + 8, sizeof a2);
+		memcpy(&a3, a + i + 12, sizeof a3);
+		memcpy(&b0, b + i, sizeof b0);
+		memcpy(&b1, b + i + 4, sizeof b1);
+		memcpy(&b2, b + i + 8, sizeof b2);
+		memcpy(&b3, b + i + 12, sizeof b3);
+		s0 += a0 * b0;
+		s1 += a1 * b1;
+		s2 += a2 * b2;
+		s3 += a3 * b3;
+	}
+	double t = 0.0;
+	for (; i < n; i++)
+		t += a[i] * b[i];
+	const v4d s = (s0 + s1) + (s2 + s3);
+	return ((s[0] + t) + s[1]) + (s[2] + s[3]);
+}
+
+/* The same sums with a given as floats (widened exactly in the loop): one
+ * token against a weight row needs no widened copy of the row. */
+typedef float v4f __attribute__((vector_size(16)));
+
+static inline __attribute__((always_inline)) double dot_fd_body(const float *a, const double *b,
+								int64_t n)
+{
+	v4d s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
+	int64_t i = 0;
+	for (; i + 16 <= n; i += 16) {
+		v4f a0, a1, a2, a3;
+		v4d b0, b1, b2, b3;
+		prefetch_ahead(a + i, 16384);
+		memcpy(&a0, a + i, sizeof a0);
+		memcpy(&a1, a + i + 4, sizeof a1);
+		memcpy(&a2, a + i + 8, sizeof a2);
+		memcpy(&a3, a + i + 12, sizeof a3);
+		memcpy(&b0, b + i, sizeof b0);
+		memcpy(&b1, b + i + 4, sizeof b1);
+		memcpy(&b2, b + i + 8, sizeof b2);
+		memcpy(&b3, b + i + 12, sizeof b3);
+		s0 += __builtin_convertvector(a0, v4d) * b0;
+		s1 += __builtin_convertvector(a1, v4d) * b1;
+		s2 += __builtin_convertvector(a2, v4d) * b2;
+		s3 += __builtin_convertvector(a3, v4d) * b3;
+	}
+	double t = 0.0;
+	for (; i < n; i++)
+		t += (double)a[i] * b[i];
+	const v4d s = (s0 + s1) + (s2 + s3);
+	return ((s[0] + t) + s[1]) + (s[2] + s[3]);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx2,fma"))) static double dot_fd_avx2(const float *a, const double *b,
+							      int64_t n)
+{
+	return dot_fd_body(a, b, n);
+}
+
+__attribute__((target("avx2,fma"))) static double dot_dd_avx2(const double *a, const double *b,
+							      int64_t n)
+{
+	return dot_dd_body(a, b, n);
+}
+#endif
+
+static double dot_dd_generic(const double *a, const double *b, int64_t n)
+{
+	return dot_dd_body(a, b, n);
+}
+
+static double dot_fd_generic(const float *a, const double *b, int64_t n)
+{
+	return dot_fd_body(a, b, n);
+}
+
+static bool have_avx2(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+	return false;
+#endif
+}
+
+static dot_fd_fn pick_dot_fd(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+	if (have_avx2())
+		return dot_fd_avx2;
+#endif
+	return dot_fd_generic;
+}
+
+static dot_dd_fn pick_dot_dd(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+	if (have_avx2())
+		return dot_dd_avx2;
+#endif
+	return dot_dd_generic;
+}
+
+/* qc_fp16_to_f32 of every binary16 pattern (ggml keeps the same table),
+ * filled once by the first cpu_create. */
+static float qc_f16_table[1 << 16];
+static pthread_once_t qc_f16_once = PTHREAD_ONCE_INIT;
+
+static void fill_f16_table(void)
+{
+	for (uint32_t h = 0; h < (1u << 16); h++)
+		qc_f16_table[h] = qc_fp16_to_f32((uint16_t)h);
+}
+
+/* q8_0 weight blocks . q8_0 activation codes: exact integer block sums, each
+ * times d_w * d_x (exact in double), summed in double over blocks in 4 lanes
+ * (lane b mod 4) then (l0 + l1) + (l2 + l3). This is the
+ * decoded-value dot with the rounding moved to the block sums; any build
+ * computes the same IEEE operations. */
+/* Block b's term: exact integer sum times d_w * d_x, all exact in double. */
+static inline __attribute__((always_inline)) double q8_block(const struct qc_block_Q8_0 *w,
+							     const int8_t *xq, const float *xd,
+							     int64_t b)
+{
+	const int8_t *a = w[b].qs, *x = xq + b * 32;
+	int32_t isum = 0;
+	prefetch_ahead(w + b, 16384);
+	for (int k = 0; k < 32; k++)
+		isum += (int32_t)a[k] * (int32_t)x[k];
+	return (double)qc_f16_table[w[b].d] * (double)xd[b] * (double)isum;
+}
+
+static inline __attribute__((always_inline)) double dot_q8_body(const struct qc_block_Q8_0 *w,
+								const int8_t *xq, const float *xd,
+								int64_t nb)
+{
+	double l0 = 0.0, l1 = 0.0, l2 = 0.0, l3 = 0.0; /* lane b mod 4 */
+	int64_t b = 0;
+	for (; b + 4 <= nb; b += 4) {
+		l0 += q8_block(w, xq, xd, b);
+		l1 += q8_block(w, xq, xd, b + 1);
+		l2 += q8_block(w, xq, xd, b + 2);
+		l3 += q8_block(w, xq, xd, b + 3);
+	}
+	if (b < nb)
+		l0 += q8_block(w, xq, xd, b++);
+	if (b < nb)
+		l1 += q8_block(w, xq, xd, b++);
+	if (b < nb)
+		l2 += q8_block(w, xq, xd, b++);
+	return (l0 + l1) + (l2 + l3);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx2,fma"))) static double dot_q8_avx2(const struct qc_block_Q8_0 *w,
+							      const int8_t *xq, const float *xd,
+							      int64_t nb)
+{
+	return dot_q8_body(w, xq, xd, nb);
+}
+#endif
+
+static double dot_q8_generic(const struct qc_block_Q8_0 *w, const int8_t *xq, const float *xd,
+			     int64_t nb)
+{
+	return dot_q8_body(w, xq, xd, nb);
+}
+
+static dot_q8_fn pick_dot_q8(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+	if (have_avx2())
+		return dot_q8_avx2;
+#endif
+	return dot_q8_generic;
 }
 
 static float f16_round(float x)
@@ -98,21 +365,55 @@ static void round_q8_k(const float *x, float *y, int64_t n)
 	}
 }
 
-/* ggml's x86 quantize_row_q8_0 (AVX2 path, what llama.cpp's CPU build runs):
- * per 32 values id = 127 / amax, q = rint(x * id), d = fp16(amax / 127). The
- * reference encoder (qc_quant_row_Q8_0: id = 1 / d, roundf) picks a different
- * code now and then, which these random models amplify to 0.05 logits. */
-static void round_q8_0_x86(const float *x, float *y, int64_t n)
+/* ggml's x86 quantize_row_q8_0 / q8_1 (AVX2 path, what llama.cpp's CPU build
+ * runs): per 32 values id = 127 / amax, q = rint(x * id), d = fp16(amax / 127).
+ * The reference encoder (qc_quant_row_Q8_0: id = 1 / d, roundf) picks a
+ * different code now and then, which these random models amplify to 0.05
+ * logits. With sdelta (q8_1) each block also gets s - d16 * sum q, where
+ * s = fp16(d * sum q) with the unrounded float d, as ggml stores it; with
+ * codes/dcodes the int8 codes and d16 are kept too (the q8_0 x q8_0 path). */
+static void round_q8_x86(const float *x, float *y, double *sdelta, int8_t *codes, float *dcodes,
+			 int64_t n)
 {
 	for (int64_t b = 0; b < n; b += 32) {
 		float amax = 0.0f;
 		for (int j = 0; j < 32; j++)
 			amax = fmaxf(amax, fabsf(x[b + j]));
-		const float d = qc_fp16_to_f32(qc_f32_to_fp16(amax / 127.0f));
+		const float d32 = amax / 127.0f;
+		const float d = qc_fp16_to_f32(qc_f32_to_fp16(d32));
 		const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-		for (int j = 0; j < 32; j++)
-			y[b + j] = d * rintf(x[b + j] * id);
+		int32_t sum = 0;
+		for (int j = 0; j < 32; j++) {
+			const float q = rintf(x[b + j] * id);
+			sum += (int32_t)q;
+			y[b + j] = d * q;
+			if (codes)
+				codes[b + j] = (int8_t)q;
+		}
+		if (dcodes)
+			dcodes[b / 32] = d;
+		if (sdelta) {
+			const float s = qc_fp16_to_f32(qc_f32_to_fp16(d32 * (float)sum));
+			sdelta[b / 32] = (double)s - (double)d * (double)sum;
+		}
 	}
+}
+
+/* ggml pairs these weights with q8_1 activations (type_traits_cpu vec_dot_type);
+ * both blocks begin with fp16 d then fp16 m. */
+static bool pairs_q8_1(enum qc_type t)
+{
+	return t == QC_TYPE_Q4_1 || t == QC_TYPE_Q5_1;
+}
+_Static_assert(offsetof(struct qc_block_Q4_1, m) == offsetof(struct qc_block_Q5_1, m),
+	       "q4_1 and q5_1 keep m at the same offset");
+
+/* Block minimum m of block b of a q8_1-paired weight row. */
+static float block_min(const struct qc_type_traits *tt, const uint8_t *row, int64_t b)
+{
+	uint16_t h;
+	memcpy(&h, row + b * tt->block_bytes + offsetof(struct qc_block_Q4_1, m), sizeof h);
+	return qc_fp16_to_f32(h);
 }
 
 /* Activation rounding for weights of type wt (see the header). Returns x itself
@@ -139,7 +440,10 @@ static const float *round_act(struct cpu *c, enum qc_type wt, const float *x, in
 		if (at == QC_TYPE_Q8_K) {
 			round_q8_k(src, dst, n_in);
 		} else if (at == QC_TYPE_Q8_0) {
-			round_q8_0_x86(src, dst, n_in);
+			const bool codes = wt == QC_TYPE_Q8_0;
+			round_q8_x86(src, dst, pairs_q8_1(wt) ? c->sdelta + t * (n_in / 32) : NULL,
+				     codes ? c->xq + t * n_in : NULL, codes ? c->xqd + t * (n_in / 32) : NULL,
+				     n_in);
 		} else if (qc_types[at].quant_row) {
 			qc_types[at].quant_row(src, c->qbuf, n_in);
 			qc_types[at].dequant_row(c->qbuf, dst, n_in);
@@ -151,17 +455,133 @@ static const float *round_act(struct cpu *c, enum qc_type wt, const float *x, in
 	return c->xr;
 }
 
+/* Rows [r0, r1) of job j, decoding into row (one thread's buffer). */
+static void matmul_rows(const struct cpu *c, const struct mm_job *j, int64_t r0, int64_t r1,
+			float *row, double *rowd)
+{
+	const struct qc_mat *w = j->w;
+	const struct qc_type_traits *tt = &qc_types[w->type];
+	const int64_t nb = w->n_in / 32, n_in = w->n_in;
+	const dot_dd_fn dd = c->dot_dd;
+	const dot_fd_fn fd = c->dot_fd;
+	const bool raw = w->type == QC_TYPE_F32; /* f32 rows need no decoding */
+	const bool widen = j->n_rows > 1;
+
+	if (j->q8) {
+		for (int64_t r = r0; r < r1; r++) {
+			const struct qc_block_Q8_0 *wb = (const void *)qc_mat_row(w, j->e, r);
+			for (int64_t t = 0; t < j->n_rows; t++)
+				j->y[t * j->ldy + r] =
+					(float)c->dot_q8(wb, c->xq + t * n_in, c->xqd + t * nb, nb);
+		}
+		return;
+	}
+	for (int64_t r = r0; r < r1; r++) {
+		const uint8_t *wr = qc_mat_row(w, j->e, r);
+		const float *rf = row;
+		if (raw)
+			rf = (const float *)(const void *)wr;
+		else
+			tt->dequant_row(wr, row, n_in);
+		for (int64_t i = 0; widen && i < n_in; i++)
+			rowd[i] = (double)rf[i];
+		for (int64_t t = 0; t < j->n_rows; t++) {
+			const double *xt = c->xd + t * n_in;
+			double acc = widen ? dd(rowd, xt, n_in) : fd(rf, xt, n_in);
+			for (int64_t b = 0; j->q81 && b < nb; b++)
+				acc += (double)block_min(tt, wr, b) * c->sdelta[t * nb + b];
+			j->y[t * j->ldy + r] = (float)acc;
+		}
+	}
+}
+
+/* Range k of n_threads over the job's output rows. */
+static void run_range(struct cpu *c, int k)
+{
+	const int64_t n = c->job.w->n_out, nt = c->p.n_threads;
+	const size_t off = (size_t)k * (size_t)c->max_in;
+	matmul_rows(c, &c->job, n * k / nt, n * (k + 1) / nt, c->row + off, c->rowd + off);
+}
+
+#define SPIN_ITERS 20000
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#endif
+}
+
+static void *worker_main(void *arg)
+{
+	struct worker *wk = arg;
+	struct cpu *c = wk->c;
+	uint64_t seen = 0;
+
+	for (;;) {
+		uint64_t g;
+		int spins = 0;
+		while ((g = atomic_load_explicit(&c->gen, memory_order_acquire)) == seen) {
+			if (++spins < SPIN_ITERS) {
+				cpu_relax();
+				continue;
+			}
+			pthread_mutex_lock(&c->mu);
+			c->n_sleep++;
+			while (atomic_load_explicit(&c->gen, memory_order_acquire) == seen)
+				pthread_cond_wait(&c->go, &c->mu);
+			c->n_sleep--;
+			pthread_mutex_unlock(&c->mu);
+			spins = 0;
+		}
+		seen = g;
+		if (atomic_load_explicit(&c->quit, memory_order_acquire))
+			break;
+		run_range(c, wk->idx);
+		atomic_fetch_sub_explicit(&c->pending, 1, memory_order_release);
+	}
+	return NULL;
+}
+
+/* Bump gen (publishing job / quit) and wake sleeping workers. */
+static void pool_kick(struct cpu *c)
+{
+	atomic_fetch_add_explicit(&c->gen, 1, memory_order_release);
+	pthread_mutex_lock(&c->mu);
+	if (c->n_sleep)
+		pthread_cond_broadcast(&c->go);
+	pthread_mutex_unlock(&c->mu);
+}
+
+/* Below this many multiply-adds a matmul stays on the caller's thread: waking
+ * the pool costs more (the split does not change any result either way). */
+#define MT_MIN_MACS (1 << 16)
+
 /* y[t*ldy + r] = W_e[r] . x[t] for n_rows tokens (x rows are w->n_in long). */
 static void matmul(struct cpu *c, const struct qc_mat *w, int64_t e, const float *x,
 		   int64_t n_rows, float *y, int64_t ldy)
 {
-	const qc_dequant_row_fn dq = qc_types[w->type].dequant_row;
 	const float *xa = round_act(c, w->type, x, w->n_in, n_rows);
+	const struct mm_job j = {.w = w, .e = e, .xa = xa, .n_rows = n_rows, .y = y, .ldy = ldy,
+				 .q81 = xa == c->xr && pairs_q8_1(w->type),
+				 .q8 = xa == c->xr && w->type == QC_TYPE_Q8_0};
 
-	for (int64_t r = 0; r < w->n_out; r++) {
-		dq(qc_mat_row(w, e, r), c->row, w->n_in);
-		for (int64_t t = 0; t < n_rows; t++)
-			y[t * ldy + r] = dot(c->row, xa + t * w->n_in, w->n_in);
+	for (int64_t i = 0; !j.q8 && i < n_rows * w->n_in; i++)
+		c->xd[i] = (double)xa[i];
+	if (c->p.n_threads < 2 || w->n_out < c->p.n_threads ||
+	    w->n_out * w->n_in * n_rows < MT_MIN_MACS) {
+		matmul_rows(c, &j, 0, w->n_out, c->row, c->rowd);
+		return;
+	}
+	c->job = j;
+	atomic_store_explicit(&c->pending, c->p.n_threads - 1, memory_order_relaxed);
+	pool_kick(c);
+	run_range(c, 0);
+	for (int spins = 0; atomic_load_explicit(&c->pending, memory_order_acquire) > 0;) {
+		if (++spins < SPIN_ITERS)
+			cpu_relax();
+		else
+			sched_yield();
 	}
 }
 
@@ -276,7 +696,7 @@ static void attend(struct cpu *c, const struct qc_sched_plan *plan, int il, int3
 			c->qh[d] = r16 ? f16_round(q[d]) : q[d];
 		for (int32_t j = 0; j < n_ctx; j++) {
 			const float *kj = kv_at(c, table[j / bt], il, 0, j % bt) + kvo;
-			c->scores[j] = dot(c->qh, kj, hd) * scale;
+			c->scores[j] = (float)dot(c->qh, kj, hd) * scale;
 		}
 		softmax(c->scores, n_ctx);
 		memset(out, 0, (size_t)hd * sizeof *out);
@@ -469,6 +889,16 @@ static void cpu_destroy(void *state)
 	struct cpu *c = state;
 	if (!c)
 		return;
+	if (c->pool_init) {
+		atomic_store_explicit(&c->quit, true, memory_order_release);
+		pool_kick(c);
+		for (int k = 0; c->workers && k < c->p.n_threads - 1; k++)
+			if (c->workers[k].started)
+				pthread_join(c->workers[k].th, NULL);
+		pthread_cond_destroy(&c->go);
+		pthread_mutex_destroy(&c->mu);
+	}
+	free(c->workers);
 	free(c->kv);
 	free(c->x);
 	free(c->xn);
@@ -479,8 +909,13 @@ static void cpu_destroy(void *state)
 	free(c->fa);
 	free(c->fb);
 	free(c->xr);
+	free(c->sdelta);
+	free(c->xq);
+	free(c->xqd);
 	free(c->qbuf);
 	free(c->row);
+	free(c->rowd);
+	free(c->xd);
 	free(c->scores);
 	free(c->qh);
 	free(c->router);
@@ -515,6 +950,8 @@ static int cpu_create(const struct qc_model *m, const struct qc_backend_params *
 		return qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
 	c->m = m;
 	c->p = *p;
+	if (c->p.n_threads < 1)
+		c->p.n_threads = 1;
 	c->kv_dim = (int64_t)cfg->n_head_kv * cfg->head_dim;
 	c->q_dim = (int64_t)cfg->n_head * cfg->head_dim;
 	c->max_in = cfg->n_embd;
@@ -537,8 +974,17 @@ static int cpu_create(const struct qc_model *m, const struct qc_backend_params *
 	c->fa = falloc(T * (K ? K : 1) * F);
 	c->fb = falloc(T * (K ? K : 1) * F);
 	c->xr = falloc(T * (K ? K : 1) * (size_t)c->max_in);
+	c->xq = malloc(T * (K ? K : 1) * (size_t)c->max_in + 1);
+	c->xqd = falloc(T * (K ? K : 1) * (size_t)c->max_in / 32);
+	c->sdelta = malloc(sizeof(double) * (T * (K ? K : 1) * (size_t)c->max_in / 32 + 1));
 	c->qbuf = malloc((size_t)c->max_in * 8 + 64);
-	c->row = falloc((size_t)c->max_in);
+	c->row = falloc((size_t)c->p.n_threads * (size_t)c->max_in);
+	c->rowd = malloc(sizeof(double) * ((size_t)c->p.n_threads * (size_t)c->max_in + 1));
+	c->xd = malloc(sizeof(double) * (T * (K ? K : 1) * (size_t)c->max_in + 1));
+	c->dot_dd = pick_dot_dd();
+	c->dot_fd = pick_dot_fd();
+	c->dot_q8 = pick_dot_q8();
+	pthread_once(&qc_f16_once, fill_f16_table);
 	c->scores = falloc((size_t)p->max_ctx);
 	c->qh = falloc((size_t)cfg->head_dim);
 	c->router = falloc(T * X);
@@ -551,7 +997,8 @@ static int cpu_create(const struct qc_model *m, const struct qc_backend_params *
 	c->moe = falloc(T * K * E);
 	c->lx = falloc((size_t)p->max_logits * E);
 	if (!c->kv || !c->x || !c->xn || !c->q || !c->k || !c->v || !c->att || !c->fa || !c->fb ||
-	    !c->xr || !c->qbuf || !c->row || !c->scores || !c->qh || !c->router || !c->sel ||
+	    !c->xr || !c->sdelta || !c->xq || !c->xqd || !c->qbuf || !c->row || !c->rowd || !c->xd || !c->scores ||
+	    !c->qh || !c->router || !c->sel ||
 	    !c->selw || !c->etok || !c->eslot || !c->ex || !c->eout || !c->moe || !c->lx) {
 		const size_t bb = c->block_floats * sizeof(float);
 		cpu_destroy(c);
@@ -559,8 +1006,30 @@ static int cpu_create(const struct qc_model *m, const struct qc_backend_params *
 				  "out of memory for the CPU backend (%d K/V blocks of %zu bytes)",
 				  p->n_blocks, bb);
 	}
+	if (c->p.n_threads > 1) {
+		c->workers = calloc((size_t)c->p.n_threads - 1, sizeof *c->workers);
+		if (!c->workers || pthread_mutex_init(&c->mu, NULL))
+			goto out_threads;
+		if (pthread_cond_init(&c->go, NULL)) {
+			pthread_mutex_destroy(&c->mu);
+			goto out_threads;
+		}
+		c->pool_init = true;
+		for (int k = 0; k < c->p.n_threads - 1; k++) {
+			c->workers[k].c = c;
+			c->workers[k].idx = k + 1;
+			if (pthread_create(&c->workers[k].th, NULL, worker_main, &c->workers[k]))
+				goto out_threads;
+			c->workers[k].started = true;
+		}
+	}
 	*state = c;
 	return QC_OK;
+
+out_threads:
+	cpu_destroy(c);
+	return qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "cannot start %d CPU worker threads",
+			  p->n_threads - 1);
 }
 
 const struct qc_backend_ops qc_backend_cpu = {

@@ -5,13 +5,24 @@
  * K/V row per running sequence, plan maxima passed to the backend so it never
  * allocates in forward. Invariant: a request's output only grows by tokens the
  * scheduler accepted, so recompute after preemption never duplicates a token.
+ * Backend threads: opts.n_threads, else $QC_THREADS when set (1..256), else the
+ * online CPUs (results do not depend on it).
  */
 #include "engine.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "vocab.h"
+
+/* Worker threads for the backend's matmuls (see the header). */
+static int32_t backend_threads(int32_t asked)
+{
+	const char *env = getenv("QC_THREADS");
+	long n = asked > 0 ? asked : env && *env ? strtol(env, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
+	return n < 1 ? 1 : n > 256 ? 256 : (int32_t)n;
+}
 
 struct req {
 	uint64_t id;
@@ -136,6 +147,7 @@ int qc_engine_new(const char *path, const struct qc_engine_opts *o, struct qc_en
 		.max_logits = op->max_running,
 		.max_ctx = qc_kv_max_seq_tokens(e->kv),
 		.act_round = op->act_round,
+		.n_threads = backend_threads(op->n_threads),
 	};
 	if ((rc = e->be->create(e->model, &bp, &e->be_state, err)))
 		goto out_free;

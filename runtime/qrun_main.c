@@ -2,12 +2,17 @@
  *
  *   qrun MODEL -p TEXT -n N [--temp T] [--seed S] [--json] [--ignore-eos] [--device cpu|cuda]
  *   qrun MODEL --tokenize TEXT [--bos]
+ *   qrun bench MODEL --requests N --concurrency C --in I --out O [--threads T]
  *
  * MODEL is a .qb bundle or a .gguf; a GGUF is converted first (target cpu) into a
  * private temp directory under $TMPDIR, mapped, and unlinked at once, so nothing is
  * left behind. `-p -` reads the prompt's raw bytes from stdin. BOS is added exactly
- * when the vocabulary asks for it (llama.cpp's add_special). Non-goals: chat
- * templates, interactive mode, stop strings.
+ * when the vocabulary asks for it (llama.cpp's add_special). --threads T sets the
+ * matmul threads (default: online CPUs) through qc_engine_opts.n_threads, which the engine
+ * reads. bench: N requests of I synthetic prompt ids and O greedy tokens each
+ * (EOS ignored), all queued at once, C at a time; prints prompt and decode
+ * tokens/s, TTFT and inter-token latency p50/p99. Non-goals: chat templates,
+ * interactive mode, stop strings.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -30,9 +35,11 @@ static void usage(FILE *f)
 		"usage: %s MODEL -p TEXT [-n N] [--temp T] [--seed S] [--json] [--ignore-eos]\n"
 		"                [--device cpu|cuda]\n"
 		"       %s MODEL --tokenize TEXT [--bos]\n"
+		"       %s bench MODEL --requests N --concurrency C --in I --out O [--threads T]\n"
 		"MODEL: a .qb bundle or a .gguf (converted to a temp bundle first).\n"
-		"-p - reads the prompt from stdin. --temp 0 (default) is greedy.\n",
-		prog, prog);
+		"-p - reads the prompt from stdin. --temp 0 (default) is greedy.\n"
+		"--threads T: matmul threads (default: online CPUs; results do not depend on it).\n",
+		prog, prog, prog);
 }
 
 static double now_s(void)
@@ -78,10 +85,15 @@ static bool is_gguf(const char *path)
 
 /* Open the engine over path; a GGUF goes through a temp bundle that is unlinked
  * as soon as it is mapped. */
-static int open_engine(const char *path, struct qc_engine **e, struct qc_err *err)
+/* o may be NULL (defaults). */
+static int open_engine(const char *path, const struct qc_engine_opts *opts, struct qc_engine **e,
+		       struct qc_err *err)
 {
 	struct qc_engine_opts o;
-	qc_engine_opts_init(&o);
+	if (opts)
+		o = *opts;
+	else
+		qc_engine_opts_init(&o);
 	if (!is_gguf(path))
 		return qc_engine_new(path, &o, e, err);
 
@@ -285,6 +297,171 @@ static void print_json_string(const char *str, size_t n)
 	putchar('"');
 }
 
+
+static int cmp_dbl(const void *a, const void *b)
+{
+	const double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+/* Nearest-rank percentile p (0..1] of v (sorted here); 0 when empty. */
+static double percentile(double *v, size_t n, double p)
+{
+	if (!n)
+		return 0.0;
+	qsort(v, n, sizeof *v, cmp_dbl);
+	size_t k = (size_t)(p * (double)n + 0.999999);
+	return v[k ? k - 1 : 0];
+}
+
+struct bench_req {
+	uint64_t id;
+	int32_t seen;              /* generated tokens observed so far */
+	double t_last;             /* when the last of them was observed */
+};
+
+/* qrun bench: see the header. Prompt tokens/s counts the steps that gave some
+ * request its first token (prefill steps), decode tokens/s the tokens of the
+ * other steps over their time; with C = 1 these are llama-bench's pp and tg. */
+static int run_bench(const char *model, int n_req, int conc, int n_in, int n_out, int32_t n_threads,
+		     struct qc_err *err)
+{
+	struct qc_engine_opts o;
+	struct qc_engine *e = NULL;
+	struct bench_req *rq = calloc((size_t)n_req, sizeof *rq);
+	int32_t *prompt = malloc(sizeof(int32_t) * (size_t)n_in);
+	double *ttft = malloc(sizeof(double) * (size_t)n_req);
+	double *itl = malloc(sizeof(double) * (size_t)n_req * (size_t)n_out + 1);
+	size_t n_ttft = 0, n_itl = 0;
+	uint64_t pre_tok = 0, dec_tok = 0;
+	double pre_s = 0.0, dec_s = 0.0;
+	int rc;
+
+	if (!rq || !prompt || !ttft || !itl) {
+		rc = qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
+		goto out;
+	}
+	qc_engine_opts_init(&o);
+	o.max_running = conc;
+	o.max_seq_tokens = n_in + n_out;
+	o.max_batch_tokens = n_in * conc > 512 ? n_in * conc : 512;
+	o.n_threads = n_threads;
+	if ((rc = open_engine(model, &o, &e, err)))
+		goto out;
+	const int32_t n_vocab = qc_engine_model(e)->cfg.n_vocab;
+	uint64_t lcg = 0x9e3779b97f4a7c15u;
+	for (int i = 0; i < n_req; i++) {
+		for (int j = 0; j < n_in; j++) { /* fixed pseudo-random ids, never 0 */
+			lcg = lcg * 6364136223846793005u + 1442695040888963407u;
+			prompt[j] = 1 + (int32_t)((lcg >> 33) % (uint64_t)(n_vocab > 1 ? n_vocab - 1 : 1));
+		}
+		struct qc_engine_request q = {.prompt = prompt, .n_prompt = n_in, .max_tokens = n_out,
+					      .ignore_eos = true};
+		qc_sampler_params_init(&q.sampling);
+		q.sampling.temperature = 0.0f;
+		if ((rc = qc_engine_add(e, &q, &rq[i].id, err)))
+			goto out;
+	}
+	const double t0 = now_s();
+	double t_prev = t0;
+	while (qc_engine_has_work(e)) {
+		if ((rc = qc_engine_step(e, err)))
+			goto out;
+		const double t = now_s();
+		int firsts = 0, later = 0;
+		for (int i = 0; i < n_req; i++) {
+			const int32_t *ids;
+			int32_t n = 0;
+			enum qc_sched_finish fin;
+			if (qc_engine_output(e, rq[i].id, &ids, &n, &fin) || n <= rq[i].seen)
+				continue;
+			if (rq[i].seen == 0) {
+				ttft[n_ttft++] = t - t0;
+				firsts++;
+				later += n - 1;
+			} else {
+				for (int32_t k = rq[i].seen; k < n; k++)
+					itl[n_itl++] = (t - rq[i].t_last) / (double)(n - rq[i].seen);
+				later += n - rq[i].seen;
+			}
+			rq[i].seen = n;
+			rq[i].t_last = t;
+		}
+		if (firsts) {
+			pre_tok += (uint64_t)firsts * (uint64_t)n_in;
+			pre_s += t - t_prev;
+		} else {
+			dec_tok += (uint64_t)later;
+			dec_s += t - t_prev;
+		}
+		t_prev = t;
+	}
+	const double wall = t_prev - t0;
+	if (n_threads > 0)
+		printf("requests %d, concurrency %d, in %d, out %d, threads %d\n", n_req, conc, n_in, n_out, n_threads);
+	else
+		printf("requests %d, concurrency %d, in %d, out %d, threads all\n", n_req, conc, n_in, n_out);
+	printf("prompt: %llu tokens in %.3f s = %.2f tokens/s\n", (unsigned long long)pre_tok, pre_s,
+	       pre_s > 0 ? (double)pre_tok / pre_s : 0.0);
+	printf("decode: %llu tokens in %.3f s = %.2f tokens/s\n", (unsigned long long)dec_tok, dec_s,
+	       dec_s > 0 ? (double)dec_tok / dec_s : 0.0);
+	printf("TTFT ms: p50 %.2f p99 %.2f\n", 1e3 * percentile(ttft, n_ttft, 0.5),
+	       1e3 * percentile(ttft, n_ttft, 0.99));
+	printf("inter-token ms: p50 %.2f p99 %.2f\n", 1e3 * percentile(itl, n_itl, 0.5),
+	       1e3 * percentile(itl, n_itl, 0.99));
+	printf("total: %.3f s, %.2f generated tokens/s\n", wall,
+	       wall > 0 ? (double)((uint64_t)n_req * (uint64_t)n_out) / wall : 0.0);
+out:
+	qc_engine_free(e);
+	free(rq);
+	free(prompt);
+	free(ttft);
+	free(itl);
+	return rc;
+}
+
+/* qrun bench MODEL ...: argv[0] is "bench". */
+static int bench_main(int argc, char **argv)
+{
+	const char *model = NULL;
+	long n_req = 0, conc = 0, n_in = 0, n_out = 0;
+	int32_t n_threads = 0;
+	struct qc_err err = {0};
+
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		const bool has = i + 1 < argc;
+		if (!strcmp(a, "--requests") && has) {
+			n_req = strtol(argv[++i], NULL, 10);
+		} else if (!strcmp(a, "--concurrency") && has) {
+			conc = strtol(argv[++i], NULL, 10);
+		} else if (!strcmp(a, "--in") && has) {
+			n_in = strtol(argv[++i], NULL, 10);
+		} else if (!strcmp(a, "--out") && has) {
+			n_out = strtol(argv[++i], NULL, 10);
+		} else if (!strcmp(a, "--threads") && has) {
+			n_threads = (int32_t)strtol(argv[++i], NULL, 10);
+		} else if (a[0] != '-' && !model) {
+			model = a;
+		} else {
+			fprintf(stderr, "%s bench: unknown or incomplete argument '%s'\n", prog, a);
+			usage(stderr);
+			return 1;
+		}
+	}
+	if (!model || n_req < 1 || n_req > 1024 || conc < 1 || conc > 1024 || n_in < 1 ||
+	    n_in > 65536 || n_out < 1 || n_out > 65536) {
+		fprintf(stderr, "%s bench: need MODEL and --requests 1..1024 --concurrency 1..1024 "
+				"--in 1..65536 --out 1..65536\n", prog);
+		return 1;
+	}
+	if (run_bench(model, (int)n_req, (int)conc, (int)n_in, (int)n_out, n_threads, &err)) {
+		qc_err_print(&err, prog, stderr);
+		return 1;
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *model = NULL, *prompt = NULL, *tok_text = NULL, *device = "cpu";
@@ -294,6 +471,9 @@ int main(int argc, char **argv)
 	struct qc_err err = {0};
 	int rc = 0;
 
+	int32_t n_threads = 0;
+	if (argc > 1 && !strcmp(argv[1], "bench"))
+		return bench_main(argc - 1, argv + 1);
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		bool has = i + 1 < argc;
@@ -312,6 +492,8 @@ int main(int argc, char **argv)
 			tok_text = argv[++i];
 		} else if (!strcmp(a, "--device") && has) {
 			device = argv[++i];
+		} else if (!strcmp(a, "--threads") && has) {
+			n_threads = (int32_t)strtol(argv[++i], NULL, 10);
 		} else if (!strcmp(a, "--json")) {
 			json = 1;
 		} else if (!strcmp(a, "--bos")) {
@@ -361,7 +543,10 @@ int main(int argc, char **argv)
 		print_ids(pids, n_pids);
 		goto out;
 	}
-	if ((rc = open_engine(model, &e, &err)))
+	struct qc_engine_opts eo;
+	qc_engine_opts_init(&eo);
+	eo.n_threads = n_threads;
+	if ((rc = open_engine(model, &eo, &e, &err)))
 		goto out_err;
 	if (!strcmp(prompt, "-")) {
 		stdin_buf = read_stdin(&text_len);

@@ -9,6 +9,8 @@
  * both continuations are legitimate), and the first step's top-10 logits within
  * a tolerance (see tol_for). Batched run: 16 requests over a KV pool small enough
  * to force preemption must each produce exactly their solo tokens.
+ * Matmul threads: every logit bit-identical for 1, 2 and 3 threads; the AVX2
+ * dot clones bit-identical to the portable ones.
  * Each checker also gets a deliberately wrong expectation that must fail.
  * Includes runtime/backend_cpu.c to test its RoPE against the formula.
  */
@@ -155,26 +157,66 @@ static void on_logits(void *ctx, uint64_t id, int32_t step, const float *logits,
  * the weight type and keep an f16 K/V cache; what remains is summation order
  * over <= 5 layers: 5e-3 on logits of magnitude <= 20 (measured <= 2.7e-3, f16).
  * Quantized weights: the engine rounds activations exactly as ggml's x86 CPU
- * path does (q8_0 with id = 127/amax and rint, q8_K reference) and then agrees
- * to ~1e-6 (checked below: median <= 1e-4 and >= 90% of runs <= 1e-3 over all
- * quantized runs). But 8-bit rounding is discontinuous: when a dot product lands
- * within float rounding of a code boundary, ggml (float sums of exact integer
- * block sums) and this engine (double sums of decoded values) can pick adjacent
- * codes, and these random-weight models amplify one such flip to ~0.1 logits.
- * Known systematic gap: q4_1/q5_1 dot with q8_1 activations whose block sum s is
- * stored as fp16 (ggml adds m * fp16(d * sum q)); the engine uses the exact sum.
- * The bound for a single run is therefore the size of the activation
- * quantization effect itself: logits with and without 8-bit activations differ
- * by up to 0.18 on these fixtures, so 0.15. Ids are compared up to the first
- * reference margin below MARGIN_MIN; an earlier divergence passes only as a
- * near-tie on both sides (llama.cpp's margin and ours between the two ids both
- * below 2 x tol: only then can logits within tol disagree on the argmax), and
- * is marked in the summary. */
+ * path does (q8_0 with id = 127/amax and rint; q8_1 the same plus the fp16 block
+ * sum s that q4_1/q5_1 dots multiply by m; q8_K reference) and then agrees to
+ * ~1e-6: measured maximum 1.6e-5 (Q4_K_S), median 1.4e-6 over 112 runs, so 1e-4.
+ * What remains is summation order (ggml: float sums of exact integer block
+ * dots; here: double sums of decoded float weights), i.e. ulps of an
+ * activation. Rounding (8-bit codes, f16 K/V and softmax weights) is
+ * discontinuous, so an ulp matters when a value lands within an ulp of a
+ * boundary; the runs in known_flips are such cases, each with the evidence, and
+ * get the size of one flip instead (0.1 logits on these random models). Ids must equal llama.cpp's up to the first reference
+ * margin below MARGIN_MIN, with no other leeway. */
 #define TOL_FLOAT 5e-3
-#define TOL_QUANT 0.15
-#define MEDIAN_QUANT 1e-4
-#define CLOSE_QUANT 1e-3      /* "no flip" level */
-#define CLOSE_FRACTION 0.9    /* share of quantized runs that must be that close */
+#define TOL_QUANT 1e-4
+#define TOL_FLIP 0.1
+#define MEDIAN_QUANT 1e-5
+#define CLOSE_QUANT 1e-4      /* "no flip" level */
+#define CLOSE_FRACTION 0.95   /* share of quantized runs that must be that close */
+
+struct known_flip {
+	const char *file;         /* fixture file name */
+	int prompt;
+	double tol;               /* first-step top-10 tolerance for this run */
+	int ids_from;             /* ids compared only before this step (N_GEN: all) */
+	const char *why;
+};
+
+/* Found with a temporary probe: list every rounding in the run that lies within
+ * a few float ulps of a boundary (8-bit activation codes: x * id near k + 0.5;
+ * f16 roundings of Q, K, V and softmax weights: x near the midpoint of two
+ * binary16 values), force each one the other way in turn, and keep the one
+ * that reproduces llama.cpp. Each is a genuine tie: a value one float ulp from
+ * a rounding midpoint, where the two programs' summation orders differ by that
+ * ulp. Neither is in the 8-bit activation quantization: both are f16 roundings
+ * (llama.cpp's f16 K/V cache and f16 softmax weights). */
+static const struct known_flip known_flips[] = {
+	/* layer 0, prompt position 3, K dim 97 after RoPE: k = 1.17431653, 1 float
+	 * ulp (1.19e-7) above 1.17431640625, the midpoint of binary16 1.173828125
+	 * and 1.1748046875; stored as the upper here. Storing the lower (llama.cpp's
+	 * side of the midpoint) gives first-step top-10 error 9.8e-7 instead of
+	 * 0.0907; no 8-bit code flip within 6e-5 of a boundary changes it. Ids still
+	 * agree up to the margin cut. */
+	{"tiny-llama-256-Q4_K_M-mix.gguf", 1, TOL_FLIP, N_GEN,
+	 "f16 K cache tie: 1.17431653 vs midpoint 1.17431640625"},
+	/* first step within 1.4e-6; ids differ at step 17 (ours 141, llama.cpp 306,
+	 * whose margin there is 0.090). Run alone (qrun -p "The little dog",
+	 * bit-identical to the batched run): a layer-0 V value -1.39306629, 1 float
+	 * ulp from the binary16 midpoint -1.39306640625, and a softmax weight
+	 * 0.248718262, exactly on the midpoint 0.24871826171875 (ties to even here;
+	 * llama.cpp's value must sit an ulp away); forcing either the other way
+	 * reproduces llama.cpp's ids 17..20 exactly. Steps before 17 are compared. */
+	{"tiny-moe-256-Q8_0.gguf", 1, TOL_QUANT, 17,
+	 "f16 V cache / softmax weight ties before step 17"},
+};
+
+static const struct known_flip *find_flip(const char *file, int prompt)
+{
+	for (size_t i = 0; i < sizeof known_flips / sizeof known_flips[0]; i++)
+		if (!strcmp(known_flips[i].file, file) && known_flips[i].prompt == prompt)
+			return &known_flips[i];
+	return NULL;
+}
 
 static bool all_float(const struct qc_model *m)
 {
@@ -255,22 +297,23 @@ static void run_fixture(const char *fx, const char *tmpdir, const char *refname,
 		enum qc_sched_finish fin;
 		CHECK(qc_engine_output(e, r.id[p], &ids, &n, &fin) == QC_OK && n == N_GEN,
 		      "%s prompt %d: %d tokens", gguf, p, n);
+		const char *base = strchr(gguf, '/') ? strchr(gguf, '/') + 1 : gguf;
+		const struct known_flip *kf = fl ? NULL : find_flip(base, p);
 		int cmp = steps_to_compare(&rp[p], MARGIN_MIN);
+		if (kf && kf->ids_from < cmp)
+			cmp = kf->ids_from;
 		int bad = first_mismatch(ids, n, rp[p].ids, cmp);
-		/* a divergence is legitimate only at a near-tie on both sides: llama.cpp's
-		 * margin and ours between the two ids both within 2 x tol */
-		bool tie = bad >= 0 && bad < n && rp[p].margins[bad] < 2 * tol &&
-			   r.ours_gap[p][bad] < 2 * tol;
-		CHECK(bad < 0 || tie, "%s prompt %d: id %d at step %d, llama.cpp %d (margins %.4f / ours %.4f)",
+		CHECK(bad < 0, "%s prompt %d: id %d at step %d, llama.cpp %d (margins %.4f / ours %.4f)",
 		      gguf, p, bad >= 0 && bad < n ? ids[bad] : -1, bad, bad >= 0 ? rp[p].ids[bad] : -1,
 		      bad >= 0 ? rp[p].margins[bad] : 0.0, bad >= 0 && bad < N_GEN ? r.ours_gap[p][bad] : 0.0);
+		const double ptol = kf ? kf->tol : tol;
 		double te = top10_err(r.first[p], &rp[p]);
-		CHECK(te <= tol, "%s prompt %d: first-step top-10 logit error %.5f > %.5f", gguf, p, te, tol);
+		CHECK(te <= ptol, "%s prompt %d: first-step top-10 logit error %.2e > %.0e", gguf, p, te, ptol);
 		maxe = te > maxe ? te : maxe;
 		if (!fl && n_quant_err < 256)
 			quant_err[n_quant_err++] = te;
 		off += snprintf(line + off, sizeof line - (size_t)off, " %2d/%-2d%s", bad < 0 ? cmp : bad, cmp,
-				bad < 0 ? " " : "*");
+				kf ? "*" : " ");
 		free(r.first[p]);
 	}
 	printf("%s  top10 max err %.2e (tol %g)\n", line, maxe, tol);
@@ -303,6 +346,8 @@ static void checkers_fail_on_wrong_input(void)
 	CHECK(top10_err(lg, &rp) == 0.0, "equal logits");
 	lg[3] = 1.2f;
 	CHECK(top10_err(lg, &rp) > TOL_QUANT, "a logit off by 0.2 must fail the quantized tolerance");
+	CHECK(find_flip("tiny-llama-256-Q4_K_M-mix.gguf", 1) && !find_flip("tiny-llama-256-Q4_K_M-mix.gguf", 0),
+	      "known flips loosen only the listed run");
 	double e3[3] = {1e-6, 0.1, 2e-6};
 	CHECK(median(e3, 3) == 2e-6, "median");
 }
@@ -408,6 +453,122 @@ static void batched_equals_alone(const char *fx, const char *tmpdir)
 	qc_engine_free(e);
 }
 
+static void hash_logits(void *ctx, uint64_t id, int32_t step, const float *logits, int32_t n_vocab)
+{
+	uint64_t *h = ctx;
+	const unsigned char *b = (const unsigned char *)logits;
+	*h = (*h ^ (id * 1000003u + (uint64_t)step)) * 1099511628211u;
+	for (size_t i = 0; i < sizeof(float) * (size_t)n_vocab; i++)
+		*h = (*h ^ b[i]) * 1099511628211u; /* FNV-1a */
+}
+
+/* Every logit of every step is bit-identical for 1, 2 and 3 matmul threads
+ * ($QC_THREADS, read by qc_engine_new), dense and MoE, q8_1-paired weights. */
+static void threads_bit_identical(const char *fx, const char *tmpdir)
+{
+	static const char *files[] = {"gguf-quant/tiny-llama-256-Q5_1.gguf",
+				      "gguf-quant/tiny-llama-256-Q8_0.gguf",
+				      "gguf-quant/tiny-moe-256-Q4_K_M-mix.gguf"};
+	const char *saved = getenv("QC_THREADS");
+	char *keep = saved ? strdup(saved) : NULL;
+	for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
+		char in[1024], bundle[1024];
+		uint64_t h[3] = {0};
+		snprintf(in, sizeof in, "%s/%s", fx, files[f]);
+		snprintf(bundle, sizeof bundle, "%s/t.qb", tmpdir);
+		if (access(in, R_OK) || convert_to(in, bundle, QC_PLAN_FUSE_MOE))
+			continue;
+		for (int nt = 1; nt <= 3; nt++) {
+			struct qc_err err = {0};
+			struct qc_engine *e = NULL;
+			struct qc_engine_opts o;
+			char v[8];
+			snprintf(v, sizeof v, "%d", nt);
+			setenv("QC_THREADS", v, 1);
+			qc_engine_opts_init(&o);
+			o.max_running = 3;
+			o.max_seq_tokens = 64;
+			o.on_logits = hash_logits;
+			o.cb_ctx = &h[nt - 1];
+			h[nt - 1] = 14695981039346656037u;
+			int rc = qc_engine_new(bundle, &o, &e, &err);
+			CHECK(rc == QC_OK, "%s: %s", files[f], err.msg);
+			int32_t prompt[9] = {1, 15, 27, 99, 3, 250, 7, 42, 11};
+			for (int i = 0; rc == QC_OK && i < 3; i++) {
+				uint64_t id;
+				struct qc_engine_request q = {.prompt = prompt, .n_prompt = 3 + 3 * i,
+							      .max_tokens = 12, .ignore_eos = true};
+				qc_sampler_params_init(&q.sampling);
+				q.sampling.temperature = 0.0f;
+				rc = qc_engine_add(e, &q, &id, &err);
+			}
+			while (rc == QC_OK && qc_engine_has_work(e))
+				rc = qc_engine_step(e, &err);
+			CHECK(rc == QC_OK, "%s threads %d: %s", files[f], nt, err.msg);
+			qc_engine_free(e);
+		}
+		unlink(bundle);
+		CHECK(h[0] == h[1] && h[0] == h[2], "%s: logits differ across 1/2/3 threads", files[f]);
+		printf("  threads 1/2/3: all logits bit-identical (%s)\n", files[f]);
+	}
+	if (keep)
+		setenv("QC_THREADS", keep, 1);
+	else
+		unsetenv("QC_THREADS");
+	free(keep);
+}
+
+/* The AVX2 clones of the matmul dots compute the same IEEE operations as the
+ * portable ones: equal bit for bit (lengths with and without tails), and equal
+ * to the decoded-value sum within double rounding. */
+static void dot_clones_agree(void)
+{
+	enum { N = 1024 + 13 };
+	static float fa[N], fb[N];
+	static double da[N], db[N];
+	static struct qc_block_Q8_0 wq[N / 32];
+	static int8_t xq[N];
+	static float xd[N / 32];
+	uint32_t r = 12345;
+	for (int i = 0; i < N; i++) {
+		r = r * 1664525u + 1013904223u;
+		fa[i] = (float)((int32_t)(r >> 8) - (1 << 23)) * 0x1p-20f;
+		r = r * 1664525u + 1013904223u;
+		fb[i] = (float)((int32_t)(r >> 8) - (1 << 23)) * 0x1p-22f;
+		da[i] = fa[i];
+		db[i] = fb[i];
+		xq[i] = (int8_t)(r >> 3);
+	}
+	for (int b = 0; b < N / 32; b++) {
+		wq[b].d = qc_f32_to_fp16(0.01f * (float)(b + 1));
+		for (int k = 0; k < 32; k++)
+			wq[b].qs[k] = (int8_t)(xq[(b * 37 + k * 11) % N] ^ 0x5a);
+		xd[b] = qc_fp16_to_f32(qc_f32_to_fp16(0.003f * (float)(b % 7 + 1)));
+	}
+	pthread_once(&qc_f16_once, fill_f16_table);
+	const dot_dd_fn dd = pick_dot_dd();
+	const dot_fd_fn fd = pick_dot_fd();
+	const dot_q8_fn q8 = pick_dot_q8();
+	int same = 1;
+	for (int n = 1000; n <= N; n += 3) {
+		same &= dd(da, db, n) == dot_dd_generic(da, db, n);
+		same &= fd(fa, db, n) == dot_fd_generic(fa, db, n);
+		same &= dd(da, db, n) == fd(fa, db, n);
+	}
+	same &= q8(wq, xq, xd, N / 32) == dot_q8_generic(wq, xq, xd, N / 32);
+	CHECK(same, "dot clones (%s) differ from the portable dots", have_avx2() ? "avx2" : "none");
+	double ref = 0.0, got = dd(da, db, N);
+	for (int i = 0; i < N; i++)
+		ref += (double)fa[i] * (double)fb[i];
+	CHECK(fabs(got - ref) <= 1e-12 * fabs(ref) + 1e-12, "dot_dd %.17g vs %.17g", got, ref);
+	ref = 0.0;
+	for (int b = 0; b < N / 32; b++)
+		for (int k = 0; k < 32; k++)
+			ref += (double)qc_fp16_to_f32(wq[b].d) * wq[b].qs[k] * (double)xd[b] * xq[b * 32 + k];
+	got = q8(wq, xq, xd, N / 32);
+	CHECK(fabs(got - ref) <= 1e-12 * fabs(ref) + 1e-12, "dot_q8 %.17g vs %.17g", got, ref);
+}
+
 /* RoPE against the published formula in double (RoFormer eq. 34; NORM pairs
  * adjacent dims, NEOX pairs i with i + n/2) and against each other through the
  * pairing permutation. */
@@ -499,6 +660,7 @@ int main(void)
 
 	checkers_fail_on_wrong_input();
 	rope_matches_formula();
+	dot_clones_agree();
 	const char *tmpdir = mkdtemp(tmpl);
 	CHECK(tmpdir != NULL, "mkdtemp");
 	if (!tmpdir)
@@ -522,7 +684,7 @@ int main(void)
 	CHECK(n >= 29, "expected 29 reference files, found %d", n);
 
 	double worst = 0.0;
-	printf("fixture (steps matched / steps before the first margin < 0.05, per prompt; * = near-tie divergence)\n");
+	printf("fixture (steps matched / steps before the first margin < 0.05, per prompt; * = known flip, see known_flips)\n");
 	for (int i = 0; i < n; i++) {
 		run_fixture(fx, tmpdir, names[i], QC_PLAN_FUSE_MOE, &worst);
 		if (!strncmp(names[i], "tiny-moe-", 9)) /* separate gate/up experts too */
@@ -540,6 +702,7 @@ int main(void)
 	      "median first-step error over %d quantized runs %.2e > %.0e", n_quant_err, med, MEDIAN_QUANT);
 	printf("quantized runs: median first-step top-10 error %.2e over %d runs\n", med, n_quant_err);
 	batched_equals_alone(fx, tmpdir);
+	threads_bit_identical(fx, tmpdir);
 	rmdir(tmpdir);
 	printf("worst first-step top-10 error %.2e; %.1f s CPU\n", worst,
 	       (double)(clock() - t0) / CLOCKS_PER_SEC);
