@@ -21,7 +21,7 @@ JOBS=${FUZZ_JOBS:-$(nproc 2>/dev/null || echo 1)}
 # -fsanitize=fuzzer-no-link: coverage instrumentation for library objects; the harness link adds libFuzzer's main.
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
 CFLAGS="-O1 -g -std=c11 -D_GNU_SOURCE -Iformats -Ikernels -Iconvert -Iruntime -Wall -Wextra -Wno-unused-parameter $SAN"
-LIBS="-lcjson -lxxhash -larchive -lpcre2-8 -lm -lpthread"
+LIBS="-lcjson -lxxhash -larchive -lpcre2-8 -licuuc -lm -lpthread"
 MAX_LEN=3145728
 
 command -v "$CC" >/dev/null 2>&1 || { echo "fuzz: $CC not found (libFuzzer needs clang)" >&2; exit 1; }
@@ -29,10 +29,11 @@ mkdir -p "$OUT/obj" "$OUT/seeds" "$OUT/corpus" "$OUT/crashes" || exit 1
 
 # ---- library, instrumented -----------------------------------------------------------
 objs=
-for c in formats/*.c kernels/ref/*.c; do
+# the tokenizer files too (fuzz_tokenizer), not the engine
+for c in formats/*.c kernels/ref/*.c runtime/vocab*.c runtime/tokenize*.c runtime/detok.c; do
 	o="$OUT/obj/$(echo "$c" | tr / _ | sed 's/\.c$/.o/')"
 	if [ ! -f "$o" ] || [ "$c" -nt "$o" ] ||
-	   [ -n "$(find formats kernels \( -name '*.h' -o -name '*.def' \) -newer "$o" 2>/dev/null | head -n 1)" ]; then
+	   [ -n "$(find formats kernels runtime \( -name '*.h' -o -name '*.def' \) -newer "$o" 2>/dev/null | head -n 1)" ]; then
 		$CC $CFLAGS -fsanitize=fuzzer-no-link -c "$c" -o "$o" || { echo "fuzz: cannot compile $c" >&2; exit 1; }
 	fi
 	objs="$objs $o"
@@ -41,6 +42,14 @@ rm -f "$OUT/libqc-fuzz.a"
 ar rcs "$OUT/libqc-fuzz.a" $objs || exit 1
 
 # ---- seeds -----------------------------------------------------------------------------
+# tokenizer: each llama.cpp test string, prefixed by a vocab selector byte and a flags byte
+ts="$OUT/seeds/fuzz_tokenizer"
+mkdir -p "$ts"
+if [ -f "$FIX/vocab/ggml-vocab-llama-spm.gguf.inp" ]; then
+	awk -v dir="$ts" 'BEGIN { RS = "\n__ggml_vocab_test__\n"; n = 0 }
+		{ for (v = 0; v < 4; v++) { f = sprintf("%s/s%02d-v%d", dir, n, v); printf "%c%c%s", 48 + v, 50, $0 > f; close(f) } n++ }' \
+		"$FIX/vocab/ggml-vocab-llama-spm.gguf.inp"
+fi
 # safetensors: reference-writer fixtures and header-cut prefixes
 ss="$OUT/seeds/fuzz_safetensors"
 mkdir -p "$ss"
