@@ -160,6 +160,22 @@ int main(void)
 	snprintf(cmd, sizeof cmd, "%s/qrun %s -p hi --device cuda", bin(), model);
 	free(run(cmd, "", 0, &st));
 	CHECK(st == 2, "--device cuda exits %d, expected 2 (not built)", st);
+	/* qrun bench: every request's prompt is prefilled and every token after the first
+	 * is a decode token; latency percentiles are ordered */
+	snprintf(cmd, sizeof cmd, "%s/qrun bench %s --requests 5 --concurrency 2 --in 8 --out 6 --threads 1", bin(), model);
+	char *bo = run(cmd, "", 0, &st);
+	unsigned long long pre = 0, dec = 0;
+	double p50 = -1, p99 = -1, i50 = -1, i99 = -1;
+	const char *pp = bo ? strstr(bo, "prompt: ") : NULL, *dp = bo ? strstr(bo, "decode: ") : NULL;
+	const char *tp = bo ? strstr(bo, "TTFT ms: ") : NULL, *ip = bo ? strstr(bo, "inter-token ms: ") : NULL;
+	CHECK(st == 0 && pp && dp && tp && ip && sscanf(pp, "prompt: %llu", &pre) == 1 && sscanf(dp, "decode: %llu", &dec) == 1 &&
+	      sscanf(tp, "TTFT ms: p50 %lf p99 %lf", &p50, &p99) == 2 &&
+	      sscanf(ip, "inter-token ms: p50 %lf p99 %lf", &i50, &i99) == 2,
+	      "qrun bench output not as documented (%d): %s", st, bo ? bo : "");
+	CHECK(pre == 5 * 8 && dec == 5 * (6 - 1), "qrun bench counted %llu prompt and %llu decode tokens, expected 40 and 25",
+	      pre, dec);
+	CHECK(p50 >= 0 && p50 <= p99 && i50 >= 0 && i50 <= i99, "qrun bench percentiles out of order");
+	free(bo);
 	/* the comparator must notice a wrong id list */
 	cJSON *a = cJSON_Parse("[1,2,3]"), *b = cJSON_Parse("[1,2,4]");
 	CHECK(!same_ids(a, b), "id comparator accepts different lists");
