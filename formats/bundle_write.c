@@ -167,7 +167,8 @@ int qc_bundle_writer_begin(struct qc_bundle_writer *w, const char *name, uint64_
 	return QC_OK;
 }
 
-int qc_bundle_writer_write(struct qc_bundle_writer *w, const void *data, uint64_t n, struct qc_err *err)
+/* Count n bytes of the open member and hash them; refuses more than it declared. */
+static int account(struct qc_bundle_writer *w, const void *data, uint64_t n, struct qc_err *err)
 {
 	QC_ASSERT(w->in_member);
 	if (n > w->want - w->got)
@@ -175,6 +176,14 @@ int qc_bundle_writer_write(struct qc_bundle_writer *w, const void *data, uint64_
 				  "tensor data longer than its declared %llu bytes", (unsigned long long)w->want);
 	XXH3_64bits_update(w->xx, data, (size_t)n);
 	w->got += n;
+	return QC_OK;
+}
+
+int qc_bundle_writer_write(struct qc_bundle_writer *w, const void *data, uint64_t n, struct qc_err *err)
+{
+	int rc = account(w, data, n, err);
+	if (rc)
+		return rc;
 	return write_all(w, data, n, err);
 }
 
@@ -182,12 +191,9 @@ int qc_bundle_writer_copy(struct qc_bundle_writer *w, const void *data, int src_
 			  struct qc_err *err)
 {
 	static int no_cfr; /* copy_file_range unavailable here: use write() from then on */
-	QC_ASSERT(w->in_member);
-	if (n > w->want - w->got)
-		return qc_err_set(err, QC_EINVAL, w->path, w->name, (int64_t)w->pos,
-				  "tensor data longer than its declared %llu bytes", (unsigned long long)w->want);
-	XXH3_64bits_update(w->xx, data, (size_t)n);
-	w->got += n;
+	int rc = account(w, data, n, err);
+	if (rc)
+		return rc;
 	loff_t in = (loff_t)src_off;
 	while (n && !no_cfr) {
 		ssize_t r = copy_file_range(src_fd, &in, w->fd, NULL, n > (1u << 30) ? (1u << 30) : (size_t)n, 0);

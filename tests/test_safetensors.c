@@ -18,26 +18,6 @@
 
 #define DIR_ST "tests/data/st"
 
-static char *slurp(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return NULL;
-	fseek(f, 0, SEEK_END);
-	long n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	char *b = n >= 0 ? malloc((size_t)n + 1) : NULL;
-	if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-		free(b);
-		b = NULL;
-	}
-	if (b)
-		b[n] = '\0';
-	fclose(f);
-	*len = b ? (size_t)n : 0;
-	return b;
-}
-
 /* dtype, shape and XXH3 of one tensor against its expected.json entry. */
 static void check_tensor(const char *what, const char *name, const struct qc_st_tensor *t,
 			 const uint8_t *data, const cJSON *want)
@@ -90,7 +70,7 @@ static void st_reads_reference_file(const cJSON *expected)
 static void st_rejects_every_truncation(void)
 {
 	size_t len;
-	char *buf = slurp(DIR_ST "/tiny/model.safetensors", &len);
+	char *buf = check_read_file(DIR_ST "/tiny/model.safetensors", &len);
 	CHECK(buf != NULL, "read tiny");
 	if (!buf)
 		return;
@@ -237,7 +217,7 @@ static void hf_rejects_truncated_archives(void)
 	const char *names[] = {DIR_ST "/sharded.tar", DIR_ST "/sharded.tar.gz", DIR_ST "/sharded.zip"};
 	for (size_t i = 0; i < 3; i++) {
 		size_t len;
-		char *buf = slurp(names[i], &len);
+		char *buf = check_read_file(names[i], &len);
 		CHECK(buf != NULL, "read %s", names[i]);
 		if (!buf)
 			continue;
@@ -263,7 +243,7 @@ static void hf_rejects_truncated_archives(void)
 int main(void)
 {
 	size_t len;
-	char *js = slurp(DIR_ST "/expected.json", &len);
+	char *js = check_read_file(DIR_ST "/expected.json", &len);
 	cJSON *expected = js ? cJSON_Parse(js) : NULL;
 	CHECK(expected != NULL, "read " DIR_ST "/expected.json (run from the repo root)");
 	if (!expected)
