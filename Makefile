@@ -4,7 +4,10 @@
 #   make asan       the same tests under AddressSanitizer + UBSan
 #   make fuzz       libFuzzer harnesses (clang), FUZZ_SECONDS each
 #   make bench      conversion throughput benchmark (docs/bench.md)
+#   make bench-cpu  CPU engine prefill/decode vs llama.cpp (docs/bench.md)
 #   make cuda-check compile the CUDA sources only (no GPU needed)
+#   make test-gpu   every CUDA kernel vs its C reference + end to end vs the CPU (needs a GPU)
+#   make bench-gpu  Llama-3-8B-shape decode/prefill benchmark (needs a GPU; docs/bench.md)
 
 CC      ?= cc
 BUILD   ?= build
@@ -16,17 +19,30 @@ WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wformat=2 -Wcast-qual -Wn
 CFLAGS  ?= -O2 -g
 # project flags stay even when CFLAGS is given on the command line (make asan does)
 QCFLAGS := -std=c11 -D_GNU_SOURCE -MMD -MP $(WARN) $(WERROR) -Iformats -Ikernels -Iconvert -Iruntime
-LDLIBS  := -lcjson -lxxhash -larchive -lpcre2-8 -licuuc -lm -lpthread
+LDLIBS  := -lcjson -lxxhash -larchive -lpcre2-8 -licuuc -lmicrohttpd -lm -lpthread
 
 # CUDA: built whenever nvcc is found. sm_90a for Hopper (wgmma/TMA), sm_80 for Ampere.
 CUDA_HOME ?= /usr/local/cuda
 NVCC    := $(shell command -v nvcc 2>/dev/null || (test -x $(CUDA_HOME)/bin/nvcc && echo $(CUDA_HOME)/bin/nvcc))
 NVFLAGS := -O2 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_80,code=sm_80 \
-	   -Iformats -Ikernels -Xcompiler -Wall,-Wextra
+	   -MMD -MP -Iformats -Ikernels -Iruntime -Xcompiler -Wall,-Wextra
+# The CUDA backend: with nvcc, libqc_cuda.a = kernels/cuda/*.cu + runtime/backend_cuda.c (cc,
+# CUDA headers as system headers so -Werror sees only ours); cudart static so a binary runs
+# (and says "no CUDA device") on a machine without a GPU; cuBLAS found through the rpath.
+# Without nvcc, libqc_nocuda.a holds the stub whose create says the build has no CUDA.
+# CUDA_ROOT: the toolkit the nvcc found belongs to (its headers and libraries).
+CUDA_ROOT := $(if $(NVCC),$(patsubst %/bin/nvcc,%,$(NVCC)),$(CUDA_HOME))
+ifneq ($(NVCC),)
+CUDA_LIB    := $(BUILD)/libqc_cuda.a
+CUDA_LDLIBS := -L$(CUDA_ROOT)/lib64 -Wl,-rpath,$(CUDA_ROOT)/lib64 -lcublas -lcudart_static -ldl -lrt -lstdc++
+else
+CUDA_LIB    := $(BUILD)/libqc_nocuda.a
+CUDA_LDLIBS :=
+endif
 
 LIB_SRC := $(wildcard formats/*.c kernels/ref/*.c) \
 	   $(filter-out convert/qconvert.c,$(wildcard convert/*.c)) \
-	   $(filter-out %_main.c,$(wildcard runtime/*.c))
+	   $(filter-out %_main.c runtime/backend_cuda%.c,$(wildcard runtime/*.c))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 LIB     := $(BUILD)/libqc.a
 
@@ -35,9 +51,9 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 CU_SRC   := $(wildcard kernels/cuda/*.cu)
 CU_OBJ   := $(CU_SRC:%.cu=$(BUILD)/obj/%.o)
 
-BINS := $(BUILD)/bin/qconvert $(BUILD)/bin/mkgguf $(BUILD)/bin/qrun
+BINS := $(BUILD)/bin/qconvert $(BUILD)/bin/mkgguf $(BUILD)/bin/qrun $(BUILD)/bin/qserve
 
-.PHONY: all deps test check asan fuzz bench cuda-check clean sample tests-build
+.PHONY: all deps test check asan fuzz bench bench-cpu cuda-check clean sample tests-build loadtest test-gpu bench-gpu
 all: $(BINS) $(if $(NVCC),cuda-check)
 
 # Installs missing Debian packages (no-op when present).
@@ -60,9 +76,13 @@ $(BUILD)/bin/mkgguf: $(BUILD)/obj/samples/mkgguf.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(QCFLAGS) $^ -o $@ $(LDLIBS)
 
-$(BUILD)/bin/qrun: $(BUILD)/obj/runtime/qrun_main.o $(LIB)
+$(BUILD)/bin/qrun: $(BUILD)/obj/runtime/qrun_main.o $(CUDA_LIB) $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(QCFLAGS) $^ -o $@ $(LDLIBS)
+	$(CC) $(CFLAGS) $(QCFLAGS) $^ -o $@ $(LDLIBS) $(CUDA_LDLIBS)
+
+$(BUILD)/bin/qserve: $(BUILD)/obj/runtime/qserve_main.o $(CUDA_LIB) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(QCFLAGS) $^ -o $@ $(LDLIBS) $(CUDA_LDLIBS)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(LIB)
 	@mkdir -p $(dir $@)
@@ -91,13 +111,53 @@ $(BUILD)/obj/%.o: %.cu
 cuda-check: $(CU_OBJ)
 	@echo "cuda-check: $(words $(CU_OBJ)) CUDA source(s) compiled for sm_90a and sm_80$(if $(NVCC),, (nvcc not found: skipped))"
 
+$(BUILD)/obj/runtime/backend_cuda.o $(BUILD)/obj/tests/gpu/%.o: QCFLAGS += -isystem $(CUDA_ROOT)/include
+
+$(BUILD)/libqc_cuda.a: $(CU_OBJ) $(BUILD)/obj/runtime/backend_cuda.o
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/libqc_nocuda.a: $(BUILD)/obj/runtime/backend_cuda_stub.o
+	@rm -f $@
+	ar rcs $@ $^
+
+# GPU tests (tests/gpu/): built and run by `make test-gpu` on a machine with a GPU
+# (tools/gpu_check.sh does it on the device); never part of `make test`.
+GPU_TEST_SRC := $(wildcard tests/gpu/test_*.c)
+GPU_TEST_BIN := $(GPU_TEST_SRC:tests/gpu/%.c=$(BUILD)/tests/gpu/%)
+
+$(BUILD)/tests/gpu/%: $(BUILD)/obj/tests/gpu/%.o $(CUDA_LIB) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(QCFLAGS) $^ -o $@ $(LDLIBS) $(CUDA_LDLIBS)
+
+test-gpu:
+	@test -n "$(NVCC)" || { echo "test-gpu: nvcc not found"; exit 1; }
+	@$(MAKE) --no-print-directory $(BINS) $(GPU_TEST_BIN)
+	@QC_BIN=$(BUILD)/bin sh tests/gpu/run.sh $(GPU_TEST_BIN)
+
+# Llama-3-8B-shape GPU benchmark (docs/bench.md, GPU section): run on the device.
+bench-gpu:
+	@test -n "$(NVCC)" || { echo "bench-gpu: nvcc not found"; exit 1; }
+	@$(MAKE) --no-print-directory $(BINS)
+	@QC_BIN=$(BUILD)/bin sh tools/gpu_bench.sh
+
 FUZZ_SECONDS ?= 60
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 fuzz:
 	@sh tests/fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_SRC)
 
+# qserve under 64 concurrent streaming clients for LOADTEST_SECONDS (docs/serve.md).
+LOADTEST_SECONDS ?= 60
+loadtest: deps
+	@$(MAKE) --no-print-directory $(BINS)
+	@QC_BIN=$(BUILD)/bin sh tests/serve/loadtest.sh $(LOADTEST_SECONDS)
+
 bench: $(BINS)
 	@sh tests/bench_convert.sh
+
+# CPU engine vs llama.cpp (LLAMA_BENCH=path/to/llama-bench); results in docs/bench.md.
+bench-cpu: $(BINS)
+	@QC_BIN=$(BUILD)/bin sh tests/bench_cpu.sh
 
 sample: deps
 	@$(MAKE) --no-print-directory $(BINS)

@@ -8,6 +8,7 @@
  * timestamps, paths reduced to base names). */
 #include "convert.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -101,6 +102,51 @@ static int stream(struct qc_bundle_writer *w, const struct qc_gguf *g, uint64_t 
 	return QC_OK;
 }
 
+/* Fold one slice's kernel-value error into t->lay_err (reported by inspect). */
+static int add_layout_error(struct qc_plan_tensor *t, const uint8_t *packed, struct qc_err *err)
+{
+	const int64_t ne[4] = { t->ne[0], t->ne[1], 1, 1 };
+	struct qc_marlin_err e, *a = &t->lay_err;
+	int rc = qc_marlin_error(t->layout, t->type, ne, packed, &e, err);
+	if (rc)
+		return rc;
+	double n = (double)a->n, m = (double)e.n;
+	a->rms = sqrt((a->rms * a->rms * n + e.rms * e.rms * m) / (n + m));
+	a->rms_w = sqrt((a->rms_w * a->rms_w * n + e.rms_w * e.rms_w * m) / (n + m));
+	a->max_abs = e.max_abs > a->max_abs || e.max_abs != e.max_abs ? e.max_abs : a->max_abs;
+	a->n += e.n;
+	return QC_OK;
+}
+
+/* A layout other than ggml: gather each ne[2]*ne[3] slice's ggml rows (parts in
+ * order) into memory, repack it, write it. Memory: two slices. */
+static int write_packed(const struct qc_gguf_model *m, struct qc_bundle_writer *w, struct qc_plan_tensor *t,
+			uint64_t row, struct qc_progress *pr, struct qc_err *err)
+{
+	uint64_t slice = row * (uint64_t)t->ne[1], slices = (uint64_t)t->ne[2] * (uint64_t)t->ne[3];
+	uint64_t packed = t->size / slices; /* a layout may keep more than the ggml bytes */
+	uint8_t *in = malloc((size_t)slice + 1), *out = malloc((size_t)packed + 1);
+	int rc = in && out ? QC_OK : qc_err_set(err, QC_ENOMEM, NULL, t->name, -1, "out of memory packing a slice");
+	for (uint64_t sl = 0; !rc && sl < slices; sl++) {
+		for (int k = 0; k < t->n_parts; k++) {
+			const struct qc_plan_part *pp = &t->parts[k];
+			const struct qc_gguf *g = m->files[pp->src->file_idx];
+			uint64_t span = (uint64_t)pp->n_rows * row, off = pp->src->data_off + sl * span;
+			memcpy(in + (uint64_t)pp->row0 * row, g->map + off, (size_t)span);
+			qc_map_release(&g->file, off, span);
+		}
+		rc = qc_layout_pack_slice(t->layout, t->type, t->ne, in, out, err);
+		if (!rc && t->layout == QC_LAYOUT_MARLIN_I4Z) /* scale/offset were rounded: measure it */
+			rc = add_layout_error(t, out, err);
+		if (!rc)
+			rc = qc_bundle_writer_write(w, out, packed, err);
+		qc_progress_add(pr, packed);
+	}
+	free(in);
+	free(out);
+	return rc;
+}
+
 static int write_tensor(const struct qc_gguf_model *m, struct qc_bundle_writer *w, struct qc_plan_tensor *t,
 			struct qc_progress *pr, struct qc_err *err)
 {
@@ -108,9 +154,10 @@ static int write_tensor(const struct qc_gguf_model *m, struct qc_bundle_writer *
 	if (rc)
 		return rc;
 	uint64_t row;
-	QC_ASSERT(t->layout == QC_LAYOUT_GGML); /* other layouts pack through a buffer (CUDA issue) */
 	QC_ASSERT(qc_type_row_bytes(t->type, (uint64_t)t->ne[0], &row) == QC_OK);
-	if (t->n_parts == 1) {
+	if (t->layout != QC_LAYOUT_GGML) {
+		rc = write_packed(m, w, t, row, pr, err);
+	} else if (t->n_parts == 1) {
 		const struct qc_gguf_tensor *s = t->parts[0].src;
 		rc = stream(w, m->files[s->file_idx], s->data_off, s->n_bytes, pr, err);
 	} else {
@@ -140,6 +187,12 @@ static cJSON *tensor_json(const struct qc_plan_tensor *t)
 	cJSON_AddStringToObject(enc, "layout", qc_layout_name(t->layout));
 	cJSON_AddNumberToObject(enc, "layout_id", t->layout);
 	cJSON_AddObjectToObject(enc, "params");
+	if (t->lay_err.n) {
+		cJSON *le = cJSON_AddObjectToObject(j, "layout_error");
+		cJSON_AddNumberToObject(le, "max_abs", t->lay_err.max_abs);
+		cJSON_AddNumberToObject(le, "rms", t->lay_err.rms);
+		cJSON_AddNumberToObject(le, "rms_weights", t->lay_err.rms_w);
+	}
 	cJSON_AddNumberToObject(j, "offset", (double)t->off);
 	cJSON_AddNumberToObject(j, "size", (double)t->size);
 	qc_bundle_hash_hex(t->xxh3, hex);
@@ -185,12 +238,12 @@ int qc_convert_gguf(const struct qc_convert_opts *o, struct qc_convert_stats *st
 	qc_progress_init(&pr, "converting", plan->total_bytes);
 	struct hash_job hj = { .m = m, .hashes = calloc((size_t)m->n_files, sizeof(uint64_t)) };
 	pthread_t th;
-	bool threaded = hj.hashes && pthread_create(&th, NULL, hash_sources, &hj) == 0;
+	bool threaded = !o->source && hj.hashes && pthread_create(&th, NULL, hash_sources, &hj) == 0;
 	if (!hj.hashes) {
 		rc = qc_err_set(err, QC_ENOMEM, o->in, NULL, -1, "out of memory");
 		goto out;
 	}
-	if (!threaded) {
+	if (!threaded && !o->source) {
 		QC_WARN_ONCE("cannot start the hashing thread; hashing the source inline");
 		hash_sources(&hj);
 	}
@@ -204,10 +257,18 @@ int qc_convert_gguf(const struct qc_convert_opts *o, struct qc_convert_stats *st
 	cJSON_AddStringToObject(conv, "version", QC_VERSION);
 	cJSON_AddStringToObject(man, "target", qc_target_name(o->target));
 	cJSON_AddNumberToObject(man, "alignment", o->alignment);
-	cJSON *src = cJSON_AddObjectToObject(man, "source");
-	cJSON_AddStringToObject(src, "format", "gguf");
-	cJSON_AddNumberToObject(src, "gguf_version", m->files[0]->version);
-	rc = qc_meta_from_gguf(m, man, err);
+	cJSON *src = o->source ? cJSON_Duplicate(o->source, 1) : cJSON_CreateObject();
+	if (!src || !cJSON_AddItemToObject(man, "source", src)) {
+		cJSON_Delete(src);
+		rc = qc_err_set(err, QC_ENOMEM, o->in, NULL, -1, "out of memory");
+		src = NULL;
+	}
+	if (src && !o->source) {
+		cJSON_AddStringToObject(src, "format", "gguf");
+		cJSON_AddNumberToObject(src, "gguf_version", m->files[0]->version);
+	}
+	if (!rc)
+		rc = qc_meta_from_gguf(m, man, err);
 	if (!rc)
 		rc = qc_bundle_writer_open(o->out, o->alignment, &w, err);
 	cJSON *tensors = cJSON_AddArrayToObject(man, "tensors");
@@ -220,7 +281,7 @@ int qc_convert_gguf(const struct qc_convert_opts *o, struct qc_convert_stats *st
 		pthread_join(th, NULL);
 	if (!rc && hj.rc)
 		rc = qc_err_set(err, QC_ENOMEM, o->in, NULL, -1, "out of memory hashing the source");
-	if (!rc)
+	if (!rc && !o->source)
 		add_source_files(m, hj.hashes, src);
 	free(hj.hashes);
 	if (!rc) {

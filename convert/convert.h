@@ -14,6 +14,9 @@ struct qc_convert_opts {
 	uint32_t alignment;        /* tensor data alignment, >= 4096 */
 	unsigned plan_flags;       /* enum qc_plan_flags */
 	int verbose;               /* print plan notes and a summary to stderr */
+	const struct cJSON *source; /* NULL: describe and hash the GGUF input; else the
+				     * manifest "source" object verbatim (borrowed), as
+				     * hf_convert.c passes for its temporary GGUF */
 };
 
 /* Stats a caller may report. */
@@ -21,6 +24,8 @@ struct qc_convert_stats {
 	uint64_t in_bytes, out_bytes, n_tensors;
 	double seconds;
 };
+
+struct cJSON;
 
 int qc_convert_gguf(const struct qc_convert_opts *o, struct qc_convert_stats *st, struct qc_err *err);
 

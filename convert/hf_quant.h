@@ -12,7 +12,10 @@
  *     row-major, each row qc_type_row_bytes(type, K) bytes: any row reorder (RoPE
  *     permutation of Q/K, stacking experts) is valid on them;
  *   - act_perm, when set, is the K permutation act-order needed: the layer computes
- *     y = W' · x[act_perm] (the bundle stores it as "<ggml base>.act_perm", I32 [K]).
+ *     y = W' · x[act_perm] (the bundle stores it as "<ggml base>.act_perm", I32 [K]);
+ *   - encodings: hq4, hq8, bnb_nf4, bnb_fp4, f8_e4m3, nvfp4 (qtype.def ids 128+),
+ *     bit-exact with the writing library's float32 dequantization (docs/hf-quant.md).
+ * Implementation: hf_quant.c (dispatch), hfq_<scheme>.c, hfq_common.c, hfq_emit.c.
  * Non-goals: model architecture, names, tokenizer (hf_convert.c).
  */
 #ifndef QC_HF_QUANT_H
@@ -61,11 +64,13 @@ bool qc_hfq_is_quantized(const struct qc_hfq *q, const struct qc_hf_source *src,
 int qc_hfq_load(const struct qc_hfq *q, const struct qc_hf_source *src, const char *module,
 		struct qc_hfq_tensor *out, struct qc_err *err);
 
-/* Load two modules that will be fused row-wise (MoE gate then up of one expert):
- * where the encoding needs one scale for the whole fused tensor (FP8 per-tensor,
- * NVFP4 global scale) the smaller-scaled half is re-quantized to the larger scale and
- * st says what that cost. Both outputs then share type, K and act_perm (a differing
- * act_perm is QC_EUNSUPPORTED: the caller keeps them unfused). */
+/* Load two modules that will be fused row-wise (MoE gate then up of one expert).
+ * Where an encoding needed one scale for the whole fused tensor the smaller-scaled
+ * half would be re-quantized and st would say what that cost; every encoding this
+ * file produces keeps an f32 scale per 32-element block (docs/hf-quant.md), so FP8
+ * per-tensor and NVFP4 global scales of the two halves stay as they are, exactly, and
+ * st is all zero. Both outputs share type, K and act_perm; a differing act_perm, type
+ * or K is QC_EUNSUPPORTED (nothing is returned; the caller keeps them unfused). */
 int qc_hfq_load_pair(const struct qc_hfq *q, const struct qc_hf_source *src, const char *gate_module,
 		     const char *up_module, struct qc_hfq_tensor *gate, struct qc_hfq_tensor *up,
 		     struct qc_hfq_fuse_stats *st, struct qc_err *err);

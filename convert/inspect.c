@@ -2,6 +2,7 @@
 #include "inspect.h"
 
 #include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "gguf_meta.h"
@@ -27,6 +28,22 @@ static void add_bytes(cJSON *by, const char *enc, uint64_t n)
 		cJSON_SetNumberValue(x, x->valuedouble + (double)n);
 	else
 		cJSON_AddNumberToObject(by, enc, (double)n);
+}
+
+/* Hugging Face conversions record, per fused MoE gate/up tensor whose halves the
+ * quant scheme decoded together, metadata "qconvert.fuse_error.<name>" = [max |err|,
+ * rms err, re-quantized 0/1] (hf_convert.c): what unifying the halves' scales cost. */
+static void add_fuse_error(cJSON *t, const cJSON *man, const char *name)
+{
+	char key[160];
+	snprintf(key, sizeof key, "qconvert.fuse_error.%s", name);
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(man, "metadata"), key);
+	if (cJSON_GetArraySize(v) != 3)
+		return;
+	cJSON *f = cJSON_AddObjectToObject(t, "fuse_error");
+	cJSON_AddNumberToObject(f, "max_abs", cJSON_GetArrayItem(v, 0)->valuedouble);
+	cJSON_AddNumberToObject(f, "rms", cJSON_GetArrayItem(v, 1)->valuedouble);
+	cJSON_AddBoolToObject(f, "requantized", cJSON_GetArrayItem(v, 2)->valuedouble != 0);
 }
 
 /* Summary of a manifest-schema tokenizer object (no token lists). */
@@ -126,7 +143,12 @@ cJSON *qc_inspect_bundle(const struct qc_bundle *b, struct qc_err *err)
 			cJSON *last = cJSON_GetArrayItem(ts, cJSON_GetArraySize(ts) - 1);
 			cJSON_AddItemToObject(last, "parts",
 					      cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(t->json, "parts"), 1));
+			add_fuse_error(last, b->manifest, t->name);
 		}
+		const cJSON *le = cJSON_GetObjectItemCaseSensitive(t->json, "layout_error");
+		if (le)
+			cJSON_AddItemToObject(cJSON_GetArrayItem(ts, cJSON_GetArraySize(ts) - 1), "layout_error",
+					      cJSON_Duplicate(le, 1));
 	}
 	cJSON_AddNumberToObject(r, "n_params", (double)params);
 	cJSON_AddNumberToObject(r, "n_tensors", (double)b->n_tensors);
@@ -190,5 +212,15 @@ void qc_inspect_print(const cJSON *r, FILE *out)
 		cJSON_ArrayForEach(pt, cJSON_GetObjectItemCaseSensitive(t, "parts"))
 			fprintf(out, "    part %-31s rows %.0f..%.0f of each expert\n", s_or(pt, "name", "?"), n_or(pt, "row0", 0),
 				n_or(pt, "row0", 0) + n_or(pt, "rows", 0));
+		const cJSON *le = cJSON_GetObjectItemCaseSensitive(t, "layout_error");
+		if (le) /* marlin_i4z: fp16 scale and offset, then fp16(q*s + o), vs the exact values */
+			fprintf(out, "    kernel values vs exact: max |err| %.3g, rms %.3g (weights rms %.3g)\n",
+				n_or(le, "max_abs", 0), n_or(le, "rms", 0), n_or(le, "rms_weights", 0));
+		const cJSON *fe = cJSON_GetObjectItemCaseSensitive(t, "fuse_error");
+		if (fe)
+			fprintf(out, "    fusion error: max %.3g, rms %.3g (%s)\n", n_or(fe, "max_abs", 0), n_or(fe, "rms", 0),
+				cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(fe, "requantized"))
+					? "halves re-quantized to one scale"
+					: "no re-quantization needed");
 	}
 }

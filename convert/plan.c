@@ -2,6 +2,7 @@
 #include "plan.h"
 
 #include "gguf_meta.h"
+#include "layout_marlin.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -43,9 +44,24 @@ static bool fusable(const struct qc_gguf_tensor *g, const struct qc_gguf_tensor 
 	       g->ne[1] == u->ne[1] && g->ne[2] == u->ne[2] && g->ne[3] == 1;
 }
 
-static int finish_tensor(struct qc_plan_tensor *t, enum qc_target tgt, struct qc_err *err)
+static int finish_tensor(struct qc_plan *p, struct qc_plan_tensor *t, enum qc_target tgt, struct qc_err *err)
 {
-	t->layout = qc_target_layout(tgt, t->type, t->n_dims);
+	const char *why = NULL;
+	t->layout = qc_target_layout_for(tgt, t->type, t->ne, t->n_dims, &why);
+	/* embeddings are gathered by row, never multiplied: the GPU reads ggml rows */
+	if (t->layout != QC_LAYOUT_GGML && strcmp(t->name, "token_embd.weight") == 0) {
+		t->layout = QC_LAYOUT_GGML;
+		why = "rows are gathered by token id";
+	}
+	/* a fused half is addressed as rows row0.. of each slice: it must start on a stripe */
+	if (qc_marlin_is(t->layout) && t->n_parts > 1 && t->parts[1].row0 % qc_marlin_stripe(t->layout)) {
+		t->layout = QC_LAYOUT_GGML;
+		why = "the fused halves do not start on a stripe boundary";
+	}
+	if (why && note(p, "%s (%s, [%lld, %lld]): kept in layout ggml instead of %s: %s", t->name,
+			qc_type_get(t->type)->name, (long long)t->ne[0], (long long)t->ne[1],
+			qc_layout_name(qc_target_layout(tgt, t->type, t->n_dims)), why))
+		return qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
 	int rc = qc_layout_bytes(t->layout, t->type, t->ne, &t->size);
 	if (rc)
 		return qc_err_set(err, QC_EFORMAT, NULL, t->name, -1, "shape does not fit layout %s",
@@ -120,7 +136,7 @@ int qc_plan_build(const struct qc_gguf_model *m, enum qc_target tgt, unsigned fl
 		} else {
 			snprintf(t->name, sizeof t->name, "%s", s->name);
 		}
-		rc = finish_tensor(t, tgt, err);
+		rc = finish_tensor(p, t, tgt, err);
 		if (rc)
 			goto fail;
 		p->total_bytes += t->size;

@@ -1,7 +1,8 @@
 /* qconvert.c — the command line: convert, inspect, verify, dump.
- * Only main() exits. Inputs are recognized by their bytes (GGUF magic or the
- * bundle's header member), not by their names. Exit codes: 0 ok, 1 bad input or
- * failed check, 2 usage error. */
+ * Only main() exits. Inputs are recognized by their bytes (GGUF magic, the bundle's
+ * header member, tar/gzip/zip/xz/zstd magic for a Hugging Face archive) or as a
+ * directory (a Hugging Face folder), not by their names. Exit codes: 0 ok, 1 bad
+ * input or failed check, 2 usage error. */
 #include <errno.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -14,6 +15,7 @@
 #include "bundle.h"
 #include "convert.h"
 #include "dump.h"
+#include "hf_convert.h"
 #include "inspect.h"
 #include "plan.h"
 #include "qc_config.h"
@@ -22,13 +24,15 @@
 static const char *prog = "qconvert";
 
 static const char usage_main[] =
-	"usage: qconvert MODEL.gguf --target {cpu,sm80,sm86,sm89,sm90} [-o OUT.qb] [options]\n"
+	"usage: qconvert MODEL --target {cpu,sm80,sm86,sm89,sm90} [-o OUT.qb] [options]\n"
 	"       qconvert inspect FILE [--json]\n"
 	"       qconvert verify BUNDLE [--deep]\n"
 	"       qconvert dump FILE TENSOR [-o OUT.f32]\n"
 	"\n"
-	"Converts a GGUF model (any type llama.cpp writes; split sets given by any shard) into\n"
-	"one checksummed, mmap-able bundle laid out for the target's kernels.\n"
+	"Converts a model into one checksummed, mmap-able bundle laid out for the target's\n"
+	"kernels. MODEL is a GGUF file (any type llama.cpp writes; split sets given by any\n"
+	"shard) or a Hugging Face folder (config.json, *.safetensors, tokenizer.json) or a\n"
+	".tar/.tar.gz/.zip of one (docs/hf.md lists the architectures).\n"
 	"\n"
 	"convert options:\n"
 	"  --target T     cpu, sm80, sm86, sm89 or sm90 (required)\n"
@@ -80,11 +84,14 @@ static void on_signal(int sig)
 	const char *tmp = qc_bundle_writer_tmp_path();
 	if (tmp)
 		unlink(tmp);
+	tmp = qc_hf_convert_tmp_path();
+	if (tmp)
+		unlink(tmp);
 	signal(sig, SIG_DFL);
 	raise(sig);
 }
 
-enum input_kind { INPUT_GGUF, INPUT_BUNDLE, INPUT_DIR, INPUT_UNKNOWN };
+enum input_kind { INPUT_GGUF, INPUT_BUNDLE, INPUT_DIR, INPUT_HF_ARCHIVE, INPUT_UNKNOWN };
 
 static enum input_kind sniff(const char *path, struct qc_err *err)
 {
@@ -108,7 +115,15 @@ static enum input_kind sniff(const char *path, struct qc_err *err)
 	if (n >= 520 && memcmp(b, QC_BUNDLE_HDR_MEMBER, sizeof QC_BUNDLE_HDR_MEMBER) == 0 &&
 	    memcmp(b + 512, "QCBUNDLE", 8) == 0)
 		return INPUT_BUNDLE;
-	qc_err_set(err, QC_EFORMAT, path, NULL, 0, "neither a GGUF file nor a qconvert bundle (unrecognized first bytes)");
+	static const struct { size_t off, n; const char *magic; } archives[] = {
+		{ 257, 5, "ustar" }, { 0, 2, "\x1f\x8b" }, { 0, 4, "PK\x03\x04" },
+		{ 0, 6, "\xfd" "7zXZ\x00" }, { 0, 4, "\x28\xb5\x2f\xfd" },
+	};
+	for (size_t i = 0; i < sizeof archives / sizeof archives[0]; i++)
+		if (n >= archives[i].off + archives[i].n && memcmp(b + archives[i].off, archives[i].magic, archives[i].n) == 0)
+			return INPUT_HF_ARCHIVE;
+	qc_err_set(err, QC_EFORMAT, path, NULL, 0,
+		   "neither a GGUF file, a qconvert bundle nor an archive of a Hugging Face folder (unrecognized first bytes)");
 	return INPUT_UNKNOWN;
 }
 
@@ -166,21 +181,20 @@ static int cmd_convert(int argc, char **argv)
 	enum input_kind k = sniff(o.in, &err);
 	if (k == INPUT_UNKNOWN)
 		return fail(&err);
-	if (k == INPUT_DIR) {
-		qc_err_set(&err, QC_EUNSUPPORTED, o.in, NULL, -1,
-			   "Hugging Face folders are not supported by this version; give a .gguf file");
-		return fail(&err);
-	}
 	if (k == INPUT_BUNDLE) {
 		qc_err_set(&err, QC_EINVAL, o.in, NULL, -1, "already a qconvert bundle");
 		return fail(&err);
 	}
+	bool hf = k == INPUT_DIR || k == INPUT_HF_ARCHIVE;
 	if (!o.out) {
-		qc_convert_default_out(o.in, o.target, outbuf, sizeof outbuf);
+		if (hf)
+			qc_hf_default_out(o.in, o.target, outbuf, sizeof outbuf);
+		else
+			qc_convert_default_out(o.in, o.target, outbuf, sizeof outbuf);
 		o.out = outbuf;
 	}
 	struct qc_convert_stats st = {0};
-	if (qc_convert_gguf(&o, &st, &err))
+	if (hf ? qc_convert_hf(&o, &st, &err) : qc_convert_gguf(&o, &st, &err))
 		return fail(&err);
 	if (o.verbose)
 		fprintf(stderr, "%s: wrote %s: %llu tensors, %.2f MB from %.2f MB in %.2f s (%.2f GB/s)\n", prog, o.out,
@@ -229,8 +243,9 @@ static int cmd_inspect(int argc, char **argv)
 		r = qc_inspect_gguf(m, &err);
 	else if (k == INPUT_BUNDLE && !qc_bundle_open(in, &b, &err))
 		r = qc_inspect_bundle(b, &err);
-	else if (k == INPUT_DIR)
-		qc_err_set(&err, QC_EUNSUPPORTED, in, NULL, -1, "a directory: give a .gguf or a bundle");
+	else if (k == INPUT_DIR || k == INPUT_HF_ARCHIVE)
+		qc_err_set(&err, QC_EUNSUPPORTED, in, NULL, -1,
+			   "a Hugging Face model: convert it first (qconvert %s --target cpu), then inspect the bundle", in);
 	qc_gguf_model_close(m);
 	if (!r) {
 		qc_bundle_close(b);
@@ -299,7 +314,9 @@ static int cmd_dump(int argc, char **argv)
 	enum input_kind k = sniff(in, &err);
 	int rc = k == INPUT_GGUF ? qc_gguf_model_open(in, &m, &err)
 		 : k == INPUT_BUNDLE ? qc_bundle_open(in, &b, &err)
-		 : (k == INPUT_DIR ? qc_err_set(&err, QC_EUNSUPPORTED, in, NULL, -1, "a directory") : QC_EFORMAT);
+		 : (k == INPUT_DIR || k == INPUT_HF_ARCHIVE
+			    ? qc_err_set(&err, QC_EUNSUPPORTED, in, NULL, -1, "a Hugging Face model: convert it first")
+			    : QC_EFORMAT);
 	char tmp[4096] = "";
 	FILE *f = stdout;
 	if (!rc && out && strcmp(out, "-") != 0) {

@@ -3,8 +3,8 @@
  * Owns: enum qc_layout (append-only: ids are on disk), the target list and the rule
  * that picks a layout for (target, type). Every layout can be undone back to plain
  * ggml rows, which is what `qconvert dump` and the CPU backend read.
- * Today every target stores ggml blocks as-is (QC_LAYOUT_GGML); tensor-core
- * layouts for sm80+ are added here as new ids with their pack/unpack pair.
+ * cpu stores ggml blocks as-is; sm80+ store q4_0/q8_0/q4_1/q4_K/hq4 matrices in the
+ * marlin tensor-core layouts (layout_marlin.h, docs/layout-marlin.md) when the shape fits.
  */
 #ifndef QC_LAYOUT_H
 #define QC_LAYOUT_H
@@ -16,6 +16,9 @@
 
 enum qc_layout {
 	QC_LAYOUT_GGML = 0, /* ggml blocks, rows in order, ne[0] fastest: byte-identical to GGUF */
+	QC_LAYOUT_MARLIN_I4 = 1, /* 4-bit codes in mma B-fragment order + group-32 fp16 scales */
+	QC_LAYOUT_MARLIN_I8 = 2, /* 8-bit codes, likewise */
+	QC_LAYOUT_MARLIN_I4Z = 3, /* 4-bit codes + fp16 scale and offset per group (+ exact headers) */
 	QC_LAYOUT_COUNT,
 };
 
@@ -33,8 +36,25 @@ int qc_layout_from_name(const char *name);            /* -1 when unknown */
 const char *qc_target_name(enum qc_target t);
 int qc_target_from_name(const char *name);            /* -1 when unknown */
 
-/* Layout qconvert writes for a tensor of this type on this target. */
+/* Layout the target's kernels want for a tensor of this type (shape not considered). */
 enum qc_layout qc_target_layout(enum qc_target tgt, enum qc_type type, uint32_t n_dims);
+
+/* Layout qconvert writes for this tensor: qc_target_layout when the shape fits it,
+ * else QC_LAYOUT_GGML with *why (may be NULL; static text) saying what did not fit;
+ * *why is NULL when nothing was given up. */
+enum qc_layout qc_target_layout_for(enum qc_target tgt, enum qc_type type, const int64_t ne[4], uint32_t n_dims,
+				    const char **why);
+
+/* Bytes per row in layout l (ggml rows: the row size; marlin: a stripe's bytes over
+ * its rows): a slice is ne[1] of them, row r of a stripe-aligned range starts at
+ * r * row bytes. QC_EFORMAT when ne0 does not fit. */
+int qc_layout_row_bytes(enum qc_layout l, enum qc_type type, int64_t ne0, uint64_t *bytes);
+
+/* Pack one ne[0] x ne[1] slice: rows holds its ne[1] ggml rows, out receives
+ * ne[1] * qc_layout_row_bytes bytes in layout l. Caller checked the shape
+ * (qc_layout_bytes). */
+int qc_layout_pack_slice(enum qc_layout l, enum qc_type type, const int64_t ne[4], const uint8_t *rows,
+			 uint8_t *out, struct qc_err *err);
 
 /* Bytes a tensor of shape ne occupies in layout l; QC_EFORMAT if the shape does not
  * fit the layout, QC_ERANGE on overflow. */

@@ -18,7 +18,7 @@ enum qc_type {
 #define QC_TYPE(E, id, name, be, bb, fam, q, tol) QC_TYPE_##E = id,
 #include "qtype.def"
 #undef QC_TYPE
-	QC_TYPE_COUNT = 40, /* one past the largest id; ids with block_elems 0 are holes */
+	QC_TYPE_COUNT = 134, /* one past the largest id; ids with block_elems 0 are holes */
 };
 
 enum qc_family {
@@ -30,6 +30,7 @@ enum qc_family {
 	QC_FAMILY_IQUANT,    /* lattice/codebook quants */
 	QC_FAMILY_TERNARY,
 	QC_FAMILY_FP4,
+	QC_FAMILY_FP8,       /* e4m3 codes with a per-block scale */
 };
 
 /* Decode n_elems (a multiple of block_elems) values from src blocks to dst. */

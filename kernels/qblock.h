@@ -314,6 +314,66 @@ struct qc_block_MXFP4 {
 };
 QC_STATIC_ASSERT(sizeof(struct qc_block_MXFP4) == 1 + 16, "mxfp4 block");
 
+/* ---- normalized Hugging Face schemes (convert/hf_quant.h, docs/hf-quant.md) ----
+ * 32 elements per block, each block self-contained: the f32 scale of the source
+ * group/channel/tile it lies in is copied into it (fp16/bf16 scales widen exactly).
+ * Scales are stored as raw f32 bits split in two uint16_t (little-endian: d[0] low)
+ * so the structs stay 2-byte aligned with no padding; readers memcpy them out. */
+
+#define QC_BLOCK_ELEMS_HQ4 QC_QK32
+#define QC_BLOCK_ELEMS_HQ8 QC_QK32
+#define QC_BLOCK_ELEMS_BNB_NF4 QC_QK32
+#define QC_BLOCK_ELEMS_BNB_FP4 QC_QK32
+#define QC_BLOCK_ELEMS_F8E4M3 QC_QK32
+#define QC_BLOCK_ELEMS_NVFP4 QC_QK32
+
+/* x = d*(q - z), q 4-bit unsigned (GPTQ/AWQ/compressed-tensors 2/3/4-bit codes),
+ * z int16 (GPTQ v1's stored zero + 1 reaches 2^bits); 4 + 2 + 16 = 22 B = 5.5 bpw */
+struct qc_block_HQ4 {
+	uint16_t d[2];   /* f32 scale bits */
+	int16_t z;       /* zero point in code units */
+	uint8_t qs[16];  /* (16) byte j: element j low nibble, element j+16 high nibble */
+};
+QC_STATIC_ASSERT(sizeof(struct qc_block_HQ4) == 4 + 2 + 16, "hq4 block");
+
+/* x = d*(q - z), q 8-bit unsigned (signed int8 sources store q+128, z+128);
+ * 4 + 2 + 32 = 38 B = 9.5 bpw */
+struct qc_block_HQ8 {
+	uint16_t d[2];   /* f32 scale bits */
+	int16_t z;       /* zero point in code units */
+	uint8_t qs[32];  /* (32) codes */
+};
+QC_STATIC_ASSERT(sizeof(struct qc_block_HQ8) == 4 + 2 + 32, "hq8 block");
+
+/* x = qc_bnb_nf4[q]*absmax (bitsandbytes NF4); 4 + 16 = 20 B = 5 bpw */
+struct qc_block_BNB_NF4 {
+	uint16_t d[2];   /* f32 absmax bits (double quant resolved at convert time) */
+	uint8_t qs[16];  /* (16) byte j: element 2j high nibble, 2j+1 low (bnb order) */
+};
+QC_STATIC_ASSERT(sizeof(struct qc_block_BNB_NF4) == 4 + 16, "bnb_nf4 block");
+
+/* x = qc_bnb_fp4[q]*absmax (bitsandbytes FP4); 4 + 16 = 20 B = 5 bpw */
+struct qc_block_BNB_FP4 {
+	uint16_t d[2];   /* f32 absmax bits */
+	uint8_t qs[16];  /* (16) as bnb_nf4 */
+};
+QC_STATIC_ASSERT(sizeof(struct qc_block_BNB_FP4) == 4 + 16, "bnb_fp4 block");
+
+/* x = e4m3(q)*d (OCP FP8 E4M3FN, no infinities); 4 + 32 = 36 B = 9 bpw */
+struct qc_block_F8E4M3 {
+	uint16_t d[2];   /* f32 scale bits */
+	uint8_t qs[32];  /* (32) e4m3fn codes */
+};
+QC_STATIC_ASSERT(sizeof(struct qc_block_F8E4M3) == 4 + 32, "f8_e4m3 block");
+
+/* x = e2m1(q)*d[j/16], d = f32(e4m3 group scale)/global_scale (NVFP4, group 16);
+ * 2*4 + 16 = 24 B = 6 bpw */
+struct qc_block_NVFP4 {
+	uint16_t d[4];   /* two f32 scale bits: elements 0..15, 16..31 */
+	uint8_t qs[16];  /* (16) byte j: element 2j low nibble, 2j+1 high */
+};
+QC_STATIC_ASSERT(sizeof(struct qc_block_NVFP4) == 8 + 16, "nvfp4 block");
+
 /* Every qtype.def row has a struct of exactly block_bytes and agreeing elems. */
 #define QC_TYPE(E, id, name, be, bb, fam, q, tol) \
 	QC_STATIC_ASSERT(sizeof(struct qc_block_##E) == (bb), "qblock.h and qtype.def disagree on " #E " bytes"); \

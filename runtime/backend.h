@@ -44,6 +44,12 @@ struct qc_backend_ops {
 	int (*forward)(void *state, const struct qc_sched_plan *plan, float *logits,
 		       struct qc_err *err);
 	void (*destroy)(void *state); /* accepts NULL */
+	/* Optional (NULL: qc_backend_block_bytes, host memory): this backend's K/V
+	 * block bytes and the most K/V bytes it can hold next to the weights and
+	 * the buffers p implies (p->n_blocks unused), using mem_util of the device
+	 * memory. QC_OK, or an error (QC_ECUDA: no device). */
+	int (*kv_limits)(const struct qc_model *m, const struct qc_backend_params *p, float mem_util,
+			 uint64_t *block_bytes, uint64_t *max_bytes, struct qc_err *err);
 };
 
 /* The plain-C backend (backend_cpu.c). */

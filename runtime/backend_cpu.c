@@ -1,31 +1,29 @@
-/* backend_cpu.c — the plain-C backend: llama forward over a scheduler plan.
+/* backend_cpu.c — the plain-C backend: llama/Qwen forward over a scheduler plan.
  *
  * Owns: the float K/V pool (n_blocks blocks, each [layer][K,V][token][kv_dim]
  * floats, values rounded through binary16 as llama.cpp's f16 cache stores them)
  * and the activation buffers, all sized once at create.
- * Matmul: each weight row is decoded once through qc_types[t].dequant_row and
- * dotted with every token of the batch, so a row's result never depends on the
- * batch it ran in (batched == alone, bit for bit). With QC_ACT_ROUND_GGML the
- * activations are first rounded as ggml's x86 CPU vec_dot_type would (f16/bf16
- * for those weights, q8_0 for 32-element blocks, q8_K for 256-element
- * super-blocks), Q·K uses f16-rounded Q and the softmax weights are f16-rounded
- * before ·V, as ggml's mul_mat does with an f16 cache. q4_1/q5_1 pair with
- * q8_1, whose block also stores s = fp16(d * sum q); ggml's dot adds m * s, so
- * the engine adds m * (s - d16 * sum q) per block to the decoded-value dot.
- * Dots: double sums of exact float products in 16 fixed lanes (AVX2 clones
- * picked at run time compute the same IEEE operations as the portable code);
- * q8_0 weights x q8_0 codes use exact integer block sums. Weight rows are
- * software-prefetched.
+ * Matmul: matmul_cpu.c (tiled kernels; activations rounded as ggml's x86 CPU
+ * path does with QC_ACT_ROUND_GGML). Attention: Q.K uses f16-rounded Q and
+ * the softmax weights are f16-rounded before .V, as ggml's mul_mat does with an
+ * f16 cache.
  * Threads: each matmul's output rows are split into n_threads contiguous ranges,
  * one per thread of a pool made at create (the caller runs range 0); every
  * output is computed by exactly the same code whatever thread runs it, so
- * results are bit-identical for any thread count. Everything else runs on the
- * caller's thread.
- * Non-goals: SIMD intrinsics, flash attention.
- * Reference: llama.cpp c392e50 build_llama, llm_build_kqv, llm_build_moe_ffn;
- * ggml rms_norm (double sum), rope NORM/NEOX cache (theta *= base^(-2/n_rot)), silu.
+ * results are bit-identical for any thread count. Attention of a batch is split
+ * the same way by tokens (each with its thread's scratch); everything else runs
+ * on the caller's thread.
+ * Act-order weights (qc_mat.act_perm) get their activations gathered first.
+ * MoE: softmax router, top-k, optional renormalization, expert outputs summed
+ * in rank order then the sigmoid-gated shared expert, then the residual, in
+ * build_moe_ffn's order of float additions.
+ * Non-goals: flash attention.
+ * Reference: llama.cpp c392e50 build_llama, llm_build_kqv, llm_build_moe_ffn,
+ * build_qwen2moe; ggml rms_norm (double sum), rope NORM/NEOX cache (theta *=
+ * base^(-2/n_rot), rope_yarn, freq_factors), silu.
  */
 #include "backend.h"
+#include "matmul_cpu.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -39,26 +37,6 @@
 #include "ref/fp16.h"
 
 struct cpu;
-
-/* sum of a[i] * b[i] over n doubles (see dot_dd_body) */
-typedef double (*dot_dd_fn)(const double *a, const double *b, int64_t n);
-/* the same with a as floats (dot_fd_body) */
-typedef double (*dot_fd_fn)(const float *a, const double *b, int64_t n);
-/* q8_0 weight blocks . q8_0 activation codes (dot_q8_body) */
-typedef double (*dot_q8_fn)(const struct qc_block_Q8_0 *w, const int8_t *xq, const float *xd,
-			    int64_t nb);
-
-/* One matmul, split by output rows across the pool. */
-struct mm_job {
-	const struct qc_mat *w;
-	int64_t e;                    /* expert index */
-	const float *xa;              /* (n_rows, w->n_in) activations, rounded */
-	int64_t n_rows;
-	float *y;                     /* y[t * ldy + r] */
-	int64_t ldy;
-	bool q81;                     /* add the q8_1 block-sum correction */
-	bool q8;                      /* q8_0 weights x q8_0 codes (xq, xqd) */
-};
 
 struct worker {
 	struct cpu *c;
@@ -75,15 +53,9 @@ struct cpu {
 	float *kv;                    /* (n_blocks, n_layer, 2, block_tokens, kv_dim) */
 	float *x, *xn;                /* (max_tokens, n_embd) residual / normed */
 	float *q, *k, *v, *att;       /* (max_tokens, q_dim | kv_dim) */
-	float *fa, *fb;               /* (max_tokens, n_ff) gate / up */
-	float *xr;                    /* (max_tokens, max_in) rounded activations */
-	double *sdelta;               /* (max_tokens, max_in / 32) q8_1 blocks: s - d16 * sum q */
-	int8_t *xq;                   /* (max_tokens, max_in) q8_0 activation codes */
-	float *xqd;                   /* (max_tokens, max_in / 32) their d16 */
-	uint8_t *qbuf;                /* one quantized activation row */
-	float *row;                   /* (n_threads, max_in) one decoded weight row per thread */
-	double *rowd;                 /* (n_threads, max_in) the same row widened */
-	double *xd;                   /* (max_tokens * n_expert_used, max_in) activations widened */
+	float *fa, *fb;               /* (max_tokens * max(1, n_expert_used), max(n_ff, n_ff_shexp)) gate / up */
+	float *xperm;                 /* (max_tokens * max(1, n_expert_used), max_in) act-order gathered x */
+	float *shg;                   /* (max_tokens) shared expert gate */
 	/* pool: workers spin a while, then sleep on go, until gen changes; run
 	 * their range of job; count pending down. The caller spins (yielding after
 	 * a while) until pending is 0. A wake through the condition variable alone
@@ -96,12 +68,12 @@ struct cpu {
 	_Atomic uint64_t gen;         /* bumped once per dispatched job (and at quit) */
 	_Atomic int pending;          /* ranges not yet finished */
 	_Atomic bool quit;
-	struct mm_job job;
-	dot_dd_fn dot_dd;             /* chosen once at create */
-	dot_fd_fn dot_fd;
-	dot_q8_fn dot_q8;
-	float *scores;                /* (max_ctx) attention weights */
-	float *qh;                    /* (head_dim) rounded query */
+	struct qc_matmul *mm;         /* activation buffers, kernels, the current job */
+	int64_t job_rows;             /* output rows of the current job (0: attention job) */
+	const struct qc_sched_plan *job_plan; /* attention job: plan, layer */
+	int job_il;
+	float *scores;                /* (n_threads, max_ctx) attention weights */
+	float *qh;                    /* (n_threads, head_dim) rounded query */
 	/* MoE */
 	float *router;                /* (max_tokens, n_expert) */
 	int32_t *sel;                 /* (max_tokens, n_expert_used) */
@@ -131,376 +103,25 @@ static double dot(const float *a, const float *b, int64_t n)
 	return (acc[0] + acc[1]) + (acc[2] + acc[3]);
 }
 
-/* Weight rows stream from the mapped file once per token; this machine's
- * hardware prefetch did not keep up (q8_0 decode 17 tokens/s without, 51 at
- * 3 KiB ahead, 57 at 16 KiB: consecutive rows are contiguous).
- * A prefetch never faults, so running past the end of the row is harmless;
- * the address is formed as an integer to stay clear of pointer-overflow UB. */
-static inline void prefetch_ahead(const void *p, size_t bytes)
-{
-	__builtin_prefetch((const void *)((uintptr_t)p + bytes));
-}
-
-/* Matmul dot of float values held as doubles: the products are exact (24-bit
- * mantissas), summed in 16 lanes (lane k takes i = k mod 16, plus the tail in
- * lane 0) combined by a fixed tree. Every build computes exactly these IEEE
- * operations (a fused multiply-add equals multiply-then-add here, the product
- * being exact), so the AVX2 clone and the portable one agree bit for bit. */
-typedef double v4d __attribute__((vector_size(32)));
-
-static inline __attribute__((always_inline)) double dot_dd_body(const double *a, const double *b,
-								int64_t n)
-{
-	v4d s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
-	int64_t i = 0;
-	for (; i + 16 <= n; i += 16) {
-		v4d a0, a1, a2, a3, b0, b1, b2, b3;
-		memcpy(&a0, a + i, sizeof a0);
-		memcpy(&a1, a + i + 4, sizeof a1);
-		memcpy(&a2, a + i + 8, sizeof a2);
-		memcpy(&a3, a + i + 12, sizeof a3);
-		memcpy(&b0, b + i, sizeof b0);
-		memcpy(&b1, b + i + 4, sizeof b1);
-		memcpy(&b2, b + i + 8, sizeof b2);
-		memcpy(&b3, b + i + 12, sizeof b3);
-		s0 += a0 * b0;
-		s1 += a1 * b1;
-		s2 += a2 * b2;
-		s3 += a3 * b3;
-	}
-	double t = 0.0;
-	for (; i < n; i++)
-		t += a[i] * b[i];
-	const v4d s = (s0 + s1) + (s2 + s3);
-	return ((s[0] + t) + s[1]) + (s[2] + s[3]);
-}
-
-/* The same sums with a given as floats (widened exactly in the loop): one
- * token against a weight row needs no widened copy of the row. */
-typedef float v4f __attribute__((vector_size(16)));
-
-static inline __attribute__((always_inline)) double dot_fd_body(const float *a, const double *b,
-								int64_t n)
-{
-	v4d s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
-	int64_t i = 0;
-	for (; i + 16 <= n; i += 16) {
-		v4f a0, a1, a2, a3;
-		v4d b0, b1, b2, b3;
-		prefetch_ahead(a + i, 16384);
-		memcpy(&a0, a + i, sizeof a0);
-		memcpy(&a1, a + i + 4, sizeof a1);
-		memcpy(&a2, a + i + 8, sizeof a2);
-		memcpy(&a3, a + i + 12, sizeof a3);
-		memcpy(&b0, b + i, sizeof b0);
-		memcpy(&b1, b + i + 4, sizeof b1);
-		memcpy(&b2, b + i + 8, sizeof b2);
-		memcpy(&b3, b + i + 12, sizeof b3);
-		s0 += __builtin_convertvector(a0, v4d) * b0;
-		s1 += __builtin_convertvector(a1, v4d) * b1;
-		s2 += __builtin_convertvector(a2, v4d) * b2;
-		s3 += __builtin_convertvector(a3, v4d) * b3;
-	}
-	double t = 0.0;
-	for (; i < n; i++)
-		t += (double)a[i] * b[i];
-	const v4d s = (s0 + s1) + (s2 + s3);
-	return ((s[0] + t) + s[1]) + (s[2] + s[3]);
-}
-
-#if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target("avx2,fma"))) static double dot_fd_avx2(const float *a, const double *b,
-							      int64_t n)
-{
-	return dot_fd_body(a, b, n);
-}
-
-__attribute__((target("avx2,fma"))) static double dot_dd_avx2(const double *a, const double *b,
-							      int64_t n)
-{
-	return dot_dd_body(a, b, n);
-}
-#endif
-
-static double dot_dd_generic(const double *a, const double *b, int64_t n)
-{
-	return dot_dd_body(a, b, n);
-}
-
-static double dot_fd_generic(const float *a, const double *b, int64_t n)
-{
-	return dot_fd_body(a, b, n);
-}
-
-static bool have_avx2(void)
-{
-#if defined(__x86_64__) && defined(__GNUC__)
-	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#else
-	return false;
-#endif
-}
-
-static dot_fd_fn pick_dot_fd(void)
-{
-#if defined(__x86_64__) && defined(__GNUC__)
-	if (have_avx2())
-		return dot_fd_avx2;
-#endif
-	return dot_fd_generic;
-}
-
-static dot_dd_fn pick_dot_dd(void)
-{
-#if defined(__x86_64__) && defined(__GNUC__)
-	if (have_avx2())
-		return dot_dd_avx2;
-#endif
-	return dot_dd_generic;
-}
-
-/* qc_fp16_to_f32 of every binary16 pattern (ggml keeps the same table),
- * filled once by the first cpu_create. */
-static float qc_f16_table[1 << 16];
-static pthread_once_t qc_f16_once = PTHREAD_ONCE_INIT;
-
-static void fill_f16_table(void)
-{
-	for (uint32_t h = 0; h < (1u << 16); h++)
-		qc_f16_table[h] = qc_fp16_to_f32((uint16_t)h);
-}
-
-/* q8_0 weight blocks . q8_0 activation codes: exact integer block sums, each
- * times d_w * d_x (exact in double), summed in double over blocks in 4 lanes
- * (lane b mod 4) then (l0 + l1) + (l2 + l3). This is the
- * decoded-value dot with the rounding moved to the block sums; any build
- * computes the same IEEE operations. */
-/* Block b's term: exact integer sum times d_w * d_x, all exact in double. */
-static inline __attribute__((always_inline)) double q8_block(const struct qc_block_Q8_0 *w,
-							     const int8_t *xq, const float *xd,
-							     int64_t b)
-{
-	const int8_t *a = w[b].qs, *x = xq + b * 32;
-	int32_t isum = 0;
-	prefetch_ahead(w + b, 16384);
-	for (int k = 0; k < 32; k++)
-		isum += (int32_t)a[k] * (int32_t)x[k];
-	return (double)qc_f16_table[w[b].d] * (double)xd[b] * (double)isum;
-}
-
-static inline __attribute__((always_inline)) double dot_q8_body(const struct qc_block_Q8_0 *w,
-								const int8_t *xq, const float *xd,
-								int64_t nb)
-{
-	double l0 = 0.0, l1 = 0.0, l2 = 0.0, l3 = 0.0; /* lane b mod 4 */
-	int64_t b = 0;
-	for (; b + 4 <= nb; b += 4) {
-		l0 += q8_block(w, xq, xd, b);
-		l1 += q8_block(w, xq, xd, b + 1);
-		l2 += q8_block(w, xq, xd, b + 2);
-		l3 += q8_block(w, xq, xd, b + 3);
-	}
-	if (b < nb)
-		l0 += q8_block(w, xq, xd, b++);
-	if (b < nb)
-		l1 += q8_block(w, xq, xd, b++);
-	if (b < nb)
-		l2 += q8_block(w, xq, xd, b++);
-	return (l0 + l1) + (l2 + l3);
-}
-
-#if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target("avx2,fma"))) static double dot_q8_avx2(const struct qc_block_Q8_0 *w,
-							      const int8_t *xq, const float *xd,
-							      int64_t nb)
-{
-	return dot_q8_body(w, xq, xd, nb);
-}
-#endif
-
-static double dot_q8_generic(const struct qc_block_Q8_0 *w, const int8_t *xq, const float *xd,
-			     int64_t nb)
-{
-	return dot_q8_body(w, xq, xd, nb);
-}
-
-static dot_q8_fn pick_dot_q8(void)
-{
-#if defined(__x86_64__) && defined(__GNUC__)
-	if (have_avx2())
-		return dot_q8_avx2;
-#endif
-	return dot_q8_generic;
-}
-
 static float f16_round(float x)
 {
 	return qc_fp16_to_f32(qc_f32_to_fp16(x));
 }
 
-/* ggml quantize_row_q8_K_ref: per 256 values, d = max / -127 with max the
- * signed value of largest magnitude, q = min(127, rint(x / d)). Kept here until
- * qtype.def grows a q8_K encoder. */
-static void round_q8_k(const float *x, float *y, int64_t n)
-{
-	for (int64_t b = 0; b < n; b += 256) {
-		float amax = 0.0f, max = 0.0f;
-		for (int j = 0; j < 256; j++) {
-			float ax = fabsf(x[b + j]);
-			if (ax > amax) {
-				amax = ax;
-				max = x[b + j];
-			}
-		}
-		if (amax == 0.0f) {
-			memset(y + b, 0, 256 * sizeof *y);
-			continue;
-		}
-		const float iscale = -127.0f / max;
-		const float d = 1.0f / iscale;
-		for (int j = 0; j < 256; j++) {
-			long q = lrintf(iscale * x[b + j]);
-			y[b + j] = d * (float)(q < 127 ? q : 127);
-		}
-	}
-}
+/* Range k of n_threads over the job's output rows, cut at multiples of 16 (the
+ * int8 kernel's row tile; any cut gives the same bits, this one no partial tiles). */
+static void attend_range(struct cpu *c, int k);
 
-/* ggml's x86 quantize_row_q8_0 / q8_1 (AVX2 path, what llama.cpp's CPU build
- * runs): per 32 values id = 127 / amax, q = rint(x * id), d = fp16(amax / 127).
- * The reference encoder (qc_quant_row_Q8_0: id = 1 / d, roundf) picks a
- * different code now and then, which these random models amplify to 0.05
- * logits. With sdelta (q8_1) each block also gets s - d16 * sum q, where
- * s = fp16(d * sum q) with the unrounded float d, as ggml stores it; with
- * codes/dcodes the int8 codes and d16 are kept too (the q8_0 x q8_0 path). */
-static void round_q8_x86(const float *x, float *y, double *sdelta, int8_t *codes, float *dcodes,
-			 int64_t n)
-{
-	for (int64_t b = 0; b < n; b += 32) {
-		float amax = 0.0f;
-		for (int j = 0; j < 32; j++)
-			amax = fmaxf(amax, fabsf(x[b + j]));
-		const float d32 = amax / 127.0f;
-		const float d = qc_fp16_to_f32(qc_f32_to_fp16(d32));
-		const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-		int32_t sum = 0;
-		for (int j = 0; j < 32; j++) {
-			const float q = rintf(x[b + j] * id);
-			sum += (int32_t)q;
-			y[b + j] = d * q;
-			if (codes)
-				codes[b + j] = (int8_t)q;
-		}
-		if (dcodes)
-			dcodes[b / 32] = d;
-		if (sdelta) {
-			const float s = qc_fp16_to_f32(qc_f32_to_fp16(d32 * (float)sum));
-			sdelta[b / 32] = (double)s - (double)d * (double)sum;
-		}
-	}
-}
-
-/* ggml pairs these weights with q8_1 activations (type_traits_cpu vec_dot_type);
- * both blocks begin with fp16 d then fp16 m. */
-static bool pairs_q8_1(enum qc_type t)
-{
-	return t == QC_TYPE_Q4_1 || t == QC_TYPE_Q5_1;
-}
-_Static_assert(offsetof(struct qc_block_Q4_1, m) == offsetof(struct qc_block_Q5_1, m),
-	       "q4_1 and q5_1 keep m at the same offset");
-
-/* Block minimum m of block b of a q8_1-paired weight row. */
-static float block_min(const struct qc_type_traits *tt, const uint8_t *row, int64_t b)
-{
-	uint16_t h;
-	memcpy(&h, row + b * tt->block_bytes + offsetof(struct qc_block_Q4_1, m), sizeof h);
-	return qc_fp16_to_f32(h);
-}
-
-/* Activation rounding for weights of type wt (see the header). Returns x itself
- * when nothing is rounded, else c->xr. */
-static const float *round_act(struct cpu *c, enum qc_type wt, const float *x, int64_t n_in,
-			      int64_t n_rows)
-{
-	const struct qc_type_traits *tt = &qc_types[wt];
-	enum qc_type at;
-
-	if (c->p.act_round != QC_ACT_ROUND_GGML || wt == QC_TYPE_F32)
-		return x;
-	if (tt->family == QC_FAMILY_FLOAT)
-		at = wt;
-	else if (tt->block_elems == 32)
-		at = QC_TYPE_Q8_0;
-	else if (tt->block_elems == 256)
-		at = QC_TYPE_Q8_K;
-	else
-		return x;
-	for (int64_t t = 0; t < n_rows; t++) {
-		const float *src = x + t * n_in;
-		float *dst = c->xr + t * n_in;
-		if (at == QC_TYPE_Q8_K) {
-			round_q8_k(src, dst, n_in);
-		} else if (at == QC_TYPE_Q8_0) {
-			const bool codes = wt == QC_TYPE_Q8_0;
-			round_q8_x86(src, dst, pairs_q8_1(wt) ? c->sdelta + t * (n_in / 32) : NULL,
-				     codes ? c->xq + t * n_in : NULL, codes ? c->xqd + t * (n_in / 32) : NULL,
-				     n_in);
-		} else if (qc_types[at].quant_row) {
-			qc_types[at].quant_row(src, c->qbuf, n_in);
-			qc_types[at].dequant_row(c->qbuf, dst, n_in);
-		} else {
-			QC_WARN_ONCE("no activation encoder for %s weights: float activations", tt->name);
-			return x;
-		}
-	}
-	return c->xr;
-}
-
-/* Rows [r0, r1) of job j, decoding into row (one thread's buffer). */
-static void matmul_rows(const struct cpu *c, const struct mm_job *j, int64_t r0, int64_t r1,
-			float *row, double *rowd)
-{
-	const struct qc_mat *w = j->w;
-	const struct qc_type_traits *tt = &qc_types[w->type];
-	const int64_t nb = w->n_in / 32, n_in = w->n_in;
-	const dot_dd_fn dd = c->dot_dd;
-	const dot_fd_fn fd = c->dot_fd;
-	const bool raw = w->type == QC_TYPE_F32; /* f32 rows need no decoding */
-	const bool widen = j->n_rows > 1;
-
-	if (j->q8) {
-		for (int64_t r = r0; r < r1; r++) {
-			const struct qc_block_Q8_0 *wb = (const void *)qc_mat_row(w, j->e, r);
-			for (int64_t t = 0; t < j->n_rows; t++)
-				j->y[t * j->ldy + r] =
-					(float)c->dot_q8(wb, c->xq + t * n_in, c->xqd + t * nb, nb);
-		}
-		return;
-	}
-	for (int64_t r = r0; r < r1; r++) {
-		const uint8_t *wr = qc_mat_row(w, j->e, r);
-		const float *rf = row;
-		if (raw)
-			rf = (const float *)(const void *)wr;
-		else
-			tt->dequant_row(wr, row, n_in);
-		for (int64_t i = 0; widen && i < n_in; i++)
-			rowd[i] = (double)rf[i];
-		for (int64_t t = 0; t < j->n_rows; t++) {
-			const double *xt = c->xd + t * n_in;
-			double acc = widen ? dd(rowd, xt, n_in) : fd(rf, xt, n_in);
-			for (int64_t b = 0; j->q81 && b < nb; b++)
-				acc += (double)block_min(tt, wr, b) * c->sdelta[t * nb + b];
-			j->y[t * j->ldy + r] = (float)acc;
-		}
-	}
-}
-
-/* Range k of n_threads over the job's output rows. */
 static void run_range(struct cpu *c, int k)
 {
-	const int64_t n = c->job.w->n_out, nt = c->p.n_threads;
-	const size_t off = (size_t)k * (size_t)c->max_in;
-	matmul_rows(c, &c->job, n * k / nt, n * (k + 1) / nt, c->row + off, c->rowd + off);
+	const int64_t n = c->job_rows, nt = c->p.n_threads;
+	if (!n) {
+		attend_range(c, k);
+		return;
+	}
+	const int64_t r0 = k ? (n * k / nt) & ~(int64_t)15 : 0;
+	const int64_t r1 = k + 1 < nt ? (n * (k + 1) / nt) & ~(int64_t)15 : n;
+	qc_matmul_rows(c->mm, k, r0, r1);
 }
 
 #define SPIN_ITERS 20000
@@ -553,27 +174,25 @@ static void pool_kick(struct cpu *c)
 	pthread_mutex_unlock(&c->mu);
 }
 
-/* Below this many multiply-adds a matmul stays on the caller's thread: waking
- * the pool costs more (the split does not change any result either way). */
-#define MT_MIN_MACS (1 << 16)
-
-/* y[t*ldy + r] = W_e[r] . x[t] for n_rows tokens (x rows are w->n_in long). */
-static void matmul(struct cpu *c, const struct qc_mat *w, int64_t e, const float *x,
-		   int64_t n_rows, float *y, int64_t ldy)
+/* x[act_perm] for weights converted with act-order (GPTQ desc_act): the weight's
+ * columns are stored in that order. Returns x itself when w has no permutation. */
+static const float *act_gather(struct cpu *c, const struct qc_mat *w, int64_t e, const float *x,
+			       int64_t n_rows)
 {
-	const float *xa = round_act(c, w->type, x, w->n_in, n_rows);
-	const struct mm_job j = {.w = w, .e = e, .xa = xa, .n_rows = n_rows, .y = y, .ldy = ldy,
-				 .q81 = xa == c->xr && pairs_q8_1(w->type),
-				 .q8 = xa == c->xr && w->type == QC_TYPE_Q8_0};
+	if (!w->act_perm)
+		return x;
+	const int32_t *perm = w->act_perm + e * w->perm_stride;
+	const int64_t K = w->n_in;
+	for (int64_t t = 0; t < n_rows; t++)
+		for (int64_t i = 0; i < K; i++)
+			c->xperm[t * K + i] = x[t * K + perm[i]];
+	return c->xperm;
+}
 
-	for (int64_t i = 0; !j.q8 && i < n_rows * w->n_in; i++)
-		c->xd[i] = (double)xa[i];
-	if (c->p.n_threads < 2 || w->n_out < c->p.n_threads ||
-	    w->n_out * w->n_in * n_rows < MT_MIN_MACS) {
-		matmul_rows(c, &j, 0, w->n_out, c->row, c->rowd);
-		return;
-	}
-	c->job = j;
+/* Runs the published job's n_threads ranges (the caller takes range 0) and
+ * waits for all of them. */
+static void pool_run(struct cpu *c)
+{
 	atomic_store_explicit(&c->pending, c->p.n_threads - 1, memory_order_relaxed);
 	pool_kick(c);
 	run_range(c, 0);
@@ -583,6 +202,25 @@ static void matmul(struct cpu *c, const struct qc_mat *w, int64_t e, const float
 		else
 			sched_yield();
 	}
+}
+
+/* Below this many multiply-adds a matmul stays on the caller's thread: waking
+ * the pool costs more (the split does not change any result either way). */
+#define MT_MIN_MACS (1 << 16)
+
+/* y[t*ldy + r] = W_e[r] . x[t] for n_rows tokens (x rows are w->n_in long). */
+static void matmul(struct cpu *c, const struct qc_mat *w, int64_t e, const float *x,
+		   int64_t n_rows, float *y, int64_t ldy)
+{
+	x = act_gather(c, w, e, x, n_rows);
+	qc_matmul_prepare(c->mm, w, e, x, n_rows, y, ldy);
+	c->job_rows = w->n_out;
+	if (c->p.n_threads < 2 || w->n_out < c->p.n_threads ||
+	    w->n_out * w->n_in * n_rows < MT_MIN_MACS) {
+		qc_matmul_rows(c->mm, 0, 0, w->n_out);
+		return;
+	}
+	pool_run(c);
 }
 
 /* ggml rms_norm (sum of squares in double) then multiply by the weight. */
@@ -596,20 +234,46 @@ static void rmsnorm(float *y, const float *x, const float *w, int64_t n, float e
 		y[i] = (x[i] * scale) * w[i];
 }
 
-/* RoPE: rotate pairs of the first n_rot dims of each of n_heads heads by
- * pos * scale * base^(-2i/n_rot), the angle advanced by repeated multiplication
- * as ggml's rope cache does. NORM pairs (x[2i], x[2i+1]); NEOX pairs
- * (x[i], x[i + n_rot/2]). */
-static void rope(float *x, int n_heads, int hd, int n_rot, int32_t pos, float base, float scale,
-		 enum qc_rope_mode mode)
+/* Everything RoPE needs besides the position (ggml_rope_ext's arguments). */
+struct rope_args {
+	int n_rot;
+	enum qc_rope_mode mode;
+	float base, scale;            /* freq_base, freq_scale */
+	float ext_factor, mscale;     /* YaRN ramp mix (0: off), attn_factor */
+	float corr[2];                /* YaRN ramp bounds */
+	const float *ff;              /* (n_rot / 2) frequency divisors, or NULL */
+};
+
+/* ggml rope_yarn_ramp: 1 below corr[0], 0 above corr[1], linear between. */
+static float yarn_ramp(const float corr[2], int i0)
 {
-	const float theta_scale = powf(base, -2.0f / (float)n_rot);
-	const int stride = mode == QC_ROPE_NEOX ? n_rot / 2 : 1;
+	const float y = (float)(i0 / 2 - corr[0]) / fmaxf(0.001f, corr[1] - corr[0]);
+	return 1.0f - fminf(1.0f, fmaxf(0.0f, y));
+}
+
+/* RoPE: rotate pairs of the first n_rot dims of each of n_heads heads by
+ * pos * scale * base^(-2i/n_rot) / ff[i], the angle advanced by repeated
+ * multiplication as ggml's rope cache does; with YaRN the angle blends the
+ * scaled and unscaled ones by the ramp and cos/sin carry mscale * (1 + 0.1 ln
+ * (1/scale)) (ggml rope_yarn). NORM pairs (x[2i], x[2i+1]); NEOX pairs
+ * (x[i], x[i + n_rot/2]). */
+static void rope_ext(float *x, int n_heads, int hd, int32_t pos, const struct rope_args *r)
+{
+	const int n_rot = r->n_rot;
+	const float theta_scale = powf(r->base, -2.0f / (float)n_rot);
+	const int stride = r->mode == QC_ROPE_NEOX ? n_rot / 2 : 1;
 	float theta = (float)pos;
 	for (int i0 = 0; i0 < n_rot; i0 += 2) {
-		const float th = scale * theta;
-		const float cs = cosf(th), sn = sinf(th);
-		const int j = mode == QC_ROPE_NEOX ? i0 / 2 : i0;
+		const float extrap = theta / (r->ff ? r->ff[i0 / 2] : 1.0f);
+		const float interp = r->scale * extrap;
+		float th = interp, ms = r->mscale;
+		if (r->ext_factor != 0.0f) {
+			const float mix = yarn_ramp(r->corr, i0) * r->ext_factor;
+			th = interp * (1 - mix) + extrap * mix;
+			ms *= 1.0f + 0.1f * logf(1.0f / r->scale);
+		}
+		const float cs = cosf(th) * ms, sn = sinf(th) * ms;
+		const int j = r->mode == QC_ROPE_NEOX ? i0 / 2 : i0;
 		for (int h = 0; h < n_heads; h++) {
 			float *p = x + (int64_t)h * hd + j;
 			const float x0 = p[0], x1 = p[stride];
@@ -618,6 +282,16 @@ static void rope(float *x, int n_heads, int hd, int n_rot, int32_t pos, float ba
 		}
 		theta *= theta_scale;
 	}
+}
+
+/* Plain RoPE (no YaRN, no factors): what tests/test_engine.c checks against the
+ * published formula; the forward calls rope_ext. */
+__attribute__((unused)) static void rope(float *x, int n_heads, int hd, int n_rot, int32_t pos, float base, float scale,
+		 enum qc_rope_mode mode)
+{
+	const struct rope_args r = {.n_rot = n_rot, .mode = mode, .base = base, .scale = scale,
+				    .mscale = 1.0f};
+	rope_ext(x, n_heads, hd, pos, &r);
 }
 
 static float silu(float x)
@@ -677,9 +351,13 @@ static void head_norm(float *x, const float *w, int n_heads, int hd, float eps)
 		rmsnorm(x + (int64_t)h * hd, x + (int64_t)h * hd, w, hd, eps);
 }
 
-/* Attention of token t (entry i) over its sequence's cached positions 0..pos. */
-static void attend(struct cpu *c, const struct qc_sched_plan *plan, int il, int32_t i, int32_t t)
+/* Attention of token t (entry i) over its sequence's cached positions 0..pos,
+ * with thread k's scratch. */
+static void attend(struct cpu *c, const struct qc_sched_plan *plan, int il, int32_t i, int32_t t,
+		   int k)
 {
+	float *qh = c->qh + (size_t)k * (size_t)c->m->cfg.head_dim;
+	float *scores = c->scores + (size_t)k * (size_t)c->p.max_ctx;
 	const struct qc_model_config *cfg = &c->m->cfg;
 	const int hd = cfg->head_dim, group = cfg->n_head / cfg->n_head_kv;
 	const int32_t bt = plan->block_tokens, n_ctx = plan->positions[t] + 1;
@@ -693,20 +371,46 @@ static void attend(struct cpu *c, const struct qc_sched_plan *plan, int il, int3
 		float *out = c->att + (int64_t)t * c->q_dim + (int64_t)h * hd;
 
 		for (int d = 0; d < hd; d++)
-			c->qh[d] = r16 ? f16_round(q[d]) : q[d];
+			qh[d] = r16 ? f16_round(q[d]) : q[d];
 		for (int32_t j = 0; j < n_ctx; j++) {
 			const float *kj = kv_at(c, table[j / bt], il, 0, j % bt) + kvo;
-			c->scores[j] = (float)dot(c->qh, kj, hd) * scale;
+			scores[j] = (float)dot(qh, kj, hd) * scale;
 		}
-		softmax(c->scores, n_ctx);
+		softmax(scores, n_ctx);
 		memset(out, 0, (size_t)hd * sizeof *out);
 		for (int32_t j = 0; j < n_ctx; j++) {
-			const float pj = r16 ? f16_round(c->scores[j]) : c->scores[j];
+			const float pj = r16 ? f16_round(scores[j]) : scores[j];
 			const float *vj = kv_at(c, table[j / bt], il, 1, j % bt) + kvo;
 			for (int d = 0; d < hd; d++)
 				out[d] += pj * vj[d];
 		}
 	}
+}
+
+/* Thread k's share of an attention job: tokens t with t mod n_threads == k
+ * (interleaved: a token's cost grows with its position). Each token's result
+ * is computed by the same code whichever thread runs it. */
+static void attend_range(struct cpu *c, int k)
+{
+	const struct qc_sched_plan *plan = c->job_plan;
+	for (int32_t i = 0; i < plan->n_seqs; i++)
+		for (int32_t t = plan->tok_start[i]; t < plan->tok_start[i + 1]; t++)
+			if (t % c->p.n_threads == k)
+				attend(c, plan, c->job_il, i, t, k);
+}
+
+static void attend_all(struct cpu *c, const struct qc_sched_plan *plan, int il)
+{
+	if (c->p.n_threads < 2 || plan->n_tokens < 2) {
+		for (int32_t i = 0; i < plan->n_seqs; i++)
+			for (int32_t t = plan->tok_start[i]; t < plan->tok_start[i + 1]; t++)
+				attend(c, plan, il, i, t, 0);
+		return;
+	}
+	c->job_rows = 0;
+	c->job_plan = plan;
+	c->job_il = il;
+	pool_run(c);
 }
 
 static void attention_block(struct cpu *c, const struct qc_sched_plan *plan, int il)
@@ -715,6 +419,12 @@ static void attention_block(struct cpu *c, const struct qc_sched_plan *plan, int
 	const struct qc_layer *L = &c->m->layers[il];
 	const int32_t T = plan->n_tokens;
 	const int64_t E = cfg->n_embd;
+	const struct rope_args ra = {.n_rot = cfg->rope_dim, .mode = cfg->rope_mode,
+				     .base = cfg->rope_freq_base, .scale = cfg->rope_freq_scale,
+				     .ext_factor = cfg->rope_ext_factor,
+				     .mscale = cfg->rope_attn_factor,
+				     .corr = {cfg->rope_corr_dims[0], cfg->rope_corr_dims[1]},
+				     .ff = c->m->rope_freqs};
 
 	for (int32_t t = 0; t < T; t++)
 		rmsnorm(c->xn + t * E, c->x + t * E, L->attn_norm, E, cfg->norm_eps);
@@ -728,10 +438,8 @@ static void attention_block(struct cpu *c, const struct qc_sched_plan *plan, int
 		float *q = c->q + t * c->q_dim, *k = c->k + t * c->kv_dim, *v = c->v + t * c->kv_dim;
 		head_norm(q, L->q_norm, cfg->n_head, cfg->head_dim, cfg->norm_eps);
 		head_norm(k, L->k_norm, cfg->n_head_kv, cfg->head_dim, cfg->norm_eps);
-		rope(q, cfg->n_head, cfg->head_dim, cfg->rope_dim, plan->positions[t],
-		     cfg->rope_freq_base, cfg->rope_freq_scale, cfg->rope_mode);
-		rope(k, cfg->n_head_kv, cfg->head_dim, cfg->rope_dim, plan->positions[t],
-		     cfg->rope_freq_base, cfg->rope_freq_scale, cfg->rope_mode);
+		rope_ext(q, cfg->n_head, cfg->head_dim, plan->positions[t], &ra);
+		rope_ext(k, cfg->n_head_kv, cfg->head_dim, plan->positions[t], &ra);
 		const int32_t slot = plan->slots[t];
 		float *kd = kv_at(c, slot / plan->block_tokens, il, 0, slot % plan->block_tokens);
 		float *vd = kv_at(c, slot / plan->block_tokens, il, 1, slot % plan->block_tokens);
@@ -740,9 +448,7 @@ static void attention_block(struct cpu *c, const struct qc_sched_plan *plan, int
 			vd[d] = f16_round(v[d]);
 		}
 	}
-	for (int32_t i = 0; i < plan->n_seqs; i++)
-		for (int32_t t = plan->tok_start[i]; t < plan->tok_start[i + 1]; t++)
-			attend(c, plan, il, i, t);
+	attend_all(c, plan, il);
 	matmul(c, &L->wo, 0, c->att, T, c->xn, E);
 	for (int64_t n = 0; n < (int64_t)T * E; n++)
 		c->x[n] += c->xn[n];
@@ -760,9 +466,11 @@ static void ffn_swiglu(struct cpu *c, const struct qc_mat *gate, const struct qc
 	matmul(c, down, e, c->fa, n, out, down->n_out);
 }
 
-/* Mixtral routing as llm_build_moe_ffn(norm_w = true, softmax gating): softmax
- * over all experts, top-k by probability, weights renormalized over the k, then
- * the weighted expert outputs summed in rank order. */
+/* Routing as llm_build_moe_ffn(softmax gating): softmax over all experts, top-k
+ * by probability, weights renormalized over the k when the arch says so
+ * (Mixtral, Qwen3-MoE; not Qwen2-MoE), then the weighted expert outputs summed
+ * in rank order, plus the shared expert scaled by sigmoid(gate . x) (Qwen2-MoE,
+ * sigmoid as ggml's silu(g) / g), and only then added to the residual. */
 static void moe_block(struct cpu *c, const struct qc_layer *L, int32_t T)
 {
 	const struct qc_model_config *cfg = &c->m->cfg;
@@ -786,11 +494,15 @@ static void moe_block(struct cpu *c, const struct qc_layer *L, int32_t T)
 			sel[s] = best;
 			w[s] = pr[best];
 		}
-		float sum = 0.0f;
+		if (!cfg->expert_norm_w)
+			continue;
+		double sum = 0.0; /* ggml sum_rows: double accumulation */
 		for (int64_t s = 0; s < K; s++)
-			sum += w[s];
+			sum += (double)w[s];
+		/* llama.cpp clamps the sum to the smallest normal f16 against division by 0 */
+		const float fs = fmaxf((float)sum, 6.103515625e-5f);
 		for (int64_t s = 0; s < K; s++)
-			w[s] /= sum;
+			w[s] /= fs;
 	}
 	for (int32_t e = 0; e < X; e++) {
 		int64_t n = 0;
@@ -813,10 +525,22 @@ static void moe_block(struct cpu *c, const struct qc_layer *L, int32_t T)
 				dst[d] = c->eout[r * E + d] * w;
 		}
 	}
+	const bool shexp = L->gate_shexp.data != NULL;
+	if (shexp) {
+		ffn_swiglu(c, &L->gate_shexp, &L->up_shexp, &L->down_shexp, 0, c->xn, T, c->att);
+		matmul(c, &L->gate_inp_shexp, 0, c->xn, T, c->shg, 1);
+		for (int32_t t = 0; t < T; t++)
+			c->shg[t] = silu(c->shg[t]) / c->shg[t];
+	}
 	for (int32_t t = 0; t < T; t++)
-		for (int64_t s = 0; s < K; s++)
-			for (int64_t d = 0; d < E; d++)
-				c->x[t * E + d] += c->moe[(t * K + s) * E + d];
+		for (int64_t d = 0; d < E; d++) {
+			float acc = c->moe[t * K * E + d];
+			for (int64_t s = 1; s < K; s++)
+				acc += c->moe[(t * K + s) * E + d];
+			if (shexp)
+				acc += c->att[t * E + d] * c->shg[t];
+			c->x[t * E + d] += acc;
+		}
 }
 
 static void ffn_block(struct cpu *c, const struct qc_sched_plan *plan, int il)
@@ -908,14 +632,9 @@ static void cpu_destroy(void *state)
 	free(c->att);
 	free(c->fa);
 	free(c->fb);
-	free(c->xr);
-	free(c->sdelta);
-	free(c->xq);
-	free(c->xqd);
-	free(c->qbuf);
-	free(c->row);
-	free(c->rowd);
-	free(c->xd);
+	free(c->xperm);
+	free(c->shg);
+	qc_matmul_free(c->mm);
 	free(c->scores);
 	free(c->qh);
 	free(c->router);
@@ -959,9 +678,12 @@ static int cpu_create(const struct qc_model *m, const struct qc_backend_params *
 		c->max_in = c->q_dim;
 	if (cfg->n_ff > c->max_in)
 		c->max_in = cfg->n_ff;
+	if (cfg->n_ff_shexp > c->max_in)
+		c->max_in = cfg->n_ff_shexp;
 	c->block_floats = (size_t)cfg->n_layer * 2 * (size_t)p->block_tokens * (size_t)c->kv_dim;
 
-	const size_t T = (size_t)p->max_tokens, E = (size_t)cfg->n_embd, F = (size_t)cfg->n_ff;
+	const size_t T = (size_t)p->max_tokens, E = (size_t)cfg->n_embd;
+	const size_t F = (size_t)(cfg->n_ff > cfg->n_ff_shexp ? cfg->n_ff : cfg->n_ff_shexp);
 	const size_t X = (size_t)cfg->n_expert, K = (size_t)cfg->n_expert_used;
 	const size_t wide = c->q_dim > cfg->n_embd ? (size_t)c->q_dim : E;
 	c->kv = falloc((size_t)p->n_blocks * c->block_floats);
@@ -973,20 +695,10 @@ static int cpu_create(const struct qc_model *m, const struct qc_backend_params *
 	c->att = falloc(T * wide);
 	c->fa = falloc(T * (K ? K : 1) * F);
 	c->fb = falloc(T * (K ? K : 1) * F);
-	c->xr = falloc(T * (K ? K : 1) * (size_t)c->max_in);
-	c->xq = malloc(T * (K ? K : 1) * (size_t)c->max_in + 1);
-	c->xqd = falloc(T * (K ? K : 1) * (size_t)c->max_in / 32);
-	c->sdelta = malloc(sizeof(double) * (T * (K ? K : 1) * (size_t)c->max_in / 32 + 1));
-	c->qbuf = malloc((size_t)c->max_in * 8 + 64);
-	c->row = falloc((size_t)c->p.n_threads * (size_t)c->max_in);
-	c->rowd = malloc(sizeof(double) * ((size_t)c->p.n_threads * (size_t)c->max_in + 1));
-	c->xd = malloc(sizeof(double) * (T * (K ? K : 1) * (size_t)c->max_in + 1));
-	c->dot_dd = pick_dot_dd();
-	c->dot_fd = pick_dot_fd();
-	c->dot_q8 = pick_dot_q8();
-	pthread_once(&qc_f16_once, fill_f16_table);
-	c->scores = falloc((size_t)p->max_ctx);
-	c->qh = falloc((size_t)cfg->head_dim);
+	c->xperm = falloc(T * (K ? K : 1) * (size_t)c->max_in);
+	c->shg = falloc(T);
+	c->scores = falloc((size_t)c->p.n_threads * (size_t)p->max_ctx);
+	c->qh = falloc((size_t)c->p.n_threads * (size_t)cfg->head_dim);
 	c->router = falloc(T * X);
 	c->sel = malloc(sizeof(int32_t) * (T * K + 1));
 	c->selw = falloc(T * K);
@@ -997,7 +709,8 @@ static int cpu_create(const struct qc_model *m, const struct qc_backend_params *
 	c->moe = falloc(T * K * E);
 	c->lx = falloc((size_t)p->max_logits * E);
 	if (!c->kv || !c->x || !c->xn || !c->q || !c->k || !c->v || !c->att || !c->fa || !c->fb ||
-	    !c->xr || !c->sdelta || !c->xq || !c->xqd || !c->qbuf || !c->row || !c->rowd || !c->xd || !c->scores ||
+	    !c->xperm || !c->shg ||
+	    !c->scores ||
 	    !c->qh || !c->router || !c->sel ||
 	    !c->selw || !c->etok || !c->eslot || !c->ex || !c->eout || !c->moe || !c->lx) {
 		const size_t bb = c->block_floats * sizeof(float);
@@ -1005,6 +718,12 @@ static int cpu_create(const struct qc_model *m, const struct qc_backend_params *
 		return qc_err_set(err, QC_ENOMEM, NULL, NULL, -1,
 				  "out of memory for the CPU backend (%d K/V blocks of %zu bytes)",
 				  p->n_blocks, bb);
+	}
+	int rc = qc_matmul_new(c->max_in, (int64_t)(T * (K ? K : 1)), c->p.n_threads, p->act_round,
+			       &c->mm, err);
+	if (rc) {
+		cpu_destroy(c);
+		return rc;
 	}
 	if (c->p.n_threads > 1) {
 		c->workers = calloc((size_t)c->p.n_threads - 1, sizeof *c->workers);

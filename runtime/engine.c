@@ -30,6 +30,8 @@ struct req {
 	int32_t *out;              /* (n_out) generated ids */
 	int32_t n_out, cap;
 	enum qc_sched_finish finish;
+	struct qc_sample_result *lp; /* (n_out) when sampling.logprobs, else NULL */
+	bool want_lp;
 };
 
 struct qc_engine {
@@ -44,6 +46,7 @@ struct qc_engine {
 	float *logits;             /* (max_running, n_vocab) */
 	int32_t *sampled;          /* (max_running) */
 	struct req **entry_req;    /* (max_running) request of each plan entry */
+	struct qc_sample_result *results; /* (max_running) this step's draws */
 	struct req **reqs;         /* (n_reqs) live and finished, unreleased */
 	size_t n_reqs, cap_reqs;
 };
@@ -68,6 +71,7 @@ static void req_free(struct req *r)
 		return;
 	qc_sampler_free(r->sampler);
 	free(r->out);
+	free(r->lp);
 	free(r);
 }
 
@@ -107,15 +111,28 @@ int qc_engine_new(const char *path, const struct qc_engine_opts *o, struct qc_en
 		op->max_seq_tokens = cfg->n_ctx_train > 0 && cfg->n_ctx_train < 4096 ? cfg->n_ctx_train : 4096;
 	if (!op->max_batch_tokens)
 		op->max_batch_tokens = 512;
-	uint64_t block_bytes;
-	if ((rc = qc_backend_block_bytes(e->model, op->block_tokens, &block_bytes, err)))
+	uint64_t block_bytes, be_max = 0;
+	const struct qc_backend_params lim = {
+		.block_tokens = op->block_tokens,
+		.max_tokens = op->max_batch_tokens,
+		.max_logits = op->max_running,
+		.max_ctx = op->max_seq_tokens,
+		.act_round = op->act_round,
+	};
+	if (e->be->kv_limits) /* a device backend: its block size and what fits beside the weights */
+		rc = e->be->kv_limits(e->model, &lim, op->gpu_mem_util > 0 ? op->gpu_mem_util : 0.9f,
+				      &block_bytes, &be_max, err);
+	else
+		rc = qc_backend_block_bytes(e->model, op->block_tokens, &block_bytes, err);
+	if (rc)
 		goto out_free;
 	if (!op->kv_budget_bytes) {
-		/* max_running full sequences, but no more than 2 GiB unless one sequence
-		 * alone needs more; the scheduler preempts when the pool runs out */
+		/* max_running full sequences, but no more than 2 GiB (a device backend:
+		 * than fits in gpu_mem_util) unless one sequence alone needs more; the
+		 * scheduler preempts when the pool runs out */
 		uint64_t blocks = ((uint64_t)op->max_seq_tokens + (uint64_t)op->block_tokens - 1) /
 				  (uint64_t)op->block_tokens;
-		uint64_t one = blocks * block_bytes, cap = (uint64_t)2 << 30;
+		uint64_t one = blocks * block_bytes, cap = be_max ? be_max : (uint64_t)2 << 30;
 		op->kv_budget_bytes = one * (uint64_t)op->max_running;
 		if (op->kv_budget_bytes > cap)
 			op->kv_budget_bytes = one > cap ? one : cap;
@@ -157,7 +174,8 @@ int qc_engine_new(const char *path, const struct qc_engine_opts *o, struct qc_en
 	e->logits = malloc(sizeof(float) * (size_t)op->max_running * (size_t)cfg->n_vocab);
 	e->sampled = calloc((size_t)op->max_running, sizeof *e->sampled);
 	e->entry_req = calloc((size_t)op->max_running, sizeof *e->entry_req);
-	if (!e->logits || !e->sampled || !e->entry_req) {
+	e->results = calloc((size_t)op->max_running, sizeof *e->results);
+	if (!e->logits || !e->sampled || !e->entry_req || !e->results) {
 		rc = qc_err_set(err, QC_ENOMEM, path, NULL, -1, "out of memory");
 		goto out_free;
 	}
@@ -179,6 +197,7 @@ void qc_engine_free(struct qc_engine *e)
 	free(e->logits);
 	free(e->sampled);
 	free(e->entry_req);
+	free(e->results);
 	qc_sampler_ws_free(e->ws);
 	if (e->be && e->be_state)
 		e->be->destroy(e->be_state);
@@ -236,6 +255,7 @@ int qc_engine_add(struct qc_engine *e, const struct qc_engine_request *r, uint64
 	if ((rc = qc_sampler_new(&r->sampling, e->opts.max_seq_tokens, &q->sampler, err)))
 		goto out_free;
 	qc_sampler_accept(q->sampler, r->prompt, r->n_prompt);
+	q->want_lp = r->sampling.logprobs;
 
 	struct qc_sched_request sr = {
 		.prompt = r->prompt,
@@ -265,7 +285,8 @@ out_free:
 	return rc;
 }
 
-static int append_out(struct req *q, int32_t tok, struct qc_err *err)
+/* res is kept only when the request asked for logprobs. */
+static int append_out(struct req *q, const struct qc_sample_result *res, struct qc_err *err)
 {
 	if (q->n_out == q->cap) {
 		int32_t cap = q->cap ? 2 * q->cap : 32;
@@ -273,9 +294,17 @@ static int append_out(struct req *q, int32_t tok, struct qc_err *err)
 		if (!p)
 			return qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
 		q->out = p;
+		if (q->want_lp) {
+			struct qc_sample_result *l = realloc(q->lp, sizeof *l * (size_t)cap);
+			if (!l)
+				return qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
+			q->lp = l;
+		}
 		q->cap = cap;
 	}
-	q->out[q->n_out++] = tok;
+	if (q->want_lp)
+		q->lp[q->n_out] = *res;
+	q->out[q->n_out++] = res->token;
 	return QC_OK;
 }
 
@@ -305,18 +334,18 @@ int qc_engine_step(struct qc_engine *e, struct qc_err *err)
 		if (!plan->need_logits[i])
 			continue;
 		const float *lg = e->logits + (size_t)row++ * (size_t)V;
-		struct qc_sample_result res;
+		struct qc_sample_result *res = &e->results[i];
 		if (e->opts.on_logits)
 			e->opts.on_logits(e->opts.cb_ctx, q->id, q->n_out, lg, V);
-		if ((rc = qc_sampler_sample(q->sampler, e->ws, lg, V, &res, err)))
+		if ((rc = qc_sampler_sample(q->sampler, e->ws, lg, V, res, err)))
 			return rc;
-		e->sampled[i] = res.token;
+		e->sampled[i] = res->token;
 	}
 	if ((rc = qc_sched_commit(e->sched, plan, e->sampled, err)))
 		return rc;
 	for (int32_t i = 0; i < plan->n_seqs; i++) {
 		struct req *q = e->entry_req[i];
-		if (plan->accepted[i] && (rc = append_out(q, e->sampled[i], err)))
+		if (plan->accepted[i] && (rc = append_out(q, &e->results[i], err)))
 			return rc;
 		if (plan->finish[i] != QC_SCHED_FINISH_NONE)
 			q->finish = (enum qc_sched_finish)plan->finish[i];
@@ -338,6 +367,17 @@ int qc_engine_output(const struct qc_engine *e, uint64_t id, const int32_t **ids
 	*ids = q->out;
 	*n = q->n_out;
 	*finish = q->finish;
+	return QC_OK;
+}
+
+int qc_engine_logprobs(const struct qc_engine *e, uint64_t id, const struct qc_sample_result **res,
+		       int32_t *n)
+{
+	const struct req *q = find_req(e, id);
+	if (!q)
+		return QC_ENOTFOUND;
+	*res = q->lp;
+	*n = q->want_lp ? q->n_out : 0;
 	return QC_OK;
 }
 

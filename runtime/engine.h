@@ -40,6 +40,8 @@ struct qc_engine_opts {
 						 (results do not depend on it) */
 	uint64_t kv_budget_bytes;             /* K/V pool; 0: max_running full sequences,
 						 capped at 2 GiB (or one full sequence) */
+	float gpu_mem_util;                   /* device backends: fraction of device memory for
+						 weights + buffers + K/V; 0: 0.9 */
 	qc_engine_logits_fn on_logits;        /* optional */
 	void *cb_ctx;
 };
@@ -92,7 +94,15 @@ bool qc_engine_has_work(const struct qc_engine *e);
 int qc_engine_output(const struct qc_engine *e, uint64_t id, const int32_t **ids, int32_t *n,
 		     enum qc_sched_finish *finish);
 
-/* Forget a finished (or cancel and forget a live) request. */
+/* Per generated token of request id, the sampler's report (chosen logprob and
+ * top alternatives), parallel to qc_engine_output's ids; *n is 0 unless the
+ * request set sampling.logprobs. Valid until the next step or release.
+ * QC_ENOTFOUND for an unknown or released id. */
+int qc_engine_logprobs(const struct qc_engine *e, uint64_t id, const struct qc_sample_result **res,
+		       int32_t *n);
+
+/* Forget a finished (or cancel and forget a live) request; a live one's KV
+ * blocks are freed at once. */
 void qc_engine_release(struct qc_engine *e, uint64_t id);
 
 void qc_engine_stats(const struct qc_engine *e, struct qc_sched_stats *out);

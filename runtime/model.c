@@ -1,10 +1,14 @@
-/* model.c — manifest config + weight views for the llama family.
+/* model.c — manifest config + weight views for the llama and Qwen families.
  *
- * Owns: reading "config", locating every tensor by llama.cpp's GGUF name and
- * checking its shape against the config once, so the backend never re-checks.
+ * Owns: reading "config" (one rule per architecture: RoPE pairing, experts,
+ * weight renormalization, shared expert, as llama.cpp hard-codes them per arch),
+ * locating every tensor by llama.cpp's GGUF name and checking its shape (and its
+ * optional "<base>.act_perm" permutation) once, so the backend never re-checks.
  * Fused w13 experts are found through the bundle's part table (gate rows then up
  * rows per expert, docs/bundle.md), so fused and separate stacks look the same.
- * Non-goals: any arithmetic beyond decoding small vectors.
+ * Non-goals: any arithmetic beyond decoding small vectors and the YaRN ramp.
+ * Reference: llama.cpp llama_model::load_hparams / load_tensors, llama_context
+ * cparams (yarn), ggml_rope_yarn_corr_dims (facts only).
  */
 #include "model.h"
 
@@ -14,6 +18,29 @@
 #include <string.h>
 
 #define MAX_DIM (1 << 24)
+
+/* What llama.cpp fixes per architecture (not read from the GGUF for these). */
+enum expert_rule { EXPERTS_NONE, EXPERTS_OPTIONAL, EXPERTS_REQUIRED };
+
+struct arch_rule {
+	const char *name;
+	enum qc_rope_mode rope;
+	enum expert_rule experts;
+	bool norm_w;       /* build_moe_ffn norm_w */
+	bool shexp;        /* sigmoid-gated shared expert (ffn_*_shexp) */
+};
+
+static const struct arch_rule arch_rules[] = {
+	{"llama", QC_ROPE_NORM, EXPERTS_OPTIONAL, true, false},     /* Mixtral when experts */
+	{"qwen2", QC_ROPE_NEOX, EXPERTS_NONE, false, false},
+	{"qwen3", QC_ROPE_NEOX, EXPERTS_NONE, false, false},
+	{"qwen2moe", QC_ROPE_NEOX, EXPERTS_REQUIRED, false, true},
+	{"qwen3moe", QC_ROPE_NEOX, EXPERTS_REQUIRED, true, false},
+};
+
+/* llama.cpp's YaRN beta_fast / beta_slow for these archs (hparams defaults). */
+#define YARN_BETA_FAST 32.0f
+#define YARN_BETA_SLOW 1.0f
 
 static const cJSON *cfg_item(const cJSON *cfg, const char *key)
 {
@@ -46,8 +73,53 @@ static float cfg_float(const cJSON *cfg, const char *key, float def)
 	return it ? (float)it->valuedouble : def;
 }
 
-static int read_config(const struct qc_bundle *b, struct qc_model_config *c, bool *neox,
-		       struct qc_err *err)
+/* ggml_rope_yarn_corr_dim: the rotated dim whose wavelength spans n_rot turns
+ * over the original context (float arithmetic as ggml does it). */
+static float yarn_corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base)
+{
+	return (float)n_dims * logf((float)n_ctx_orig / (n_rot * 2 * (float)M_PI)) / (2 * logf(base));
+}
+
+static int read_rope(const cJSON *cfg, struct qc_model_config *c, const char *p,
+		     struct qc_err *err)
+{
+	int rc;
+	c->rope_freq_base = cfg_float(cfg, "rope_freq_base", 10000.0f);
+	/* llama.cpp: type defaults to "linear", so a bare factor scales linearly */
+	c->rope_scaling = QC_ROPE_SCALING_LINEAR;
+	const cJSON *st = cJSON_GetObjectItemCaseSensitive(cfg, "rope_scaling_type");
+	if (cJSON_IsString(st) && !strcmp(st->valuestring, "none"))
+		c->rope_scaling = QC_ROPE_SCALING_NONE;
+	else if (cJSON_IsString(st) && !strcmp(st->valuestring, "yarn"))
+		c->rope_scaling = QC_ROPE_SCALING_YARN;
+	else if (cJSON_IsString(st) && strcmp(st->valuestring, "linear"))
+		return qc_err_set(err, QC_EUNSUPPORTED, p, NULL, -1, "rope scaling '%s' not supported",
+				  st->valuestring);
+	/* scaling factor, else the older linear key; scale = 1 / factor */
+	float factor = cfg_float(cfg, "rope_scaling_factor", 0.0f);
+	if (factor == 0.0f)
+		factor = cfg_float(cfg, "rope_freq_scale_linear", 0.0f);
+	c->rope_freq_scale = factor == 0.0f ? 1.0f : 1.0f / factor;
+	if (c->rope_scaling == QC_ROPE_SCALING_NONE)
+		c->rope_freq_scale = 1.0f; /* llama.cpp: never scale when the type is none */
+	c->rope_attn_factor = cfg_float(cfg, "rope_scaling_attn_factor", 1.0f);
+	if ((rc = cfg_int(cfg, "rope_scaling_orig_ctx", 0, false, &c->n_ctx_orig, p, err)))
+		return rc;
+	if (!c->n_ctx_orig)
+		c->n_ctx_orig = c->n_ctx_train;
+	if (!(c->rope_freq_base > 0) || !isfinite(c->rope_freq_scale) || !(c->rope_freq_scale > 0) ||
+	    !(c->rope_attn_factor > 0) || !isfinite(c->rope_attn_factor) || c->n_ctx_orig < 1)
+		return qc_err_set(err, QC_EFORMAT, p, NULL, -1, "config: bad rope parameters");
+	c->rope_ext_factor = c->rope_scaling == QC_ROPE_SCALING_YARN ? 1.0f : 0.0f;
+	const float lo = floorf(yarn_corr_dim(c->rope_dim, c->n_ctx_orig, YARN_BETA_FAST, c->rope_freq_base));
+	const float hi = ceilf(yarn_corr_dim(c->rope_dim, c->n_ctx_orig, YARN_BETA_SLOW, c->rope_freq_base));
+	c->rope_corr_dims[0] = lo > 0.0f ? lo : 0.0f;
+	c->rope_corr_dims[1] = hi < (float)(c->rope_dim - 1) ? hi : (float)(c->rope_dim - 1);
+	return QC_OK;
+}
+
+static int read_config(const struct qc_bundle *b, struct qc_model_config *c,
+		       const struct arch_rule **rule, struct qc_err *err)
 {
 	const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(b->manifest, "config");
 	const char *p = b->path;
@@ -57,11 +129,11 @@ static int read_config(const struct qc_bundle *b, struct qc_model_config *c, boo
 		return qc_err_set(err, QC_EFORMAT, p, NULL, -1, "manifest has no config object");
 	const cJSON *arch = cJSON_GetObjectItemCaseSensitive(cfg, "architecture");
 	const char *a = cJSON_IsString(arch) ? arch->valuestring : "";
-	if (!strcmp(a, "llama"))
-		*neox = false;
-	else if (!strcmp(a, "qwen2") || !strcmp(a, "qwen3"))
-		*neox = true; /* llama.cpp: LLAMA_ROPE_TYPE_NEOX for the Qwen family */
-	else
+	*rule = NULL;
+	for (size_t i = 0; i < sizeof arch_rules / sizeof arch_rules[0]; i++)
+		if (!strcmp(a, arch_rules[i].name))
+			*rule = &arch_rules[i];
+	if (!*rule)
 		return qc_err_set(err, QC_EUNSUPPORTED, p, NULL, -1, "architecture '%s' not supported", a);
 
 	if ((rc = cfg_int(cfg, "n_embd", 0, true, &c->n_embd, p, err)) ||
@@ -87,23 +159,67 @@ static int read_config(const struct qc_bundle *b, struct qc_model_config *c, boo
 		return qc_err_set(err, QC_EUNSUPPORTED, p, NULL, -1,
 				  "head_dim_k %d, head_dim_v %d, rope_dim %d not supported", c->head_dim,
 				  hdv, c->rope_dim);
+	if ((*rule)->experts == EXPERTS_NONE)
+		c->n_expert = c->n_expert_used = 0; /* llama.cpp builds these dense whatever the keys say */
+	if ((*rule)->experts == EXPERTS_REQUIRED && !c->n_expert)
+		return qc_err_set(err, QC_EFORMAT, p, NULL, -1, "%s needs n_expert > 0", a);
 	if (c->n_expert && (c->n_expert_used < 1 || c->n_expert_used > c->n_expert))
 		return qc_err_set(err, QC_EFORMAT, p, NULL, -1, "n_expert_used %d of %d experts",
 				  c->n_expert_used, c->n_expert);
+	c->expert_norm_w = (*rule)->norm_w;
 
 	c->norm_eps = cfg_float(cfg, "norm_rms_eps", 1e-5f);
-	c->rope_freq_base = cfg_float(cfg, "rope_freq_base", 10000.0f);
-	const cJSON *st = cJSON_GetObjectItemCaseSensitive(cfg, "rope_scaling_type");
-	if (cJSON_IsString(st) && strcmp(st->valuestring, "linear") && strcmp(st->valuestring, "none"))
-		return qc_err_set(err, QC_EUNSUPPORTED, p, NULL, -1, "rope scaling '%s' not supported",
-				  st->valuestring);
-	/* llama.cpp: scaling factor, else the older linear key; scale = 1 / factor */
-	float factor = cfg_float(cfg, "rope_scaling_factor", 0.0f);
-	if (factor == 0.0f)
-		factor = cfg_float(cfg, "rope_freq_scale_linear", 0.0f);
-	c->rope_freq_scale = factor == 0.0f ? 1.0f : 1.0f / factor;
-	if (!(c->norm_eps > 0) || !(c->rope_freq_base > 0) || !isfinite(c->rope_freq_scale))
-		return qc_err_set(err, QC_EFORMAT, p, NULL, -1, "config: bad eps / rope parameters");
+	if (!(c->norm_eps > 0))
+		return qc_err_set(err, QC_EFORMAT, p, NULL, -1, "config: bad norm_rms_eps");
+	return read_rope(cfg, c, p, err);
+}
+
+/* Optional "<base>.act_perm" of weight `name` (or of the fused tensor t holding
+ * it): I32 [n_in] shared or [n_in, n_mat] per matrix, each row a permutation. */
+static int perm_view(const struct qc_bundle *b, const char *name, const struct qc_bundle_tensor *t,
+		     struct qc_mat *w, struct qc_err *err)
+{
+	char pn[160];
+	const struct qc_bundle_tensor *pt = NULL;
+	const char *bases[2] = {name, t->name};
+	for (int k = 0; k < 2 && !pt; k++) {
+		size_t l = strlen(bases[k]);
+		if (l > 7 && !strcmp(bases[k] + l - 7, ".weight") && l - 7 + 10 < sizeof pn) {
+			snprintf(pn, sizeof pn, "%.*s.act_perm", (int)(l - 7), bases[k]);
+			pt = qc_bundle_find(b, pn);
+		}
+	}
+	if (!pt)
+		return QC_OK;
+	const int64_t K = w->n_in;
+	if (pt->type != QC_TYPE_I32 || pt->layout != QC_LAYOUT_GGML || pt->ne[0] != K ||
+	    (pt->ne[1] != 1 && pt->ne[1] != w->n_mat) || pt->ne[2] != 1 || pt->ne[3] != 1)
+		return qc_err_set(err, QC_EFORMAT, b->path, pn, -1,
+				  "i32 [%lld] or [%lld, %lld] expected (got %s [%lld, %lld])",
+				  (long long)K, (long long)K, (long long)w->n_mat, qc_types[pt->type].name,
+				  (long long)pt->ne[0], (long long)pt->ne[1]);
+	const int32_t *perm = (const int32_t *)(const void *)qc_bundle_data(b, pt);
+	uint8_t *seen = calloc((size_t)K, 1);
+	if (!seen)
+		return qc_err_set(err, QC_ENOMEM, b->path, pn, -1, "out of memory");
+	int rc = QC_OK;
+	for (int64_t e = 0; e < pt->ne[1] && !rc; e++) {
+		memset(seen, 0, (size_t)K);
+		for (int64_t i = 0; i < K && !rc; i++) {
+			const int32_t v = perm[e * K + i];
+			if (v < 0 || v >= K || seen[v])
+				rc = qc_err_set(err, QC_EFORMAT, b->path, pn, (int64_t)(pt->off + 4 * (uint64_t)(e * K + i)),
+						"row %lld is not a permutation of 0..%lld (element %lld = %d)",
+						(long long)e, (long long)K - 1, (long long)i, v);
+			else
+				seen[v] = 1;
+		}
+	}
+	free(seen);
+	if (rc)
+		return rc;
+	w->act_perm = perm;
+	w->perm_stride = pt->ne[1] == 1 ? 0 : K;
 	return QC_OK;
 }
 
@@ -150,7 +266,7 @@ static int mat_view(const struct qc_bundle *b, const char *name, int64_t n_in, i
 	w->row_bytes = rb;
 	w->mat_stride = rb * (uint64_t)t->ne[1];
 	w->data = qc_bundle_data(b, t) + (uint64_t)row0 * rb;
-	return QC_OK;
+	return perm_view(b, name, t, w, err);
 }
 
 /* Decode a 1-D tensor of n elements into dst (advanced past it). */
@@ -209,17 +325,24 @@ static int load_layer(const struct qc_bundle *b, const struct qc_model_config *c
 	    (rc = mat_view(b, NAME("ffn_up_exps.weight"), E, c->n_ff, X, true, &L->up_exps, err)) ||
 	    (rc = mat_view(b, NAME("ffn_down_exps.weight"), c->n_ff, E, X, true, &L->down_exps, err)))
 		return rc;
+	if (c->n_ff_shexp) {
+		const int64_t S = c->n_ff_shexp;
+		if ((rc = mat_view(b, NAME("ffn_gate_inp_shexp.weight"), E, 1, 1, true, &L->gate_inp_shexp, err)) ||
+		    (rc = mat_view(b, NAME("ffn_gate_shexp.weight"), E, S, 1, true, &L->gate_shexp, err)) ||
+		    (rc = mat_view(b, NAME("ffn_up_shexp.weight"), E, S, 1, true, &L->up_shexp, err)) ||
+		    (rc = mat_view(b, NAME("ffn_down_shexp.weight"), S, E, 1, true, &L->down_shexp, err)))
+			return rc;
+	}
 #undef NAME
 	return QC_OK;
 }
 
-/* The FFN width comes from the weights (n_ff in the config may be the dense or
+/* An FFN width comes from the weights (n_ff in the config may be the dense or
  * the expert width depending on the converter's source). */
-static int ffn_width(const struct qc_bundle *b, const struct qc_model_config *c, int32_t *n_ff,
+static int ffn_width(const struct qc_bundle *b, const char *name, int32_t *n_ff,
 		     struct qc_err *err)
 {
 	const struct qc_bundle_part *part = NULL;
-	const char *name = c->n_expert ? "blk.0.ffn_down_exps.weight" : "blk.0.ffn_down.weight";
 	const struct qc_bundle_tensor *t = qc_bundle_find(b, name);
 	if (!t)
 		t = qc_bundle_find_part(b, name, &part);
@@ -235,7 +358,7 @@ static int ffn_width(const struct qc_bundle *b, const struct qc_model_config *c,
 int qc_model_from_bundle(struct qc_bundle *b, struct qc_model **out, struct qc_err *err)
 {
 	struct qc_model *m;
-	bool neox = false;
+	const struct arch_rule *rule = NULL;
 	int rc;
 
 	*out = NULL;
@@ -244,9 +367,12 @@ int qc_model_from_bundle(struct qc_bundle *b, struct qc_model **out, struct qc_e
 		return qc_err_set(err, QC_ENOMEM, b->path, NULL, -1, "out of memory");
 	m->bundle = b;
 	struct qc_model_config *c = &m->cfg;
-	if ((rc = read_config(b, c, &neox, err)) || (rc = ffn_width(b, c, &c->n_ff, err)))
+	if ((rc = read_config(b, c, &rule, err)) ||
+	    (rc = ffn_width(b, c->n_expert ? "blk.0.ffn_down_exps.weight" : "blk.0.ffn_down.weight",
+			    &c->n_ff, err)) ||
+	    (rule->shexp && (rc = ffn_width(b, "blk.0.ffn_down_shexp.weight", &c->n_ff_shexp, err))))
 		goto out_free;
-	c->rope_mode = neox ? QC_ROPE_NEOX : QC_ROPE_NORM;
+	c->rope_mode = rule->rope;
 
 	const struct qc_bundle_tensor *te = qc_bundle_find(b, "token_embd.weight");
 	if (!te) {
@@ -267,15 +393,23 @@ int qc_model_from_bundle(struct qc_bundle *b, struct qc_model **out, struct qc_e
 
 	int64_t hd = c->head_dim;
 	size_t per_layer = 2 * (size_t)c->n_embd + (size_t)(c->n_head + 2 * c->n_head_kv) * hd + 2 * hd;
-	m->vec_store = malloc(sizeof(float) * (per_layer * (size_t)c->n_layer + (size_t)c->n_embd));
+	m->vec_store = malloc(sizeof(float) * (per_layer * (size_t)c->n_layer + (size_t)c->n_embd +
+					       (size_t)c->rope_dim / 2));
 	m->layers = calloc((size_t)c->n_layer, sizeof *m->layers);
 	if (!m->vec_store || !m->layers) {
 		rc = qc_err_set(err, QC_ENOMEM, b->path, NULL, -1, "out of memory");
 		goto out_free;
 	}
 	float *store = m->vec_store;
-	if ((rc = vec_load(b, "output_norm.weight", c->n_embd, true, &store, &m->output_norm, err)))
+	if ((rc = vec_load(b, "output_norm.weight", c->n_embd, true, &store, &m->output_norm, err)) ||
+	    (rc = vec_load(b, "rope_freqs.weight", c->rope_dim / 2, false, &store, &m->rope_freqs, err)))
 		goto out_free;
+	for (int32_t i = 0; m->rope_freqs && i < c->rope_dim / 2; i++)
+		if (!(m->rope_freqs[i] > 0) || !isfinite(m->rope_freqs[i])) {
+			rc = qc_err_set(err, QC_EFORMAT, b->path, "rope_freqs.weight", -1,
+					"factor %d = %g is not a positive number", i, (double)m->rope_freqs[i]);
+			goto out_free;
+		}
 	for (int il = 0; il < c->n_layer; il++)
 		if ((rc = load_layer(b, c, il, &m->layers[il], &store, err)))
 			goto out_free;

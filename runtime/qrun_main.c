@@ -2,7 +2,8 @@
  *
  *   qrun MODEL -p TEXT -n N [--temp T] [--seed S] [--json] [--ignore-eos] [--device cpu|cuda]
  *   qrun MODEL --tokenize TEXT [--bos]
- *   qrun bench MODEL --requests N --concurrency C --in I --out O [--threads T]
+ *   qrun bench MODEL --requests N --concurrency C --in I --out O [--threads T] [--device cpu|cuda]
+ *   (--device cuda: also [--gpu-mem-util F], the device memory share for weights + K/V, 0.9)
  *
  * MODEL is a .qb bundle or a .gguf; a GGUF is converted first (target cpu) into a
  * private temp directory under $TMPDIR, mapped, and unlinked at once, so nothing is
@@ -23,6 +24,7 @@
 
 #include "bundle.h"
 #include "convert.h"
+#include "backend_cuda.h"
 #include "engine.h"
 #include "plan.h"
 #include "vocab.h"
@@ -36,6 +38,7 @@ static void usage(FILE *f)
 		"                [--device cpu|cuda]\n"
 		"       %s MODEL --tokenize TEXT [--bos]\n"
 		"       %s bench MODEL --requests N --concurrency C --in I --out O [--threads T]\n"
+		"                [--device cpu|cuda] [--gpu-mem-util F]\n"
 		"MODEL: a .qb bundle or a .gguf (converted to a temp bundle first).\n"
 		"-p - reads the prompt from stdin. --temp 0 (default) is greedy.\n"
 		"--threads T: matmul threads (default: online CPUs; results do not depend on it).\n",
@@ -323,8 +326,32 @@ struct bench_req {
 /* qrun bench: see the header. Prompt tokens/s counts the steps that gave some
  * request its first token (prefill steps), decode tokens/s the tokens of the
  * other steps over their time; with C = 1 these are llama-bench's pp and tg. */
+/* Backend choice for --device: the CUDA backend computes in float, so the CPU's
+ * ggml activation-rounding emulation is not asked of it. 0, or 1 on an unknown name. */
+static int set_device(struct qc_engine_opts *o, const char *device, float gpu_mem_util)
+{
+	if (!strcmp(device, "cuda")) {
+		o->backend = &qc_backend_cuda;
+		o->act_round = QC_ACT_ROUND_NONE;
+		o->gpu_mem_util = gpu_mem_util;
+		return 0;
+	}
+	if (strcmp(device, "cpu")) {
+		fprintf(stderr, "%s: unknown device '%s' (cpu or cuda)\n", prog, device);
+		return 1;
+	}
+	return 0;
+}
+
+/* Exit status of a failed engine open: 2 when the CUDA backend is absent
+ * (built without nvcc) or finds no device, else 1. */
+static int open_status(const char *device, const struct qc_err *err)
+{
+	return !strcmp(device, "cuda") && (err->code == QC_ECUDA || err->code == QC_EUNSUPPORTED) ? 2 : 1;
+}
+
 static int run_bench(const char *model, int n_req, int conc, int n_in, int n_out, int32_t n_threads,
-		     struct qc_err *err)
+		     const char *device, float gpu_mem_util, struct qc_err *err)
 {
 	struct qc_engine_opts o;
 	struct qc_engine *e = NULL;
@@ -346,6 +373,7 @@ static int run_bench(const char *model, int n_req, int conc, int n_in, int n_out
 	o.max_seq_tokens = n_in + n_out;
 	o.max_batch_tokens = n_in * conc > 512 ? n_in * conc : 512;
 	o.n_threads = n_threads;
+	set_device(&o, device, gpu_mem_util);
 	if ((rc = open_engine(model, &o, &e, err)))
 		goto out;
 	const int32_t n_vocab = qc_engine_model(e)->cfg.n_vocab;
@@ -426,6 +454,8 @@ static int bench_main(int argc, char **argv)
 	const char *model = NULL;
 	long n_req = 0, conc = 0, n_in = 0, n_out = 0;
 	int32_t n_threads = 0;
+	const char *device = "cpu";
+	float gpu_mem_util = 0.0f;
 	struct qc_err err = {0};
 
 	for (int i = 1; i < argc; i++) {
@@ -441,6 +471,10 @@ static int bench_main(int argc, char **argv)
 			n_out = strtol(argv[++i], NULL, 10);
 		} else if (!strcmp(a, "--threads") && has) {
 			n_threads = (int32_t)strtol(argv[++i], NULL, 10);
+		} else if (!strcmp(a, "--device") && has) {
+			device = argv[++i];
+		} else if (!strcmp(a, "--gpu-mem-util") && has) {
+			gpu_mem_util = strtof(argv[++i], NULL);
 		} else if (a[0] != '-' && !model) {
 			model = a;
 		} else {
@@ -455,9 +489,16 @@ static int bench_main(int argc, char **argv)
 				"--in 1..65536 --out 1..65536\n", prog);
 		return 1;
 	}
-	if (run_bench(model, (int)n_req, (int)conc, (int)n_in, (int)n_out, n_threads, &err)) {
-		qc_err_print(&err, prog, stderr);
+	struct qc_engine_opts chk;
+	if (set_device(&chk, device, gpu_mem_util))
 		return 1;
+	if (!(gpu_mem_util >= 0.0f && gpu_mem_util <= 1.0f)) {
+		fprintf(stderr, "%s bench: --gpu-mem-util takes 0..1\n", prog);
+		return 1;
+	}
+	if (run_bench(model, (int)n_req, (int)conc, (int)n_in, (int)n_out, n_threads, device, gpu_mem_util, &err)) {
+		qc_err_print(&err, prog, stderr);
+		return open_status(device, &err);
 	}
 	return 0;
 }
@@ -472,6 +513,7 @@ int main(int argc, char **argv)
 	int rc = 0;
 
 	int32_t n_threads = 0;
+	float gpu_mem_util = 0.0f;
 	if (argc > 1 && !strcmp(argv[1], "bench"))
 		return bench_main(argc - 1, argv + 1);
 	for (int i = 1; i < argc; i++) {
@@ -492,6 +534,8 @@ int main(int argc, char **argv)
 			tok_text = argv[++i];
 		} else if (!strcmp(a, "--device") && has) {
 			device = argv[++i];
+		} else if (!strcmp(a, "--gpu-mem-util") && has) {
+			gpu_mem_util = strtof(argv[++i], NULL);
 		} else if (!strcmp(a, "--threads") && has) {
 			n_threads = (int32_t)strtol(argv[++i], NULL, 10);
 		} else if (!strcmp(a, "--json")) {
@@ -512,12 +556,8 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 1;
 	}
-	if (!strcmp(device, "cuda")) {
-		fprintf(stderr, "%s: --device cuda: the CUDA backend is not built yet (use --device cpu)\n", prog);
-		return 2;
-	}
-	if (strcmp(device, "cpu")) {
-		fprintf(stderr, "%s: unknown device '%s' (cpu or cuda)\n", prog, device);
+	if (!(gpu_mem_util >= 0.0f && gpu_mem_util <= 1.0f)) {
+		fprintf(stderr, "%s: --gpu-mem-util takes 0..1\n", prog);
 		return 1;
 	}
 
@@ -546,8 +586,14 @@ int main(int argc, char **argv)
 	struct qc_engine_opts eo;
 	qc_engine_opts_init(&eo);
 	eo.n_threads = n_threads;
-	if ((rc = open_engine(model, &eo, &e, &err)))
-		goto out_err;
+	if (set_device(&eo, device, gpu_mem_util))
+		return 1;
+	if ((rc = open_engine(model, &eo, &e, &err))) {
+		qc_err_print(&err, prog, stderr);
+		qc_engine_free(e);
+		free(stdin_buf);
+		return open_status(device, &err);
+	}
 	if (!strcmp(prompt, "-")) {
 		stdin_buf = read_stdin(&text_len);
 		if (!stdin_buf) {

@@ -1,8 +1,9 @@
 /* mkgguf.c — synthetic, llama.cpp-loadable GGUF checkpoints for tests, samples, benchmarks.
  *
- * Owns: the presets (tiny, tiny-moe, llama3-8b, bench4g), the tensor plan with
- * llama.cpp's names and shapes (llama-arch.cpp / llama-model.cpp load_tensors), a
- * synthetic SentencePiece vocab (llama-vocab.cpp: tokens, scores, token types, byte
+ * Owns: the presets (tiny, tiny-moe, llama3-8b, cpu-bench, bench4g), the tensor plan with
+ * llama.cpp's names and shapes (llama-arch.cpp / llama-model.cpp load_tensors) for
+ * llama/mixtral/qwen2/qwen3/qwen2moe/qwen3moe with optional linear/YaRN/llama3 rope
+ * scaling (keys, or the rope_freqs.weight factors tensor), a synthetic SentencePiece vocab (llama-vocab.cpp: tokens, scores, token types, byte
  * tokens "<0xXX>"), seeded weights, and gguf-split's shard convention.
  * Element j of row r of tensor T depends on (seed, T's name, r, j) only, so bytes do not
  * depend on order, chunking, threads or --split: mean + std * z, z the centred sum of
@@ -16,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <errno.h>
+#include <math.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -36,15 +38,30 @@
 #define WEIGHT_STD 0.02                     /* std of every generated value */
 #define SPM_SPACE "\xe2\x96\x81"            /* U+2581, SentencePiece's word-start mark */
 
-enum arch { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3 };
+enum arch { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_QWEN2MOE, ARCH_QWEN3MOE };
 
 static const char *const arch_names[] = { [ARCH_LLAMA] = "llama", [ARCH_QWEN2] = "qwen2",
-					  [ARCH_QWEN3] = "qwen3" };
+					  [ARCH_QWEN3] = "qwen3", [ARCH_QWEN2MOE] = "qwen2moe",
+					  [ARCH_QWEN3MOE] = "qwen3moe" };
+
+/* RoPE scaling written to the GGUF (llama.cpp rope.scaling.type; LLAMA3 = the
+ * rope_freqs.weight factors tensor convert_hf_to_gguf writes for Llama 3.1). */
+enum rope_scaling { ROPE_NONE, ROPE_LINEAR, ROPE_YARN, ROPE_LLAMA3 };
 
 struct hparams {
 	enum arch arch;
 	int64_t n_embd, n_layer, n_ff, n_head, n_head_kv, n_vocab, n_expert, n_expert_used, n_ctx;
 	float rope_base, rms_eps;
+};
+
+/* Options outside the presets; 0 means none / derived / WEIGHT_STD. */
+struct hparams_x {
+	int64_t n_ff_shexp;             /* qwen2moe shared expert width (0: n_ff) */
+	enum rope_scaling rope_scaling;
+	float rope_factor;              /* linear / yarn / llama3 factor */
+	int64_t rope_orig_ctx;          /* yarn / llama3 original context (0: n_ctx) */
+	double weight_std;              /* std of matrices and biases (0: WEIGHT_STD) */
+	bool tie_embeddings;            /* no output.weight: llama.cpp reuses token_embd */
 };
 
 struct preset {
@@ -61,6 +78,8 @@ static const struct preset presets[] = {
 	  { ARCH_LLAMA, 64, 2, 192, 4, 2, 300, 4, 2, 512, 10000.0f, 1e-5f }, 0 },
 	{ "llama3-8b", "Llama-3-8B shapes: 4096, 32 layers, n_ff 14336, 32/8 heads, vocab 128256",
 	  { ARCH_LLAMA, 4096, 32, 14336, 32, 8, 128256, 0, 0, 8192, 500000.0f, 1e-5f }, 0 },
+	{ "cpu-bench", "llama 2048/5632, 8 layers, 16/4 heads, vocab 32000 (0.5 B; matmul-bound)",
+	  { ARCH_LLAMA, 2048, 8, 5632, 16, 4, 32000, 0, 0, 4096, 10000.0f, 1e-5f }, 0 },
 	{ "bench4g", "llama 4096/11008, 32/8 heads, vocab 32000; layers until the file >= 4.2 GiB",
 	  { ARCH_LLAMA, 4096, 0, 11008, 32, 8, 32000, 0, 0, 4096, 10000.0f, 1e-5f }, BENCH_MIN_BYTES },
 };
@@ -96,7 +115,7 @@ struct vocab {
 	int32_t *ttype;     /* (n) TOK_* */
 };
 
-enum init { INIT_WEIGHT, INIT_NORM, INIT_BIAS };
+enum init { INIT_WEIGHT, INIT_NORM, INIT_BIAS, INIT_FIXED };
 
 struct gen;
 
@@ -107,6 +126,8 @@ struct tensor_plan {
 	enum qc_type type;
 	enum init init;
 	uint64_t seed;                  /* per-tensor stream, from --seed and the name */
+	double std;                     /* std of generated values */
+	const float *fixed;             /* INIT_FIXED: (ne[0]) values of a 1-row tensor */
 	uint64_t row_bytes, n_rows, n_bytes;
 	struct gen *g;
 };
@@ -118,6 +139,7 @@ struct opts {
 	int split, n_threads;
 	uint64_t min_file_bytes;        /* >0: choose n_layer so the file reaches this size */
 	struct hparams hp;
+	struct hparams_x hx;
 };
 
 /* Shared by all fill calls: per-thread scratch rows and progress. */
@@ -154,7 +176,11 @@ static uint64_t fnv1a(const char *s)
 static void gen_row(const struct tensor_plan *t, uint64_t row, float *dst)
 {
 	const float mean = t->init == INIT_NORM ? 1.0f : 0.0f;
-	const float scale = (float)(WEIGHT_STD / IH_SD);
+	const float scale = (float)(t->std / IH_SD);
+	if (t->init == INIT_FIXED) {
+		memcpy(dst, t->fixed, sizeof(float) * (size_t)t->ne[0]);
+		return;
+	}
 	uint64_t st = mix64(t->seed + row * GOLDEN);
 	for (int64_t j = 0; j < t->ne[0]; j++) {
 		st += GOLDEN;
@@ -304,20 +330,58 @@ static int plan_add(struct tensor_plan *p, size_t *n, size_t cap, const char *na
 }
 
 /* Tensors per layer, for sizing the plan array. */
-#define PER_LAYER_MAX 13
+#define PER_LAYER_MAX 18
+#define MAX_ROPE_FREQS 512
 
-static int plan_tensors(const struct hparams *hp, enum qc_type wt, uint64_t seed,
+static bool has_experts(enum arch a)
+{
+	return a == ARCH_QWEN2MOE || a == ARCH_QWEN3MOE;
+}
+
+/* Llama 3.1 rope factors as convert_hf_to_gguf computes them (low/high frequency
+ * factors 1 and 4, original context rope_orig_ctx), one per rotated pair. Static:
+ * the plan points at it and mkgguf writes one model per run. */
+static float rope_freqs_buf[MAX_ROPE_FREQS];
+
+static void llama3_rope_factors(const struct hparams *hp, const struct hparams_x *hx, int64_t hd)
+{
+	const double lo = 1.0, hi = 4.0, f = hx->rope_factor;
+	const double old = (double)(hx->rope_orig_ctx ? hx->rope_orig_ctx : hp->n_ctx);
+	for (int64_t i = 0; i < hd / 2; i++) {
+		double freq = 1.0 / pow((double)hp->rope_base, (double)(2 * i) / (double)hd);
+		double wavelen = 2.0 * M_PI / freq, r;
+		if (wavelen < old / hi)
+			r = 1.0;
+		else if (wavelen > old / lo)
+			r = f;
+		else {
+			double smooth = (old / wavelen - lo) / (hi - lo);
+			r = 1.0 / ((1.0 - smooth) / f + smooth);
+		}
+		rope_freqs_buf[i] = (float)r;
+	}
+}
+
+static int plan_tensors(const struct hparams *hp, const struct hparams_x *hx, enum qc_type wt, uint64_t seed,
 			struct tensor_plan **out, size_t *n_out, struct qc_err *err)
 {
-	size_t cap = 3 + (size_t)hp->n_layer * PER_LAYER_MAX, n = 0;
+	size_t cap = 4 + (size_t)hp->n_layer * PER_LAYER_MAX, n = 0;
 	struct tensor_plan *p = calloc(cap, sizeof *p);
 	if (!p)
 		return qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory planning tensors");
 	int64_t e = hp->n_embd, ff = hp->n_ff, hd = hp->n_embd / hp->n_head;
 	int64_t kv = hd * hp->n_head_kv, x = hp->n_expert;
+	int64_t sh = hx->n_ff_shexp ? hx->n_ff_shexp : ff;
+	const bool bias = hp->arch == ARCH_QWEN2 || hp->arch == ARCH_QWEN2MOE;
+	const bool qk_norm = hp->arch == ARCH_QWEN3 || hp->arch == ARCH_QWEN3MOE;
 	const enum qc_type f32 = QC_TYPE_F32;
 	char nm[QC_GGUF_MAX_NAME];
 	int rc = plan_add(p, &n, cap, "token_embd.weight", wt, INIT_WEIGHT, 2, e, hp->n_vocab, 1, seed, err);
+	if (!rc && hx->rope_scaling == ROPE_LLAMA3) {
+		llama3_rope_factors(hp, hx, hd);
+		rc = plan_add(p, &n, cap, "rope_freqs.weight", f32, INIT_FIXED, 1, hd / 2, 1, 1, seed, err);
+		p[n - 1].fixed = rope_freqs_buf;
+	}
 	for (int64_t l = 0; l < hp->n_layer && !rc; l++) {
 #define T(suffix, type, init, nd, a, b, c)                                                       \
 		if (!rc) {                                                                        \
@@ -328,12 +392,12 @@ static int plan_tensors(const struct hparams *hp, enum qc_type wt, uint64_t seed
 		T("attn_q.weight", wt, INIT_WEIGHT, 2, e, hd * hp->n_head, 1)
 		T("attn_k.weight", wt, INIT_WEIGHT, 2, e, kv, 1)
 		T("attn_v.weight", wt, INIT_WEIGHT, 2, e, kv, 1)
-		if (hp->arch == ARCH_QWEN2) {
+		if (bias) {
 			T("attn_q.bias", f32, INIT_BIAS, 1, e, 1, 1)
 			T("attn_k.bias", f32, INIT_BIAS, 1, kv, 1, 1)
 			T("attn_v.bias", f32, INIT_BIAS, 1, kv, 1, 1)
 		}
-		if (hp->arch == ARCH_QWEN3) {
+		if (qk_norm) {
 			T("attn_q_norm.weight", f32, INIT_NORM, 1, hd, 1, 1)
 			T("attn_k_norm.weight", f32, INIT_NORM, 1, hd, 1, 1)
 		}
@@ -345,7 +409,15 @@ static int plan_tensors(const struct hparams *hp, enum qc_type wt, uint64_t seed
 			T("ffn_gate_exps.weight", wt, INIT_WEIGHT, 3, e, ff, x)
 			T("ffn_up_exps.weight", wt, INIT_WEIGHT, 3, e, ff, x)
 			T("ffn_down_exps.weight", wt, INIT_WEIGHT, 3, ff, e, x)
-		} else {
+		}
+		if (x && hp->arch == ARCH_QWEN2MOE) {
+			/* shared expert; its gate is one f32 row, kept f32 as the quantizer does */
+			T("ffn_gate_inp_shexp.weight", f32, INIT_WEIGHT, 1, e, 1, 1)
+			T("ffn_gate_shexp.weight", wt, INIT_WEIGHT, 2, e, sh, 1)
+			T("ffn_up_shexp.weight", wt, INIT_WEIGHT, 2, e, sh, 1)
+			T("ffn_down_shexp.weight", wt, INIT_WEIGHT, 2, sh, e, 1)
+		}
+		if (!x) {
 			T("ffn_gate.weight", wt, INIT_WEIGHT, 2, e, ff, 1)
 			T("ffn_up.weight", wt, INIT_WEIGHT, 2, e, ff, 1)
 			T("ffn_down.weight", wt, INIT_WEIGHT, 2, ff, e, 1)
@@ -354,12 +426,14 @@ static int plan_tensors(const struct hparams *hp, enum qc_type wt, uint64_t seed
 	}
 	if (!rc)
 		rc = plan_add(p, &n, cap, "output_norm.weight", f32, INIT_NORM, 1, e, 1, 1, seed, err);
-	if (!rc)
+	if (!rc && !hx->tie_embeddings)
 		rc = plan_add(p, &n, cap, "output.weight", wt, INIT_WEIGHT, 2, e, hp->n_vocab, 1, seed, err);
 	if (rc) {
 		free(p);
 		return rc;
 	}
+	for (size_t i = 0; i < n; i++)
+		p[i].std = p[i].init == INIT_NORM || hx->weight_std <= 0 ? WEIGHT_STD : hx->weight_std;
 	*out = p;
 	*n_out = n;
 	return QC_OK;
@@ -438,7 +512,9 @@ static int vocab_build(struct vocab *v, uint64_t n, struct qc_err *err)
 				} while (is_fixed_piece(buf));
 			}
 			v->ttype[i] = TOK_NORMAL;
-			v->score[i] = 0.0f - (float)k;  /* +0.0 for the first piece */
+			/* negation, not 0 - k: gcc and clang disagree on the sign of 0.0f - 0.0f
+			 * after the u64 conversion; -(float)0 is -0.0 for both */
+			v->score[i] = -(float)k;
 		}
 		v->tok[i] = strdup(buf);
 		if (!v->tok[i])
@@ -501,14 +577,31 @@ static int add_metadata(struct qc_gguf_writer *w, const struct opts *o, const st
 		rc = add_hparam(w, hp, "attention.head_count_kv", (uint32_t)hp->n_head_kv, err);
 	if (!rc)
 		rc = add_hparam_f32(w, hp, "attention.layer_norm_rms_epsilon", hp->rms_eps, err);
-	if (!rc && hp->arch == ARCH_QWEN3)
+	const bool qwen3 = hp->arch == ARCH_QWEN3 || hp->arch == ARCH_QWEN3MOE;
+	if (!rc && qwen3)
 		rc = add_hparam(w, hp, "attention.key_length", hd, err);
-	if (!rc && hp->arch == ARCH_QWEN3)
+	if (!rc && qwen3)
 		rc = add_hparam(w, hp, "attention.value_length", hd, err);
 	if (!rc && hp->n_expert)
 		rc = add_hparam(w, hp, "expert_count", (uint32_t)hp->n_expert, err);
 	if (!rc && hp->n_expert)
 		rc = add_hparam(w, hp, "expert_used_count", (uint32_t)hp->n_expert_used, err);
+	if (!rc && has_experts(hp->arch))
+		rc = add_hparam(w, hp, "expert_feed_forward_length", (uint32_t)hp->n_ff, err);
+	if (!rc && hp->arch == ARCH_QWEN2MOE)
+		rc = add_hparam(w, hp, "expert_shared_feed_forward_length",
+				(uint32_t)(o->hx.n_ff_shexp ? o->hx.n_ff_shexp : hp->n_ff), err);
+	const struct hparams_x *hx = &o->hx;
+	if (!rc && (hx->rope_scaling == ROPE_LINEAR || hx->rope_scaling == ROPE_YARN)) {
+		char key[96];
+		snprintf(key, sizeof key, "%s.rope.scaling.type", arch_names[hp->arch]);
+		rc = qc_gguf_writer_add_str(w, key, hx->rope_scaling == ROPE_YARN ? "yarn" : "linear", err);
+		if (!rc)
+			rc = add_hparam_f32(w, hp, "rope.scaling.factor", hx->rope_factor, err);
+		if (!rc && hx->rope_scaling == ROPE_YARN)
+			rc = add_hparam(w, hp, "rope.scaling.original_context_length",
+					(uint32_t)(hx->rope_orig_ctx ? hx->rope_orig_ctx : hp->n_ctx), err);
+	}
 	for (size_t i = 0; i < sizeof ftypes / sizeof ftypes[0] && !rc; i++)
 		if (ftypes[i].type == o->type)
 			rc = qc_gguf_writer_add_u32(w, "general.file_type", ftypes[i].ftype, err);
@@ -612,7 +705,7 @@ static int write_model(const struct opts *o, struct qc_err *err)
 	struct tensor_plan *p = NULL;
 	size_t n = 0;
 	struct gen g = { .n_threads = o->n_threads, .tty = isatty(2) };
-	int rc = plan_tensors(&o->hp, o->type, o->seed, &p, &n, err);
+	int rc = plan_tensors(&o->hp, &o->hx, o->type, o->seed, &p, &n, err);
 	if (rc)
 		return rc;
 	if (o->split > 0 && (size_t)o->split > n) {
@@ -705,11 +798,19 @@ static void usage(FILE *f)
 		"                   in every shard, tensors in order balanced by bytes);\n"
 		"                   N <= 1 writes one plain file\n"
 		"  --threads N      generator threads (default: online CPUs, at most %d)\n"
-		"  --arch A         llama|mixtral|qwen2|qwen3 (mixtral = llama with experts,\n"
-		"                   8 experts / 2 used unless given; qwen2 adds q/k/v biases,\n"
-		"                   qwen3 adds q/k norms; the vocab is always the SPM one)\n"
+		"  --arch A         llama|mixtral|qwen2|qwen3|qwen2moe|qwen3moe (mixtral = llama\n"
+		"                   with experts, 8 experts / 2 used unless given; qwen2 adds q/k/v\n"
+		"                   biases, qwen3 adds q/k norms; the moe variants add stacked\n"
+		"                   experts (n_ff each), qwen2moe also a shared expert with a\n"
+		"                   sigmoid gate; the vocab is always the SPM one)\n"
+		"  --rope-scaling S none|linear|yarn|llama3 (llama3: a rope_freqs.weight tensor of\n"
+		"                   Llama 3.1 factors, low/high frequency factors 1 and 4)\n"
+		"  --rope-factor F  scaling factor (default 4)\n"
+		"  --weight-std F   std of matrices and biases (default 0.02; norms keep 0.02)\n"
+		"  --tie-embeddings no output.weight (llama.cpp then uses token_embd)\n"
 		"  --n-embd N  --n-layer N  --n-ff N  --n-head N  --n-head-kv N  --n-vocab N\n"
-		"  --n-expert N  --n-expert-used N  --ctx N\n"
+		"  --n-expert N  --n-expert-used N  --ctx N  --n-ff-shexp N (qwen2moe; default n_ff)\n"
+		"  --rope-orig-ctx N  yarn/llama3 original context (default --ctx)\n"
 		"                   override the preset's value (bench4g: an explicit --n-layer\n"
 		"                   wins over its size rule)\n"
 		"  -h, --help       this text\n"
@@ -766,9 +867,15 @@ static int check_hparams(const struct opts *o, struct qc_err *err)
 	if (hp->n_expert_used > hp->n_expert || (hp->n_expert && !hp->n_expert_used))
 		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "need 0 < n_expert_used <= n_expert, got %lld/%lld",
 				  (long long)hp->n_expert_used, (long long)hp->n_expert);
-	if (hp->n_expert && hp->arch != ARCH_LLAMA)
+	if (hp->n_expert && hp->arch != ARCH_LLAMA && !has_experts(hp->arch))
 		return qc_err_set(err, QC_EUNSUPPORTED, NULL, NULL, -1,
-				  "experts are only generated for llama/mixtral, not %s", arch_names[hp->arch]);
+				  "experts are only generated for mixtral/qwen2moe/qwen3moe, not %s",
+				  arch_names[hp->arch]);
+	if (has_experts(hp->arch) && !hp->n_expert)
+		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "--arch %s needs --n-expert > 0",
+				  arch_names[hp->arch]);
+	if (o->hx.rope_scaling == ROPE_LLAMA3 && hp->n_embd / hp->n_head / 2 > MAX_ROPE_FREQS)
+		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "head size too large for rope factors");
 	return QC_OK;
 }
 
@@ -778,13 +885,13 @@ static int size_layers(struct opts *o, uint64_t min_bytes, struct qc_err *err)
 	struct tensor_plan *p;
 	size_t n;
 	o->hp.n_layer = 1;
-	int rc = plan_tensors(&o->hp, o->type, o->seed, &p, &n, err);
+	int rc = plan_tensors(&o->hp, &o->hx, o->type, o->seed, &p, &n, err);
 	if (rc)
 		return rc;
 	uint64_t one = plan_bytes(p, n);
 	free(p);
 	o->hp.n_layer = 2;
-	rc = plan_tensors(&o->hp, o->type, o->seed, &p, &n, err);
+	rc = plan_tensors(&o->hp, &o->hx, o->type, o->seed, &p, &n, err);
 	if (rc)
 		return rc;
 	uint64_t per_layer = plan_bytes(p, n) - one, fixed = one - per_layer;
@@ -799,12 +906,18 @@ static int parse_args(int argc, char **argv, struct opts *o, bool *help)
 {
 	const struct preset *pre = NULL;
 	struct hparams ov;          /* overrides; -1 = not given */
+	struct hparams_x ovx;
 	int64_t *fields[] = { &ov.n_embd, &ov.n_layer, &ov.n_ff, &ov.n_head, &ov.n_head_kv,
-			      &ov.n_vocab, &ov.n_expert, &ov.n_expert_used, &ov.n_ctx };
+			      &ov.n_vocab, &ov.n_expert, &ov.n_expert_used, &ov.n_ctx,
+			      &ovx.n_ff_shexp, &ovx.rope_orig_ctx };
 	static const char *const names[] = { "--n-embd", "--n-layer", "--n-ff", "--n-head",
 					     "--n-head-kv", "--n-vocab", "--n-expert",
-					     "--n-expert-used", "--ctx" };
-	static const int64_t lo[] = { 2, 1, 1, 1, 1, 259, 0, 0, 1 };
+					     "--n-expert-used", "--ctx", "--n-ff-shexp",
+					     "--rope-orig-ctx" };
+	static const int64_t lo[] = { 2, 1, 1, 1, 1, 259, 0, 0, 1, 1, 1 };
+	int rope_scaling = -1;
+	double rope_factor = 4.0, weight_std = 0.0;
+	bool tie = false;
 	for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
 		*fields[i] = -1;
 	int arch = -1;
@@ -821,6 +934,10 @@ static int parse_args(int argc, char **argv, struct opts *o, bool *help)
 		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
 			*help = true;
 			return 0;
+		}
+		if (!strcmp(a, "--tie-embeddings")) {
+			tie = true;
+			continue;
 		}
 		for (size_t f = 0; f < sizeof fields / sizeof fields[0]; f++) {
 			if (strcmp(a, names[f]))
@@ -871,13 +988,33 @@ static int parse_args(int argc, char **argv, struct opts *o, bool *help)
 			o->n_threads = (int)x;
 		} else if (!strcmp(a, "--arch")) {
 			mixtral = !strcmp(val, "mixtral");
-			arch = mixtral || !strcmp(val, "llama") ? ARCH_LLAMA
-			       : !strcmp(val, "qwen2") ? ARCH_QWEN2
-			       : !strcmp(val, "qwen3") ? ARCH_QWEN3 : -1;
+			arch = mixtral ? ARCH_LLAMA : -1;
+			for (int k = 0; k < (int)(sizeof arch_names / sizeof arch_names[0]); k++)
+				if (!strcmp(val, arch_names[k]))
+					arch = k;
 			if (arch < 0) {
-				fprintf(stderr, PROG ": unknown --arch '%s' (llama|mixtral|qwen2|qwen3)\n", val);
+				fprintf(stderr, PROG ": unknown --arch '%s' (llama|mixtral|qwen2|qwen3|qwen2moe|qwen3moe)\n",
+					val);
 				return 2;
 			}
+		} else if (!strcmp(a, "--rope-scaling")) {
+			static const char *const rs[] = { "none", "linear", "yarn", "llama3" };
+			rope_scaling = -1;
+			for (int k = 0; k < 4; k++)
+				if (!strcmp(val, rs[k]))
+					rope_scaling = k;
+			if (rope_scaling < 0) {
+				fprintf(stderr, PROG ": unknown --rope-scaling '%s' (none|linear|yarn|llama3)\n", val);
+				return 2;
+			}
+		} else if (!strcmp(a, "--rope-factor") || !strcmp(a, "--weight-std")) {
+			char *end;
+			double v = strtod(val, &end);
+			if (*end || !(v > 0 && v < 1e6)) {
+				fprintf(stderr, PROG ": %s needs a positive number\n", a);
+				return 2;
+			}
+			*(!strcmp(a, "--rope-factor") ? &rope_factor : &weight_std) = v;
 		} else {
 			fprintf(stderr, PROG ": unknown option '%s' (try --help)\n", a);
 			return 2;
@@ -898,19 +1035,28 @@ static int parse_args(int argc, char **argv, struct opts *o, bool *help)
 	o->hp = pre->hp;
 	if (arch >= 0)
 		o->hp.arch = (enum arch)arch;
+	if (has_experts(o->hp.arch))
+		mixtral = true; /* the same expert defaults */
 	if (mixtral && !o->hp.n_expert && ov.n_expert < 0) {
 		o->hp.n_expert = 8;
 		o->hp.n_expert_used = 2;
 	}
 	int64_t *dst[] = { &o->hp.n_embd, &o->hp.n_layer, &o->hp.n_ff, &o->hp.n_head, &o->hp.n_head_kv,
-			   &o->hp.n_vocab, &o->hp.n_expert, &o->hp.n_expert_used, &o->hp.n_ctx };
+			   &o->hp.n_vocab, &o->hp.n_expert, &o->hp.n_expert_used, &o->hp.n_ctx,
+			   &o->hx.n_ff_shexp, &o->hx.rope_orig_ctx };
+	if (rope_scaling >= 0)
+		o->hx.rope_scaling = (enum rope_scaling)rope_scaling;
+	o->hx.rope_factor = (float)rope_factor;
+	o->hx.weight_std = weight_std;
+	o->hx.tie_embeddings = tie;
 	for (size_t f = 0; f < sizeof fields / sizeof fields[0]; f++)
 		if (*fields[f] >= 0)
 			*dst[f] = *fields[f];
 	if (mixtral && !o->hp.n_expert && ov.n_expert < 0)
 		o->hp.n_expert = 8;
 	if (mixtral && !o->hp.n_expert) {
-		fprintf(stderr, PROG ": --arch mixtral needs --n-expert > 0\n");
+		fprintf(stderr, PROG ": --arch %s needs --n-expert > 0\n",
+			has_experts(o->hp.arch) ? arch_names[o->hp.arch] : "mixtral");
 		return 2;
 	}
 	/* experts without an explicit used count: Mixtral's 2 (or all, if fewer) */

@@ -9,8 +9,8 @@
  * both continuations are legitimate), and the first step's top-10 logits within
  * a tolerance (see tol_for). Batched run: 16 requests over a KV pool small enough
  * to force preemption must each produce exactly their solo tokens.
- * Matmul threads: every logit bit-identical for 1, 2 and 3 threads; the AVX2
- * dot clones bit-identical to the portable ones.
+ * Matmul threads: every logit bit-identical for 1, 2 and 3 threads (the SIMD
+ * kernels against the portable ones: test_matmul_cpu.c).
  * Each checker also gets a deliberately wrong expectation that must fail.
  * Includes runtime/backend_cpu.c to test its RoPE against the formula.
  */
@@ -518,57 +518,6 @@ static void threads_bit_identical(const char *fx, const char *tmpdir)
 	free(keep);
 }
 
-/* The AVX2 clones of the matmul dots compute the same IEEE operations as the
- * portable ones: equal bit for bit (lengths with and without tails), and equal
- * to the decoded-value sum within double rounding. */
-static void dot_clones_agree(void)
-{
-	enum { N = 1024 + 13 };
-	static float fa[N], fb[N];
-	static double da[N], db[N];
-	static struct qc_block_Q8_0 wq[N / 32];
-	static int8_t xq[N];
-	static float xd[N / 32];
-	uint32_t r = 12345;
-	for (int i = 0; i < N; i++) {
-		r = r * 1664525u + 1013904223u;
-		fa[i] = (float)((int32_t)(r >> 8) - (1 << 23)) * 0x1p-20f;
-		r = r * 1664525u + 1013904223u;
-		fb[i] = (float)((int32_t)(r >> 8) - (1 << 23)) * 0x1p-22f;
-		da[i] = fa[i];
-		db[i] = fb[i];
-		xq[i] = (int8_t)(r >> 3);
-	}
-	for (int b = 0; b < N / 32; b++) {
-		wq[b].d = qc_f32_to_fp16(0.01f * (float)(b + 1));
-		for (int k = 0; k < 32; k++)
-			wq[b].qs[k] = (int8_t)(xq[(b * 37 + k * 11) % N] ^ 0x5a);
-		xd[b] = qc_fp16_to_f32(qc_f32_to_fp16(0.003f * (float)(b % 7 + 1)));
-	}
-	pthread_once(&qc_f16_once, fill_f16_table);
-	const dot_dd_fn dd = pick_dot_dd();
-	const dot_fd_fn fd = pick_dot_fd();
-	const dot_q8_fn q8 = pick_dot_q8();
-	int same = 1;
-	for (int n = 1000; n <= N; n += 3) {
-		same &= dd(da, db, n) == dot_dd_generic(da, db, n);
-		same &= fd(fa, db, n) == dot_fd_generic(fa, db, n);
-		same &= dd(da, db, n) == fd(fa, db, n);
-	}
-	same &= q8(wq, xq, xd, N / 32) == dot_q8_generic(wq, xq, xd, N / 32);
-	CHECK(same, "dot clones (%s) differ from the portable dots", have_avx2() ? "avx2" : "none");
-	double ref = 0.0, got = dd(da, db, N);
-	for (int i = 0; i < N; i++)
-		ref += (double)fa[i] * (double)fb[i];
-	CHECK(fabs(got - ref) <= 1e-12 * fabs(ref) + 1e-12, "dot_dd %.17g vs %.17g", got, ref);
-	ref = 0.0;
-	for (int b = 0; b < N / 32; b++)
-		for (int k = 0; k < 32; k++)
-			ref += (double)qc_fp16_to_f32(wq[b].d) * wq[b].qs[k] * (double)xd[b] * xq[b * 32 + k];
-	got = q8(wq, xq, xd, N / 32);
-	CHECK(fabs(got - ref) <= 1e-12 * fabs(ref) + 1e-12, "dot_q8 %.17g vs %.17g", got, ref);
-}
-
 /* RoPE against the published formula in double (RoFormer eq. 34; NORM pairs
  * adjacent dims, NEOX pairs i with i + n/2) and against each other through the
  * pairing permutation. */
@@ -660,7 +609,6 @@ int main(void)
 
 	checkers_fail_on_wrong_input();
 	rope_matches_formula();
-	dot_clones_agree();
 	const char *tmpdir = mkdtemp(tmpl);
 	CHECK(tmpdir != NULL, "mkdtemp");
 	if (!tmpdir)

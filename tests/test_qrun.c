@@ -159,7 +159,8 @@ int main(void)
 	int st;
 	snprintf(cmd, sizeof cmd, "%s/qrun %s -p hi --device cuda", bin(), model);
 	free(run(cmd, "", 0, &st));
-	CHECK(st == 2, "--device cuda exits %d, expected 2 (not built)", st);
+	/* 2: no CUDA in this build or no device; 0 on a machine with a GPU */
+	CHECK(st == 2 || st == 0, "--device cuda exits %d, expected 2 (no CUDA build or device) or 0", st);
 	/* qrun bench: every request's prompt is prefilled and every token after the first
 	 * is a decode token; latency percentiles are ordered */
 	snprintf(cmd, sizeof cmd, "%s/qrun bench %s --requests 5 --concurrency 2 --in 8 --out 6 --threads 1", bin(), model);

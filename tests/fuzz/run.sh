@@ -30,7 +30,8 @@ mkdir -p "$OUT/obj" "$OUT/seeds" "$OUT/corpus" "$OUT/crashes" || exit 1
 # ---- library, instrumented -----------------------------------------------------------
 objs=
 # the tokenizer files too (fuzz_tokenizer), not the engine
-for c in formats/*.c kernels/ref/*.c runtime/vocab*.c runtime/tokenize*.c runtime/detok.c; do
+for c in formats/*.c kernels/ref/*.c runtime/vocab*.c runtime/tokenize*.c runtime/detok.c \
+	 convert/hf_quant.c convert/hfq_*.c convert/hf_config.c convert/hf_names.c convert/hf_tokenizer.c; do
 	o="$OUT/obj/$(echo "$c" | tr / _ | sed 's/\.c$/.o/')"
 	if [ ! -f "$o" ] || [ "$c" -nt "$o" ] ||
 	   [ -n "$(find formats kernels runtime \( -name '*.h' -o -name '*.def' \) -newer "$o" 2>/dev/null | head -n 1)" ]; then
@@ -70,6 +71,18 @@ cat > "$OUT/fuzz_safetensors.dict" <<'DICT'
 "1.5"
 "-1"
 DICT
+# hfconfig: the quantization configs of the HF fixtures (tests/gen/make_hf_quant.py)
+hs="$OUT/seeds/fuzz_hfconfig"
+mkdir -p "$hs"
+for f in tests/data/hfq/*/config.json; do
+	[ -f "$f" ] && cp "$f" "$hs/$(basename "$(dirname "$f")").json"
+done
+# hf_model: the HF test models' config.json and (small) tokenizer.json
+ms="$OUT/seeds/fuzz_hf_model"
+mkdir -p "$ms"
+for f in tests/data/hf/*/config.json tests/data/hf/*/tokenizer.json; do
+	[ -f "$f" ] && cp "$f" "$ms/$(basename "$(dirname "$f")")-$(basename "$f")"
+done
 # GGUF: whole small files (v2, v3, quantized, vocab-only) and prefixes cut inside headers.
 gs="$OUT/seeds/fuzz_gguf"
 mkdir -p "$gs"

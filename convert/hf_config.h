@@ -1,0 +1,69 @@
+/* hf_config.h — a Hugging Face config.json as model hyper-parameters, and those as
+ * llama.cpp's GGUF keys.
+ *
+ * Owns: the architecture table (which "architectures"[0] values are supported, the
+ * GGUF architecture each becomes, and its per-family traits: RoPE Q/K permutation,
+ * q/k/v bias, q/k norms, MoE style), reading and range-checking every hyper-parameter
+ * the converter and runtime need, and writing them with convert_hf_to_gguf.py's key
+ * names (<arch>.block_count, .rope.scaling.*, .expert_count, ...).
+ * Non-goals: tensor names (hf_names.c), tokenizer (hf_tokenizer.c), quantization.
+ * References: transformers' Llama/Mistral/Mixtral/Qwen2/Qwen3/Qwen2Moe/Qwen3Moe
+ * configuration_*.py (defaults), llama.cpp convert_hf_to_gguf.py set_gguf_parameters.
+ */
+#ifndef QC_HF_CONFIG_H
+#define QC_HF_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gguf_write.h"
+#include "hf_source.h"
+#include "qc_err.h"
+
+enum qc_hf_moe {
+	QC_HF_MOE_NONE,
+	QC_HF_MOE_MIXTRAL,   /* block_sparse_moe.{gate, experts.N.w1/w2/w3} */
+	QC_HF_MOE_QWEN,      /* mlp.{gate, experts.N.{gate,up,down}_proj} (+ shared_expert) */
+};
+
+struct qc_hf_arch {
+	const char *hf_name;       /* config.json "architectures"[0] */
+	const char *gguf_arch;     /* general.architecture */
+	bool permute_qk;           /* NORM RoPE in GGUF: Q/K rows reordered per head */
+	bool qkv_bias;             /* q/k/v_proj carry a bias */
+	bool qk_norm;              /* per-head RMS norm of Q and K (Qwen3) */
+	enum qc_hf_moe moe;
+	bool shared_expert;        /* Qwen2-MoE shared expert + its sigmoid gate */
+};
+
+enum qc_hf_rope_scaling { QC_HF_ROPE_NONE, QC_HF_ROPE_LINEAR, QC_HF_ROPE_LLAMA3, QC_HF_ROPE_YARN };
+
+struct qc_hf_config {
+	const struct qc_hf_arch *arch;
+	int64_t n_layer, n_embd, n_ff, n_head, n_head_kv, head_dim, n_vocab, n_ctx;
+	double rms_eps, rope_theta;
+	bool tie_embeddings;
+	bool explicit_head_dim;    /* config.json states head_dim (llama.cpp then writes key_length) */
+	bool attn_bias;            /* arch->qkv_bias, or Llama's "attention_bias" */
+	int64_t n_expert, n_expert_used, n_ff_expert, n_ff_shared;
+	bool norm_topk_prob;       /* Qwen MoE: renormalize the top-k router weights */
+	struct {
+		enum qc_hf_rope_scaling type;
+		double factor, low_freq_factor, high_freq_factor;
+		int64_t orig_ctx;        /* original_max_position_embeddings, 0 when absent */
+	} rope;
+};
+
+/* Read src->config. QC_EUNSUPPORTED names an unknown architecture or an option this
+ * converter does not handle (e.g. sliding-window-only layers, dense MoE layers);
+ * QC_EFORMAT a missing or out-of-range value. err's path is "<src>/config.json". */
+int qc_hf_config_parse(const struct qc_hf_source *src, struct qc_hf_config *c, struct qc_err *err);
+
+/* general.architecture and the <arch>.* hyper-parameter keys, as llama.cpp writes them. */
+int qc_hf_config_to_gguf(const struct qc_hf_config *c, struct qc_gguf_writer *w, struct qc_err *err);
+
+/* Llama 3 RoPE frequency factors (hd/2 floats) into out, as llama.cpp's rope_freqs.weight.
+ * Only meaningful when c->rope.type == QC_HF_ROPE_LLAMA3. */
+void qc_hf_config_llama3_rope_factors(const struct qc_hf_config *c, float *out);
+
+#endif

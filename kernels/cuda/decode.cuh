@@ -1,0 +1,321 @@
+/* decode.cuh — device block decoders: 32 consecutive elements at a time.
+ *
+ * Owns: template qc_dev<T> (T an enum qc_type value). A specialization exists
+ * for every type with a device decoder and provides:
+ *   ok = true; QK (elements per block, 32 for plain float types: a "block" of 32
+ *   elements), BYTES (bytes of such a block), dec32(blk, c, out[32]) decoding
+ *   elements [32c, 32c + 32) of the block at blk; PLAIN (one element per ggml
+ *   block: rows of any length, the tail past the last 32 read by dec1(row, i)).
+ * Loads: plain float rows use 16-byte vector loads when the chunk is 16-byte
+ * aligned; ggml blocks (even sizes, 2-byte aligned) are read bytewise for now.
+ * Types without a specialization (ok = false) have no device kernel; the
+ * backend dequantizes them on the host at load (logged once).
+ * Invariant: bit-exact with kernels/ref/dequant_*.c (llama.cpp's to_float):
+ * the same roundings in the same order, written with __fmul_rn/__fsub_rn so
+ * nvcc cannot fuse them into an fma.
+ * Reference: kernels/qblock.h (layouts), kernels/ref/dequant_{float,int,k}.c.
+ */
+#ifndef QC_CUDA_DECODE_CUH
+#define QC_CUDA_DECODE_CUH
+
+#include <stdint.h>
+
+#include "qblock.h"
+#include "qc_cuda.h"
+#include "ref/fp16.h"
+
+template <int T> struct qc_dev {
+	static constexpr bool ok = false;
+	static constexpr bool PLAIN = false;
+};
+
+static __device__ __forceinline__ float ld_f16(const uint8_t *p)
+{
+	return qc_fp16_to_f32((uint16_t)(p[0] | p[1] << 8));
+}
+
+/* K-quant 6-bit scale/min of sub-block s (see dequant_k.c scale_min_k4). */
+static __device__ __forceinline__ void scale_min_k4(const uint8_t *sc, int s, int *d, int *m)
+{
+	if (s < 4) {
+		*d = sc[s] & 63;
+		*m = sc[s + 4] & 63;
+	} else {
+		*d = (sc[s + 4] & 0xf) | (sc[s - 4] >> 6) << 4;
+		*m = (sc[s + 4] >> 4) | (sc[s] >> 6) << 4;
+	}
+}
+
+template <> struct qc_dev<QC_TYPE_F32> {
+	static constexpr bool ok = true;
+	static constexpr bool PLAIN = true;
+	static __device__ float dec1(const uint8_t *row, int64_t i)
+	{
+		return ((const float *)row)[i];
+	}
+	static constexpr int QK = 32, BYTES = 128;
+	static __device__ void dec32(const uint8_t *b, int, float *o)
+	{
+		if (!((uintptr_t)b & 15)) { /* 16-byte loads when the row allows */
+			const float4 *v = (const float4 *)b;
+#pragma unroll
+			for (int i = 0; i < 8; i++) {
+				const float4 q = v[i];
+				o[4 * i] = q.x;
+				o[4 * i + 1] = q.y;
+				o[4 * i + 2] = q.z;
+				o[4 * i + 3] = q.w;
+			}
+			return;
+		}
+		const float *f = (const float *)b;
+		for (int i = 0; i < 32; i++)
+			o[i] = f[i];
+	}
+};
+
+template <> struct qc_dev<QC_TYPE_F16> {
+	static constexpr bool ok = true;
+	static constexpr bool PLAIN = true;
+	static __device__ float dec1(const uint8_t *row, int64_t i)
+	{
+		return qc_fp16_to_f32(((const uint16_t *)row)[i]);
+	}
+	static constexpr int QK = 32, BYTES = 64;
+	static __device__ void dec32(const uint8_t *b, int, float *o)
+	{
+		if (!((uintptr_t)b & 15)) { /* 16-byte loads when the row allows */
+			const uint4 *v = (const uint4 *)b;
+#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				const uint4 q = v[i];
+				const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+				for (int k = 0; k < 4; k++) {
+					o[8 * i + 2 * k] = qc_fp16_to_f32((uint16_t)(w[k] & 0xffff));
+					o[8 * i + 2 * k + 1] = qc_fp16_to_f32((uint16_t)(w[k] >> 16));
+				}
+			}
+			return;
+		}
+		const uint16_t *h = (const uint16_t *)b;
+		for (int i = 0; i < 32; i++)
+			o[i] = qc_fp16_to_f32(h[i]);
+	}
+};
+
+template <> struct qc_dev<QC_TYPE_BF16> {
+	static constexpr bool ok = true;
+	static constexpr bool PLAIN = true;
+	static __device__ float dec1(const uint8_t *row, int64_t i)
+	{
+		return qc_bf16_to_f32(((const uint16_t *)row)[i]);
+	}
+	static constexpr int QK = 32, BYTES = 64;
+	static __device__ void dec32(const uint8_t *b, int, float *o)
+	{
+		if (!((uintptr_t)b & 15)) { /* 16-byte loads when the row allows */
+			const uint4 *v = (const uint4 *)b;
+#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				const uint4 q = v[i];
+				const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+				for (int k = 0; k < 4; k++) {
+					o[8 * i + 2 * k] = qc_bf16_to_f32((uint16_t)(w[k] & 0xffff));
+					o[8 * i + 2 * k + 1] = qc_bf16_to_f32((uint16_t)(w[k] >> 16));
+				}
+			}
+			return;
+		}
+		const uint16_t *h = (const uint16_t *)b;
+		for (int i = 0; i < 32; i++)
+			o[i] = qc_bf16_to_f32(h[i]);
+	}
+};
+
+/* q4_0: d at 0, nibbles at 2; x = (q - 8) * d */
+template <> struct qc_dev<QC_TYPE_Q4_0> {
+	static constexpr bool ok = true;
+	static constexpr bool PLAIN = false;
+	static constexpr int QK = 32, BYTES = 18;
+	static __device__ void dec32(const uint8_t *b, int, float *o)
+	{
+		const float d = ld_f16(b);
+		for (int j = 0; j < 16; j++) {
+			o[j] = (float)((b[2 + j] & 0xf) - 8) * d;
+			o[j + 16] = (float)((b[2 + j] >> 4) - 8) * d;
+		}
+	}
+};
+
+/* q4_1: d 0, m 2, nibbles 4; x = q * d + m */
+template <> struct qc_dev<QC_TYPE_Q4_1> {
+	static constexpr bool ok = true;
+	static constexpr bool PLAIN = false;
+	static constexpr int QK = 32, BYTES = 20;
+	static __device__ void dec32(const uint8_t *b, int, float *o)
+	{
+		const float d = ld_f16(b), m = ld_f16(b + 2);
+		for (int j = 0; j < 16; j++) {
+			o[j] = __fadd_rn(__fmul_rn((float)(b[4 + j] & 0xf), d), m);
+			o[j + 16] = __fadd_rn(__fmul_rn((float)(b[4 + j] >> 4), d), m);
+		}
+	}
+};
+
+/* q5_0: d 0, qh 2..5 (LE u32), nibbles 6; x = (q - 16) * d */
+template <> struct qc_dev<QC_TYPE_Q5_0> {
+	static constexpr bool ok = true;
+	static constexpr bool PLAIN = false;
+	static constexpr int QK = 32, BYTES = 22;
+	static __device__ void dec32(const uint8_t *b, int, float *o)
+	{
+		const float d = ld_f16(b);
+		const uint32_t hi = b[2] | b[3] << 8 | b[4] << 16 | (uint32_t)b[5] << 24;
+		for (int j = 0; j < 16; j++) {
+			const int q0 = (b[6 + j] & 0xf) | ((hi >> j) & 1) << 4;
+			const int q1 = (b[6 + j] >> 4) | ((hi >> (j + 16)) & 1) << 4;
+			o[j] = (float)(q0 - 16) * d;
+			o[j + 16] = (float)(q1 - 16) * d;
+		}
+	}
+};
+
+/* q5_1: d 0, m 2, qh 4..7, nibbles 8; x = q * d + m */
+template <> struct qc_dev<QC_TYPE_Q5_1> {
+	static constexpr bool ok = true;
+	static constexpr bool PLAIN = false;
+	static constexpr int QK = 32, BYTES = 24;
+	static __device__ void dec32(const uint8_t *b, int, float *o)
+	{
+		const float d = ld_f16(b), m = ld_f16(b + 2);
+		const uint32_t hi = b[4] | b[5] << 8 | b[6] << 16 | (uint32_t)b[7] << 24;
+		for (int j = 0; j < 16; j++) {
+			const uint32_t q0 = (b[8 + j] & 0xfu) | ((hi >> j) & 1) << 4;
+			const uint32_t q1 = (b[8 + j] >> 4) | ((hi >> (j + 16)) & 1) << 4;
+			o[j] = __fadd_rn(__fmul_rn((float)q0, d), m);
+			o[j + 16] = __fadd_rn(__fmul_rn((float)q1, d), m);
+		}
+	}
+};
+
+/* q8_0: d 0, int8 at 2; x = q * d */
+template <> struct qc_dev<QC_TYPE_Q8_0> {
+	static constexpr bool ok = true;
+	static constexpr bool PLAIN = false;
+	static constexpr int QK = 32, BYTES = 34;
+	static __device__ void dec32(const uint8_t *b, int, float *o)
+	{
+		const float d = ld_f16(b);
+		for (int j = 0; j < 32; j++)
+			o[j] = (float)(int8_t)b[2 + j] * d;
+	}
+};
+
+/* q2_K: scales 0 (16), qs 16 (64), d 80, dmin 82. Chunk c: elements 32c+l sit
+ * in plane c%4 of qs[32*(c/4) + l]; sub-block scale 2c + l/16. */
+template <> struct qc_dev<QC_TYPE_Q2_K> {
+	static constexpr bool ok = true;
+	static constexpr bool PLAIN = false;
+	static constexpr int QK = 256, BYTES = 84;
+	static __device__ void dec32(const uint8_t *b, int c, float *o)
+	{
+		const float d = ld_f16(b + 80), dmin = ld_f16(b + 82);
+		for (int h = 0; h < 2; h++) {
+			const uint8_t sc = b[2 * c + h];
+			const float dl = d * (float)(sc & 0xf), ml = dmin * (float)(sc >> 4);
+			for (int l = 16 * h; l < 16 * h + 16; l++) {
+				const int q = (b[16 + 32 * (c / 4) + l] >> (2 * (c % 4))) & 3;
+				o[l] = __fsub_rn(__fmul_rn((float)q, dl), ml);
+			}
+		}
+	}
+};
+
+/* q3_K: hmask 0 (32), qs 32 (64), scales 96 (12), d 108. */
+template <> struct qc_dev<QC_TYPE_Q3_K> {
+	static constexpr bool ok = true;
+	static constexpr bool PLAIN = false;
+	static constexpr int QK = 256, BYTES = 110;
+	static __device__ void dec32(const uint8_t *b, int c, float *o)
+	{
+		const float d = ld_f16(b + 108);
+		for (int h = 0; h < 2; h++) {
+			const int s = 2 * c + h;
+			const int lo = (b[96 + s % 8] >> (4 * (s / 8))) & 0xf;
+			const int hi = (b[96 + 8 + s % 4] >> (2 * (s / 4))) & 3;
+			const float dl = d * (float)((lo | hi << 4) - 32);
+			for (int l = 16 * h; l < 16 * h + 16; l++) {
+				const int q = (b[32 + 32 * (c / 4) + l] >> (2 * (c % 4))) & 3;
+				const int high = (b[l] >> c) & 1;
+				o[l] = dl * (float)(q - (high ? 0 : 4));
+			}
+		}
+	}
+};
+
+/* q4_K: d 0, dmin 2, scales 4 (12), qs 16 (128); sub-block = chunk. */
+template <> struct qc_dev<QC_TYPE_Q4_K> {
+	static constexpr bool ok = true;
+	static constexpr bool PLAIN = false;
+	static constexpr int QK = 256, BYTES = 144;
+	static __device__ void dec32(const uint8_t *b, int c, float *o)
+	{
+		int sc, mn;
+		scale_min_k4(b + 4, c, &sc, &mn);
+		const float dl = ld_f16(b) * (float)sc, ml = ld_f16(b + 2) * (float)mn;
+		const uint8_t *q = b + 16 + 32 * (c / 2);
+		const int shift = 4 * (c % 2);
+		for (int l = 0; l < 32; l++)
+			o[l] = __fsub_rn(__fmul_rn((float)((q[l] >> shift) & 0xf), dl), ml);
+	}
+};
+
+/* q5_K: d 0, dmin 2, scales 4 (12), qh 16 (32), qs 48 (128). */
+template <> struct qc_dev<QC_TYPE_Q5_K> {
+	static constexpr bool ok = true;
+	static constexpr bool PLAIN = false;
+	static constexpr int QK = 256, BYTES = 176;
+	static __device__ void dec32(const uint8_t *b, int c, float *o)
+	{
+		int sc, mn;
+		scale_min_k4(b + 4, c, &sc, &mn);
+		const float dl = ld_f16(b) * (float)sc, ml = ld_f16(b + 2) * (float)mn;
+		const uint8_t *q = b + 48 + 32 * (c / 2);
+		const int shift = 4 * (c % 2);
+		for (int l = 0; l < 32; l++) {
+			const int v = ((q[l] >> shift) & 0xf) | ((b[16 + l] >> c) & 1) << 4;
+			o[l] = __fsub_rn(__fmul_rn((float)v, dl), ml);
+		}
+	}
+};
+
+/* q6_K: ql 0 (128), qh 128 (64), scales 192 (16 x int8), d 208. */
+template <> struct qc_dev<QC_TYPE_Q6_K> {
+	static constexpr bool ok = true;
+	static constexpr bool PLAIN = false;
+	static constexpr int QK = 256, BYTES = 210;
+	static __device__ void dec32(const uint8_t *b, int c, float *o)
+	{
+		const float d = ld_f16(b + 208);
+		const int h = c / 4, k = c % 4;
+		for (int l = 0; l < 32; l++) {
+			const int lo = (b[64 * h + 32 * (k % 2) + l] >> (4 * (k / 2))) & 0xf;
+			const int hi = (b[128 + 32 * h + l] >> (2 * k)) & 3;
+			const float dl = d * (float)(int8_t)b[192 + (32 * c + l) / 16];
+			o[l] = dl * (float)((lo | hi << 4) - 32);
+		}
+	}
+};
+
+/* Address of the 32-element chunk j (0-based along the row) of a row. */
+template <int T> static __device__ __forceinline__ const uint8_t *chunk_ptr(const uint8_t *row, int64_t j,
+									    int *c)
+{
+	constexpr int cpb = qc_dev<T>::QK / 32;
+	*c = (int)(j % cpb);
+	return row + (j / cpb) * qc_dev<T>::BYTES;
+}
+
+#endif

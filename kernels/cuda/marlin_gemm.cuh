@@ -1,0 +1,31 @@
+/* marlin_gemm.cuh — entry point of kernels/cuda/marlin_gemm.cu: C = A · Wᵀ, fp16
+ * activations times marlin-packed int4/int8 weights (group-32 fp16 scales),
+ * fp32 or fp16 out, any token count. Arguments and the C reference:
+ * kernels/ref/marlin_gemm.h. Layout: docs/layout-marlin.md.
+ */
+#ifndef QC_MARLIN_GEMM_CUH
+#define QC_MARLIN_GEMM_CUH
+
+#include "qc_cuda.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+#include "ref/marlin_gemm.h"
+
+/* *bytes = device workspace a call with these arguments needs on the current
+ * device (0 when K is not split); the split depends on the SM count and the
+ * blocks one SM holds. The shape check's codes, or QC_ECUDA. */
+int qc_cuda_marlin_gemm_workspace(const struct qc_marlin_gemm_args *a, size_t *bytes, struct qc_err *err);
+
+/* Launch on stream s. Device pointers; a->workspace must hold
+ * qc_cuda_marlin_gemm_workspace bytes.
+ * QC_EUNSUPPORTED / QC_EINVAL (shape, alignment, workspace) before any launch;
+ * QC_ECUDA naming the kernel if a launch fails. */
+int qc_cuda_marlin_gemm(const struct qc_marlin_gemm_args *a, cudaStream_t s, struct qc_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,94 @@
+/* marlin_mm.cu — the marlin layouts' entry in the CUDA matmul table
+ * (matmul_layouts.def): adapts struct qc_cuda_mm_args (float activation rows with
+ * a stride and an x_div, MoE expert per row, strided float output) to
+ * qc_cuda_marlin_gemm (fp16 activations): the rows are rounded to fp16 into the
+ * scratch, then one GEMM writes y directly (its split-K partials follow the fp16
+ * rows in the same scratch). Rounding activations to fp16 is what the tensor
+ * cores take; it is the one rounding this path adds over a float GEMV.
+ * Non-goals: choosing GEMV vs GEMM (the backend does), fusing the conversion.
+ */
+#include "marlin_gemm.cuh"
+#include "matmul_dispatch.h"
+
+#include <cuda_fp16.h>
+
+namespace {
+
+/* a[r][k] = fp16(x[(r / x_div) * ldx + k]) */
+__global__ void rows_to_f16(const float *x, int64_t ldx, int32_t x_div, int64_t n_rows, int64_t n_in, __half *a)
+{
+	const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	if (i >= n_rows * n_in)
+		return;
+	const int64_t r = i / n_in, k = i % n_in;
+	a[i] = __float2half_rn(x[(r / x_div) * ldx + k]);
+}
+
+uint64_t act_bytes(int64_t n_rows, int64_t n_in)
+{
+	return ((uint64_t)n_rows * (uint64_t)n_in * 2 + 255) & ~(uint64_t)255;
+}
+
+} /* namespace */
+
+/* Scratch for n_rows rows: fp16 activations + the largest split-K workspace the
+ * GEMM picks on the current device for either marlin layout, with or without
+ * experts. 0 when the device cannot be asked (the call then reports the need). */
+extern "C" uint64_t qc_cuda_marlin_mm_ws(int64_t n_in, int64_t n_out, int64_t n_rows)
+{
+	static const int32_t one_expert = 0;
+	uint64_t most = 0;
+	for (int l = 0; l < 2; l++) /* i4z plans as i4 */
+		for (int e = 0; e < 2; e++) {
+			struct qc_marlin_gemm_args g = {};
+			g.layout = l ? QC_LAYOUT_MARLIN_I8 : QC_LAYOUT_MARLIN_I4;
+			g.type = l ? QC_TYPE_Q8_0 : QC_TYPE_Q4_0;
+			g.m = n_rows;
+			g.n = n_out;
+			g.k = n_in;
+			g.a = g.w = &one_expert; /* the shape check wants non-NULL; nothing is read */
+			g.expert = e ? &one_expert : NULL;
+			g.mat_stride = (uint64_t)n_out * (uint64_t)n_in * 17 / 16; /* large enough for the check */
+			size_t b;
+			if (qc_cuda_marlin_gemm_workspace(&g, &b, NULL))
+				return 0;
+			most = b > most ? b : most;
+		}
+	return act_bytes(n_rows, n_in) + most;
+}
+
+/* y = W x through the marlin GEMM (GEMV and GEMM rows of the table alike). */
+extern "C" int qc_cuda_marlin_mm(const struct qc_cuda_mm_args *a, cudaStream_t s, struct qc_err *err)
+{
+	if (a->n_rows == 0)
+		return QC_OK;
+	const uint64_t ab = act_bytes(a->n_rows, a->n_in);
+	if (!a->d_ws || a->ws_bytes < ab || a->x_div < 1)
+		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1,
+				  "marlin_mm: %lld rows of %lld need %llu scratch bytes for fp16 activations, got %llu",
+				  (long long)a->n_rows, (long long)a->n_in, (unsigned long long)ab,
+				  (unsigned long long)a->ws_bytes);
+	const int64_t total = a->n_rows * a->n_in;
+	rows_to_f16<<<(unsigned)((total + 255) / 256), 256, 0, s>>>(a->d_x, a->ldx, a->x_div, a->n_rows, a->n_in,
+								    (__half *)a->d_ws);
+	int rc = qc_cuda_check(cudaGetLastError(), "marlin_mm: rows_to_f16", err);
+	if (rc)
+		return rc;
+	struct qc_marlin_gemm_args g = {};
+	g.layout = a->layout;
+	g.type = a->type;
+	g.m = a->n_rows;
+	g.n = a->n_out;
+	g.k = a->n_in;
+	g.a = a->d_ws;
+	g.w = a->d_w;
+	g.c = a->d_y;
+	g.ldc = a->ldy;
+	g.c_type = QC_MARLIN_C_F32;
+	g.split = QC_MARLIN_SPLIT_AUTO;
+	g.expert = a->d_expert;
+	g.mat_stride = a->mat_stride;
+	g.workspace = (uint8_t *)a->d_ws + ab;
+	g.workspace_bytes = a->ws_bytes - ab;
+	return qc_cuda_marlin_gemm(&g, s, err);
+}

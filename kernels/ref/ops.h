@@ -1,0 +1,64 @@
+/* ops.h — plain-C references of the CUDA ops in kernels/cuda/ (same names).
+ *
+ * Each qc_ref_<op> computes what qc_cuda_<op> computes, on host arrays, in the
+ * simplest order: tests/gpu checks every kernel against it on random inputs.
+ * Shapes and layouts are the ones the kernel's args struct documents.
+ * Precision: float data, float math, with the sums the CPU backend uses
+ * (double where it sums in double); gemv_q/gemm_f16 also have a double
+ * variant ("truth") for the 2x-error rule. No allocation, no failure.
+ */
+#ifndef QC_REF_OPS_H
+#define QC_REF_OPS_H
+
+#include <stdint.h>
+
+#include "qtype.h"
+
+/* y[r] = rmsnorm(x[rows ? rows[r] : r]) * w, sum of squares in double. */
+void qc_ref_rms_norm(const float *x, int64_t ldx, const int32_t *rows, const float *w, float *y,
+		     int64_t ldy, int64_t n_rows, int64_t n, float eps);
+
+/* In place, NORM (mode 0) or NEOX (mode 2) pairing, theta by repeated products. */
+void qc_ref_rope(float *x, const int32_t *pos, int64_t n_tok, int n_heads, int hd, int n_rot,
+		 int mode, float theta_scale, float freq_scale);
+
+void qc_ref_silu_mul(const float *g, const float *u, float *y, int64_t n);
+
+void qc_ref_add(float *y, const float *x, int64_t n, int64_t n_x);
+
+/* pool: (n_blocks, n_layer, 2, bt, kv_dim) binary16 bits. */
+void qc_ref_kv_store(const float *k, const float *v, const int32_t *slots, int64_t n_tok,
+		     uint16_t *pool, int layer, int n_layer, int bt, int kv_dim);
+
+/* out (n_tok, n_head * hd); tables (n_seqs, stride). Dots and softmax sum in double. */
+void qc_ref_paged_attn(const float *q, float *out, const uint16_t *pool, int layer, int n_layer,
+		       int bt, int n_head, int n_head_kv, int hd, const int32_t *pos,
+		       const int32_t *tok_seq, const int32_t *tables, int stride, int64_t n_tok,
+		       float scale);
+
+void qc_ref_embed(const uint8_t *w, enum qc_type type, uint64_t row_bytes, int64_t n_embd,
+		  const int32_t *ids, int64_t n_tok, float *out);
+
+void qc_ref_moe_route(const float *logits, int64_t n_tok, int n_expert, int k, int norm, int32_t *sel,
+		      float *w);
+
+void qc_ref_moe_combine(float *x, const float *eout, const float *w, int64_t n_tok, int64_t n, int k);
+
+/* y[r*ldy + o] = W_{e(r)}[o] . x[(r / x_div) * ldx]; e(r) = expert ? expert[r] : 0.
+ * truth != 0: products and sums in double (the fp64 truth); else a float
+ * running sum (a plain same-precision reference). */
+void qc_ref_gemv_q(const uint8_t *w, enum qc_type type, int64_t n_in, int64_t n_out,
+		   uint64_t row_bytes, uint64_t mat_stride, const float *x, int64_t ldx, int x_div,
+		   const int32_t *expert, int64_t n_rows, float *y, int64_t ldy, int truth);
+
+/* dst = fp16 bits of decode(src rows). */
+void qc_ref_dequant_f16(const uint8_t *src, enum qc_type type, uint64_t row_bytes, int64_t n_rows,
+			int64_t n, uint16_t *dst);
+
+/* As qc_ref_gemv_q for one matrix with weights and activations rounded to
+ * fp16 first (F32 weights: not rounded), products summed in double. */
+void qc_ref_gemm_f16(const uint8_t *w, enum qc_type type, int64_t n_in, int64_t n_out,
+		     uint64_t row_bytes, const float *x, int64_t ldx, int64_t n_rows, float *y,
+		     int64_t ldy);
+
+#endif

@@ -1,0 +1,28 @@
+/* rope.c — reference of kernels/cuda/rope.cu: rotate pairs of the first n_rot
+ * dims of each head; the angle of pair i is pos * theta_scale^i by repeated
+ * float multiplication (ggml's rope cache), times freq_scale. Mode 0 pairs
+ * (x[2i], x[2i+1]) (NORM), mode 2 pairs (x[i], x[i + n_rot/2]) (NEOX). */
+#include <math.h>
+
+#include "ops.h"
+
+void qc_ref_rope(float *x, const int32_t *pos, int64_t n_tok, int n_heads, int hd, int n_rot,
+		 int mode, float theta_scale, float freq_scale)
+{
+	const int neox = mode == 2, stride = neox ? n_rot / 2 : 1;
+	for (int64_t t = 0; t < n_tok; t++) {
+		float theta = (float)pos[t];
+		for (int p = 0; p < n_rot / 2; p++) {
+			const float ang = freq_scale * theta;
+			const float cs = cosf(ang), sn = sinf(ang);
+			const int j = neox ? p : 2 * p;
+			for (int h = 0; h < n_heads; h++) {
+				float *v = x + (t * n_heads + h) * hd + j;
+				const float x0 = v[0], x1 = v[stride];
+				v[0] = x0 * cs - x1 * sn;
+				v[stride] = x0 * sn + x1 * cs;
+			}
+			theta *= theta_scale;
+		}
+	}
+}

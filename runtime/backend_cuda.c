@@ -1,0 +1,747 @@
+/* backend_cuda.c — the CUDA backend: llama forward over a scheduler plan on one GPU.
+ *
+ * Owns: the device weights (the bundle's tensor bytes uploaded as one region
+ * through pinned staging buffers, load rate printed; types without a device
+ * decoder dequantized to f16 on the host, logged once per type), the binary16
+ * K/V pool in the CPU backend's layout (the CPU rounds its cache through
+ * binary16 too) and every activation buffer, all sized at create.
+ * Forward: plan arrays up in one copy, kernels of kernels/cuda/ on one stream
+ * (MoE routing on the device, experts as per-row GEMV), logits down in one
+ * copy: the step's only host sync. Matmuls through matmul_dispatch.h.
+ * Non-goals (yet): CUDA graphs, flash/split-K attention, grouped MoE GEMM,
+ * device sampling; act-order, YaRN, rope_freqs, shared experts are refused.
+ */
+#include "backend_cuda.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cuda/add.h"
+#include "cuda/embed.h"
+#include "cuda/kv_store.h"
+#include "cuda/matmul_dispatch.h"
+#include "cuda/moe_combine.h"
+#include "cuda/moe_route.h"
+#include "cuda/paged_attn.h"
+#include "cuda/rms_norm.h"
+#include "cuda/rope.h"
+#include "cuda/silu_mul.h"
+#include "ref/fp16.h"
+
+#define STAGE_BYTES ((size_t)64 << 20) /* each of the two pinned staging buffers */
+
+/* A weight on the device. */
+struct dmat {
+	const uint8_t *d_w;        /* NULL when the model has no such weight */
+	enum qc_type type;
+	enum qc_layout layout;
+	int64_t n_in, n_out, n_mat;
+	uint64_t row_bytes, mat_stride;
+	const struct qc_cuda_mm_kernels *k;
+};
+
+struct dlayer {
+	struct dmat wq, wk, wv, wo, gate, up, down, gate_inp, gate_exps, up_exps, down_exps;
+	const float *d_attn_norm, *d_ffn_norm, *d_bq, *d_bk, *d_bv, *d_q_norm, *d_k_norm;
+};
+
+/* A host-converted (f16) copy, shared by views of the same host bytes. */
+struct conv {
+	const uint8_t *h_src;
+	const uint8_t *d_w;
+};
+
+struct cu {
+	const struct qc_model *m;
+	struct qc_backend_params p;
+	cudaStream_t st;
+	cublasHandle_t blas;
+	void **allocs;             /* (n_allocs) every cudaMalloc, freed at destroy */
+	int n_allocs, cap_allocs;
+	const uint8_t *d_file;     /* the bundle bytes [file_lo, file_hi) */
+	uint64_t file_lo, file_hi;
+	struct conv *convs;
+	int n_convs;
+	struct dlayer *L;          /* (n_layer) */
+	struct dmat tok, out;
+	const float *d_out_norm;
+	uint16_t *d_kv;            /* (n_blocks, block_elems) binary16 */
+	size_t block_elems;
+	int64_t q_dim, kv_dim, wide, n_exp_rows;
+	float *d_x, *d_xn;         /* (T, E) residual, (T, wide) normed / matmul out */
+	float *d_q, *d_k, *d_v;    /* (T, q_dim | kv_dim) */
+	float *d_att;              /* (T, wide) */
+	float *d_fa, *d_fb;        /* (T * max(1, K), F) */
+	float *d_router, *d_selw;  /* (T, X), (T, K) */
+	int32_t *d_sel;            /* (T, K) */
+	float *d_eout;             /* (T * K, E) */
+	float *d_lx, *d_logits;    /* (max_logits, E), (max_logits, V) */
+	int32_t *d_plan, *h_plan;  /* packed plan arrays (plan_cap int32) */
+	size_t plan_cap;
+	float *h_logits;           /* pinned (max_logits, V) */
+	void *d_ws;                /* gemm scratch */
+	uint64_t ws_bytes;
+	int64_t gemv_max_rows;
+};
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int ck(cudaError_t e, const char *what, struct qc_err *err)
+{
+	return qc_cuda_check(e, what, err);
+}
+
+/* cudaMalloc tracked for destroy. */
+static int dalloc(struct cu *c, size_t bytes, void **out, struct qc_err *err)
+{
+	void *p = NULL;
+	int rc;
+	if (c->n_allocs == c->cap_allocs) {
+		int cap = c->cap_allocs ? 2 * c->cap_allocs : 64;
+		void **a = realloc(c->allocs, sizeof *a * (size_t)cap);
+		if (!a)
+			return qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
+		c->allocs = a;
+		c->cap_allocs = cap;
+	}
+	if ((rc = ck(cudaMalloc(&p, bytes ? bytes : 16), "cudaMalloc", err))) {
+		char msg[QC_ERR_MSG_MAX];
+		snprintf(msg, sizeof msg, "%s", err ? err->msg : "");
+		return qc_err_set(err, QC_ECUDA, NULL, NULL, -1, "device allocation of %zu bytes: %s", bytes, msg);
+	}
+	c->allocs[c->n_allocs++] = p;
+	*out = p;
+	return QC_OK;
+}
+
+static int dfloats(struct cu *c, size_t n, float **out, struct qc_err *err)
+{
+	return dalloc(c, n * sizeof(float), (void **)out, err);
+}
+
+/* A small host vector to the device (NULL stays NULL). */
+static int upload_vec(struct cu *c, const float *h, int64_t n, const float **d, struct qc_err *err)
+{
+	float *p;
+	int rc;
+	*d = NULL;
+	if (!h)
+		return QC_OK;
+	if ((rc = dfloats(c, (size_t)n, &p, err)) ||
+	    (rc = ck(cudaMemcpy(p, h, (size_t)n * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy", err)))
+		return rc;
+	*d = p;
+	return QC_OK;
+}
+
+/* Bytes of the bundle the tensors occupy: [lo, hi). */
+static void tensor_region(const struct qc_bundle *b, uint64_t *lo, uint64_t *hi)
+{
+	*lo = UINT64_MAX;
+	*hi = 0;
+	for (uint64_t i = 0; i < b->n_tensors; i++) {
+		const struct qc_bundle_tensor *t = &b->tensors[i];
+		if (t->off < *lo)
+			*lo = t->off;
+		if (t->off + t->size > *hi)
+			*hi = t->off + t->size;
+	}
+	if (*lo > *hi)
+		*lo = *hi = 0;
+}
+
+/* The whole region through two pinned staging buffers (copy i+1 is filled
+ * while copy i is in flight); prints the rate. */
+static int upload_file(struct cu *c, struct qc_err *err)
+{
+	const struct qc_bundle *b = c->m->bundle;
+	uint8_t *h_stage[2] = {NULL, NULL};
+	cudaEvent_t done[2] = {NULL, NULL};
+	void *d;
+	int rc;
+
+	tensor_region(b, &c->file_lo, &c->file_hi);
+	const uint64_t n = c->file_hi - c->file_lo;
+	if ((rc = dalloc(c, n, &d, err)))
+		return rc;
+	c->d_file = d;
+	const double t0 = now_s();
+	for (int i = 0; i < 2; i++)
+		if ((rc = ck(cudaMallocHost((void **)&h_stage[i], STAGE_BYTES), "cudaMallocHost", err)) ||
+		    (rc = ck(cudaEventCreateWithFlags(&done[i], cudaEventDisableTiming), "cudaEventCreate", err)))
+			goto out;
+	for (uint64_t off = 0, k = 0; off < n; off += STAGE_BYTES, k++) {
+		const size_t len = n - off < STAGE_BYTES ? (size_t)(n - off) : STAGE_BYTES;
+		const int s = (int)(k % 2);
+		if (k >= 2 && (rc = ck(cudaEventSynchronize(done[s]), "cudaEventSynchronize", err)))
+			goto out;
+		memcpy(h_stage[s], b->map + c->file_lo + off, len);
+		if ((rc = ck(cudaMemcpyAsync((uint8_t *)d + off, h_stage[s], len, cudaMemcpyHostToDevice, c->st),
+			     "cudaMemcpyAsync (weights)", err)) ||
+		    (rc = ck(cudaEventRecord(done[s], c->st), "cudaEventRecord", err)))
+			goto out;
+	}
+	if ((rc = ck(cudaStreamSynchronize(c->st), "cudaStreamSynchronize (weights)", err)))
+		goto out;
+	const double dt = now_s() - t0;
+	fprintf(stderr, "cuda: weights %.3f GB to the device in %.3f s (%.2f GB/s)\n", (double)n / 1e9, dt,
+		dt > 0 ? (double)n / 1e9 / dt : 0.0);
+out:
+	for (int i = 0; i < 2; i++) {
+		if (done[i])
+			cudaEventDestroy(done[i]);
+		if (h_stage[i])
+			cudaFreeHost(h_stage[i]);
+	}
+	return rc;
+}
+
+/* Layout of the bundle tensor holding host pointer p. */
+static enum qc_layout layout_of(const struct qc_bundle *b, const uint8_t *p)
+{
+	const uint64_t off = (uint64_t)(p - b->map);
+	for (uint64_t i = 0; i < b->n_tensors; i++)
+		if (off >= b->tensors[i].off && off < b->tensors[i].off + b->tensors[i].size)
+			return b->tensors[i].layout;
+	return QC_LAYOUT_GGML;
+}
+
+/* Decode every matrix of w on the host to f16 and upload it (the slow path). */
+static int convert_f16(struct cu *c, const struct qc_mat *w, const uint8_t **d_out, struct qc_err *err)
+{
+	for (int i = 0; i < c->n_convs; i++)
+		if (c->convs[i].h_src == w->data) {
+			*d_out = c->convs[i].d_w;
+			return QC_OK;
+		}
+	const size_t n_rows = (size_t)w->n_mat * (size_t)w->n_out, n_in = (size_t)w->n_in;
+	float *row = malloc(n_in * sizeof(float));
+	uint16_t *h = malloc(n_rows * n_in * sizeof(uint16_t));
+	struct conv *cv = realloc(c->convs, sizeof *cv * (size_t)(c->n_convs + 1));
+	void *d = NULL;
+	int rc = QC_OK;
+	if (cv)
+		c->convs = cv;
+	if (!row || !h || !cv) {
+		rc = qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory converting %s weights",
+				qc_types[w->type].name);
+		goto out;
+	}
+	for (int64_t e = 0; e < w->n_mat; e++)
+		for (int64_t r = 0; r < w->n_out; r++) {
+			qc_types[w->type].dequant_row(qc_mat_row(w, e, r), row, w->n_in);
+			uint16_t *dst = h + ((size_t)e * (size_t)w->n_out + (size_t)r) * n_in;
+			for (size_t i = 0; i < n_in; i++)
+				dst[i] = qc_f32_to_fp16(row[i]);
+		}
+	if ((rc = dalloc(c, n_rows * n_in * 2, &d, err)) ||
+	    (rc = ck(cudaMemcpy(d, h, n_rows * n_in * 2, cudaMemcpyHostToDevice), "cudaMemcpy (f16 weights)", err)))
+		goto out;
+	c->convs[c->n_convs].h_src = w->data;
+	c->convs[c->n_convs].d_w = d;
+	c->n_convs++;
+	*d_out = d;
+out:
+	free(row);
+	free(h);
+	return rc;
+}
+
+/* The device view of w: a slice of the uploaded file, or an f16 conversion
+ * when no kernel reads its (layout, type). */
+static int make_dmat(struct cu *c, const struct qc_mat *w, const char *what, struct dmat *d,
+		     bool warned[QC_TYPE_COUNT], struct qc_err *err)
+{
+	const struct qc_bundle *b = c->m->bundle;
+	memset(d, 0, sizeof *d);
+	if (!w->data)
+		return QC_OK;
+	if (w->act_perm)
+		return qc_err_set(err, QC_EUNSUPPORTED, b->path, what, -1,
+				  "act-order permutations are not supported by the CUDA backend yet");
+	d->type = w->type;
+	d->layout = layout_of(b, w->data);
+	d->n_in = w->n_in;
+	d->n_out = w->n_out;
+	d->n_mat = w->n_mat;
+	d->row_bytes = w->row_bytes;
+	d->mat_stride = w->mat_stride;
+	d->d_w = c->d_file + ((uint64_t)(w->data - b->map) - c->file_lo);
+	d->k = qc_cuda_mm_find(d->layout, d->type);
+	if (d->k)
+		return QC_OK;
+	if (d->layout != QC_LAYOUT_GGML)
+		return qc_err_set(err, QC_EUNSUPPORTED, b->path, what, -1,
+				  "no CUDA kernel for layout %s of %s", qc_layout_name(d->layout),
+				  qc_types[d->type].name);
+	if (!warned[d->type]) {
+		warned[d->type] = true;
+		qc_warn_prefix();
+		fprintf(stderr, "cuda: no device decoder for %s weights yet: dequantized to f16 on the host "
+				"at load (slow path, f16-rounded values)\n", qc_types[d->type].name);
+	}
+	int rc = convert_f16(c, w, &d->d_w, err);
+	if (rc)
+		return rc;
+	d->type = QC_TYPE_F16;
+	d->row_bytes = (uint64_t)w->n_in * 2;
+	d->mat_stride = d->row_bytes * (uint64_t)w->n_out;
+	d->k = qc_cuda_mm_find(QC_LAYOUT_GGML, QC_TYPE_F16);
+	return QC_OK;
+}
+
+/* Floats of every activation buffer create allocates (kv_limits subtracts them). */
+static uint64_t buffer_floats(const struct qc_model_config *cfg, const struct qc_backend_params *p)
+{
+	const uint64_t T = (uint64_t)p->max_tokens, E = (uint64_t)cfg->n_embd, F = (uint64_t)cfg->n_ff;
+	const uint64_t K = cfg->n_expert ? (uint64_t)cfg->n_expert_used : 1, X = (uint64_t)cfg->n_expert;
+	const uint64_t q = (uint64_t)cfg->n_head * (uint64_t)cfg->head_dim;
+	const uint64_t kv = (uint64_t)cfg->n_head_kv * (uint64_t)cfg->head_dim;
+	const uint64_t wide = q > E ? q : E, L = (uint64_t)p->max_logits, V = (uint64_t)cfg->n_vocab;
+	return T * E + 2 * T * wide + T * q + 2 * T * kv + 2 * T * K * F + T * X + 2 * T * K +
+	       T * K * E + L * E + L * V;
+}
+
+static uint64_t plan_ints(const struct qc_backend_params *p)
+{
+	const uint64_t stride = ((uint64_t)p->max_ctx + (uint64_t)p->block_tokens - 1) / (uint64_t)p->block_tokens + 1;
+	return 4 * (uint64_t)p->max_tokens + (uint64_t)p->max_logits + (uint64_t)p->max_logits * stride + 64;
+}
+
+/* Largest gemm scratch over the model's matrices. */
+static uint64_t ws_need(const struct cu *c)
+{
+	const struct qc_model_config *cfg = &c->m->cfg;
+	uint64_t need = 0;
+	const struct dmat *all[16];
+	for (int il = 0; il <= cfg->n_layer; il++) {
+		int n = 0;
+		if (il < cfg->n_layer) {
+			const struct dlayer *L = &c->L[il];
+			const struct dmat *v[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down, &L->gate_inp};
+			for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+				all[n++] = v[i];
+		} else {
+			all[n++] = &c->out;
+		}
+		for (int i = 0; i < n; i++) {
+			const struct dmat *w = all[i];
+			if (!w->d_w || !w->k || !w->k->ws_bytes)
+				continue;
+			const int64_t rows = w == &c->out ? c->p.max_logits : c->p.max_tokens;
+			const uint64_t b = w->k->ws_bytes(w->n_in, w->n_out, rows);
+			need = b > need ? b : need;
+		}
+	}
+	return need;
+}
+
+static void cuda_destroy(void *state)
+{
+	struct cu *c = state;
+	if (!c)
+		return;
+	if (c->st)
+		cudaStreamSynchronize(c->st);
+	for (int i = 0; i < c->n_allocs; i++)
+		cudaFree(c->allocs[i]);
+	if (c->h_plan)
+		cudaFreeHost(c->h_plan);
+	if (c->h_logits)
+		cudaFreeHost(c->h_logits);
+	if (c->blas)
+		cublasDestroy(c->blas);
+	if (c->st)
+		cudaStreamDestroy(c->st);
+	free(c->allocs);
+	free(c->convs);
+	free(c->L);
+	free(c);
+}
+
+static int check_device(struct qc_err *err)
+{
+	int n = 0;
+	cudaError_t e = cudaGetDeviceCount(&n);
+	if (e != cudaSuccess || n < 1)
+		return qc_err_set(err, QC_ECUDA, NULL, NULL, -1, "no CUDA device (%s)",
+				  e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+	return QC_OK;
+}
+
+static int check_model(const struct qc_model *m, struct qc_err *err)
+{
+	const struct qc_model_config *cfg = &m->cfg;
+	if (cfg->rope_scaling == QC_ROPE_SCALING_YARN || m->rope_freqs || cfg->n_ff_shexp)
+		return qc_err_set(err, QC_EUNSUPPORTED, m->bundle->path, NULL, -1,
+				  "the CUDA backend does not do YaRN, rope_freqs factors or shared experts yet");
+	return QC_OK;
+}
+
+static int cuda_create(const struct qc_model *m, const struct qc_backend_params *p, void **state,
+		       struct qc_err *err)
+{
+	const struct qc_model_config *cfg = &m->cfg;
+	bool warned[QC_TYPE_COUNT] = {false};
+	struct cu *c;
+	int rc;
+
+	*state = NULL;
+	if (p->n_blocks < 1 || p->block_tokens < 1 || p->max_tokens < 1 || p->max_logits < 1 || p->max_ctx < 1)
+		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "backend parameters must be positive");
+	if ((rc = check_device(err)) || (rc = check_model(m, err)))
+		return rc;
+	if (p->act_round != QC_ACT_ROUND_NONE)
+		QC_WARN_ONCE("cuda: activation rounding emulation is CPU-only; the CUDA backend uses float activations");
+	c = calloc(1, sizeof *c);
+	if (!c)
+		return qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
+	c->m = m;
+	c->p = *p;
+	const char *env = getenv("QC_CUDA_GEMV_MAX_ROWS");
+	c->gemv_max_rows = env && *env ? strtoll(env, NULL, 10) : 8;
+	c->L = calloc((size_t)cfg->n_layer, sizeof *c->L);
+	if (!c->L) {
+		rc = qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
+		goto fail;
+	}
+	if ((rc = ck(cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking), "cudaStreamCreate", err)))
+		goto fail;
+	if (cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS) {
+		c->blas = NULL;
+		rc = qc_err_set(err, QC_ECUDA, NULL, NULL, -1, "cublasCreate failed");
+		goto fail;
+	}
+	if ((rc = upload_file(c, err)))
+		goto fail;
+
+	/* weights and small vectors */
+	if ((rc = make_dmat(c, &m->token_embd, "token_embd.weight", &c->tok, warned, err)) ||
+	    (rc = make_dmat(c, &m->output, "output.weight", &c->out, warned, err)) ||
+	    (rc = upload_vec(c, m->output_norm, cfg->n_embd, &c->d_out_norm, err)))
+		goto fail;
+	c->q_dim = (int64_t)cfg->n_head * cfg->head_dim;
+	c->kv_dim = (int64_t)cfg->n_head_kv * cfg->head_dim;
+	c->wide = c->q_dim > cfg->n_embd ? c->q_dim : cfg->n_embd;
+	for (int il = 0; il < cfg->n_layer; il++) {
+		const struct qc_layer *ml = &m->layers[il];
+		struct dlayer *L = &c->L[il];
+		char nm[64];
+		snprintf(nm, sizeof nm, "blk.%d", il);
+		if ((rc = make_dmat(c, &ml->wq, nm, &L->wq, warned, err)) ||
+		    (rc = make_dmat(c, &ml->wk, nm, &L->wk, warned, err)) ||
+		    (rc = make_dmat(c, &ml->wv, nm, &L->wv, warned, err)) ||
+		    (rc = make_dmat(c, &ml->wo, nm, &L->wo, warned, err)) ||
+		    (rc = make_dmat(c, &ml->ffn_gate, nm, &L->gate, warned, err)) ||
+		    (rc = make_dmat(c, &ml->ffn_up, nm, &L->up, warned, err)) ||
+		    (rc = make_dmat(c, &ml->ffn_down, nm, &L->down, warned, err)) ||
+		    (rc = make_dmat(c, &ml->gate_inp, nm, &L->gate_inp, warned, err)) ||
+		    (rc = make_dmat(c, &ml->gate_exps, nm, &L->gate_exps, warned, err)) ||
+		    (rc = make_dmat(c, &ml->up_exps, nm, &L->up_exps, warned, err)) ||
+		    (rc = make_dmat(c, &ml->down_exps, nm, &L->down_exps, warned, err)) ||
+		    (rc = upload_vec(c, ml->attn_norm, cfg->n_embd, &L->d_attn_norm, err)) ||
+		    (rc = upload_vec(c, ml->ffn_norm, cfg->n_embd, &L->d_ffn_norm, err)) ||
+		    (rc = upload_vec(c, ml->bq, c->q_dim, &L->d_bq, err)) ||
+		    (rc = upload_vec(c, ml->bk, c->kv_dim, &L->d_bk, err)) ||
+		    (rc = upload_vec(c, ml->bv, c->kv_dim, &L->d_bv, err)) ||
+		    (rc = upload_vec(c, ml->q_norm, cfg->head_dim, &L->d_q_norm, err)) ||
+		    (rc = upload_vec(c, ml->k_norm, cfg->head_dim, &L->d_k_norm, err)))
+			goto fail;
+	}
+
+	/* K/V pool and activations */
+	const size_t T = (size_t)p->max_tokens, E = (size_t)cfg->n_embd, F = (size_t)cfg->n_ff;
+	const size_t K = cfg->n_expert ? (size_t)cfg->n_expert_used : 1, X = (size_t)cfg->n_expert;
+	const size_t LG = (size_t)p->max_logits, V = (size_t)cfg->n_vocab;
+	c->block_elems = (size_t)cfg->n_layer * 2 * (size_t)p->block_tokens * (size_t)c->kv_dim;
+	c->plan_cap = (size_t)plan_ints(p);
+	c->ws_bytes = ws_need(c);
+	if ((rc = dalloc(c, (size_t)p->n_blocks * c->block_elems * 2, (void **)&c->d_kv, err)) ||
+	    (rc = dfloats(c, T * E, &c->d_x, err)) || (rc = dfloats(c, T * (size_t)c->wide, &c->d_xn, err)) ||
+	    (rc = dfloats(c, T * (size_t)c->q_dim, &c->d_q, err)) ||
+	    (rc = dfloats(c, T * (size_t)c->kv_dim, &c->d_k, err)) ||
+	    (rc = dfloats(c, T * (size_t)c->kv_dim, &c->d_v, err)) ||
+	    (rc = dfloats(c, T * (size_t)c->wide, &c->d_att, err)) || (rc = dfloats(c, T * K * F, &c->d_fa, err)) ||
+	    (rc = dfloats(c, T * K * F, &c->d_fb, err)) || (rc = dfloats(c, T * (X ? X : 1), &c->d_router, err)) ||
+	    (rc = dfloats(c, T * K, &c->d_selw, err)) ||
+	    (rc = dalloc(c, T * K * sizeof(int32_t), (void **)&c->d_sel, err)) ||
+	    (rc = dfloats(c, (X ? T * K : 1) * E, &c->d_eout, err)) || (rc = dfloats(c, LG * E, &c->d_lx, err)) ||
+	    (rc = dfloats(c, LG * V, &c->d_logits, err)) ||
+	    (rc = dalloc(c, c->plan_cap * sizeof(int32_t), (void **)&c->d_plan, err)) ||
+	    (rc = dalloc(c, c->ws_bytes, &c->d_ws, err)) ||
+	    (rc = ck(cudaMallocHost((void **)&c->h_plan, c->plan_cap * sizeof(int32_t)), "cudaMallocHost", err)) ||
+	    (rc = ck(cudaMallocHost((void **)&c->h_logits, LG * V * sizeof(float)), "cudaMallocHost", err)))
+		goto fail;
+	/* poison: a kernel reading K/V it never wrote shows up as NaN, not as plausible zeros */
+	if ((rc = ck(cudaMemsetAsync(c->d_kv, 0xff, (size_t)p->n_blocks * c->block_elems * 2, c->st),
+		     "cudaMemset (K/V)", err)) ||
+	    (rc = ck(cudaStreamSynchronize(c->st), "cudaStreamSynchronize", err)))
+		goto fail;
+	*state = c;
+	return QC_OK;
+fail:
+	cuda_destroy(c);
+	return rc;
+}
+
+/* y = W x for n_rows activation rows (see matmul_dispatch.h). */
+static int mm(struct cu *c, const struct dmat *w, const float *d_x, int64_t ldx, int32_t x_div,
+	      const int32_t *d_expert, int64_t n_rows, float *d_y, int64_t ldy, struct qc_err *err)
+{
+	const struct qc_cuda_mm_args a = {
+		.d_w = w->d_w, .type = w->type, .layout = w->layout, .n_in = w->n_in, .n_out = w->n_out,
+		.row_bytes = w->row_bytes, .mat_stride = w->mat_stride, .d_x = d_x, .ldx = ldx,
+		.x_div = x_div, .d_expert = d_expert, .n_rows = n_rows, .d_y = d_y, .ldy = ldy,
+		.d_ws = c->d_ws, .ws_bytes = c->ws_bytes, .blas = c->blas,
+	};
+	if (n_rows > c->gemv_max_rows) {
+		if (!d_expert && w->k->gemm)
+			return w->k->gemm(&a, c->st, err);
+		if (d_expert)
+			QC_WARN_ONCE("cuda: MoE experts run as per-row GEMV over the stacked weights "
+				     "(a grouped GEMM is not written yet): prefill of MoE models is slow");
+	}
+	return w->k->gemv(&a, c->st, err);
+}
+
+static int rms(struct cu *c, const float *d_x, int64_t ldx, const int32_t *d_rows, const float *d_w,
+	       float *d_y, int64_t ldy, int64_t n_rows, int64_t n, struct qc_err *err)
+{
+	const struct qc_cuda_rms_norm_args a = {d_x, ldx, d_rows, d_w, d_y, ldy, n_rows, n, c->m->cfg.norm_eps};
+	return qc_cuda_rms_norm(&a, c->st, err);
+}
+
+static int add(struct cu *c, float *d_y, const float *d_x, int64_t n, int64_t n_x, struct qc_err *err)
+{
+	if (!d_x)
+		return QC_OK;
+	const struct qc_cuda_add_args a = {d_y, d_x, n, n_x};
+	return qc_cuda_add(&a, c->st, err);
+}
+
+/* Device pointers into the uploaded plan. */
+struct dplan {
+	const int32_t *tokens, *pos, *slots, *tok_seq, *logit_rows, *tables;
+	int32_t stride;
+};
+
+static int attention_block(struct cu *c, const struct qc_sched_plan *plan, const struct dplan *dp, int il,
+			   struct qc_err *err)
+{
+	const struct qc_model_config *cfg = &c->m->cfg;
+	const struct dlayer *L = &c->L[il];
+	const int64_t T = plan->n_tokens, E = cfg->n_embd;
+	int rc;
+
+	if ((rc = rms(c, c->d_x, E, NULL, L->d_attn_norm, c->d_xn, E, T, E, err)) ||
+	    (rc = mm(c, &L->wq, c->d_xn, E, 1, NULL, T, c->d_q, c->q_dim, err)) ||
+	    (rc = mm(c, &L->wk, c->d_xn, E, 1, NULL, T, c->d_k, c->kv_dim, err)) ||
+	    (rc = mm(c, &L->wv, c->d_xn, E, 1, NULL, T, c->d_v, c->kv_dim, err)) ||
+	    (rc = add(c, c->d_q, L->d_bq, T * c->q_dim, c->q_dim, err)) ||
+	    (rc = add(c, c->d_k, L->d_bk, T * c->kv_dim, c->kv_dim, err)) ||
+	    (rc = add(c, c->d_v, L->d_bv, T * c->kv_dim, c->kv_dim, err)))
+		return rc;
+	const int hd = cfg->head_dim;
+	if (L->d_q_norm && (rc = rms(c, c->d_q, hd, NULL, L->d_q_norm, c->d_q, hd, T * cfg->n_head, hd, err)))
+		return rc;
+	if (L->d_k_norm && (rc = rms(c, c->d_k, hd, NULL, L->d_k_norm, c->d_k, hd, T * cfg->n_head_kv, hd, err)))
+		return rc;
+	const float theta_scale = powf(cfg->rope_freq_base, -2.0f / (float)cfg->rope_dim);
+	const struct qc_cuda_rope_args rq = {c->d_q, dp->pos, T, cfg->n_head, hd, cfg->rope_dim,
+					     (int32_t)cfg->rope_mode, theta_scale, cfg->rope_freq_scale};
+	const struct qc_cuda_rope_args rk = {c->d_k, dp->pos, T, cfg->n_head_kv, hd, cfg->rope_dim,
+					     (int32_t)cfg->rope_mode, theta_scale, cfg->rope_freq_scale};
+	const struct qc_cuda_kv_store_args ks = {c->d_k, c->d_v, dp->slots, T, c->d_kv, il, cfg->n_layer,
+						 plan->block_tokens, (int32_t)c->kv_dim};
+	const struct qc_cuda_paged_attn_args pa = {
+		.d_q = c->d_q, .d_out = c->d_att, .d_pool = c->d_kv, .layer = il, .n_layer = cfg->n_layer,
+		.block_tokens = plan->block_tokens, .n_head = cfg->n_head, .n_head_kv = cfg->n_head_kv,
+		.hd = hd, .d_pos = dp->pos, .d_tok_seq = dp->tok_seq, .d_tables = dp->tables,
+		.table_stride = dp->stride, .n_tok = T, .max_ctx = c->p.max_ctx,
+		.scale = 1.0f / sqrtf((float)hd),
+	};
+	if ((rc = qc_cuda_rope(&rq, c->st, err)) || (rc = qc_cuda_rope(&rk, c->st, err)) ||
+	    (rc = qc_cuda_kv_store(&ks, c->st, err)) || (rc = qc_cuda_paged_attn(&pa, c->st, err)) ||
+	    (rc = mm(c, &L->wo, c->d_att, c->q_dim, 1, NULL, T, c->d_xn, E, err)))
+		return rc;
+	return add(c, c->d_x, c->d_xn, T * E, T * E, err);
+}
+
+static int ffn_block(struct cu *c, int64_t T, int il, struct qc_err *err)
+{
+	const struct qc_model_config *cfg = &c->m->cfg;
+	const struct dlayer *L = &c->L[il];
+	const int64_t E = cfg->n_embd, F = cfg->n_ff;
+	int rc;
+
+	if ((rc = rms(c, c->d_x, E, NULL, L->d_ffn_norm, c->d_xn, E, T, E, err)))
+		return rc;
+	if (!cfg->n_expert) {
+		const struct qc_cuda_silu_mul_args sm = {c->d_fa, c->d_fb, c->d_fa, T * F};
+		if ((rc = mm(c, &L->gate, c->d_xn, E, 1, NULL, T, c->d_fa, F, err)) ||
+		    (rc = mm(c, &L->up, c->d_xn, E, 1, NULL, T, c->d_fb, F, err)) ||
+		    (rc = qc_cuda_silu_mul(&sm, c->st, err)) ||
+		    (rc = mm(c, &L->down, c->d_fa, F, 1, NULL, T, c->d_att, E, err)))
+			return rc;
+		return add(c, c->d_x, c->d_att, T * E, T * E, err);
+	}
+	const int32_t K = cfg->n_expert_used;
+	const int64_t R = T * K; /* (token, slot) rows */
+	const struct qc_cuda_moe_route_args ra = {c->d_router, T, cfg->n_expert, K, c->d_sel, c->d_selw,
+						  cfg->expert_norm_w ? 1 : 0};
+	const struct qc_cuda_silu_mul_args sm = {c->d_fa, c->d_fb, c->d_fa, R * F};
+	const struct qc_cuda_moe_combine_args ca = {c->d_x, c->d_eout, c->d_selw, T, E, K};
+	if ((rc = mm(c, &L->gate_inp, c->d_xn, E, 1, NULL, T, c->d_router, cfg->n_expert, err)) ||
+	    (rc = qc_cuda_moe_route(&ra, c->st, err)) ||
+	    (rc = mm(c, &L->gate_exps, c->d_xn, E, K, c->d_sel, R, c->d_fa, F, err)) ||
+	    (rc = mm(c, &L->up_exps, c->d_xn, E, K, c->d_sel, R, c->d_fb, F, err)) ||
+	    (rc = qc_cuda_silu_mul(&sm, c->st, err)) ||
+	    (rc = mm(c, &L->down_exps, c->d_fa, F, 1, c->d_sel, R, c->d_eout, E, err)))
+		return rc;
+	return qc_cuda_moe_combine(&ca, c->st, err);
+}
+
+/* Pack the plan's arrays into h_plan, upload them in one copy. */
+static int upload_plan(struct cu *c, const struct qc_sched_plan *plan, struct dplan *dp, struct qc_err *err)
+{
+	const int32_t T = plan->n_tokens;
+	const size_t need = 4 * (size_t)T + (size_t)plan->n_logits + (size_t)plan->n_seqs * (size_t)plan->table_stride;
+	int32_t *h = c->h_plan;
+	if (need > c->plan_cap || plan->n_seqs > c->p.max_logits)
+		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "plan of %d entries x %d blocks exceeds the backend's",
+				  plan->n_seqs, plan->table_stride);
+	memcpy(h, plan->tokens, sizeof(int32_t) * (size_t)T);
+	memcpy(h + T, plan->positions, sizeof(int32_t) * (size_t)T);
+	memcpy(h + 2 * T, plan->slots, sizeof(int32_t) * (size_t)T);
+	int32_t *seq = h + 3 * T, *lr = h + 4 * T, n = 0;
+	for (int32_t i = 0; i < plan->n_seqs; i++) {
+		for (int32_t t = plan->tok_start[i]; t < plan->tok_start[i + 1]; t++)
+			seq[t] = i;
+		if (plan->need_logits[i])
+			lr[n++] = plan->tok_start[i + 1] - 1;
+	}
+	memcpy(lr + n, plan->block_tables, sizeof(int32_t) * (size_t)plan->n_seqs * (size_t)plan->table_stride);
+	dp->tokens = c->d_plan;
+	dp->pos = c->d_plan + T;
+	dp->slots = c->d_plan + 2 * T;
+	dp->tok_seq = c->d_plan + 3 * T;
+	dp->logit_rows = c->d_plan + 4 * T;
+	dp->tables = c->d_plan + 4 * T + n;
+	dp->stride = plan->table_stride;
+	return ck(cudaMemcpyAsync(c->d_plan, h, need * sizeof(int32_t), cudaMemcpyHostToDevice, c->st),
+		  "cudaMemcpyAsync (plan)", err);
+}
+
+static int cuda_forward(void *state, const struct qc_sched_plan *plan, float *logits, struct qc_err *err)
+{
+	struct cu *c = state;
+	const struct qc_model_config *cfg = &c->m->cfg;
+	const int32_t T = plan->n_tokens;
+	const int64_t E = cfg->n_embd;
+	struct dplan dp = {0};
+	int rc;
+
+	if (T > c->p.max_tokens || plan->n_logits > c->p.max_logits || plan->block_tokens != c->p.block_tokens)
+		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1,
+				  "plan of %d tokens / %d logits / block %d exceeds the backend's %d / %d / %d", T,
+				  plan->n_logits, plan->block_tokens, c->p.max_tokens, c->p.max_logits,
+				  c->p.block_tokens);
+	for (int32_t t = 0; t < T; t++) {
+		const int32_t pos = plan->positions[t], id = plan->tokens[t];
+		if (id < 0 || id >= cfg->n_vocab || pos < 0 || pos >= c->p.max_ctx || plan->slots[t] < 0 ||
+		    plan->slots[t] / plan->block_tokens >= c->p.n_blocks)
+			return qc_err_set(err, QC_EINVAL, NULL, NULL, -1,
+					  "token %d: id %d, position %d or slot %d out of range", t, id, pos,
+					  plan->slots[t]);
+	}
+	/* block copies first (forks); K and V of every layer of a block are contiguous per layer */
+	const size_t row = (size_t)c->kv_dim * (size_t)plan->block_tokens;
+	for (int32_t k = 0; k < plan->n_cow; k++)
+		for (int il = 0; il < cfg->n_layer; il++)
+			for (int w = 0; w < 2; w++) {
+				const size_t off = ((size_t)il * 2 + (size_t)w) * row;
+				uint16_t *dst = c->d_kv + (size_t)plan->cow_dst[k] * c->block_elems + off;
+				const uint16_t *src = c->d_kv + (size_t)plan->cow_src[k] * c->block_elems + off;
+				if ((rc = ck(cudaMemcpyAsync(dst, src, (size_t)plan->cow_n_tokens[k] * (size_t)c->kv_dim * 2,
+							     cudaMemcpyDeviceToDevice, c->st), "cudaMemcpyAsync (K/V copy)", err)))
+					return rc;
+			}
+	if (!T)
+		return QC_OK;
+	if ((rc = upload_plan(c, plan, &dp, err)))
+		return rc;
+	const struct qc_cuda_embed_args ea = {c->tok.d_w, c->tok.type, c->tok.row_bytes, E, dp.tokens, T, c->d_x};
+	if ((rc = qc_cuda_embed(&ea, c->st, err)))
+		return rc;
+	for (int il = 0; il < cfg->n_layer; il++)
+		if ((rc = attention_block(c, plan, &dp, il, err)) || (rc = ffn_block(c, T, il, err)))
+			return rc;
+	const int32_t n = plan->n_logits;
+	if (!n)
+		return ck(cudaStreamSynchronize(c->st), "forward", err);
+	const size_t bytes = sizeof(float) * (size_t)n * (size_t)cfg->n_vocab;
+	if ((rc = rms(c, c->d_x, E, dp.logit_rows, c->d_out_norm, c->d_lx, E, n, E, err)) ||
+	    (rc = mm(c, &c->out, c->d_lx, E, 1, NULL, n, c->d_logits, cfg->n_vocab, err)) ||
+	    (rc = ck(cudaMemcpyAsync(c->h_logits, c->d_logits, bytes, cudaMemcpyDeviceToHost, c->st),
+		     "cudaMemcpyAsync (logits)", err)) ||
+	    (rc = ck(cudaStreamSynchronize(c->st), "forward", err)))
+		return rc;
+	memcpy(logits, c->h_logits, bytes);
+	return QC_OK;
+}
+
+/* K/V blocks in binary16; what fits in mem_util of the device after the
+ * weights (file region + f16 conversions), buffers, and a 1 GiB margin for the
+ * CUDA context, cuBLAS workspaces and fragmentation. */
+static int cuda_kv_limits(const struct qc_model *m, const struct qc_backend_params *p, float mem_util,
+			  uint64_t *block_bytes, uint64_t *max_bytes, struct qc_err *err)
+{
+	const struct qc_model_config *cfg = &m->cfg;
+	size_t free_b, total_b;
+	uint64_t lo, hi;
+	int rc;
+
+	if ((rc = check_device(err)) || (rc = ck(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo", err)))
+		return rc;
+	if ((rc = qc_kv_block_bytes(cfg->n_layer, cfg->n_head_kv, cfg->head_dim, 2, p->block_tokens, block_bytes,
+				    err)))
+		return rc;
+	tensor_region(m->bundle, &lo, &hi);
+	uint64_t used = (hi - lo) + buffer_floats(cfg, p) * sizeof(float) + plan_ints(p) * 4 + ((uint64_t)1 << 30);
+	/* slow-path conversions: f16 copies of every tensor without a device kernel */
+	for (uint64_t i = 0; i < m->bundle->n_tensors; i++) {
+		const struct qc_bundle_tensor *t = &m->bundle->tensors[i];
+		if (t->n_dims >= 2 && !qc_cuda_mm_find(t->layout, t->type))
+			used += 2 * (uint64_t)(t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]);
+	}
+	/* gemm scratch: the largest matrix in fp16 plus the activations */
+	uint64_t big = 0;
+	for (uint64_t i = 0; i < m->bundle->n_tensors; i++) {
+		const struct qc_bundle_tensor *t = &m->bundle->tensors[i];
+		const uint64_t ne = (uint64_t)(t->ne[0] * t->ne[1]);
+		big = ne > big ? ne : big;
+	}
+	used += 2 * big + 2 * (uint64_t)p->max_tokens * (uint64_t)(cfg->n_ff > cfg->n_embd ? cfg->n_ff : cfg->n_embd);
+	const double allowed = (double)mem_util * (double)total_b;
+	const double have = allowed < (double)free_b ? allowed : (double)free_b;
+	*max_bytes = have > (double)used ? (uint64_t)(have - (double)used) : *block_bytes;
+	return QC_OK;
+}
+
+const struct qc_backend_ops qc_backend_cuda = {
+	.name = "cuda",
+	.create = cuda_create,
+	.forward = cuda_forward,
+	.destroy = cuda_destroy,
+	.kv_limits = cuda_kv_limits,
+};

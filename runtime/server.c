@@ -1,0 +1,579 @@
+/* server.c — libmicrohttpd glue and the OpenAI endpoints (see server.h).
+ *
+ * Owns: per-connection state (endpoint, body bytes), routing, the request
+ * path {parse -> tokenize -> length checks -> submit -> wait (plain) or stream
+ * (SSE)}, and the drain. A streamed response is a callback response whose
+ * reader blocks in the connection's own thread (serve_gen_pull); the
+ * callback's free hook cancels the job, so a client that disconnects mid-
+ * stream frees its KV blocks as soon as the engine thread next looks.
+ * Non-goals: keep-alive tuning, TLS. libmicrohttpd parses HTTP; nothing here does.
+ */
+#include "server.h"
+
+#include <arpa/inet.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "serve_engine.h"
+#include "serve_gen.h"
+#include "serve_metrics.h"
+#include "serve_req.h"
+#include "serve_resp.h"
+#include "vocab.h"
+
+struct server {
+	struct server_config cfg;
+	struct qc_engine *e;           /* tokenize only from connection threads */
+	const struct qc_vocab *vocab;
+	int32_t n_vocab;
+	struct MHD_Daemon *d;
+	struct serve_engine *se;
+	struct serve_metrics m;
+	atomic_int open_streams;
+	atomic_uint_fast64_t next_id;
+	atomic_bool draining;
+	int port;
+	long long created;
+};
+
+struct conn {
+	enum serve_endpoint ep;
+	bool post;
+	struct serve_buf body;
+	bool too_large;
+};
+
+struct stream {
+	struct server *s;
+	struct serve_gen gen;
+	struct serve_resp resp;
+	struct serve_buf out;          /* SSE bytes not yet handed to MHD */
+	bool include_usage, first, ended;
+	int32_t n_prompt;
+	char *stops[SERVE_MAX_STOPS];  /* owned; serve_gen's text state borrows them */
+	int n_stops;
+};
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Queue body (consumed) with status and content type; records the metric. */
+static enum MHD_Result reply(struct server *s, struct MHD_Connection *c, enum serve_endpoint ep, int status,
+			     struct serve_buf *body, const char *ctype)
+{
+	struct MHD_Response *r = MHD_create_response_from_buffer(body->len, body->p ? body->p : (char *)"",
+								 body->p ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+	if (!r) {
+		serve_buf_deinit(body);
+		return MHD_NO;
+	}
+	body->p = NULL;
+	body->len = body->cap = 0;
+	MHD_add_response_header(r, "Content-Type", ctype);
+	if (status == 401)
+		MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+	enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
+	MHD_destroy_response(r);
+	serve_metrics_request(&s->m, ep, status);
+	return ok;
+}
+
+static enum MHD_Result reply_error(struct server *s, struct MHD_Connection *c, enum serve_endpoint ep, int status,
+				   const char *msg, const char *param)
+{
+	struct serve_buf b = {0};
+	if (serve_resp_error(status, msg, param, &b)) {
+		serve_buf_deinit(&b);
+		return MHD_NO;
+	}
+	return reply(s, c, ep, status, &b, "application/json");
+}
+
+static enum serve_endpoint route(const char *url, const char *method, bool *post, bool *method_ok)
+{
+	static const struct { const char *url; enum serve_endpoint ep; bool post; } routes[] = {
+		{"/v1/completions", EP_COMPLETIONS, true}, {"/v1/chat/completions", EP_CHAT, true},
+		{"/v1/models", EP_MODELS, false},          {"/health", EP_HEALTH, false},
+		{"/metrics", EP_METRICS, false},
+	};
+	*post = !strcmp(method, "POST");
+	for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
+		if (!strcmp(url, routes[i].url)) {
+			*method_ok = routes[i].post ? *post : !strcmp(method, "GET") || !strcmp(method, "HEAD");
+			return routes[i].ep;
+		}
+	*method_ok = true;
+	return EP_OTHER;
+}
+
+/* Constant-time comparison of the presented key with ours. */
+static bool key_ok(const struct server *s, struct MHD_Connection *c)
+{
+	if (!s->cfg.api_key)
+		return true;
+	const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+	if (!h || strncasecmp(h, "Bearer ", 7))
+		return false;
+	h += 7;
+	size_t a = strlen(h), b = strlen(s->cfg.api_key);
+	unsigned char diff = (unsigned char)(a != b);
+	for (size_t i = 0; i < a && i < b; i++)
+		diff |= (unsigned char)(h[i] ^ s->cfg.api_key[i]);
+	return diff == 0;
+}
+
+static int client_fd(struct MHD_Connection *c)
+{
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+	return ci ? ci->connect_fd : -1;
+}
+
+/* ---- streaming ------------------------------------------------------------ */
+
+static void stream_free(void *cls)
+{
+	struct stream *st = cls;
+	struct server *s = st->s;
+	if (!st->ended) {
+		pthread_mutex_lock(&s->m.mu);
+		s->m.cancelled++;
+		pthread_mutex_unlock(&s->m.mu);
+	}
+	serve_gen_deinit(&st->gen);
+	serve_buf_deinit(&st->out);
+	for (int i = 0; i < st->n_stops; i++)
+		free(st->stops[i]);
+	free(st);
+	atomic_fetch_sub(&s->open_streams, 1);
+}
+
+/* Produce the next SSE events into st->out; 1 on hang-up, -1 on failure. */
+static int stream_fill(struct stream *st)
+{
+	struct serve_buf delta = {0};
+	int32_t from, to;
+	int rc = serve_gen_pull(&st->gen, &delta, &from, &to);
+	struct serve_gen *g = &st->gen;
+	if (rc) {
+		serve_buf_deinit(&delta);
+		return rc;
+	}
+	const struct qc_sample_result *lp = g->lp;
+	if (delta.len || (lp && to > from) || st->first) {
+		rc = serve_resp_chunk(&st->resp, delta.p ? delta.p : "", delta.len, NULL, st->first, st->include_usage,
+				      g->ids, lp, from, to, &st->out);
+		st->first = false;
+	}
+	serve_buf_deinit(&delta);
+	if (rc || !g->finished)
+		return rc ? -1 : 0;
+	if (g->err_status) {
+		rc = serve_resp_error(g->err_status, g->err_msg, NULL, &st->out);
+		if (!rc) {
+			/* an error event is "data: {...}" like any other chunk */
+			struct serve_buf ev = {0};
+			rc = serve_buf_printf(&ev, "data: %.*s\n\n", (int)st->out.len, st->out.p);
+			serve_buf_deinit(&st->out);
+			st->out = ev;
+		}
+	} else {
+		rc = serve_resp_chunk(&st->resp, NULL, 0, g->finish, false, st->include_usage, g->ids, NULL, 0, 0,
+				      &st->out);
+		if (!rc && st->include_usage)
+			rc = serve_resp_usage_chunk(&st->resp, st->n_prompt, g->n, &st->out);
+	}
+	if (!rc)
+		rc = serve_buf_printf(&st->out, "data: [DONE]\n\n");
+	st->ended = true;
+	return rc ? -1 : 0;
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	struct stream *st = cls;
+	(void)pos;
+	while (!st->out.len) {
+		if (st->ended)
+			return MHD_CONTENT_READER_END_OF_STREAM;
+		if (stream_fill(st))
+			return MHD_CONTENT_READER_END_WITH_ERROR;
+	}
+	size_t n = st->out.len < max ? st->out.len : max;
+	memcpy(buf, st->out.p, n);
+	serve_buf_consume(&st->out, n);
+	return (ssize_t)n;
+}
+
+/* ---- generation requests --------------------------------------------------- */
+
+static uint64_t fresh_seed(struct server *s)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	uint64_t x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^ (atomic_fetch_add(&s->next_id, 1) << 48);
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdull;
+	return x ^ (x >> 33);
+}
+
+/* Tokens of the request's prompt (malloc'd). On failure a 400 was decided: *msg/param set. */
+static int prompt_ids(struct server *s, const struct serve_params *p, int32_t **ids, int32_t *n, char *msg,
+		      size_t cap)
+{
+	if (p->prompt_ids) {
+		for (int32_t i = 0; i < p->n_prompt_ids; i++)
+			if (p->prompt_ids[i] >= s->n_vocab) {
+				snprintf(msg, cap, "prompt: token id %d at %d is outside the vocabulary (%d)",
+					 p->prompt_ids[i], i, s->n_vocab);
+				return -1;
+			}
+		*ids = malloc(sizeof(int32_t) * (size_t)p->n_prompt_ids);
+		if (!*ids) {
+			snprintf(msg, cap, "out of memory");
+			return -2;
+		}
+		memcpy(*ids, p->prompt_ids, sizeof(int32_t) * (size_t)p->n_prompt_ids);
+		*n = p->n_prompt_ids;
+		return 0;
+	}
+	struct qc_err err = {0};
+	size_t nn = 0;
+	if (qc_engine_tokenize(s->e, p->prompt, p->prompt_len, true, ids, &nn, &err)) {
+		char m[QC_ERR_MSG_MAX + 64];
+		qc_err_format(&err, m, sizeof m);
+		snprintf(msg, cap, "%s: cannot tokenize: %.400s", p->chat ? "messages" : "prompt", m);
+		return err.code == QC_ENOMEM ? -2 : -1;
+	}
+	*n = (int32_t)nn;
+	return 0;
+}
+
+static enum MHD_Result generate(struct server *s, struct MHD_Connection *c, struct conn *cn)
+{
+	const bool chat = cn->ep == EP_CHAT;
+	const char *pfield = chat ? "messages" : "prompt";
+	struct serve_params p;
+	struct qc_err err = {0};
+	char param[64], msg[600];
+	int32_t *ids = NULL, n = 0;
+	enum MHD_Result ok;
+	int rc = serve_req_parse(cn->body.p ? cn->body.p : "", cn->body.len, chat, s->cfg.chat, &p, param,
+				 sizeof param, &err);
+	if (rc) {
+		serve_params_deinit(&p);
+		return reply_error(s, c, cn->ep, rc == QC_ENOMEM ? 503 : 400, err.msg, param);
+	}
+	if (p.model && strcmp(p.model, s->cfg.model_name)) {
+		snprintf(msg, sizeof msg, "model: '%.200s' is not served here (this server has '%.200s')", p.model,
+			 s->cfg.model_name);
+		serve_params_deinit(&p);
+		return reply_error(s, c, cn->ep, 404, msg, "model");
+	}
+	if ((rc = prompt_ids(s, &p, &ids, &n, msg, sizeof msg))) {
+		serve_params_deinit(&p);
+		return reply_error(s, c, cn->ep, rc == -2 ? 503 : 400, msg, pfield);
+	}
+	const int32_t ctx = s->cfg.ctx_tokens;
+	if (n < 1 || n >= ctx) {
+		snprintf(msg, sizeof msg, n < 1 ? "%s: empty, and the vocabulary adds no BOS"
+					     : "%s: %d tokens; this model's context is %d tokens (prompt and output)",
+			 pfield, n, ctx);
+		free(ids);
+		serve_params_deinit(&p);
+		return reply_error(s, c, cn->ep, 400, msg, pfield);
+	}
+	int32_t max_tokens = p.max_tokens;
+	if (!max_tokens) /* OpenAI: 16 for completions, the rest of the context for chat */
+		max_tokens = chat || ctx - n < 16 ? ctx - n : 16;
+	if (max_tokens > ctx - n) {
+		snprintf(msg, sizeof msg,
+			 "max_tokens: %d prompt tokens + max_tokens %d exceed this model's context of %d tokens", n,
+			 max_tokens, ctx);
+		free(ids);
+		serve_params_deinit(&p);
+		return reply_error(s, c, cn->ep, 400, msg, "max_tokens");
+	}
+	struct serve_job *j = serve_job_new(ids, n);
+	free(ids);
+	if (!j) {
+		serve_params_deinit(&p);
+		return reply_error(s, c, cn->ep, 503, "out of memory", NULL);
+	}
+	j->max_tokens = max_tokens;
+	j->ignore_eos = p.ignore_eos;
+	j->sampling = p.sampling;
+	if (!p.seed_given)
+		j->sampling.seed = fresh_seed(s);
+	int st = serve_engine_submit(s->se, j);
+	if (st) {
+		serve_job_unref(j);
+		serve_params_deinit(&p);
+		return reply_error(s, c, cn->ep, st,
+				   st == 429 ? "the request queue is full; retry later"
+					     : "the server is shutting down or its engine has failed",
+				   NULL);
+	}
+	struct serve_resp resp = {.chat = chat, .created = (long long)time(NULL), .model = s->cfg.model_name,
+				  .vocab = s->vocab, .top_n = p.top_logprobs, .tokens_as_ids = p.tokens_as_ids};
+	snprintf(resp.id, sizeof resp.id, "%s-%016llx", chat ? "chatcmpl" : "cmpl",
+		 (unsigned long long)atomic_fetch_add(&s->next_id, 1));
+
+	if (p.stream) {
+		struct stream *sm = calloc(1, sizeof *sm);
+		if (!sm) {
+			serve_engine_cancel(s->se, j);
+			serve_job_unref(j);
+			serve_params_deinit(&p);
+			return reply_error(s, c, cn->ep, 503, "out of memory", NULL);
+		}
+		sm->s = s;
+		sm->resp = resp;
+		sm->include_usage = p.include_usage;
+		sm->first = true;
+		sm->n_prompt = n;
+		/* the stop strings outlive this call: the stream takes them over */
+		memcpy(sm->stops, p.stops, sizeof sm->stops);
+		sm->n_stops = p.n_stops;
+		p.n_stops = 0;
+		serve_gen_init(&sm->gen, s->se, j, client_fd(c), s->vocab, (const char *const *)sm->stops, sm->n_stops);
+		atomic_fetch_add(&s->open_streams, 1);
+		struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, sm,
+									   stream_free);
+		serve_params_deinit(&p);
+		if (!r) {
+			stream_free(sm);
+			return MHD_NO;
+		}
+		MHD_add_response_header(r, "Content-Type", "text/event-stream");
+		MHD_add_response_header(r, "Cache-Control", "no-cache");
+		ok = MHD_queue_response(c, MHD_HTTP_OK, r);
+		MHD_destroy_response(r);
+		serve_metrics_request(&s->m, cn->ep, 200);
+		return ok;
+	}
+
+	struct serve_gen g;
+	struct serve_buf text = {0}, body = {0};
+	serve_gen_init(&g, s->se, j, client_fd(c), s->vocab, (const char *const *)p.stops, p.n_stops);
+	int32_t from, to;
+	while (!g.finished && !(rc = serve_gen_pull(&g, &text, &from, &to)))
+		;
+	if (rc == 1) { /* the client left: nobody to answer; 499 as nginx logs it */
+		pthread_mutex_lock(&s->m.mu);
+		s->m.cancelled++;
+		pthread_mutex_unlock(&s->m.mu);
+		serve_metrics_request(&s->m, cn->ep, 499);
+		ok = MHD_NO;
+	} else if (rc || g.err_status) {
+		ok = reply_error(s, c, cn->ep, rc ? 503 : g.err_status, rc ? "out of memory" : g.err_msg, NULL);
+	} else if (serve_resp_final(&resp, text.p, text.len, g.finish, g.ids, g.lp, g.n, n, &body)) {
+		ok = reply_error(s, c, cn->ep, 503, "out of memory", NULL);
+	} else {
+		ok = reply(s, c, cn->ep, 200, &body, "application/json");
+	}
+	serve_buf_deinit(&body);
+	serve_buf_deinit(&text);
+	serve_gen_deinit(&g);
+	serve_params_deinit(&p);
+	return ok;
+}
+
+/* ---- the other endpoints --------------------------------------------------- */
+
+static enum MHD_Result simple_get(struct server *s, struct MHD_Connection *c, enum serve_endpoint ep)
+{
+	struct serve_buf b = {0};
+	int rc = 0;
+	if (ep == EP_METRICS) {
+		rc = serve_metrics_render(&s->m, &b);
+		return rc ? reply_error(s, c, ep, 503, "out of memory", NULL)
+			  : reply(s, c, ep, 200, &b, "text/plain; version=0.0.4");
+	}
+	if (ep == EP_HEALTH) {
+		bool dr = atomic_load(&s->draining), failed = serve_engine_failed(s->se);
+		rc = serve_buf_printf(&b, "{\"status\":\"%s\"}", failed ? "engine_failed" : dr ? "draining" : "ok");
+		return rc ? MHD_NO : reply(s, c, ep, dr || failed ? 503 : 200, &b, "application/json");
+	}
+	cJSON *o = cJSON_CreateObject(), *data = o ? cJSON_AddArrayToObject(o, "data") : NULL;
+	cJSON *m = cJSON_CreateObject();
+	if (!data || !m || !cJSON_AddItemToArray(data, m)) {
+		cJSON_Delete(m);
+		cJSON_Delete(o);
+		return reply_error(s, c, ep, 503, "out of memory", NULL);
+	}
+	cJSON_AddStringToObject(o, "object", "list");
+	cJSON_AddStringToObject(m, "id", s->cfg.model_name);
+	cJSON_AddStringToObject(m, "object", "model");
+	cJSON_AddNumberToObject(m, "created", (double)s->created);
+	cJSON_AddStringToObject(m, "owned_by", "qserve");
+	cJSON_AddNumberToObject(m, "max_model_len", s->cfg.ctx_tokens);
+	char *txt = cJSON_PrintUnformatted(o);
+	cJSON_Delete(o);
+	if (!txt || serve_buf_put(&b, txt, strlen(txt))) {
+		cJSON_free(txt);
+		serve_buf_deinit(&b);
+		return reply_error(s, c, ep, 503, "out of memory", NULL);
+	}
+	cJSON_free(txt);
+	return reply(s, c, ep, 200, &b, "application/json");
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+				  const char *version, const char *upload, size_t *upload_size, void **con_cls)
+{
+	struct server *s = cls;
+	struct conn *cn = *con_cls;
+	(void)version;
+	if (!cn) {
+		bool method_ok;
+		cn = calloc(1, sizeof *cn);
+		if (!cn)
+			return MHD_NO;
+		*con_cls = cn;
+		cn->ep = route(url, method, &cn->post, &method_ok);
+		/* refusals before the body is read: nothing is allocated for it */
+		if (cn->ep == EP_OTHER)
+			return reply_error(s, c, cn->ep, 404, "no such endpoint", NULL);
+		if (!method_ok)
+			return reply_error(s, c, cn->ep, 405, "method not allowed here", NULL);
+		if ((cn->ep == EP_COMPLETIONS || cn->ep == EP_CHAT || cn->ep == EP_MODELS) && !key_ok(s, c))
+			return reply_error(s, c, cn->ep, 401, "missing or wrong API key (Authorization: Bearer KEY)",
+					   NULL);
+		const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+		if (cl) {
+			char *end;
+			unsigned long long v = strtoull(cl, &end, 10);
+			if (end == cl || v > s->cfg.max_body) {
+				char msg[128];
+				snprintf(msg, sizeof msg, "request body larger than %zu bytes", s->cfg.max_body);
+				return reply_error(s, c, cn->ep, 413, msg, NULL);
+			}
+		}
+		return MHD_YES;
+	}
+	if (*upload_size) {
+		if (!cn->too_large && cn->body.len + *upload_size > s->cfg.max_body)
+			cn->too_large = true;
+		if (!cn->too_large && serve_buf_put(&cn->body, upload, *upload_size))
+			return MHD_NO;
+		*upload_size = 0;
+		return MHD_YES;
+	}
+	if (cn->too_large) {
+		char msg[128];
+		snprintf(msg, sizeof msg, "request body larger than %zu bytes", s->cfg.max_body);
+		return reply_error(s, c, cn->ep, 413, msg, NULL);
+	}
+	if (cn->ep == EP_COMPLETIONS || cn->ep == EP_CHAT) {
+		if (atomic_load(&s->draining))
+			return reply_error(s, c, cn->ep, 503, "the server is shutting down", NULL);
+		return generate(s, c, cn);
+	}
+	return simple_get(s, c, cn->ep);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode t)
+{
+	struct conn *cn = *con_cls;
+	(void)cls;
+	(void)c;
+	(void)t;
+	if (!cn)
+		return;
+	serve_buf_deinit(&cn->body);
+	free(cn);
+	*con_cls = NULL;
+}
+
+/* ---- lifetime ---------------------------------------------------------------- */
+
+int server_start(const struct server_config *cfg, struct qc_engine *e, struct server **out, struct qc_err *err)
+{
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
+	struct addrinfo *ai = NULL;
+	char port[16];
+	*out = NULL;
+	if (cfg->port < 0 || cfg->port > 65535)
+		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "--port %d: not in 0..65535", cfg->port);
+	snprintf(port, sizeof port, "%d", cfg->port);
+	int g = getaddrinfo(cfg->host, port, &hints, &ai);
+	if (g)
+		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "--host %s: %s", cfg->host, gai_strerror(g));
+	struct server *s = calloc(1, sizeof *s);
+	if (!s) {
+		freeaddrinfo(ai);
+		return qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
+	}
+	s->cfg = *cfg;
+	s->e = e;
+	s->vocab = qc_engine_vocab(e);
+	s->n_vocab = qc_engine_model(e)->cfg.n_vocab;
+	s->created = (long long)time(NULL);
+	atomic_init(&s->open_streams, 0);
+	atomic_init(&s->next_id, (uint64_t)time(NULL) << 20);
+	atomic_init(&s->draining, false);
+	serve_metrics_init(&s->m);
+	struct serve_engine_opts so = {.max_running = cfg->max_running, .max_queue = cfg->max_queue};
+	int rc = serve_engine_start(e, &s->m, &so, &s->se, err);
+	if (rc)
+		goto out_free;
+	unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC;
+	if (ai->ai_family == AF_INET6)
+		flags |= MHD_USE_IPv6;
+	s->d = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s,
+				MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+				MHD_OPTION_CONNECTION_LIMIT, cfg->max_conns,
+				MHD_OPTION_CONNECTION_MEMORY_LIMIT, cfg->max_header,
+				MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
+				MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+				MHD_OPTION_END);
+	if (!s->d) {
+		rc = qc_err_set(err, QC_EIO, NULL, NULL, -1, "cannot listen on %s:%d (in use, or not a local address?)",
+				cfg->host, cfg->port);
+		goto out_engine;
+	}
+	const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
+	s->port = di ? di->port : cfg->port;
+	freeaddrinfo(ai);
+	*out = s;
+	return QC_OK;
+
+out_engine:
+	serve_engine_stop(s->se);
+out_free:
+	serve_metrics_deinit(&s->m);
+	free(s);
+	freeaddrinfo(ai);
+	return rc;
+}
+
+int server_port(const struct server *s)
+{
+	return s->port;
+}
+
+void server_stop(struct server *s, double timeout_s)
+{
+	if (!s)
+		return;
+	atomic_store(&s->draining, true);
+	serve_engine_drain(s->se);
+	const double t0 = now_s();
+	while ((serve_engine_in_flight(s->se) > 0 || atomic_load(&s->open_streams) > 0) && now_s() - t0 < timeout_s)
+		usleep(20000);
+	MHD_stop_daemon(s->d);
+	serve_engine_stop(s->se);
+	serve_metrics_deinit(&s->m);
+	free(s);
+}

@@ -1,0 +1,64 @@
+/* fuzz_serve_req.c — libFuzzer entry for qserve's request-body parser
+ * (runtime/serve_req.c serve_req_parse, chat rendering through chat_template.c).
+ *
+ * Byte 0 picks the schema (completions or chat), the chat family and a wrapper:
+ * the rest is the body as is, or spliced into a valid request ({"prompt":"x", ...}
+ * or {"messages":[...], ...}) so the fuzzer reaches the field checks without
+ * first having to discover JSON. Invariants: a rejection is QC_EINVAL/QC_ENOMEM
+ * with a message; an acceptance has exactly one prompt form, in-range sampling
+ * parameters, at most 4 non-empty stop strings, and frees cleanly.
+ * Build and run: tests/fuzz/run.sh SECONDS tests/fuzz/fuzz_serve_req.c.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* the modules under test are not in the fuzz library: compile them in */
+#include "../../runtime/chat_template.c"
+#include "../../runtime/sampler.c"
+#include "../../runtime/serve_buf.c"
+#include "../../runtime/serve_req.c"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	if (size < 1)
+		return 0;
+	const bool chat = data[0] & 1;
+	const enum qc_chat_family fam = (enum qc_chat_family)((data[0] >> 1) % QC_CHAT_FAMILY_COUNT);
+	const int wrap = (data[0] >> 5) % 3;
+	static const char *const pre[] = {"", "{\"prompt\":\"x\",", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"};
+	size_t pl = strlen(pre[wrap]), n = size - 1;
+	char *body = malloc(pl + n + 2);
+	if (!body)
+		return 0;
+	memcpy(body, pre[wrap], pl);
+	memcpy(body + pl, data + 1, n);
+	if (wrap)
+		body[pl + n++] = '}';
+	struct serve_params p;
+	struct qc_err err = {0};
+	char param[64];
+	int rc = serve_req_parse(body, pl + n, chat, fam, &p, param, sizeof param, &err);
+	if (rc) {
+		if ((rc != QC_EINVAL && rc != QC_ENOMEM) || !err.msg[0]) {
+			fprintf(stderr, "bad rejection: rc %d msg '%s'\n", rc, err.msg);
+			abort();
+		}
+	} else {
+		const struct qc_sampler_params *s = &p.sampling;
+		if ((p.prompt != NULL) == (p.prompt_ids != NULL) || p.n_stops > SERVE_MAX_STOPS ||
+		    !(s->temperature >= 0 && s->temperature <= 2) || !(s->top_p > 0 && s->top_p <= 1) ||
+		    p.top_logprobs < 0 || p.top_logprobs > QC_SAMPLER_MAX_LOGPROBS || p.max_tokens < 0 ||
+		    (chat && fam == QC_CHAT_NONE))
+			abort();
+		for (int i = 0; i < p.n_stops; i++)
+			if (!p.stops[i][0])
+				abort();
+	}
+	serve_params_deinit(&p);
+	free(body);
+	return 0;
+}

@@ -1,0 +1,633 @@
+/* marlin_gemm_test.c — kernels/cuda/marlin_gemm.cu against its C reference, then timings.
+ *
+ * Check (STYLE §14): fresh random q4_0/q8_0 weights (through the reference
+ * quantizer) and fp16 activations per case, packed by formats/layout_marlin.c;
+ * odd token counts, odd group counts, auto and forced K splits, f32 and f16 out;
+ * outputs poisoned with NaN before the launch. Truth = the C reference in fp64;
+ * the kernel passes if its relative error is at most 2x that of a plain fp16
+ * GEMM (the reference with fp16-rounded weights and float sums) + 1e-6, with no
+ * NaN left. Timing: Llama-3-8B shapes, batch 1/16/64/512, against the byte
+ * roofline from a device-to-device copy measured in the same run (and cuBLAS
+ * fp16 on dequantized weights where built with it). Run by tools/gpu_marlin.sh.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+#ifdef QC_WITH_CUBLAS
+#include <cublas_v2.h>
+#endif
+
+#include "layout_marlin.h"
+#include "marlin_gemm.cuh"
+#include "matmul_dispatch.h"
+#include "ref/fp16.h"
+
+static int n_pass, n_fail;
+
+#define CU(x) \
+	do { \
+		cudaError_t e_ = (x); \
+		if (e_ != cudaSuccess) { \
+			fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+			exit(2); \
+		} \
+	} while (0)
+
+static uint64_t rng = 0x243f6a8885a308d3ull;
+static double urand(void) /* [-1, 1) */
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return (double)(rng >> 11) / 4503599627370496.0 - 1.0;
+}
+
+/* Encoding tested for a layout: i4z runs q4_K (the GGUF headline), q4_1 and hq4 in turn. */
+static int z_turn;
+static enum qc_type type_of(enum qc_layout l)
+{
+	static const enum qc_type z[3] = { QC_TYPE_Q4_K, QC_TYPE_Q4_1, QC_TYPE_HQ4 };
+	return l == QC_LAYOUT_MARLIN_I4 ? QC_TYPE_Q4_0 : l == QC_LAYOUT_MARLIN_I8 ? QC_TYPE_Q8_0 : z[z_turn % 3];
+}
+
+/* Random blocks of an encoding without a reference quantizer: random codes and
+ * 6-bit scales, scales/offsets in a weight-like range. */
+static void random_blocks(enum qc_type t, uint8_t *g, uint64_t bytes)
+{
+	const int64_t bb = qc_type_get(t)->block_bytes;
+	for (uint64_t i = 0; i < bytes; i++)
+		g[i] = (uint8_t)(urand() * 128.0 + 128.0);
+	for (uint64_t b = 0; b < bytes / (uint64_t)bb; b++) {
+		uint8_t *p = g + b * (uint64_t)bb;
+		if (t == QC_TYPE_HQ4) {
+			float d = (float)(0.002 * (1.5 + urand()));
+			int16_t z = (int16_t)(8 + 7 * urand());
+			memcpy(p, &d, 4);
+			memcpy(p + 4, &z, 2);
+		} else {
+			uint16_t d = qc_f32_to_fp16((float)(0.0005 * (1.5 + urand())));
+			uint16_t m = qc_f32_to_fp16((float)(t == QC_TYPE_Q4_1 ? -0.04 * (1.5 + urand()) : 0.0007 * (1.5 + urand())));
+			memcpy(p, &d, 2);
+			memcpy(p + 2, &m, 2);
+		}
+	}
+}
+
+/* Random packed weights (n, k) of layout l; returns host bytes, *bytes set. */
+static uint8_t *make_weights(enum qc_layout l, int64_t n, int64_t k, uint64_t *bytes)
+{
+	enum qc_type t = type_of(l);
+	const int64_t ne[4] = { k, n, 1, 1 };
+	QC_ASSERT(qc_layout_bytes(l, t, ne, bytes) == QC_OK);
+	uint64_t gb;
+	QC_ASSERT(qc_layout_bytes(QC_LAYOUT_GGML, t, ne, &gb) == QC_OK);
+	float *f = malloc((size_t)(n * k) * sizeof(float));
+	uint8_t *g = malloc(gb), *p = malloc(*bytes);
+	for (int64_t i = 0; i < n * k; i++) /* a few outliers per row, as real weights have */
+		f[i] = (float)(urand() * (i % 97 == 0 ? 4.0 : 0.05));
+	if (qc_type_get(t)->quant_row)
+		qc_type_get(t)->quant_row(f, g, n * k);
+	else
+		random_blocks(t, g, gb);
+	struct qc_err err = { 0 };
+	QC_ASSERT(qc_layout_pack_slice(l, t, ne, g, p, &err) == QC_OK);
+	free(f);
+	free(g);
+	return p;
+}
+
+static uint16_t *make_act(int64_t m, int64_t k)
+{
+	uint16_t *a = malloc((size_t)(m * k) * 2);
+	for (int64_t i = 0; i < m * k; i++)
+		a[i] = qc_f32_to_fp16((float)urand());
+	return a;
+}
+
+static void check_case(enum qc_layout l, int64_t m, int64_t n, int64_t k, enum qc_marlin_c_type ct,
+		       enum qc_marlin_split sp, int split_k)
+{
+	uint64_t wb;
+	uint8_t *w = make_weights(l, n, k, &wb);
+	uint16_t *a = make_act(m, k);
+	double *truth = malloc((size_t)(m * n) * sizeof(double)), *base = malloc((size_t)(m * n) * sizeof(double));
+	struct qc_marlin_gemm_args ar = { .layout = l, .type = type_of(l), .m = m, .n = n, .k = k, .a = a, .w = w,
+					  .ldc = n, .c_type = ct, .split = sp, .split_k = split_k };
+	struct qc_err err = { 0 };
+	QC_ASSERT(qc_marlin_gemm_ref(&ar, QC_MARLIN_PREC_F64, truth, &err) == QC_OK);
+	QC_ASSERT(qc_marlin_gemm_ref(&ar, QC_MARLIN_PREC_F16, base, &err) == QC_OK);
+	if (ct == QC_MARLIN_C_F16)
+		for (int64_t i = 0; i < m * n; i++)
+			base[i] = qc_fp16_to_f32(qc_f32_to_fp16((float)base[i]));
+
+	size_t cb = (size_t)(m * n) * (ct == QC_MARLIN_C_F16 ? 2 : 4);
+	void *d_a, *d_w, *d_c, *d_ws = NULL;
+	size_t wsb;
+	QC_ASSERT(qc_cuda_marlin_gemm_workspace(&ar, &wsb, &err) == QC_OK);
+	CU(cudaMalloc(&d_a, (size_t)(m * k) * 2));
+	CU(cudaMalloc(&d_w, wb));
+	CU(cudaMalloc(&d_c, cb));
+	if (wsb)
+		CU(cudaMalloc(&d_ws, wsb));
+	CU(cudaMemcpy(d_a, a, (size_t)(m * k) * 2, cudaMemcpyHostToDevice));
+	CU(cudaMemcpy(d_w, w, wb, cudaMemcpyHostToDevice));
+	CU(cudaMemset(d_c, 0xff, cb)); /* NaN in f32 and f16 */
+	if (d_ws)
+		CU(cudaMemset(d_ws, 0xff, wsb));
+	struct qc_marlin_gemm_args dr = ar;
+	dr.a = d_a;
+	dr.w = d_w;
+	dr.c = d_c;
+	dr.workspace = d_ws;
+	dr.workspace_bytes = wsb;
+	int rc = qc_cuda_marlin_gemm(&dr, 0, &err);
+	if (rc == QC_OK)
+		rc = qc_cuda_check(cudaDeviceSynchronize(), "sync", &err);
+	void *hc = malloc(cb);
+	CU(cudaMemcpy(hc, d_c, cb, cudaMemcpyDeviceToHost));
+	double e_gpu = 0, e_base = 0, norm = 0, max_abs = 0;
+	int64_t n_nan = 0, first_bad = -1;
+	for (int64_t i = 0; i < m * n; i++) {
+		double g = ct == QC_MARLIN_C_F16 ? qc_fp16_to_f32(((uint16_t *)hc)[i]) : ((float *)hc)[i];
+		if (isnan(g)) {
+			n_nan++;
+			if (first_bad < 0)
+				first_bad = i;
+			continue;
+		}
+		double d = g - truth[i];
+		e_gpu += d * d;
+		e_base += (base[i] - truth[i]) * (base[i] - truth[i]);
+		norm += truth[i] * truth[i];
+		if (fabs(d) > max_abs)
+			max_abs = fabs(d);
+		if (first_bad < 0 && fabs(d) > 1e-2 * (1 + fabs(truth[i])))
+			first_bad = i;
+	}
+	double rel_gpu = sqrt(e_gpu / norm), rel_base = sqrt(e_base / norm);
+	int ok = rc == QC_OK && n_nan == 0 && rel_gpu <= 2 * rel_base + 1e-6;
+	printf("%s %-10s %-5s m=%-4lld n=%-5lld k=%-5lld c=%s split=%-5s ws=%-8zu rel_err %.3e (fp16 plain %.3e) max_abs %.3e nan %lld first_bad %lld%s%s\n",
+	       ok ? "PASS" : "FAIL", qc_layout_name(l), qc_type_get(type_of(l))->name, (long long)m, (long long)n,
+	       (long long)k, ct == QC_MARLIN_C_F16 ? "f16" : "f32", sp == QC_MARLIN_SPLIT_AUTO ? "auto" : "fixed", wsb, rel_gpu,
+	       rel_base, max_abs, (long long)n_nan, (long long)first_bad, rc ? " err: " : "", rc ? err.msg : "");
+	ok ? n_pass++ : n_fail++;
+	cudaFree(d_a);
+	cudaFree(d_w);
+	cudaFree(d_c);
+	cudaFree(d_ws);
+	free(hc);
+	free(w);
+	free(a);
+	free(truth);
+	free(base);
+}
+
+/* MoE rows: each row picks one of E stacked slices; c has ldc > n and the
+ * columns past n must stay untouched (still NaN bits). */
+static void check_experts(enum qc_layout l, int64_t m, int64_t n, int64_t k, int64_t E)
+{
+	uint64_t sb;
+	uint8_t *w0 = make_weights(l, n, k, &sb);
+	uint8_t *w = malloc(sb * (uint64_t)E);
+	memcpy(w, w0, sb);
+	free(w0);
+	for (int64_t e = 1; e < E; e++) {
+		uint8_t *we = make_weights(l, n, k, &sb);
+		memcpy(w + (uint64_t)e * sb, we, sb);
+		free(we);
+	}
+	uint16_t *a = make_act(m, k);
+	int32_t *ex = malloc((size_t)m * 4);
+	for (int64_t r = 0; r < m; r++)
+		ex[r] = (int32_t)((r * 7 + 2) % E);
+	int64_t ldc = n + 6;
+	double *truth = malloc((size_t)(m * n) * sizeof(double)), *base = malloc((size_t)(m * n) * sizeof(double));
+	struct qc_marlin_gemm_args ar = { .layout = l, .type = type_of(l), .m = m, .n = n, .k = k, .a = a, .w = w,
+					  .ldc = ldc, .expert = ex, .mat_stride = sb };
+	struct qc_err err = { 0 };
+	QC_ASSERT(qc_marlin_gemm_ref(&ar, QC_MARLIN_PREC_F64, truth, &err) == QC_OK);
+	QC_ASSERT(qc_marlin_gemm_ref(&ar, QC_MARLIN_PREC_F16, base, &err) == QC_OK);
+	size_t wsb, cb = (size_t)(m * ldc) * 4;
+	QC_ASSERT(qc_cuda_marlin_gemm_workspace(&ar, &wsb, &err) == QC_OK);
+	void *d_a, *d_w, *d_c, *d_ws = NULL, *d_ex;
+	CU(cudaMalloc(&d_a, (size_t)(m * k) * 2));
+	CU(cudaMalloc(&d_w, sb * (uint64_t)E));
+	CU(cudaMalloc(&d_c, cb));
+	CU(cudaMalloc(&d_ex, (size_t)m * 4));
+	if (wsb)
+		CU(cudaMalloc(&d_ws, wsb));
+	CU(cudaMemcpy(d_a, a, (size_t)(m * k) * 2, cudaMemcpyHostToDevice));
+	CU(cudaMemcpy(d_w, w, sb * (uint64_t)E, cudaMemcpyHostToDevice));
+	CU(cudaMemcpy(d_ex, ex, (size_t)m * 4, cudaMemcpyHostToDevice));
+	CU(cudaMemset(d_c, 0xff, cb));
+	struct qc_marlin_gemm_args dr = ar;
+	dr.a = d_a;
+	dr.w = d_w;
+	dr.c = d_c;
+	dr.expert = d_ex;
+	dr.workspace = d_ws;
+	dr.workspace_bytes = wsb;
+	int rc = qc_cuda_marlin_gemm(&dr, 0, &err);
+	if (rc == QC_OK)
+		rc = qc_cuda_check(cudaDeviceSynchronize(), "sync", &err);
+	float *hc = malloc(cb);
+	CU(cudaMemcpy(hc, d_c, cb, cudaMemcpyDeviceToHost));
+	double eg = 0, eb = 0, nrm = 0;
+	int64_t n_nan = 0, n_touched = 0;
+	for (int64_t r = 0; r < m; r++)
+		for (int64_t c = 0; c < ldc; c++) {
+			float g = hc[r * ldc + c];
+			uint32_t bits;
+			memcpy(&bits, &g, 4);
+			if (c >= n) {
+				n_touched += bits != 0xffffffffu;
+				continue;
+			}
+			if (isnan(g)) {
+				n_nan++;
+				continue;
+			}
+			double t = truth[r * n + c];
+			eg += (g - t) * (g - t);
+			eb += (base[r * n + c] - t) * (base[r * n + c] - t);
+			nrm += t * t;
+		}
+	double rg = sqrt(eg / nrm), rb = sqrt(eb / nrm);
+	int ok = rc == QC_OK && n_nan == 0 && n_touched == 0 && rg <= 2 * rb + 1e-6;
+	printf("%s %-9s experts=%lld m=%-4lld n=%-5lld k=%-5lld ldc=%lld rel_err %.3e (fp16 plain %.3e) nan %lld written past n %lld%s%s\n",
+	       ok ? "PASS" : "FAIL", qc_layout_name(l), (long long)E, (long long)m, (long long)n, (long long)k,
+	       (long long)ldc, rg, rb, (long long)n_nan, (long long)n_touched, rc ? " err: " : "", rc ? err.msg : "");
+	ok ? n_pass++ : n_fail++;
+	cudaFree(d_a);
+	cudaFree(d_w);
+	cudaFree(d_c);
+	cudaFree(d_ex);
+	cudaFree(d_ws);
+	free(hc);
+	free(w);
+	free(a);
+	free(ex);
+	free(truth);
+	free(base);
+}
+
+/* The backend's entry (the matmul_layouts.def row, kernels/cuda/marlin_mm.cu):
+ * float rows with ldx and x_div, strided y; checked against the reference on
+ * the fp16-rounded rows. (Called directly: the table itself links every
+ * backend kernel, which `make test-gpu` covers.) */
+static void check_table_entry(enum qc_layout l, int64_t rows, int64_t n, int64_t k)
+{
+	uint64_t wb;
+	uint8_t *w = make_weights(l, n, k, &wb);
+	const int32_t x_div = 2;
+	const int64_t ldx = k + 8, ldy = n + 4, xr = (rows + x_div - 1) / x_div;
+	float *x = malloc((size_t)(xr * ldx) * 4);
+	uint16_t *a16 = malloc((size_t)(rows * k) * 2);
+	for (int64_t i = 0; i < xr * ldx; i++)
+		x[i] = (float)urand();
+	for (int64_t r = 0; r < rows; r++)
+		for (int64_t c = 0; c < k; c++)
+			a16[r * k + c] = qc_f32_to_fp16(x[(r / x_div) * ldx + c]);
+	double *truth = malloc((size_t)(rows * n) * sizeof(double)), *base = malloc((size_t)(rows * n) * sizeof(double));
+	struct qc_marlin_gemm_args ar = { .layout = l, .type = type_of(l), .m = rows, .n = n, .k = k, .a = a16, .w = w,
+					  .ldc = n };
+	struct qc_err err = { 0 };
+	QC_ASSERT(qc_marlin_gemm_ref(&ar, QC_MARLIN_PREC_F64, truth, &err) == QC_OK);
+	QC_ASSERT(qc_marlin_gemm_ref(&ar, QC_MARLIN_PREC_F16, base, &err) == QC_OK);
+	uint64_t wsb = qc_cuda_marlin_mm_ws(k, n, rows);
+	void *d_w, *d_x, *d_y, *d_ws;
+	CU(cudaMalloc(&d_w, wb));
+	CU(cudaMalloc(&d_x, (size_t)(xr * ldx) * 4));
+	CU(cudaMalloc(&d_y, (size_t)(rows * ldy) * 4));
+	CU(cudaMalloc(&d_ws, wsb));
+	CU(cudaMemcpy(d_w, w, wb, cudaMemcpyHostToDevice));
+	CU(cudaMemcpy(d_x, x, (size_t)(xr * ldx) * 4, cudaMemcpyHostToDevice));
+	CU(cudaMemset(d_y, 0xff, (size_t)(rows * ldy) * 4));
+	struct qc_cuda_mm_args m = { .d_w = d_w, .type = type_of(l), .layout = l, .n_in = k, .n_out = n,
+				     .d_x = d_x, .ldx = ldx, .x_div = x_div, .n_rows = rows, .d_y = d_y, .ldy = ldy,
+				     .d_ws = d_ws, .ws_bytes = wsb };
+	int rc = qc_cuda_marlin_mm(&m, 0, &err);
+	if (!rc)
+		rc = qc_cuda_check(cudaDeviceSynchronize(), "sync", &err);
+	float *y = malloc((size_t)(rows * ldy) * 4);
+	CU(cudaMemcpy(y, d_y, (size_t)(rows * ldy) * 4, cudaMemcpyDeviceToHost));
+	double eg = 0, eb = 0, nrm = 0;
+	int64_t bad = 0;
+	for (int64_t r = 0; r < rows; r++)
+		for (int64_t c = 0; c < n; c++) {
+			double g = y[r * ldy + c], t = truth[r * n + c];
+			bad += isnan(g);
+			if (isnan(g))
+				continue;
+			eg += (g - t) * (g - t);
+			eb += (base[r * n + c] - t) * (base[r * n + c] - t);
+			nrm += t * t;
+		}
+	double rg = sqrt(eg / nrm), rb = sqrt(eb / nrm);
+	int ok = rc == QC_OK && bad == 0 && rg <= 2 * rb + 1e-6;
+	printf("%s table entry %s %-9s rows=%lld n=%lld k=%lld (x_div 2, strided x and y) rel_err %.3e (fp16 plain %.3e) nan %lld%s%s\n",
+	       ok ? "PASS" : "FAIL", "qc_cuda_marlin_mm", qc_layout_name(l), (long long)rows, (long long)n, (long long)k, rg, rb,
+	       (long long)bad, rc ? " err: " : "", rc ? err.msg : "");
+	ok ? n_pass++ : n_fail++;
+	cudaFree(d_w);
+	cudaFree(d_x);
+	cudaFree(d_y);
+	cudaFree(d_ws);
+	free(w);
+	free(x);
+	free(a16);
+	free(truth);
+	free(base);
+	free(y);
+}
+
+/* The kernel must refuse what it cannot do, naming the shape, before launching. */
+static void check_refusals(void)
+{
+	struct qc_err err = { 0 };
+	char dummy[64] __attribute__((aligned(16)));
+	struct qc_marlin_gemm_args a = { .layout = QC_LAYOUT_MARLIN_I4, .type = QC_TYPE_Q4_0, .m = 4, .n = 96, .k = 64,
+					 .a = dummy, .w = dummy, .c = dummy, .ldc = 96 };
+	int rc = qc_cuda_marlin_gemm(&a, 0, &err);
+	printf("%s refuses n=96 for marlin_i4: %s\n", rc == QC_EUNSUPPORTED ? "PASS" : "FAIL", err.msg);
+	rc == QC_EUNSUPPORTED ? n_pass++ : n_fail++;
+	a.n = 64;
+	a.layout = QC_LAYOUT_GGML;
+	rc = qc_cuda_marlin_gemm(&a, 0, &err);
+	printf("%s refuses layout ggml: %s\n", rc == QC_EUNSUPPORTED ? "PASS" : "FAIL", err.msg);
+	rc == QC_EUNSUPPORTED ? n_pass++ : n_fail++;
+}
+
+static int cmp_float(const void *x, const void *y)
+{
+	float a = *(const float *)x, b = *(const float *)y;
+	return a < b ? -1 : a > b;
+}
+
+/* Time per launch: R launches (rotating inputs) captured into a CUDA graph, the
+ * graph replayed `reps` times between events (median); the graph keeps host
+ * launch overhead out of the numbers, as a serving loop's graphs would. */
+#define R_PER_GRAPH 20
+typedef int (*bench_fn)(void *ctx, int i, cudaStream_t s);
+static cudaStream_t bench_stream;
+static float median_us(bench_fn f, void *ctx, int reps)
+{
+	cudaEvent_t e0, e1;
+	cudaGraph_t g;
+	cudaGraphExec_t ge;
+	float t[64];
+	CU(cudaEventCreate(&e0));
+	CU(cudaEventCreate(&e1));
+	CU(cudaStreamBeginCapture(bench_stream, cudaStreamCaptureModeRelaxed));
+	for (int i = 0; i < R_PER_GRAPH; i++)
+		if (f(ctx, i, bench_stream)) {
+			fprintf(stderr, "bench launch failed\n");
+			exit(2);
+		}
+	CU(cudaStreamEndCapture(bench_stream, &g));
+	CU(cudaGraphInstantiate(&ge, g, 0));
+	for (int i = 0; i < 2; i++)
+		CU(cudaGraphLaunch(ge, bench_stream));
+	for (int i = 0; i < reps; i++) {
+		CU(cudaEventRecord(e0, bench_stream));
+		CU(cudaGraphLaunch(ge, bench_stream));
+		CU(cudaEventRecord(e1, bench_stream));
+		CU(cudaEventSynchronize(e1));
+		CU(cudaEventElapsedTime(&t[i], e0, e1));
+	}
+	qsort(t, (size_t)reps, sizeof(float), cmp_float);
+	cudaGraphExecDestroy(ge);
+	cudaGraphDestroy(g);
+	cudaEventDestroy(e0);
+	cudaEventDestroy(e1);
+	return t[reps / 2] * 1000.0f / R_PER_GRAPH;
+}
+
+struct copy_ctx {
+	void *d_src, *d_dst;
+	size_t bytes;
+};
+
+
+#define N_COPIES 16
+struct mm_ctx {
+	struct qc_marlin_gemm_args a;
+	void *d_w[N_COPIES];   /* rotated so the weights come from HBM, not L2 */
+	int n_copies;
+#ifdef QC_WITH_CUBLAS
+	cublasHandle_t h;
+	void *d_wf16[N_COPIES];
+#endif
+};
+
+static int run_marlin(void *ctx, int i, cudaStream_t s)
+{
+	struct mm_ctx *c = ctx;
+	struct qc_marlin_gemm_args a = c->a;
+	struct qc_err err = { 0 };
+	a.w = c->d_w[i % c->n_copies];
+	int rc = qc_cuda_marlin_gemm(&a, s, &err);
+	if (rc)
+		fprintf(stderr, "marlin: %s\n", err.msg);
+	return rc;
+}
+
+#ifdef QC_WITH_CUBLAS
+static int run_cublas(void *ctx, int i, cudaStream_t s)
+{
+	struct mm_ctx *c = ctx;
+	const float one = 1.0f, zero = 0.0f;
+	cublasSetStream(c->h, s);
+	/* column-major view: C^T (n x m) = W (n x k, ld k, transposed) * A^T (k x m) */
+	return cublasGemmEx(c->h, CUBLAS_OP_T, CUBLAS_OP_N, (int)c->a.n, (int)c->a.m, (int)c->a.k, &one,
+			    c->d_wf16[i % c->n_copies], CUDA_R_16F, (int)c->a.k, c->a.a, CUDA_R_16F, (int)c->a.k, &zero,
+			    c->a.c, CUDA_R_32F, (int)c->a.n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS;
+}
+#endif
+
+static double copy_bw; /* bytes/s, read + write */
+
+static void bench_shape(enum qc_layout l, int64_t n, int64_t k, const int *ms, int n_ms, const int *splits, int n_splits)
+{
+	uint64_t wb;
+	uint8_t *w = make_weights(l, n, k, &wb);
+	struct mm_ctx c;
+	memset(&c, 0, sizeof c);
+	c.n_copies = (int)((512ull << 20) / wb + 1); /* > 512 MiB of weights: far past the 50 MB L2 */
+	if (c.n_copies > N_COPIES)
+		c.n_copies = N_COPIES;
+	for (int i = 0; i < c.n_copies; i++) {
+		CU(cudaMalloc(&c.d_w[i], wb));
+		CU(cudaMemcpy(c.d_w[i], w, wb, cudaMemcpyHostToDevice));
+	}
+	int64_t mmax = 512;
+	uint16_t *a = make_act(mmax, k);
+	void *d_a, *d_c, *d_ws = NULL;
+	size_t ws_max = 0;
+	CU(cudaMalloc(&d_a, (size_t)(mmax * k) * 2));
+	CU(cudaMalloc(&d_c, (size_t)(mmax * n) * 4));
+	CU(cudaMemcpy(d_a, a, (size_t)(mmax * k) * 2, cudaMemcpyHostToDevice));
+#ifdef QC_WITH_CUBLAS
+	CU(cudaMalloc(&c.d_wf16[0], (size_t)(n * k) * 2));
+	{
+		uint16_t *hf = malloc((size_t)(n * k) * 2);
+		for (int64_t i = 0; i < n * k; i++)
+			hf[i] = qc_f32_to_fp16((float)urand() * 0.05f);
+		CU(cudaMemcpy(c.d_wf16[0], hf, (size_t)(n * k) * 2, cudaMemcpyHostToDevice));
+		free(hf);
+	}
+	int fcopies = (int)((512ull << 20) / (uint64_t)(n * k * 2) + 1);
+	fcopies = fcopies > c.n_copies ? c.n_copies : fcopies;
+	for (int i = 1; i < fcopies; i++) {
+		CU(cudaMalloc(&c.d_wf16[i], (size_t)(n * k) * 2));
+		CU(cudaMemcpy(c.d_wf16[i], c.d_wf16[0], (size_t)(n * k) * 2, cudaMemcpyDeviceToDevice));
+	}
+	for (int i = fcopies; i < c.n_copies; i++)
+		c.d_wf16[i] = c.d_wf16[i % fcopies];
+	CU(cublasCreate(&c.h) == CUBLAS_STATUS_SUCCESS ? cudaSuccess : cudaErrorUnknown);
+	void *d_blas_ws; /* a fixed workspace: cuBLAS must not allocate inside graph capture */
+	CU(cudaMalloc(&d_blas_ws, 64u << 20));
+	CU(cublasSetWorkspace(c.h, d_blas_ws, 64u << 20) == CUBLAS_STATUS_SUCCESS ? cudaSuccess : cudaErrorUnknown);
+#endif
+	for (int mi = 0; mi < n_ms; mi++) {
+		int64_t m = ms[mi];
+		for (int si = -1; si < (m == 1 ? n_splits : 0); si++) {
+			c.a = (struct qc_marlin_gemm_args){ .layout = l, .type = type_of(l), .m = m, .n = n, .k = k,
+							    .a = d_a, .c = d_c, .ldc = n, .c_type = QC_MARLIN_C_F32 };
+			c.a.w = c.d_w[0];
+			if (si >= 0) {
+				c.a.split = QC_MARLIN_SPLIT_FIXED;
+				c.a.split_k = splits[si];
+			}
+			size_t wsb;
+			struct qc_err err = { 0 };
+			QC_ASSERT(qc_cuda_marlin_gemm_workspace(&c.a, &wsb, &err) == QC_OK);
+			if (wsb > ws_max) {
+				cudaFree(d_ws);
+				CU(cudaMalloc(&d_ws, wsb));
+				ws_max = wsb;
+			}
+			c.a.workspace = d_ws;
+			c.a.workspace_bytes = ws_max;
+			float us = median_us(run_marlin, &c, 41);
+			/* what the kernel must read: codes, scales (+ offsets); not the i4z headers */
+			double wread = (double)n * (double)k * (l == QC_LAYOUT_MARLIN_I8 ? 1.0 : 0.5) +
+				       (double)n * (double)(k / 32) * (l == QC_LAYOUT_MARLIN_I4Z ? 4.0 : 2.0);
+			double bytes = wread + (double)(m * k) * 2 + (double)(m * n) * 4;
+			double floor_us = bytes / copy_bw * 1e6;
+			double tflops = 2.0 * (double)m * (double)n * (double)k / (us * 1e-6) / 1e12;
+			printf("BENCH %-9s n=%-5lld k=%-5lld m=%-4lld split=%-5s(%3zu) %9.1f us  %7.1f GB/s  roofline %7.1f us (%5.1f%%)  %6.1f TFLOP/s\n",
+			       qc_layout_name(l), (long long)n, (long long)k, (long long)m,
+			       si < 0 ? "auto" : "fixed", wsb ? wsb / ((size_t)m * (size_t)n * 4) : 1, us,
+			       bytes / (us * 1e-6) / 1e9, floor_us, 100.0 * floor_us / us, tflops);
+		}
+#ifdef QC_WITH_CUBLAS
+		if (l == QC_LAYOUT_MARLIN_I4) {
+			float us = median_us(run_cublas, &c, 41);
+			double bytes = (double)(n * k) * 2 + (double)(m * k) * 2 + (double)(m * n) * 4;
+			printf("BENCH cublas-f16 n=%-5lld k=%-5lld m=%-4lld                %9.1f us  %7.1f GB/s  roofline %7.1f us (%5.1f%%)  %6.1f TFLOP/s\n",
+			       (long long)n, (long long)k, (long long)m, us, bytes / (us * 1e-6) / 1e9,
+			       bytes / copy_bw * 1e6, 100.0 * bytes / copy_bw * 1e6 / us,
+			       2.0 * (double)m * (double)n * (double)k / (us * 1e-6) / 1e12);
+		}
+#endif
+	}
+#ifdef QC_WITH_CUBLAS
+	cublasDestroy(c.h);
+	cudaFree(d_blas_ws);
+	for (int i = 0; i < fcopies; i++)
+		cudaFree(c.d_wf16[i]);
+#endif
+	for (int i = 0; i < c.n_copies; i++)
+		cudaFree(c.d_w[i]);
+	cudaFree(d_a);
+	cudaFree(d_c);
+	cudaFree(d_ws);
+	free(a);
+	free(w);
+}
+
+int main(int argc, char **argv)
+{
+	int do_bench = !(argc > 1 && strcmp(argv[1], "--check") == 0);
+	setvbuf(stdout, NULL, _IOLBF, 0); /* a log cut by a timeout still shows the last case */
+	struct cudaDeviceProp prop;
+	CU(cudaGetDeviceProperties(&prop, 0));
+	printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
+
+	static const struct { int64_t m, n, k; } cases[] = {
+		{ 1, 256, 256 },   { 1, 4096, 14336 }, { 3, 512, 4096 },  { 7, 1024, 2080 }, { 16, 192, 512 },
+		{ 17, 256, 96 },   { 33, 768, 1024 },  { 64, 256, 4096 }, { 100, 512, 800 }, { 130, 320, 96 },
+		{ 511, 1024, 1024 }, { 1000, 256, 512 },
+	};
+	static const enum qc_layout layouts[] = { QC_LAYOUT_MARLIN_I4, QC_LAYOUT_MARLIN_I8, QC_LAYOUT_MARLIN_I4Z };
+	for (int li = 0; li < 3; li++) {
+		enum qc_layout l = layouts[li];
+		for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+			enum qc_marlin_c_type ct = i % 2 ? QC_MARLIN_C_F16 : QC_MARLIN_C_F32;
+			z_turn = (int)i;
+			if (type_of(l) == QC_TYPE_Q4_K && cases[i].k % 256)
+				z_turn++; /* q4_K blocks are 256 long */
+			check_case(l, cases[i].m, cases[i].n, cases[i].k, ct, QC_MARLIN_SPLIT_AUTO, 0);
+			if (i % 3 == 0)
+				check_case(l, cases[i].m, cases[i].n, cases[i].k, ct ^ 1, QC_MARLIN_SPLIT_FIXED, 3);
+		}
+		check_case(l, 5, 512, 4096, QC_MARLIN_C_F32, QC_MARLIN_SPLIT_FIXED, 128); /* one group per split */
+	}
+	check_experts(QC_LAYOUT_MARLIN_I4, 9, 256, 512, 3);
+	check_experts(QC_LAYOUT_MARLIN_I8, 5, 320, 1056, 4);
+	z_turn = 0;
+	check_experts(QC_LAYOUT_MARLIN_I4Z, 6, 192, 512, 2); /* q4_K */
+	check_table_entry(QC_LAYOUT_MARLIN_I4, 3, 512, 1024);
+	check_table_entry(QC_LAYOUT_MARLIN_I8, 37, 256, 512);
+	z_turn = 1;
+	check_table_entry(QC_LAYOUT_MARLIN_I4Z, 20, 128, 256); /* q4_1 */
+	check_refusals();
+	printf("marlin_gemm_test: %d passed, %d failed\n", n_pass, n_fail);
+	if (!do_bench)
+		return n_fail ? 1 : 0;
+	if (n_fail)
+		printf("(timings below are of a kernel that failed checks)\n");
+
+	CU(cudaStreamCreate(&bench_stream));
+	/* copy bandwidth: 1 GiB device to device, read + write counted */
+	struct copy_ctx cc = { .bytes = 1ull << 30 };
+	CU(cudaMalloc(&cc.d_src, cc.bytes));
+	CU(cudaMalloc(&cc.d_dst, cc.bytes));
+	CU(cudaMemset(cc.d_src, 0x5a, cc.bytes));
+	/* timed eagerly, one copy between events (1 GiB dwarfs the launch); a graph
+	 * of memcpy nodes measured lower than cuBLAS reads in the first runs */
+	float ct[21];
+	cudaEvent_t c0, c1;
+	CU(cudaEventCreate(&c0));
+	CU(cudaEventCreate(&c1));
+	for (int i = 0; i < 24; i++) {
+		CU(cudaEventRecord(c0, bench_stream));
+		CU(cudaMemcpyAsync(cc.d_dst, cc.d_src, cc.bytes, cudaMemcpyDeviceToDevice, bench_stream));
+		CU(cudaEventRecord(c1, bench_stream));
+		CU(cudaEventSynchronize(c1));
+		if (i >= 3)
+			CU(cudaEventElapsedTime(&ct[i - 3], c0, c1));
+	}
+	qsort(ct, 21, sizeof(float), cmp_float);
+	float cus = ct[10] * 1000.0f;
+	copy_bw = 2.0 * (double)cc.bytes / (cus * 1e-6);
+	printf("copy bandwidth: %.0f GB/s (1 GiB D2D, read + write)\n", copy_bw / 1e9);
+	cudaFree(cc.d_src);
+	cudaFree(cc.d_dst);
+
+	static const int ms[] = { 1, 16, 64, 512 };
+	static const int splits[] = { 1, 4, 8, 16, 32 };
+	bench_shape(QC_LAYOUT_MARLIN_I4, 14336, 4096, ms, 4, splits, 5); /* gate / up */
+	bench_shape(QC_LAYOUT_MARLIN_I4, 4096, 14336, ms, 4, splits, 5); /* down */
+	bench_shape(QC_LAYOUT_MARLIN_I4, 4096, 4096, ms, 4, splits, 0);  /* q / o */
+	bench_shape(QC_LAYOUT_MARLIN_I4, 1024, 4096, ms, 4, splits, 0);  /* k / v */
+	bench_shape(QC_LAYOUT_MARLIN_I8, 14336, 4096, ms, 4, splits, 5);
+	bench_shape(QC_LAYOUT_MARLIN_I8, 4096, 14336, ms, 4, splits, 0);
+	z_turn = 0;
+	bench_shape(QC_LAYOUT_MARLIN_I4Z, 14336, 4096, ms, 4, splits, 0); /* q4_K */
+	return n_fail ? 1 : 0;
+}

@@ -1,0 +1,17 @@
+#!/bin/sh
+# tests/gpu/run.sh — the GPU tests (make test-gpu): each binary through tests/run.sh,
+# then the kernel test under compute-sanitizer memcheck and racecheck (quick shapes)
+# when compute-sanitizer is on the PATH or in $CUDA_HOME/bin.
+set -u
+sh tests/run.sh "$@"; rc=$?
+cs=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
+for t in "$@"; do
+	case "$t" in *test_kernels) ;; *) continue ;; esac
+	if [ ! -x "$cs" ]; then echo "compute-sanitizer not found: skipped"; continue; fi
+	for tool in memcheck racecheck; do
+		out=$(QC_GPU_TEST_QUICK=1 "$cs" --tool $tool --error-exitcode 3 "$t" 2>&1); s=$?
+		printf '%s\n' "$out" | grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|Error|passed, [0-9]+ failed' | tail -n 5
+		if [ "$s" -ne 0 ]; then echo "compute-sanitizer $tool: exit $s"; rc=1; else echo "compute-sanitizer $tool: clean"; fi
+	done
+done
+exit $rc

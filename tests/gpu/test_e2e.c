@@ -1,0 +1,316 @@
+/* test_e2e.c — the CUDA backend end to end against the CPU backend.
+ *
+ * Per fixture (every .gguf under $QC_FIXTURES/gguf, gguf-quant, gguf-gen, converted in
+ * process to a temp cpu bundle): greedy 16 tokens after a fixed prompt on the CPU
+ * backend (float activations, QC_ACT_ROUND_NONE) and on CUDA. The ids must be
+ * equal up to the first step where the CPU's top-2 logit margin is below the
+ * fp16 bound FP16_REL * (1 + max |logit|) (after a near-tie both continuations are
+ * legitimate); every margin at a divergence is printed, with the largest logit
+ * difference seen on the shared prefix.
+ * Batched: 16 requests at once over a K/V pool small enough to force preemption
+ * must each produce exactly their solo CUDA tokens (QC_CUDA_GEMV_MAX_ROWS is set
+ * huge: the GEMV path is batch-invariant, cuBLAS is not). Dense and MoE fixtures.
+ * The margin checker gets a deliberately wrong case that must fail.
+ */
+#include <cuda_runtime_api.h>
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../check.h"
+#include "backend_cuda.h"
+#include "convert.h"
+#include "engine.h"
+#include "plan.h"
+
+#define N_GEN 16
+#define FP16_REL 0x1p-7 /* 2^-11 (fp16 unit roundoff) x 16 for the f16 weight and cache roundings */
+
+struct trace {
+	int32_t ids[N_GEN];
+	float margin[N_GEN];       /* top-1 minus top-2 logit */
+	float maxabs[N_GEN];       /* max |logit| */
+	float *logits;             /* (N_GEN, n_vocab) */
+	int32_t n, n_vocab;
+};
+
+static void on_logits(void *ctx, uint64_t id, int32_t step, const float *lg, int32_t n_vocab)
+{
+	struct trace *tr = ctx;
+	(void)id;
+	if (step >= N_GEN)
+		return;
+	float a = -INFINITY, b = -INFINITY, mx = 0;
+	for (int32_t i = 0; i < n_vocab; i++) {
+		if (lg[i] > a) {
+			b = a;
+			a = lg[i];
+		} else if (lg[i] > b) {
+			b = lg[i];
+		}
+		mx = fabsf(lg[i]) > mx ? fabsf(lg[i]) : mx;
+	}
+	tr->margin[step] = a - b;
+	tr->maxabs[step] = mx;
+	if (tr->logits)
+		memcpy(tr->logits + (size_t)step * (size_t)n_vocab, lg, sizeof(float) * (size_t)n_vocab);
+}
+
+/* Greedy N_GEN tokens of prompt on backend be. */
+static int generate(const char *bundle, const struct qc_backend_ops *be, const int32_t *prompt, int32_t n_prompt,
+		    struct trace *tr, struct qc_err *err)
+{
+	struct qc_engine_opts o;
+	struct qc_engine *e = NULL;
+	uint64_t id;
+	int rc;
+	qc_engine_opts_init(&o);
+	o.backend = be;
+	o.act_round = QC_ACT_ROUND_NONE;
+	o.max_running = 1;
+	o.max_seq_tokens = 256;
+	o.on_logits = on_logits;
+	o.cb_ctx = tr;
+	o.n_threads = 4;
+	if ((rc = qc_engine_new(bundle, &o, &e, err)))
+		return rc;
+	tr->n_vocab = qc_engine_model(e)->cfg.n_vocab;
+	tr->logits = malloc(sizeof(float) * (size_t)N_GEN * (size_t)tr->n_vocab);
+	struct qc_engine_request q = {.prompt = prompt, .n_prompt = n_prompt, .max_tokens = N_GEN, .ignore_eos = true};
+	qc_sampler_params_init(&q.sampling);
+	q.sampling.temperature = 0.0f;
+	if ((rc = qc_engine_add(e, &q, &id, err)))
+		goto out;
+	while (qc_engine_has_work(e))
+		if ((rc = qc_engine_step(e, err)))
+			goto out;
+	const int32_t *ids;
+	enum qc_sched_finish fin;
+	qc_engine_output(e, id, &ids, &tr->n, &fin);
+	memcpy(tr->ids, ids, sizeof(int32_t) * (size_t)tr->n);
+out:
+	qc_engine_free(e);
+	return rc;
+}
+
+/* First step where ids differ, N_GEN when none. */
+static int first_diff(const struct trace *a, const struct trace *b)
+{
+	for (int i = 0; i < N_GEN; i++)
+		if (i >= a->n || i >= b->n || a->ids[i] != b->ids[i])
+			return i;
+	return N_GEN;
+}
+
+/* A divergence at step k is allowed when the CPU's margin there is below the fp16 bound. */
+static bool divergence_ok(const struct trace *cpu, int k)
+{
+	return k >= N_GEN || cpu->margin[k] < FP16_REL * (1.0f + cpu->maxabs[k]);
+}
+
+static void run_fixture(const char *dir, const char *name, const char *tmp)
+{
+	char in[1024], out[1200];
+	struct qc_err err = {0};
+	if (snprintf(in, sizeof in, "%s/%s", dir, name) >= (int)sizeof in)
+		return;
+	if (snprintf(out, sizeof out, "%s/e2e.qb", tmp) >= (int)sizeof out)
+		return;
+	struct qc_convert_opts co = {.in = in, .out = out, .target = QC_TARGET_CPU, .alignment = 4096,
+				     .plan_flags = QC_PLAN_FUSE_MOE};
+	if (qc_convert_gguf(&co, NULL, &err)) { /* e.g. the legacy q8_0 fixture llama.cpp rejects too */
+		printf("  %-36s skipped: not convertible (%s)\n", name, err.msg);
+		return;
+	}
+	int32_t prompt[12];
+	for (int i = 0; i < 12; i++)
+		prompt[i] = 1 + (int32_t)((i * 37 + 11) % 200);
+	struct trace cpu = {0}, gpu = {0};
+	int rc = generate(out, &qc_backend_cpu, prompt, 12, &cpu, &err);
+	if (rc) { /* a model the engine refuses: the CUDA backend must refuse it too */
+		printf("  %-36s cpu refuses (%s): cuda must too\n", name, err.msg);
+		CHECK(generate(out, &qc_backend_cuda, prompt, 12, &gpu, &err) != QC_OK, "%s: cuda accepts it", name);
+	}
+	if (!rc) {
+		rc = generate(out, &qc_backend_cuda, prompt, 12, &gpu, &err);
+		CHECK(rc == QC_OK, "%s: cuda: %s", name, err.msg);
+	}
+	if (!rc) {
+		const int k = first_diff(&cpu, &gpu);
+		double dmax = 0;
+		float mmin = INFINITY;
+		for (int s = 0; s < (k < N_GEN ? k : N_GEN); s++)
+			mmin = cpu.margin[s] < mmin ? cpu.margin[s] : mmin;
+		for (int s = 0; s < (k < N_GEN ? k + 1 : N_GEN); s++)
+			for (int32_t i = 0; i < cpu.n_vocab; i++) {
+				const double d = fabs((double)cpu.logits[(size_t)s * cpu.n_vocab + i] -
+						      (double)gpu.logits[(size_t)s * cpu.n_vocab + i]);
+				dmax = d > dmax ? d : dmax;
+			}
+		if (k == N_GEN)
+			printf("  %-36s %d/%d equal; max |logit diff| %.3g (min cpu margin %.3g)\n", name, N_GEN, N_GEN, dmax,
+			       mmin);
+		else
+			printf("  %-36s first difference at step %d: cpu margin %.4g, fp16 bound %.4g -> %s; "
+			       "max |logit diff| %.3g\n", name, k, cpu.margin[k], FP16_REL * (1.0f + cpu.maxabs[k]),
+			       divergence_ok(&cpu, k) ? "tolerated" : "FAIL", dmax);
+		CHECK(divergence_ok(&cpu, k), "%s: cuda differs from cpu at step %d with margin %.4g", name, k,
+		      k < N_GEN ? cpu.margin[k] : 0.0);
+	}
+	free(cpu.logits);
+	free(gpu.logits);
+	unlink(out);
+}
+
+/* 16 requests, preempted, each equal to its solo run. */
+static void run_batched(const char *dir, const char *name, const char *tmp)
+{
+	char in[1024], out[1200];
+	struct qc_err err = {0};
+	if (snprintf(in, sizeof in, "%s/%s", dir, name) >= (int)sizeof in)
+		return;
+	if (snprintf(out, sizeof out, "%s/batch.qb", tmp) >= (int)sizeof out)
+		return;
+	struct qc_convert_opts co = {.in = in, .out = out, .target = QC_TARGET_CPU, .alignment = 4096,
+				     .plan_flags = QC_PLAN_FUSE_MOE};
+	if (qc_convert_gguf(&co, NULL, &err)) {
+		CHECK(0, "%s: convert: %s", name, err.msg);
+		return;
+	}
+	enum { NR = 16, NP = 20, NO = 24 };
+	int32_t prompts[NR][NP], solo[NR][NO];
+	for (int r = 0; r < NR; r++)
+		for (int i = 0; i < NP; i++)
+			prompts[r][i] = 1 + (int32_t)((r * 131 + i * 17 + 5) % 250);
+	setenv("QC_CUDA_GEMV_MAX_ROWS", "1000000", 1);
+	for (int r = 0; r < NR; r++) {
+		struct trace tr = {0};
+		int rc = generate(out, &qc_backend_cuda, prompts[r], NP - (r % 7), &tr, &err);
+		free(tr.logits);
+		CHECK(rc == QC_OK, "%s solo %d: %s", name, r, err.msg);
+		if (rc)
+			goto out;
+		memcpy(solo[r], tr.ids, sizeof(int32_t) * N_GEN);
+	}
+	struct qc_engine_opts o;
+	struct qc_engine *e = NULL;
+	uint64_t ids[NR];
+	qc_engine_opts_init(&o);
+	o.backend = &qc_backend_cuda;
+	o.act_round = QC_ACT_ROUND_NONE;
+	o.max_running = NR;
+	o.max_seq_tokens = 256;
+	o.block_tokens = 4;
+	o.max_batch_tokens = 64;
+	/* a pool of 40 blocks of 4 tokens (fp16 K/V): 160 tokens for 16 x up to 36 */
+	int rc = qc_engine_new(out, &o, &e, &err);
+	if (!rc) {
+		const struct qc_model_config *cfg = &qc_engine_model(e)->cfg;
+		const uint64_t bb = (uint64_t)cfg->n_layer * 2 * 4 * (uint64_t)(cfg->n_head_kv * cfg->head_dim) * 2;
+		qc_engine_free(e);
+		o.kv_budget_bytes = 40 * bb;
+		rc = qc_engine_new(out, &o, &e, &err);
+	}
+	CHECK(rc == QC_OK, "%s: batched engine: %s", name, err.msg);
+	if (rc)
+		goto out;
+	for (int r = 0; r < NR; r++) {
+		struct qc_engine_request q = {.prompt = prompts[r], .n_prompt = NP - (r % 7), .max_tokens = N_GEN,
+					      .ignore_eos = true};
+		qc_sampler_params_init(&q.sampling);
+		q.sampling.temperature = 0.0f;
+		CHECK(qc_engine_add(e, &q, &ids[r], &err) == QC_OK, "add: %s", err.msg);
+	}
+	while (qc_engine_has_work(e) && !rc)
+		rc = qc_engine_step(e, &err);
+	CHECK(rc == QC_OK, "%s: batched step: %s", name, err.msg);
+	struct qc_sched_stats st;
+	qc_engine_stats(e, &st);
+	int equal = 0;
+	for (int r = 0; r < NR; r++) {
+		const int32_t *g;
+		int32_t n = 0;
+		enum qc_sched_finish fin;
+		qc_engine_output(e, ids[r], &g, &n, &fin);
+		const bool same = n == N_GEN && !memcmp(g, solo[r], sizeof(int32_t) * N_GEN);
+		equal += same;
+		CHECK(same, "%s: request %d batched differs from its solo run", name, r);
+	}
+	printf("  %-36s batched 16 requests, %llu preemptions: %d/16 equal to solo\n", name,
+	       (unsigned long long)st.n_preemptions, equal);
+	CHECK(st.n_preemptions > 0, "%s: the small pool forced no preemption", name);
+	qc_engine_free(e);
+out:
+	unsetenv("QC_CUDA_GEMV_MAX_ROWS");
+	unlink(out);
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+int main(void)
+{
+	const char *fx = check_fixtures();
+	char tmp[] = "/tmp/qc-gpu-e2e-XXXXXX";
+	int n_dev = 0;
+	if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev < 1) {
+		CHECK(0, "no CUDA device: test_e2e needs one (make test-gpu runs on the GPU machine)");
+		return check_report("test_e2e");
+	}
+	if (!mkdtemp(tmp)) {
+		CHECK(0, "mkdtemp");
+		return check_report("test_e2e");
+	}
+	/* the margin rule must refuse a divergence at a clear margin */
+	{
+		struct trace t = {0};
+		t.margin[3] = 5.0f;
+		t.maxabs[3] = 10.0f;
+		CHECK(!divergence_ok(&t, 3), "a divergence at margin 5 passed");
+		t.margin[3] = 1e-4f;
+		CHECK(divergence_ok(&t, 3), "a divergence at margin 1e-4 failed");
+	}
+	/* gguf-gen (optional): mkgguf models for what no fixture has (qwen2 biases,
+	 * qwen3 q/k norms + NEOX, qwen3moe, mixtral, linear rope + tied embeddings),
+	 * written by tools/gpu_check.sh */
+	const char *sub[] = {"gguf", "gguf-quant", "gguf-gen"};
+	int n_fix = 0;
+	for (int s = 0; s < 3; s++) {
+		char dir[1024];
+		snprintf(dir, sizeof dir, "%s/%s", fx, sub[s]);
+		DIR *d = opendir(dir);
+		struct dirent *de;
+		char *names[256];
+		int n = 0;
+		while (d && (de = readdir(d)) && n < 256) {
+			const size_t l = strlen(de->d_name);
+			if (l > 5 && !strcmp(de->d_name + l - 5, ".gguf"))
+				names[n++] = strdup(de->d_name);
+		}
+		if (d)
+			closedir(d);
+		qsort(names, (size_t)n, sizeof names[0], cmp_str);
+		printf("%s (greedy %d tokens, cuda vs cpu with float activations):\n", dir, N_GEN);
+		for (int i = 0; i < n; i++) {
+			run_fixture(dir, names[i], tmp);
+			n_fix++;
+		}
+		if (s == 1) {
+			printf("batched with preemption (cuda):\n");
+			for (int i = 0; i < n; i++)
+				if (!strcmp(names[i], "tiny-llama-256-Q4_K_M-mix.gguf") ||
+				    !strcmp(names[i], "tiny-moe-256-Q4_0.gguf"))
+					run_batched(dir, names[i], tmp);
+		}
+		for (int i = 0; i < n; i++)
+			free(names[i]);
+	}
+	CHECK(n_fix > 10, "only %d fixtures found under %s", n_fix, fx);
+	rmdir(tmp);
+	return check_report("test_e2e");
+}

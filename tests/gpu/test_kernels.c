@@ -1,0 +1,573 @@
+/* test_kernels.c — every CUDA op in kernels/cuda/ against its same-named C
+ * reference in kernels/ref/, on fresh random inputs of several shapes (odd ones
+ * included), device outputs poisoned with NaN before every launch.
+ * Rules: decoders (embed, dequant_f16), kv_store and moe_combine must match bit
+ * for bit; matmuls must satisfy FA2's rule against an fp64 truth:
+ * err(gpu) <= 2 * err(plain same-precision C reference) + n_in * 2^-24 * sum|w x|
+ * (the last term: the textbook bound of any float summation order); the other
+ * ops a relative max error. Prints max abs error, NMSE and the first bad index.
+ * Every type with a device decoder is covered by looping over QC_TYPE_COUNT.
+ * The comparator gets a deliberately wrong output that must fail.
+ * QC_GPU_TEST_QUICK=1 shrinks the shapes (for compute-sanitizer runs).
+ */
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../check.h"
+#include "cuda/add.h"
+#include "cuda/dequant_f16.h"
+#include "cuda/embed.h"
+#include "cuda/gemm_f16.h"
+#include "cuda/gemv_q.h"
+#include "cuda/kv_store.h"
+#include "cuda/moe_combine.h"
+#include "cuda/moe_route.h"
+#include "cuda/paged_attn.h"
+#include "cuda/rms_norm.h"
+#include "cuda/rope.h"
+#include "cuda/silu_mul.h"
+#include "ref/fp16.h"
+#include "ref/ops.h"
+
+#include <cublas_v2.h>
+
+static uint64_t rng = 0x243f6a8885a308d3u;
+static bool quick;
+
+static uint32_t rnd(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return (uint32_t)(rng >> 16);
+}
+
+static float frand(float lo, float hi)
+{
+	return lo + (hi - lo) * (float)(rnd() & 0xffffff) / (float)0x1000000;
+}
+
+static void fill(float *x, size_t n, float lo, float hi)
+{
+	for (size_t i = 0; i < n; i++)
+		x[i] = frand(lo, hi);
+}
+
+/* device copy of n bytes of h */
+static void *up(const void *h, size_t n)
+{
+	void *d = NULL;
+	if (cudaMalloc(&d, n ? n : 16) != cudaSuccess)
+		return NULL;
+	if (h)
+		cudaMemcpy(d, h, n, cudaMemcpyHostToDevice);
+	return d;
+}
+
+/* n bytes of device memory filled with 0xff: NaN as float, NaN as fp16 */
+static void *poisoned(size_t n)
+{
+	void *d = up(NULL, n);
+	if (d)
+		cudaMemset(d, 0xff, n);
+	return d;
+}
+
+static void down(void *h, const void *d, size_t n)
+{
+	cudaDeviceSynchronize();
+	cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost);
+}
+
+struct cmp {
+	double max_abs, nmse, ref_max;
+	long first_bad;            /* first index over tol, -1 when none */
+	bool nan;
+};
+
+/* got vs want: max |diff|, NMSE, first index where |diff| > tol (NaN counts). */
+static struct cmp compare(const float *got, const float *want, size_t n, double tol)
+{
+	struct cmp c = {0, 0, 0, -1, false};
+	double se = 0, sw = 0;
+	for (size_t i = 0; i < n; i++) {
+		const double d = fabs((double)got[i] - (double)want[i]);
+		if (!(d == d) || !isfinite(got[i])) {
+			c.nan = true;
+			if (c.first_bad < 0)
+				c.first_bad = (long)i;
+			continue;
+		}
+		c.max_abs = d > c.max_abs ? d : c.max_abs;
+		c.ref_max = fabs(want[i]) > c.ref_max ? fabs(want[i]) : c.ref_max;
+		se += d * d;
+		sw += (double)want[i] * want[i];
+		if (d > tol && c.first_bad < 0)
+			c.first_bad = (long)i;
+	}
+	c.nmse = sw > 0 ? se / sw : se;
+	return c;
+}
+
+static bool report(const char *what, struct cmp c, double tol)
+{
+	const bool ok = c.first_bad < 0 && !c.nan;
+	printf("  %-44s max_abs %.3g (tol %.3g) nmse %.3g%s", what, c.max_abs, tol, c.nmse, ok ? "\n" : "");
+	if (!ok)
+		printf("  FIRST BAD at %ld%s\n", c.first_bad, c.nan ? " (NaN/inf)" : "");
+	return ok;
+}
+
+/* Random blocks of type t: random bytes; a block that decodes to a non-finite
+ * value or one above 1e4 (weights are never near the fp16 range) has bit 6 of
+ * every byte cleared (fp16 scales then stay below 2). */
+static void rand_blocks(enum qc_type t, uint8_t *dst, int64_t n_elems)
+{
+	const struct qc_type_traits *tt = &qc_types[t];
+	const int64_t nb = n_elems / tt->block_elems;
+	float tmp[256];
+	for (int64_t b = 0; b < nb; b++) {
+		uint8_t *blk = dst + b * tt->block_bytes;
+		for (int64_t i = 0; i < tt->block_bytes; i++)
+			blk[i] = (uint8_t)rnd();
+		if (tt->family == QC_FAMILY_FLOAT) { /* plain floats: keep them in [-2, 2] */
+			float v = frand(-2.0f, 2.0f);
+			tt->quant_row(&v, blk, 1);
+			continue;
+		}
+		tt->dequant_row(blk, tmp, tt->block_elems);
+		bool bad = false;
+		for (int64_t i = 0; i < tt->block_elems; i++) /* huge values overflow the fp16 GEMM feed */
+			bad |= !isfinite(tmp[i]) || fabsf(tmp[i]) > 1e4f;
+		for (int64_t i = 0; bad && i < tt->block_bytes; i++)
+			blk[i] &= 0xbf;
+	}
+}
+
+static bool has_decoder(enum qc_type t)
+{
+	return qc_types[t].block_elems && qc_cuda_gemv_q_supports(t);
+}
+
+/* ---- matmuls ------------------------------------------------------------- */
+
+/* max over outputs of sum |w_i x_i| (the scale of the float summation bound) */
+static double abs_mag(const uint8_t *w, enum qc_type t, int64_t n_in, int64_t n_out, uint64_t rb,
+		      uint64_t ms, const float *x, int64_t ldx, int x_div, const int32_t *ex, int64_t n_rows)
+{
+	float *row = malloc(sizeof(float) * (size_t)n_in);
+	double mag = 0;
+	for (int64_t r = 0; r < n_rows; r++)
+		for (int64_t o = 0; o < n_out; o++) {
+			qc_types[t].dequant_row(w + (uint64_t)(ex ? ex[r] : 0) * ms + (uint64_t)o * rb, row, n_in);
+			double s = 0;
+			for (int64_t i = 0; i < n_in; i++)
+				s += fabs((double)row[i] * x[(r / x_div) * ldx + i]);
+			mag = s > mag ? s : mag;
+		}
+	free(row);
+	return mag;
+}
+
+static void test_matmul_type(enum qc_type t, cublasHandle_t blas)
+{
+	const struct qc_type_traits *tt = &qc_types[t];
+	const int64_t be = tt->block_elems < 32 ? 32 : tt->block_elems;
+	const bool odd = tt->block_elems == 1; /* float rows of any length: odd sizes */
+	const int64_t ins[] = {odd ? 8 : be, odd ? 172 : 3 * be, quick ? 2 * be : (be == 32 ? 4096 + 32 : 2304)};
+	const int64_t outs[] = {1, 7, 33, quick ? 20 : 130};
+	const int64_t rows_list[] = {1, 3, 8, 9, quick ? 12 : 40};
+	for (size_t ii = 0; ii < 3; ii++)
+		for (size_t oi = 0; oi < 4; oi++) {
+			const int64_t n_in = ins[ii], n_out = outs[oi], n_mat = 3;
+			const uint64_t rb = (uint64_t)(n_in / tt->block_elems) * (uint64_t)tt->block_bytes;
+			const uint64_t ms = rb * (uint64_t)n_out;
+			uint8_t *w = malloc(ms * (uint64_t)n_mat);
+			rand_blocks(t, w, n_in * n_out * n_mat);
+			uint8_t *d_w = up(w, ms * (uint64_t)n_mat);
+			for (size_t ri = 0; ri < 5; ri++) {
+				const int64_t n_rows = rows_list[ri];
+				for (int mode = 0; mode < 3; mode++) { /* 0 dense gemv, 1 experts gemv, 2 gemm */
+					if (mode == 2 && n_rows < 9)
+						continue;
+					const int x_div = mode == 1 ? 2 : 1;
+					const int64_t ldx = n_in + 5, ldy = n_out + 3, xr = (n_rows + x_div - 1) / x_div;
+					float *x = malloc(sizeof(float) * (size_t)(xr * ldx));
+					fill(x, (size_t)(xr * ldx), -1, 1);
+					int32_t ex[64];
+					for (int64_t r = 0; r < n_rows; r++)
+						ex[r] = (int32_t)(rnd() % n_mat);
+					const int32_t *exp = mode == 1 ? ex : NULL;
+					const size_t ny = (size_t)(n_rows * ldy);
+					float *truth = calloc(ny, sizeof(float)), *plain = calloc(ny, sizeof(float));
+					float *got = calloc(ny, sizeof(float));
+					qc_ref_gemv_q(w, t, n_in, n_out, rb, ms, x, ldx, x_div, exp, n_rows, truth, ldy, 1);
+					if (mode == 2)
+						qc_ref_gemm_f16(w, t, n_in, n_out, rb, x, ldx, n_rows, plain, ldy);
+					else
+						qc_ref_gemv_q(w, t, n_in, n_out, rb, ms, x, ldx, x_div, exp, n_rows, plain, ldy, 0);
+					float *d_x = up(x, sizeof(float) * (size_t)(xr * ldx));
+					int32_t *d_ex = up(ex, sizeof ex);
+					float *d_y = poisoned(sizeof(float) * ny);
+					const uint64_t wsb = qc_cuda_gemm_f16_ws_bytes(n_in, n_out, n_rows);
+					void *d_ws = poisoned(wsb);
+					const struct qc_cuda_mm_args a = {
+						.d_w = d_w, .type = t, .layout = QC_LAYOUT_GGML, .n_in = n_in, .n_out = n_out,
+						.row_bytes = rb, .mat_stride = ms, .d_x = d_x, .ldx = ldx, .x_div = x_div,
+						.d_expert = mode == 1 ? d_ex : NULL, .n_rows = n_rows, .d_y = d_y, .ldy = ldy,
+						.d_ws = d_ws, .ws_bytes = wsb, .blas = blas,
+					};
+					struct qc_err err = {0};
+					const int rc = mode == 2 ? qc_cuda_gemm_f16(&a, 0, &err) : qc_cuda_gemv_q(&a, 0, &err);
+					CHECK(rc == QC_OK, "%s: %s", tt->name, err.msg);
+					down(got, d_y, sizeof(float) * ny);
+					/* only the written columns: the ld padding is not output */
+					for (int64_t r = 0; r < n_rows; r++)
+						for (int64_t o = n_out; o < ldy; o++)
+							got[r * ldy + o] = truth[r * ldy + o] = plain[r * ldy + o] = 0.0f;
+					const double mag = abs_mag(w, t, n_in, n_out, rb, ms, x, ldx, x_div, exp, n_rows);
+					const struct cmp cp = compare(plain, truth, ny, INFINITY);
+					const double tol = 2 * cp.max_abs + (double)n_in * 0x1p-24 * mag;
+					char what[96];
+					snprintf(what, sizeof what, "%s %s %lldx%lld rows %lld", tt->name,
+						 mode == 0 ? "gemv" : mode == 1 ? "gemv experts" : "gemm_f16",
+						 (long long)n_out, (long long)n_in, (long long)n_rows);
+					const struct cmp cg = compare(got, truth, ny, tol);
+					const bool ok = report(what, cg, tol);
+					CHECK(ok, "%s", what);
+					free(x);
+					free(truth);
+					free(plain);
+					free(got);
+					cudaFree(d_x);
+					cudaFree(d_ex);
+					cudaFree(d_y);
+					cudaFree(d_ws);
+				}
+			}
+			free(w);
+			cudaFree(d_w);
+		}
+}
+
+/* ---- decoders: embed and dequant_f16, bit-exact ---------------------------- */
+
+static void test_decoders(enum qc_type t)
+{
+	const struct qc_type_traits *tt = &qc_types[t];
+	const int64_t be = tt->block_elems < 32 ? 32 : tt->block_elems;
+	const int64_t n = tt->block_elems == 1 ? 172 : 5 * be, n_vocab = 37, n_tok = 11;
+	const uint64_t rb = (uint64_t)(n / tt->block_elems) * (uint64_t)tt->block_bytes;
+	uint8_t *w = malloc(rb * n_vocab);
+	rand_blocks(t, w, n * n_vocab);
+	int32_t ids[11];
+	for (int i = 0; i < n_tok; i++)
+		ids[i] = (int32_t)(rnd() % n_vocab);
+	float *want = malloc(sizeof(float) * (size_t)(n * n_tok)), *got = malloc(sizeof(float) * (size_t)(n * n_tok));
+	qc_ref_embed(w, t, rb, n, ids, n_tok, want);
+	uint8_t *d_w = up(w, rb * n_vocab);
+	int32_t *d_ids = up(ids, sizeof ids);
+	float *d_out = poisoned(sizeof(float) * (size_t)(n * n_tok));
+	struct qc_err err = {0};
+	const struct qc_cuda_embed_args ea = {d_w, t, rb, n, d_ids, n_tok, d_out};
+	CHECK(qc_cuda_embed(&ea, 0, &err) == QC_OK, "embed %s: %s", tt->name, err.msg);
+	down(got, d_out, sizeof(float) * (size_t)(n * n_tok));
+	CHECK(!memcmp(got, want, sizeof(float) * (size_t)(n * n_tok)), "embed %s not bit-exact with qc_dequant_row_%s",
+	      tt->name, tt->name);
+
+	uint16_t *h16 = malloc(2 * (size_t)(n * n_vocab)), *g16 = malloc(2 * (size_t)(n * n_vocab));
+	qc_ref_dequant_f16(w, t, rb, n_vocab, n, h16);
+	uint16_t *d16 = poisoned(2 * (size_t)(n * n_vocab));
+	const struct qc_cuda_dequant_f16_args da = {d_w, t, rb, n_vocab, n, d16};
+	CHECK(qc_cuda_dequant_f16(&da, 0, &err) == QC_OK, "dequant_f16 %s: %s", tt->name, err.msg);
+	down(g16, d16, 2 * (size_t)(n * n_vocab));
+	CHECK(!memcmp(g16, h16, 2 * (size_t)(n * n_vocab)), "dequant_f16 %s not bit-exact", tt->name);
+	printf("  %-44s bit-exact\n", tt->name);
+	free(w);
+	free(want);
+	free(got);
+	free(h16);
+	free(g16);
+	cudaFree(d_w);
+	cudaFree(d_ids);
+	cudaFree(d_out);
+	cudaFree(d16);
+}
+
+/* ---- small ops ----------------------------------------------------------- */
+
+static void test_rms_norm(void)
+{
+	const int64_t shapes[][2] = {{1, 64}, {5, 33}, {3, 4096}, {7, 100}};
+	for (size_t s = 0; s < 4; s++) {
+		const int64_t R = shapes[s][0], n = shapes[s][1], ldx = n + 3, ldy = n + 1;
+		float *x = malloc(sizeof(float) * (size_t)(R * ldx * 2)), *w = malloc(sizeof(float) * (size_t)n);
+		float *want = calloc((size_t)(R * ldy), sizeof(float)), *got = calloc((size_t)(R * ldy), sizeof(float));
+		fill(x, (size_t)(R * ldx * 2), -3, 3);
+		fill(w, (size_t)n, -2, 2);
+		int32_t rows[8];
+		for (int64_t r = 0; r < R; r++)
+			rows[r] = (int32_t)(rnd() % (2 * R));
+		qc_ref_rms_norm(x, ldx, rows, w, want, ldy, R, n, 1e-5f);
+		float *d_x = up(x, sizeof(float) * (size_t)(R * ldx * 2)), *d_w = up(w, sizeof(float) * (size_t)n);
+		int32_t *d_rows = up(rows, sizeof rows);
+		float *d_y = poisoned(sizeof(float) * (size_t)(R * ldy));
+		struct qc_err err = {0};
+		const struct qc_cuda_rms_norm_args a = {d_x, ldx, d_rows, d_w, d_y, ldy, R, n, 1e-5f};
+		CHECK(qc_cuda_rms_norm(&a, 0, &err) == QC_OK, "rms_norm: %s", err.msg);
+		down(got, d_y, sizeof(float) * (size_t)(R * ldy));
+		for (int64_t r = 0; r < R; r++)
+			for (int64_t i = n; i < ldy; i++)
+				got[r * ldy + i] = want[r * ldy + i] = 0;
+		char what[64];
+		snprintf(what, sizeof what, "rms_norm %lld rows of %lld", (long long)R, (long long)n);
+		const struct cmp c = compare(got, want, (size_t)(R * ldy), 0);
+		const double tol = 4e-6 * c.ref_max;
+		CHECK(report(what, compare(got, want, (size_t)(R * ldy), tol), tol), "%s", what);
+		free(x);
+		free(w);
+		free(want);
+		free(got);
+		cudaFree(d_x);
+		cudaFree(d_w);
+		cudaFree(d_rows);
+		cudaFree(d_y);
+	}
+}
+
+static void test_rope(void)
+{
+	const int cfg[][4] = {{3, 64, 64, 0}, {5, 100, 64, 2}, {2, 128, 128, 2}, {4, 48, 32, 0}}; /* heads, hd, n_rot, mode */
+	for (size_t s = 0; s < 4; s++) {
+		const int H = cfg[s][0], hd = cfg[s][1], nr = cfg[s][2], mode = cfg[s][3];
+		const int64_t T = 9, n = T * H * hd;
+		float *x = malloc(sizeof(float) * (size_t)n), *want = malloc(sizeof(float) * (size_t)n);
+		float *got = malloc(sizeof(float) * (size_t)n);
+		int32_t pos[9];
+		for (int t = 0; t < T; t++)
+			pos[t] = (int32_t)(rnd() % 4000);
+		fill(x, (size_t)n, -2, 2);
+		memcpy(want, x, sizeof(float) * (size_t)n);
+		const float ts = powf(10000.0f, -2.0f / (float)nr), fs = s == 3 ? 0.25f : 1.0f;
+		qc_ref_rope(want, pos, T, H, hd, nr, mode, ts, fs);
+		float *d_x = up(x, sizeof(float) * (size_t)n);
+		int32_t *d_pos = up(pos, sizeof pos);
+		struct qc_err err = {0};
+		const struct qc_cuda_rope_args a = {d_x, d_pos, T, H, hd, nr, mode, ts, fs};
+		CHECK(qc_cuda_rope(&a, 0, &err) == QC_OK, "rope: %s", err.msg);
+		down(got, d_x, sizeof(float) * (size_t)n);
+		char what[64];
+		snprintf(what, sizeof what, "rope %s heads %d hd %d n_rot %d", mode ? "neox" : "norm", H, hd, nr);
+		const double tol = 1e-5 * 4;
+		CHECK(report(what, compare(got, want, (size_t)n, tol), tol), "%s", what);
+		free(x);
+		free(want);
+		free(got);
+		cudaFree(d_x);
+		cudaFree(d_pos);
+	}
+}
+
+static void test_elementwise(void)
+{
+	const int64_t n = quick ? 1001 : 100003, nx = 77;
+	float *g = malloc(sizeof(float) * (size_t)n), *u = malloc(sizeof(float) * (size_t)n);
+	float *want = malloc(sizeof(float) * (size_t)n), *got = malloc(sizeof(float) * (size_t)n);
+	fill(g, (size_t)n, -12, 12);
+	fill(u, (size_t)n, -3, 3);
+	qc_ref_silu_mul(g, u, want, n);
+	float *d_g = up(g, sizeof(float) * (size_t)n), *d_u = up(u, sizeof(float) * (size_t)n);
+	float *d_y = poisoned(sizeof(float) * (size_t)n);
+	struct qc_err err = {0};
+	const struct qc_cuda_silu_mul_args sa = {d_g, d_u, d_y, n};
+	CHECK(qc_cuda_silu_mul(&sa, 0, &err) == QC_OK, "silu_mul: %s", err.msg);
+	down(got, d_y, sizeof(float) * (size_t)n);
+	CHECK(report("silu_mul", compare(got, want, (size_t)n, 1e-5), 1e-5), "silu_mul");
+
+	memcpy(want, u, sizeof(float) * (size_t)n);
+	qc_ref_add(want, g, n, nx);
+	const struct qc_cuda_add_args aa = {d_u, d_g, n, nx};
+	CHECK(qc_cuda_add(&aa, 0, &err) == QC_OK, "add: %s", err.msg);
+	down(got, d_u, sizeof(float) * (size_t)n);
+	CHECK(!memcmp(got, want, sizeof(float) * (size_t)n), "add (bias period %lld) not exact", (long long)nx);
+	free(g);
+	free(u);
+	free(want);
+	free(got);
+	cudaFree(d_g);
+	cudaFree(d_u);
+	cudaFree(d_y);
+}
+
+/* K/V store + paged attention over shuffled block tables: 3 sequences, one
+ * prefilling several tokens, two decoding; GQA. */
+static void test_attention(int bt, int hd, int n_head, int n_head_kv)
+{
+	const int n_layer = 2, layer = 1, n_blocks = 24, kv_dim = n_head_kv * hd, q_dim = n_head * hd;
+	const int lens[3] = {quick ? 20 : 70, 1 + bt, 3}; /* context lengths after this step */
+	const int new_toks[3] = {lens[0], 1, 1};          /* seq 0 prefills from 0 */
+	const int max_len = lens[0] > lens[1] ? lens[0] : lens[1];
+	const int stride = (max_len + bt - 1) / bt;
+	int32_t tables[3 * 16];
+	int perm[24];
+	for (int i = 0; i < n_blocks; i++)
+		perm[i] = i;
+	for (int i = n_blocks - 1; i > 0; i--) {
+		int j = (int)(rnd() % (uint32_t)(i + 1)), t = perm[i];
+		perm[i] = perm[j];
+		perm[j] = t;
+	}
+	int used = 0;
+	for (int s = 0; s < 3; s++)
+		for (int b = 0; b < stride; b++)
+			tables[s * stride + b] = b * bt < lens[s] ? perm[used++] : -1;
+	const size_t pool_n = (size_t)n_blocks * n_layer * 2 * bt * kv_dim;
+	uint16_t *pool = malloc(2 * pool_n), *gpool = malloc(2 * pool_n);
+	for (size_t i = 0; i < pool_n; i++)
+		pool[i] = qc_f32_to_fp16(frand(-2, 2));
+	/* this step's tokens */
+	int T = 0;
+	int32_t pos[128], seq[128], slots[128];
+	for (int s = 0; s < 3; s++)
+		for (int k = 0; k < new_toks[s]; k++) {
+			pos[T] = lens[s] - new_toks[s] + k;
+			seq[T] = s;
+			slots[T] = tables[s * stride + pos[T] / bt] * bt + pos[T] % bt;
+			T++;
+		}
+	float *k = malloc(sizeof(float) * (size_t)T * kv_dim), *v = malloc(sizeof(float) * (size_t)T * kv_dim);
+	float *q = malloc(sizeof(float) * (size_t)T * q_dim);
+	fill(k, (size_t)T * kv_dim, -2, 2);
+	fill(v, (size_t)T * kv_dim, -2, 2);
+	fill(q, (size_t)T * q_dim, -2, 2);
+	uint16_t *d_pool = up(pool, 2 * pool_n);
+	qc_ref_kv_store(k, v, slots, T, pool, layer, n_layer, bt, kv_dim);
+	float *d_k = up(k, sizeof(float) * (size_t)T * kv_dim), *d_v = up(v, sizeof(float) * (size_t)T * kv_dim);
+	int32_t *d_slots = up(slots, sizeof(int32_t) * (size_t)T), *d_pos = up(pos, sizeof(int32_t) * (size_t)T);
+	int32_t *d_seq = up(seq, sizeof(int32_t) * (size_t)T), *d_tab = up(tables, sizeof tables);
+	struct qc_err err = {0};
+	const struct qc_cuda_kv_store_args ka = {d_k, d_v, d_slots, T, d_pool, layer, n_layer, bt, kv_dim};
+	CHECK(qc_cuda_kv_store(&ka, 0, &err) == QC_OK, "kv_store: %s", err.msg);
+	down(gpool, d_pool, 2 * pool_n);
+	CHECK(!memcmp(gpool, pool, 2 * pool_n), "kv_store: pool differs from the reference");
+
+	float *want = malloc(sizeof(float) * (size_t)T * q_dim), *got = malloc(sizeof(float) * (size_t)T * q_dim);
+	const float scale = 1.0f / sqrtf((float)hd);
+	qc_ref_paged_attn(q, want, pool, layer, n_layer, bt, n_head, n_head_kv, hd, pos, seq, tables, stride, T, scale);
+	float *d_q = up(q, sizeof(float) * (size_t)T * q_dim), *d_o = poisoned(sizeof(float) * (size_t)T * q_dim);
+	const struct qc_cuda_paged_attn_args pa = {
+		.d_q = d_q, .d_out = d_o, .d_pool = d_pool, .layer = layer, .n_layer = n_layer, .block_tokens = bt,
+		.n_head = n_head, .n_head_kv = n_head_kv, .hd = hd, .d_pos = d_pos, .d_tok_seq = d_seq,
+		.d_tables = d_tab, .table_stride = stride, .n_tok = T, .max_ctx = max_len, .scale = scale,
+	};
+	CHECK(qc_cuda_paged_attn(&pa, 0, &err) == QC_OK, "paged_attn: %s", err.msg);
+	down(got, d_o, sizeof(float) * (size_t)T * q_dim);
+	char what[96];
+	snprintf(what, sizeof what, "paged_attn bt %d hd %d heads %d/%d, %d tokens", bt, hd, n_head, n_head_kv, T);
+	const double tol = 2e-5 * 2;
+	CHECK(report(what, compare(got, want, (size_t)T * q_dim, tol), tol), "%s", what);
+	free(pool);
+	free(gpool);
+	free(k);
+	free(v);
+	free(q);
+	free(want);
+	free(got);
+	cudaFree(d_pool);
+	cudaFree(d_k);
+	cudaFree(d_v);
+	cudaFree(d_slots);
+	cudaFree(d_pos);
+	cudaFree(d_seq);
+	cudaFree(d_tab);
+	cudaFree(d_q);
+	cudaFree(d_o);
+}
+
+static void test_moe(int n_expert, int k, int norm)
+{
+	const int64_t T = 13, n = 96;
+	float *lg = malloc(sizeof(float) * (size_t)(T * n_expert));
+	fill(lg, (size_t)(T * n_expert), -4, 4);
+	lg[3] = lg[4]; /* a tie: first index must win */
+	int32_t sel[13 * 8], gsel[13 * 8];
+	float w[13 * 8], gw[13 * 8];
+	qc_ref_moe_route(lg, T, n_expert, k, norm, sel, w);
+	float *d_lg = up(lg, sizeof(float) * (size_t)(T * n_expert));
+	int32_t *d_sel = poisoned(sizeof sel);
+	float *d_w = poisoned(sizeof w);
+	struct qc_err err = {0};
+	const struct qc_cuda_moe_route_args ra = {d_lg, T, n_expert, k, d_sel, d_w, norm};
+	CHECK(qc_cuda_moe_route(&ra, 0, &err) == QC_OK, "moe_route: %s", err.msg);
+	down(gsel, d_sel, sizeof(int32_t) * (size_t)(T * k));
+	down(gw, d_w, sizeof(float) * (size_t)(T * k));
+	CHECK(!memcmp(gsel, sel, sizeof(int32_t) * (size_t)(T * k)), "moe_route %d/%d: selection differs", k, n_expert);
+	char what[64];
+	snprintf(what, sizeof what, "moe_route top-%d of %d%s", k, n_expert, norm ? " norm" : "");
+	CHECK(report(what, compare(gw, w, (size_t)(T * k), 1e-6), 1e-6), "%s", what);
+
+	float *x = malloc(sizeof(float) * (size_t)(T * n)), *eo = malloc(sizeof(float) * (size_t)(T * k * n));
+	float *want = malloc(sizeof(float) * (size_t)(T * n)), *got = malloc(sizeof(float) * (size_t)(T * n));
+	fill(x, (size_t)(T * n), -1, 1);
+	fill(eo, (size_t)(T * k * n), -1, 1);
+	memcpy(want, x, sizeof(float) * (size_t)(T * n));
+	qc_ref_moe_combine(want, eo, w, T, n, k);
+	float *d_x = up(x, sizeof(float) * (size_t)(T * n)), *d_eo = up(eo, sizeof(float) * (size_t)(T * k * n));
+	float *d_w2 = up(w, sizeof(float) * (size_t)(T * k));
+	const struct qc_cuda_moe_combine_args ca = {d_x, d_eo, d_w2, T, n, k};
+	CHECK(qc_cuda_moe_combine(&ca, 0, &err) == QC_OK, "moe_combine: %s", err.msg);
+	down(got, d_x, sizeof(float) * (size_t)(T * n));
+	CHECK(!memcmp(got, want, sizeof(float) * (size_t)(T * n)), "moe_combine not exact");
+	free(lg);
+	free(x);
+	free(eo);
+	free(want);
+	free(got);
+	cudaFree(d_lg);
+	cudaFree(d_sel);
+	cudaFree(d_w);
+	cudaFree(d_x);
+	cudaFree(d_eo);
+	cudaFree(d_w2);
+}
+
+int main(void)
+{
+	int n_dev = 0;
+	quick = getenv("QC_GPU_TEST_QUICK") && *getenv("QC_GPU_TEST_QUICK") == '1';
+	if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev < 1) {
+		CHECK(0, "no CUDA device: test_kernels needs one (make test-gpu runs on the GPU machine)");
+		return check_report("test_kernels");
+	}
+	/* the comparator must catch a wrong value and a NaN */
+	{
+		float a[4] = {1, 2, 3, 4}, b[4] = {1, 2, 3.01f, 4}, c[4] = {1, NAN, 3, 4};
+		CHECK(compare(b, a, 4, 1e-3).first_bad == 2, "comparator misses a wrong element");
+		CHECK(compare(c, a, 4, 1e9).first_bad == 1, "comparator misses a NaN");
+	}
+	cublasHandle_t blas;
+	CHECK(cublasCreate(&blas) == CUBLAS_STATUS_SUCCESS, "cublasCreate");
+	printf("decoders (embed, dequant_f16) vs qc_dequant_row_*:\n");
+	for (int t = 0; t < QC_TYPE_COUNT; t++)
+		if (has_decoder((enum qc_type)t))
+			test_decoders((enum qc_type)t);
+	printf("matmuls vs fp64 truth (tol = 2 x plain reference + float bound):\n");
+	for (int t = 0; t < QC_TYPE_COUNT; t++)
+		if (has_decoder((enum qc_type)t))
+			test_matmul_type((enum qc_type)t, blas);
+	printf("other ops:\n");
+	test_rms_norm();
+	test_rope();
+	test_elementwise();
+	test_attention(16, 64, 8, 2);
+	test_attention(7, 100, 6, 6);
+	test_attention(32, 128, 4, 1);
+	test_moe(8, 2, 1);
+	test_moe(60, 4, 0);
+	cublasDestroy(blas);
+	return check_report("test_kernels");
+}

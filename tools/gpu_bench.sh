@@ -1,0 +1,31 @@
+#!/bin/sh
+# tools/gpu_bench.sh — the GPU baseline of docs/bench.md on a Llama-3-8B-shape model
+# with random weights: for each --type (default "q4_0 q8_0 f16"; $QC_BENCH_TYPES),
+# mkgguf --preset llama3-8b writes the GGUF, qconvert converts it (target cpu: ggml
+# blocks, what the CUDA backend's kernels read today), and qrun bench --device cuda
+# measures batch-1 pp512 + tg128, then decode with 64 and 256 concurrent requests
+# (128 prompt + 128 generated tokens each). Models live in $QC_BENCH_DIR (default
+# /tmp/qc-bench) and are deleted after each type. Binaries from $QC_BIN (make
+# bench-gpu) or the unpacked payload (tools/gpu_check.sh). Q4_K_M needs
+# llama.cpp's llama-quantize, which is not built here (see docs/bench.md).
+set -u
+BIN=${QC_BIN:-/tmp/qc-payload/bin}
+D=${QC_BENCH_DIR:-/tmp/qc-bench}
+OUT=${OUT:-gpu-logs}
+mkdir -p "$D" "$OUT"
+[ -d /tmp/qc-payload/lib ] && export LD_LIBRARY_PATH="/tmp/qc-payload/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+for t in ${QC_BENCH_TYPES:-q4_0 q8_0 f16}; do
+	echo "== llama3-8b $t"
+	s=$(date +%s)
+	"$BIN/mkgguf" --preset llama3-8b --type "$t" -o "$D/m.gguf" >/dev/null || exit 1
+	"$BIN/qconvert" "$D/m.gguf" --target cpu -o "$D/m.qb" >/dev/null || exit 1
+	rm -f "$D/m.gguf"
+	echo "generated + converted in $(( $(date +%s) - s )) s, $(du -h "$D/m.qb" | cut -f1)"
+	"$BIN/qrun" bench "$D/m.qb" --device cuda --requests 1 --concurrency 1 --in 512 --out 128 2>&1 |
+		grep -E "cuda:|prompt:|decode:|error|qrun:"
+	for c in 64 256; do
+		"$BIN/qrun" bench "$D/m.qb" --device cuda --requests $c --concurrency $c --in 128 --out 128 2>&1 |
+			grep -E "concurrency|prompt:|decode:|total:|error|qrun:"
+	done
+	rm -f "$D/m.qb"
+done

@@ -1,0 +1,44 @@
+#!/bin/sh
+# tools/gpu_check.sh — run on the GPU machine (the device tool), from the repo root,
+# with .gpu/payload.tgz from tools/gpu_pack.sh carried: unpacks it, then runs the
+# kernel tests (plus compute-sanitizer memcheck/racecheck on quick shapes), the
+# end-to-end tests against the CPU backend (fixtures + a few mkgguf models), and
+# qrun --device cuda on two fixtures.
+# Logs go to $OUT (or ./gpu-logs). Exit status: nonzero when a test failed.
+# Where the build environment exists on the GPU machine, `make test-gpu` does
+# the same from source.
+set -u
+OUT=${OUT:-gpu-logs}
+mkdir -p "$OUT"
+P=/tmp/qc-payload
+rm -rf "$P" && mkdir -p "$P" && tar xzf .gpu/payload.tgz -C "$P" || exit 1
+export LD_LIBRARY_PATH="$P/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export QC_FIXTURES="$P/fixtures"
+export PATH="$PATH:/usr/local/cuda/bin"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/device.txt"
+# models no fixture covers: qwen2 biases, qwen3 q/k norms (NEOX), qwen3moe,
+# mixtral, linear rope + tied embeddings (test_e2e reads $QC_FIXTURES/gguf-gen)
+G="$QC_FIXTURES/gguf-gen"
+mkdir -p "$G"
+for spec in "qwen2 q8_0 --n-embd 128" "qwen3 q4_0 --n-embd 128" "qwen3moe q4_0 --n-embd 128" \
+	    "mixtral bf16" "llama f16 --rope-scaling linear --tie-embeddings"; do
+	set -- $spec
+	a=$1 t=$2
+	shift 2
+	"$P/bin/mkgguf" --preset tiny --arch "$a" --type "$t" --weight-std 0.1 "$@" -o "$G/gen-$a-$t.gguf" >/dev/null
+done
+rc=0
+"$P/bin/test_kernels" >"$OUT/kernels.log" 2>&1 || rc=1
+tail -n 3 "$OUT/kernels.log"; grep -E "FAIL|FIRST BAD" "$OUT/kernels.log" | head -n 20
+"$P/bin/test_e2e" >"$OUT/e2e.log" 2>&1 || rc=1
+cat "$OUT/e2e.log" | grep -v "^  .*equal;" | tail -n 40
+for tool in memcheck racecheck; do
+	QC_GPU_TEST_QUICK=1 compute-sanitizer --tool $tool --error-exitcode 3 "$P/bin/test_kernels" >"$OUT/sanitizer-$tool.log" 2>&1
+	s=$?
+	echo "compute-sanitizer $tool: exit $s; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer-$tool.log" | tail -n 1)"
+	[ $s -eq 0 ] || rc=1
+done
+for f in gguf-quant/tiny-llama-256-Q4_K_M-mix.gguf gguf-quant/tiny-moe-256-Q8_0.gguf; do
+	"$P/bin/qrun" "$QC_FIXTURES/$f" -p "Once upon a time" -n 24 --device cuda 2>&1 | tail -n 4
+done
+exit $rc

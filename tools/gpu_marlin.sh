@@ -1,0 +1,41 @@
+#!/bin/sh
+# gpu_marlin.sh — build and run the marlin GEMM GPU check and timings
+# (tests/gpu/marlin_gemm_test.c) on a machine with nvcc and a GPU.
+#   sh tools/gpu_marlin.sh [--check]    (--check: correctness only, no timings)
+# Builds into $BUILD (default build-gpu-mrl) only what the test needs: the layout
+# packer, the type table and reference decoders, the C reference, the kernel.
+# cuBLAS fp16 timings are added when libcublas links; the script says which.
+set -e
+BUILD=${BUILD:-build-gpu-mrl}
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+NVCC=${NVCC:-$(command -v nvcc || echo $CUDA_HOME/bin/nvcc)}
+CC=${CC:-cc}
+# same strictness as the Makefile; no fast-math: the C reference is the ground truth
+CFLAGS="-O2 -g -std=c11 -D_GNU_SOURCE -Wall -Wextra -Iformats -Ikernels -Ikernels/cuda -I$CUDA_HOME/include"
+NVFLAGS="-O2 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_80,code=sm_80 -Iformats -Ikernels -Ikernels/cuda"
+mkdir -p $BUILD/obj
+objs=""
+for f in formats/layout.c formats/layout_marlin.c formats/qtype.c formats/qc_err.c \
+	 kernels/ref/dequant_*.c kernels/ref/iq_tables.c kernels/ref/quant_ref.c kernels/ref/marlin_gemm.c; do
+	o=$BUILD/obj/$(echo $f | tr / _).o
+	$CC $CFLAGS -c $f -o $o
+	objs="$objs $o"
+done
+rm -f $BUILD/libmrl.a
+ar rcs $BUILD/libmrl.a $objs
+$NVCC $NVFLAGS -Xptxas -v -c kernels/cuda/marlin_gemm.cu -o $BUILD/obj/marlin_gemm_cu.o 2> $BUILD/ptxas.txt || { cat $BUILD/ptxas.txt; exit 1; }
+grep -E "registers|spill" $BUILD/ptxas.txt | sort | uniq -c | head -20
+# marlin_mm.cu: the backend's table entry; cuda_err.cu: qc_cuda_check
+$NVCC $NVFLAGS -c kernels/cuda/cuda_err.cu -o $BUILD/obj/cuda_err_cu.o
+$NVCC $NVFLAGS -c kernels/cuda/marlin_mm.cu -o $BUILD/obj/marlin_mm_cu.o
+if $CC $CFLAGS -DQC_WITH_CUBLAS -c tests/gpu/marlin_gemm_test.c -o $BUILD/obj/test_cublas.o &&
+   $NVCC -o $BUILD/marlin_gemm_test $BUILD/obj/test_cublas.o $BUILD/obj/marlin_gemm_cu.o $BUILD/obj/marlin_mm_cu.o $BUILD/obj/cuda_err_cu.o \
+	$BUILD/libmrl.a -lcublas -lm 2>/dev/null; then
+	echo "gpu_marlin: built with cuBLAS fp16 comparison"
+else
+	echo "gpu_marlin: cuBLAS did not link; timings without the cuBLAS comparison"
+	$CC $CFLAGS -c tests/gpu/marlin_gemm_test.c -o $BUILD/obj/test.o
+	$NVCC -o $BUILD/marlin_gemm_test $BUILD/obj/test.o $BUILD/obj/marlin_gemm_cu.o $BUILD/obj/marlin_mm_cu.o $BUILD/obj/cuda_err_cu.o \
+		$BUILD/libmrl.a -lm
+fi
+exec $BUILD/marlin_gemm_test "$@"
