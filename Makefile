@@ -42,7 +42,9 @@ endif
 
 LIB_SRC := $(wildcard formats/*.c kernels/ref/*.c) \
 	   $(filter-out convert/qconvert.c,$(wildcard convert/*.c)) \
-	   $(filter-out %_main.c runtime/backend_cuda%.c,$(wildcard runtime/*.c))
+	   $(filter-out %_main.c runtime/backend_cuda%.c runtime/engine_cli.c,$(wildcard runtime/*.c))
+# engine_cli.o names the CUDA backend, so it links before $(CUDA_LIB), not inside libqc.a
+CLI_OBJ := $(BUILD)/obj/runtime/engine_cli.o
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 LIB     := $(BUILD)/libqc.a
 
@@ -76,11 +78,11 @@ $(BUILD)/bin/mkgguf: $(BUILD)/obj/samples/mkgguf.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(QCFLAGS) $^ -o $@ $(LDLIBS)
 
-$(BUILD)/bin/qrun: $(BUILD)/obj/runtime/qrun_main.o $(CUDA_LIB) $(LIB)
+$(BUILD)/bin/qrun: $(BUILD)/obj/runtime/qrun_main.o $(CLI_OBJ) $(CUDA_LIB) $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(QCFLAGS) $^ -o $@ $(LDLIBS) $(CUDA_LDLIBS)
 
-$(BUILD)/bin/qserve: $(BUILD)/obj/runtime/qserve_main.o $(CUDA_LIB) $(LIB)
+$(BUILD)/bin/qserve: $(BUILD)/obj/runtime/qserve_main.o $(CLI_OBJ) $(CUDA_LIB) $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(QCFLAGS) $^ -o $@ $(LDLIBS) $(CUDA_LDLIBS)
 

@@ -152,7 +152,8 @@ int qc_engine_new(const char *path, const struct qc_engine_opts *o, struct qc_en
 	qc_sched_config_init(&sc);
 	sc.max_running = op->max_running;
 	sc.max_batch_tokens = op->max_batch_tokens;
-	sc.max_prefill_tokens = op->max_batch_tokens;
+	sc.max_prefill_tokens = op->max_prefill_tokens > 0 && op->max_prefill_tokens < op->max_batch_tokens
+					? op->max_prefill_tokens : op->max_batch_tokens;
 	if ((rc = qc_sched_new(&sc, e->kv, &e->sched, err)))
 		goto out_free;
 

@@ -36,6 +36,9 @@ struct qc_engine_opts {
 	int32_t max_running;                  /* concurrent sequences; 0: 8 */
 	int32_t max_seq_tokens;               /* longest sequence; 0: min(n_ctx_train, 4096) */
 	int32_t max_batch_tokens;             /* tokens per forward; 0: 512 */
+	int32_t max_prefill_tokens;           /* of those, prompt tokens per forward (the chunked-
+						 prefill budget); 0 or more than max_batch_tokens:
+						 max_batch_tokens */
 	int32_t n_threads;                    /* backend matmul threads; 0: $QC_THREADS, else online CPUs
 						 (results do not depend on it) */
 	uint64_t kv_budget_bytes;             /* K/V pool; 0: max_running full sequences,

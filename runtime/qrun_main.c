@@ -1,21 +1,21 @@
 /* qrun_main.c — the qrun command: generate text from a bundle or a GGUF.
  *
- *   qrun MODEL -p TEXT -n N [--temp T] [--seed S] [--json] [--ignore-eos] [--device cpu|cuda]
+ *   qrun MODEL -p TEXT [-n N] [sampling flags] [--stop S]... [--json] [--ignore-eos] [engine flags]
  *   qrun MODEL --tokenize TEXT [--bos]
- *   qrun bench MODEL --requests N --concurrency C --in I --out O [--threads T] [--device cpu|cuda]
- *   (--device cuda: also [--gpu-mem-util F], the device memory share for weights + K/V, 0.9)
+ *   qrun bench MODEL --requests N --concurrency C --in I --out O [engine flags]
  *
  * MODEL is a .qb bundle or a .gguf; a GGUF is converted first (target cpu) into a
  * private temp directory under $TMPDIR, mapped, and unlinked at once, so nothing is
  * left behind. `-p -` reads the prompt's raw bytes from stdin. BOS is added exactly
- * when the vocabulary asks for it (llama.cpp's add_special). --threads T sets the
- * matmul threads (default: online CPUs) through qc_engine_opts.n_threads, which the engine
- * reads. bench: N requests of I synthetic prompt ids and O greedy tokens each
+ * when the vocabulary asks for it (llama.cpp's add_special). The engine flags
+ * (device, threads, K/V pool, chunked prefill) are engine_cli.h's, shared with
+ * qserve. bench: N requests of I synthetic prompt ids and O greedy tokens each
  * (EOS ignored), all queued at once, C at a time; prints prompt and decode
  * tokens/s, TTFT and inter-token latency p50/p99. Non-goals: chat templates,
- * interactive mode, stop strings.
+ * interactive mode.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,10 +23,11 @@
 #include <unistd.h>
 
 #include "bundle.h"
-#include "convert.h"
-#include "backend_cuda.h"
+#include "gguf.h"
 #include "engine.h"
-#include "plan.h"
+#include "engine_cli.h"
+#include "serve_buf.h"
+#include "serve_text.h"
 #include "vocab.h"
 
 static const char *prog = "qrun";
@@ -34,15 +35,20 @@ static const char *prog = "qrun";
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: %s MODEL -p TEXT [-n N] [--temp T] [--seed S] [--json] [--ignore-eos]\n"
-		"                [--device cpu|cuda]\n"
+		"usage: %s MODEL -p TEXT [-n N] [sampling] [--stop S]... [--json] [--ignore-eos] [engine]\n"
 		"       %s MODEL --tokenize TEXT [--bos]\n"
-		"       %s bench MODEL --requests N --concurrency C --in I --out O [--threads T]\n"
-		"                [--device cpu|cuda] [--gpu-mem-util F]\n"
+		"       %s bench MODEL --requests N --concurrency C --in I --out O [engine]\n"
 		"MODEL: a .qb bundle or a .gguf (converted to a temp bundle first).\n"
-		"-p - reads the prompt from stdin. --temp 0 (default) is greedy.\n"
-		"--threads T: matmul threads (default: online CPUs; results do not depend on it).\n",
-		prog, prog, prog);
+		"-p - (and --tokenize -) read raw bytes from stdin. -n: tokens to generate (32).\n"
+		"--json prints {\"prompt_ids\":[...],\"ids\":[...],\"text\":\"...\",\"finish\":\"...\"}.\n"
+		"--stop S: end when the text contains S (up to 4; S itself is not printed).\n"
+		"sampling:\n"
+		"  --temp T (0 = greedy, the default)  --seed S  --top-k K  --top-p P  --min-p P\n"
+		"  --repeat-penalty R  --presence-penalty P  --frequency-penalty F  --penalty-last-n N\n"
+		"engine:\n%s"
+		"bench: N requests of I pseudo-random prompt ids and O tokens each (EOS ignored), C at a\n"
+		"time; prints prompt and decode tokens/s, TTFT and inter-token latency p50/p99.\n",
+		prog, prog, prog, qc_engine_cli_help);
 }
 
 static double now_s(void)
@@ -75,47 +81,6 @@ static char *read_stdin(size_t *len)
 	return NULL;
 }
 
-static bool is_gguf(const char *path)
-{
-	unsigned char m[4] = {0};
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return false;
-	size_t r = fread(m, 1, 4, f);
-	fclose(f);
-	return r == 4 && !memcmp(m, "GGUF", 4);
-}
-
-/* Open the engine over path; a GGUF goes through a temp bundle that is unlinked
- * as soon as it is mapped. */
-/* o may be NULL (defaults). */
-static int open_engine(const char *path, const struct qc_engine_opts *opts, struct qc_engine **e,
-		       struct qc_err *err)
-{
-	struct qc_engine_opts o;
-	if (opts)
-		o = *opts;
-	else
-		qc_engine_opts_init(&o);
-	if (!is_gguf(path))
-		return qc_engine_new(path, &o, e, err);
-
-	const char *td = getenv("TMPDIR");
-	char dir[4096], out[4200];
-	snprintf(dir, sizeof dir, "%s/qrun-XXXXXX", td && *td ? td : "/tmp");
-	if (!mkdtemp(dir))
-		return qc_err_set(err, QC_EIO, dir, NULL, -1, "mkdtemp: %s", strerror(errno));
-	snprintf(out, sizeof out, "%s/model.qb", dir);
-	struct qc_convert_opts co = {.in = path, .out = out, .target = QC_TARGET_CPU,
-				     .alignment = QC_BUNDLE_ALIGN, .plan_flags = QC_PLAN_FUSE_MOE};
-	int rc = qc_convert_gguf(&co, NULL, err);
-	if (!rc)
-		rc = qc_engine_new(out, &o, e, err);
-	unlink(out);
-	rmdir(dir);
-	return rc;
-}
-
 /* --tokenize needs only the vocabulary: read it straight from the GGUF (vocab-only
  * files have no weights to convert) or from the bundle's manifest. Special-token
  * text is not parsed, as llama.cpp's tokenizer tests do; --bos adds BOS. */
@@ -126,7 +91,7 @@ static int tokenize_only(const char *path, const char *text, size_t len, bool bo
 	struct qc_bundle *b = NULL;
 	struct qc_vocab *v = NULL;
 	int rc;
-	if (is_gguf(path)) {
+	if (qc_path_is_gguf(path)) {
 		rc = qc_gguf_open(path, &g, err);
 		if (!rc)
 			rc = qc_vocab_from_gguf(g, &v, err);
@@ -180,6 +145,20 @@ static int append_piece(const struct qc_vocab *v, int32_t id, enum qc_piece_flag
 	int rc = append(s, len, cap, big, m < n ? m : n, err);
 	free(big);
 	return rc;
+}
+
+/* gen with room for n ids (kept on failure: NULL is returned and the caller frees the old one). */
+static int32_t *gen_grow(int32_t *gen, size_t *cap, int32_t n)
+{
+	if ((size_t)n <= *cap)
+		return gen;
+	size_t c = *cap ? *cap : 64;
+	while (c < (size_t)n)
+		c *= 2;
+	int32_t *p = realloc(gen, c * sizeof *p);
+	if (p)
+		*cap = c;
+	return p;
 }
 
 static void print_ids(const int32_t *ids, size_t n)
@@ -326,32 +305,8 @@ struct bench_req {
 /* qrun bench: see the header. Prompt tokens/s counts the steps that gave some
  * request its first token (prefill steps), decode tokens/s the tokens of the
  * other steps over their time; with C = 1 these are llama-bench's pp and tg. */
-/* Backend choice for --device: the CUDA backend computes in float, so the CPU's
- * ggml activation-rounding emulation is not asked of it. 0, or 1 on an unknown name. */
-static int set_device(struct qc_engine_opts *o, const char *device, float gpu_mem_util)
-{
-	if (!strcmp(device, "cuda")) {
-		o->backend = &qc_backend_cuda;
-		o->act_round = QC_ACT_ROUND_NONE;
-		o->gpu_mem_util = gpu_mem_util;
-		return 0;
-	}
-	if (strcmp(device, "cpu")) {
-		fprintf(stderr, "%s: unknown device '%s' (cpu or cuda)\n", prog, device);
-		return 1;
-	}
-	return 0;
-}
-
-/* Exit status of a failed engine open: 2 when the CUDA backend is absent
- * (built without nvcc) or finds no device, else 1. */
-static int open_status(const char *device, const struct qc_err *err)
-{
-	return !strcmp(device, "cuda") && (err->code == QC_ECUDA || err->code == QC_EUNSUPPORTED) ? 2 : 1;
-}
-
-static int run_bench(const char *model, int n_req, int conc, int n_in, int n_out, int32_t n_threads,
-		     const char *device, float gpu_mem_util, struct qc_err *err)
+static int run_bench(const char *model, int n_req, int conc, int n_in, int n_out,
+		     const struct qc_engine_cli *cli, struct qc_err *err)
 {
 	struct qc_engine_opts o;
 	struct qc_engine *e = NULL;
@@ -372,9 +327,8 @@ static int run_bench(const char *model, int n_req, int conc, int n_in, int n_out
 	o.max_running = conc;
 	o.max_seq_tokens = n_in + n_out;
 	o.max_batch_tokens = n_in * conc > 512 ? n_in * conc : 512;
-	o.n_threads = n_threads;
-	set_device(&o, device, gpu_mem_util);
-	if ((rc = open_engine(model, &o, &e, err)))
+	qc_engine_cli_apply(cli, &o); /* explicit flags win over the sizes above */
+	if ((rc = qc_engine_open_path(model, "qrun", &o, &e, err)))
 		goto out;
 	const int32_t n_vocab = qc_engine_model(e)->cfg.n_vocab;
 	uint64_t lcg = 0x9e3779b97f4a7c15u;
@@ -425,8 +379,8 @@ static int run_bench(const char *model, int n_req, int conc, int n_in, int n_out
 		t_prev = t;
 	}
 	const double wall = t_prev - t0;
-	if (n_threads > 0)
-		printf("requests %d, concurrency %d, in %d, out %d, threads %d\n", n_req, conc, n_in, n_out, n_threads);
+	if (cli->threads > 0)
+		printf("requests %d, concurrency %d, in %d, out %d, threads %ld\n", n_req, conc, n_in, n_out, cli->threads);
 	else
 		printf("requests %d, concurrency %d, in %d, out %d, threads all\n", n_req, conc, n_in, n_out);
 	printf("prompt: %llu tokens in %.3f s = %.2f tokens/s\n", (unsigned long long)pre_tok, pre_s,
@@ -453,28 +407,32 @@ static int bench_main(int argc, char **argv)
 {
 	const char *model = NULL;
 	long n_req = 0, conc = 0, n_in = 0, n_out = 0;
-	int32_t n_threads = 0;
-	const char *device = "cpu";
-	float gpu_mem_util = 0.0f;
+	struct qc_engine_cli cli;
 	struct qc_err err = {0};
 
+	qc_engine_cli_init(&cli);
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		const bool has = i + 1 < argc;
-		if (!strcmp(a, "--requests") && has) {
-			n_req = strtol(argv[++i], NULL, 10);
+		int r;
+		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			usage(stdout);
+			return 0;
+		} else if ((r = qc_engine_cli_parse(&cli, prog, argc, argv, &i))) {
+			if (r < 0)
+				return 1;
+		} else if (!strcmp(a, "--requests") && has) {
+			if (!qc_cli_long(prog, a, argv[++i], 1, 1024, &n_req))
+				return 1;
 		} else if (!strcmp(a, "--concurrency") && has) {
-			conc = strtol(argv[++i], NULL, 10);
+			if (!qc_cli_long(prog, a, argv[++i], 1, 1024, &conc))
+				return 1;
 		} else if (!strcmp(a, "--in") && has) {
-			n_in = strtol(argv[++i], NULL, 10);
+			if (!qc_cli_long(prog, a, argv[++i], 1, 65536, &n_in))
+				return 1;
 		} else if (!strcmp(a, "--out") && has) {
-			n_out = strtol(argv[++i], NULL, 10);
-		} else if (!strcmp(a, "--threads") && has) {
-			n_threads = (int32_t)strtol(argv[++i], NULL, 10);
-		} else if (!strcmp(a, "--device") && has) {
-			device = argv[++i];
-		} else if (!strcmp(a, "--gpu-mem-util") && has) {
-			gpu_mem_util = strtof(argv[++i], NULL);
+			if (!qc_cli_long(prog, a, argv[++i], 1, 65536, &n_out))
+				return 1;
 		} else if (a[0] != '-' && !model) {
 			model = a;
 		} else {
@@ -483,61 +441,116 @@ static int bench_main(int argc, char **argv)
 			return 1;
 		}
 	}
-	if (!model || n_req < 1 || n_req > 1024 || conc < 1 || conc > 1024 || n_in < 1 ||
-	    n_in > 65536 || n_out < 1 || n_out > 65536) {
+	if (!model || !n_req || !conc || !n_in || !n_out) {
 		fprintf(stderr, "%s bench: need MODEL and --requests 1..1024 --concurrency 1..1024 "
 				"--in 1..65536 --out 1..65536\n", prog);
 		return 1;
 	}
-	struct qc_engine_opts chk;
-	if (set_device(&chk, device, gpu_mem_util))
-		return 1;
-	if (!(gpu_mem_util >= 0.0f && gpu_mem_util <= 1.0f)) {
-		fprintf(stderr, "%s bench: --gpu-mem-util takes 0..1\n", prog);
-		return 1;
-	}
-	if (run_bench(model, (int)n_req, (int)conc, (int)n_in, (int)n_out, n_threads, device, gpu_mem_util, &err)) {
+	if (run_bench(model, (int)n_req, (int)conc, (int)n_in, (int)n_out, &cli, &err)) {
 		qc_err_print(&err, prog, stderr);
-		return open_status(device, &err);
+		return qc_engine_cli_open_status(&cli, &err);
 	}
 	return 0;
 }
 
+/* The sampling flags of a generate run; 1 consumed, -1 bad value, 0 not one of them. */
+static int sampling_flag(struct qc_sampler_params *sp, int argc, char **argv, int *i)
+{
+	static const struct {
+		const char *flag;
+		size_t off;
+		double lo, hi;
+	} floats[] = {
+		{"--temp", offsetof(struct qc_sampler_params, temperature), 0.0, 100.0},
+		{"--top-p", offsetof(struct qc_sampler_params, top_p), 0.0, 1.0},
+		{"--min-p", offsetof(struct qc_sampler_params, min_p), 0.0, 1.0},
+		{"--repeat-penalty", offsetof(struct qc_sampler_params, repeat_penalty), 0.01, 100.0},
+		{"--presence-penalty", offsetof(struct qc_sampler_params, presence_penalty), -2.0, 2.0},
+		{"--frequency-penalty", offsetof(struct qc_sampler_params, frequency_penalty), -2.0, 2.0},
+	};
+	const char *a = argv[*i];
+	const bool is_int = !strcmp(a, "--top-k") || !strcmp(a, "--seed") || !strcmp(a, "--penalty-last-n");
+	size_t k = 0;
+	while (k < sizeof floats / sizeof floats[0] && strcmp(a, floats[k].flag))
+		k++;
+	if (!is_int && k == sizeof floats / sizeof floats[0])
+		return 0;
+	if (*i + 1 >= argc) {
+		fprintf(stderr, "%s: %s needs a value\n", prog, a);
+		return -1;
+	}
+	const char *v = argv[++*i];
+	long x;
+	if (!strcmp(a, "--seed")) {
+		char *end;
+		errno = 0;
+		unsigned long long u = strtoull(v, &end, 10);
+		if (errno || end == v || *end || v[0] == '-') {
+			fprintf(stderr, "%s: --seed '%s': expected an unsigned integer\n", prog, v);
+			return -1;
+		}
+		sp->seed = u;
+		return 1;
+	}
+	if (!strcmp(a, "--top-k")) {
+		if (!qc_cli_long(prog, a, v, 0, 1L << 24, &x))
+			return -1;
+		sp->top_k = (int32_t)x;
+		return 1;
+	}
+	if (!strcmp(a, "--penalty-last-n")) {
+		if (!qc_cli_long(prog, a, v, -1, QC_SAMPLER_MAX_HISTORY, &x))
+			return -1;
+		sp->penalty_last_n = (int32_t)x;
+		return 1;
+	}
+	return qc_cli_float(prog, a, v, floats[k].lo, floats[k].hi, (float *)((char *)sp + floats[k].off)) ? 1 : -1;
+}
+
 int main(int argc, char **argv)
 {
-	const char *model = NULL, *prompt = NULL, *tok_text = NULL, *device = "cpu";
-	int n_gen = 32, json = 0, bos = 0, ignore_eos = 0;
-	float temp = 0.0f;
-	unsigned long long seed = 0;
+	const char *model = NULL, *prompt = NULL, *tok_text = NULL;
+	const char *stops[SERVE_MAX_STOPS];
+	int n_stops = 0, json = 0, bos = 0, ignore_eos = 0;
+	long n_gen = 32;
+	struct qc_engine_cli cli;
+	struct qc_sampler_params sp;
 	struct qc_err err = {0};
 	int rc = 0;
 
-	int32_t n_threads = 0;
-	float gpu_mem_util = 0.0f;
 	if (argc > 1 && !strcmp(argv[1], "bench"))
 		return bench_main(argc - 1, argv + 1);
+	qc_engine_cli_init(&cli);
+	cli.max_running = 1; /* one request */
+	qc_sampler_params_init(&sp);
+	sp.temperature = 0.0f; /* greedy unless --temp says otherwise */
+	sp.seed = 0;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		bool has = i + 1 < argc;
+		int r;
 		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
 			usage(stdout);
 			return 0;
+		} else if ((r = qc_engine_cli_parse(&cli, prog, argc, argv, &i)) ||
+			   (r = sampling_flag(&sp, argc, argv, &i))) {
+			if (r < 0)
+				return 1;
 		} else if (!strcmp(a, "-p") && has) {
 			prompt = argv[++i];
 		} else if (!strcmp(a, "-n") && has) {
-			n_gen = atoi(argv[++i]);
-		} else if (!strcmp(a, "--temp") && has) {
-			temp = strtof(argv[++i], NULL);
-		} else if (!strcmp(a, "--seed") && has) {
-			seed = strtoull(argv[++i], NULL, 10);
+			if (!qc_cli_long(prog, a, argv[++i], 1, 1L << 20, &n_gen))
+				return 1;
+		} else if (!strcmp(a, "--stop") && has) {
+			const char *st = argv[++i];
+			if (!*st || strlen(st) > SERVE_MAX_STOP_BYTES || n_stops == SERVE_MAX_STOPS) {
+				fprintf(stderr, "%s: --stop: at most %d non-empty strings of up to %d bytes\n", prog,
+					SERVE_MAX_STOPS, SERVE_MAX_STOP_BYTES);
+				return 1;
+			}
+			stops[n_stops++] = st;
 		} else if (!strcmp(a, "--tokenize") && has) {
 			tok_text = argv[++i];
-		} else if (!strcmp(a, "--device") && has) {
-			device = argv[++i];
-		} else if (!strcmp(a, "--gpu-mem-util") && has) {
-			gpu_mem_util = strtof(argv[++i], NULL);
-		} else if (!strcmp(a, "--threads") && has) {
-			n_threads = (int32_t)strtol(argv[++i], NULL, 10);
 		} else if (!strcmp(a, "--json")) {
 			json = 1;
 		} else if (!strcmp(a, "--bos")) {
@@ -552,12 +565,8 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
-	if (!model || (!prompt && !tok_text) || n_gen < 1) {
+	if (!model || (!prompt && !tok_text)) {
 		usage(stderr);
-		return 1;
-	}
-	if (!(gpu_mem_util >= 0.0f && gpu_mem_util <= 1.0f)) {
-		fprintf(stderr, "%s: --gpu-mem-util takes 0..1\n", prog);
 		return 1;
 	}
 
@@ -567,6 +576,8 @@ int main(int argc, char **argv)
 	int32_t *pids = NULL;
 	size_t n_pids = 0, text_len = 0, raw_len = 0, raw_cap = 0, raw_done = 0;
 	char *raw = NULL;
+	int32_t *gen = NULL; /* the generated ids, kept past the request's release */
+	size_t gen_cap = 0;
 
 	if (tok_text) {
 		size_t tl = strlen(tok_text);
@@ -585,14 +596,12 @@ int main(int argc, char **argv)
 	}
 	struct qc_engine_opts eo;
 	qc_engine_opts_init(&eo);
-	eo.n_threads = n_threads;
-	if (set_device(&eo, device, gpu_mem_util))
-		return 1;
-	if ((rc = open_engine(model, &eo, &e, &err))) {
+	qc_engine_cli_apply(&cli, &eo);
+	if ((rc = qc_engine_open_path(model, "qrun", &eo, &e, &err))) {
 		qc_err_print(&err, prog, stderr);
 		qc_engine_free(e);
 		free(stdin_buf);
-		return open_status(device, &err);
+		return qc_engine_cli_open_status(&cli, &err);
 	}
 	if (!strcmp(prompt, "-")) {
 		stdin_buf = read_stdin(&text_len);
@@ -614,38 +623,70 @@ int main(int argc, char **argv)
 	}
 
 	struct qc_engine_request q = {.prompt = pids, .n_prompt = (int32_t)n_pids,
-				      .max_tokens = n_gen, .ignore_eos = ignore_eos};
-	qc_sampler_params_init(&q.sampling);
-	q.sampling.temperature = temp;
-	q.sampling.seed = seed;
+				      .max_tokens = (int32_t)n_gen, .ignore_eos = ignore_eos, .sampling = sp};
 	uint64_t id;
 	if ((rc = qc_engine_add(e, &q, &id, &err)))
 		goto out_err;
 	/* The continuation's pieces as llama.cpp's common_token_to_piece gives them
 	 * (no leading-space strip: it is not a sequence start), made valid UTF-8;
 	 * streamed as they complete with control tokens silent, or with them
-	 * rendered in --json's "text" (as the reference texts have them). */
+	 * rendered in --json's "text" (as the reference texts have them). With
+	 * --stop the text goes through the server's stop-string holdback instead
+	 * (control tokens silent in both forms), so qrun and qserve stop alike. */
+	struct serve_text st;
+	struct serve_buf vis = {0};
+	serve_text_init(&st, qc_engine_vocab(e), stops, n_stops);
 
 	double t0 = now_s(), t_first = 0.0;
-	int32_t shown = 0, n = 0;
+	int32_t n = 0;
 	const int32_t *ids = NULL;
 	enum qc_sched_finish fin = QC_SCHED_FINISH_NONE;
-	while (qc_engine_has_work(e)) {
+	while (qc_engine_has_work(e) && !st.stopped) {
 		if ((rc = qc_engine_step(e, &err)))
-			goto out_err;
-		qc_engine_output(e, id, &ids, &n, &fin);
-		if (n > 0 && t_first == 0.0)
+			goto out_gen;
+		int32_t n_now = 0;
+		qc_engine_output(e, id, &ids, &n_now, &fin);
+		if (n_now > 0 && t_first == 0.0)
 			t_first = now_s();
-		for (; shown < n; shown++) {
-			if ((rc = append_piece(qc_engine_vocab(e), ids[shown],
-					       json ? QC_PIECE_SPECIAL : 0, &raw, &raw_len, &raw_cap, &err)))
-				goto out_err;
+		if (n_now > n) {
+			int32_t *g = gen_grow(gen, &gen_cap, n_now);
+			if (!g) {
+				rc = qc_err_set(&err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
+				goto out_gen;
+			}
+			gen = g;
+		}
+		for (; n < n_now && !st.stopped; n++) {
+			gen[n] = ids[n];
+			if (n_stops) {
+				if (serve_text_push(&st, ids[n], &vis) ||
+				    (rc = append(&raw, &raw_len, &raw_cap, vis.p ? vis.p : "", vis.len, &err))) {
+					rc = rc ? rc : qc_err_set(&err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
+					goto out_gen;
+				}
+				serve_buf_consume(&vis, vis.len);
+			} else if ((rc = append_piece(qc_engine_vocab(e), ids[n], json ? QC_PIECE_SPECIAL : 0, &raw,
+						      &raw_len, &raw_cap, &err))) {
+				goto out_gen;
+			}
+		}
+		if (st.stopped) { /* the stop string is complete: end the request now */
+			fin = QC_SCHED_FINISH_STOP_STRING;
+			qc_engine_release(e, id);
+		} else if (n_stops && fin != QC_SCHED_FINISH_NONE) {
+			if (serve_text_finish(&st, &vis) ||
+			    (rc = append(&raw, &raw_len, &raw_cap, vis.p ? vis.p : "", vis.len, &err))) {
+				rc = rc ? rc : qc_err_set(&err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
+				goto out_gen;
+			}
+			serve_buf_consume(&vis, vis.len);
 		}
 		if (!json) {
 			utf8_sanitize(raw, raw_len, &raw_done, false, out_stdout, NULL);
 			fflush(stdout);
 		}
 	}
+	ids = gen;
 	double t1 = now_s();
 	if (!json) {
 		utf8_sanitize(raw, raw_len, &raw_done, true, out_stdout, NULL);
@@ -669,11 +710,17 @@ int main(int argc, char **argv)
 	fprintf(stderr, "%s: %zu prompt tokens, %d generated in %.3f s (first token %.3f s, %.1f tokens/s after it)\n",
 		prog, n_pids, n, t1 - t0, t_first > 0 ? t_first - t0 : 0.0,
 		n > 1 && t1 > t_first ? (double)(n - 1) / (t1 - t_first) : 0.0);
+out_gen:
+	serve_text_deinit(&st);
+	serve_buf_deinit(&vis);
+	if (rc)
+		goto out_err;
 	goto out;
 
 out_err:
 	qc_err_print(&err, prog, stderr);
 out:
+	free(gen);
 	free(raw);
 	free(pids);
 	free(stdin_buf);

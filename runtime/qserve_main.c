@@ -1,8 +1,7 @@
 /* qserve_main.c — the qserve command: an OpenAI-compatible HTTP server.
- *   qserve MODEL [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--device cpu|cuda]
- *          [--max-queue N] [--max-running N] [--ctx N] [--threads T] [--kv-mem MIB]
+ *   qserve MODEL [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--max-queue N]
  *          [--chat-template NAME] [--model-name NAME] [--max-body BYTES]
- *          [--max-conns N] [--drain-timeout S] [--gpu-mem-util F]
+ *          [--max-conns N] [--drain-timeout S] [engine flags: engine_cli.h]
  * MODEL is a .qb bundle or a .gguf (converted to a private temp bundle first,
  * as qrun does). The chat template is --chat-template, else detected from the
  * model's tokenizer.chat_template; a template qserve does not know stops the
@@ -18,12 +17,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend_cuda.h"
-#include "bundle.h"
 #include "chat_template.h"
-#include "convert.h"
 #include "engine.h"
-#include "plan.h"
+#include "engine_cli.h"
 #include "server.h"
 #include "vocab.h"
 
@@ -32,47 +28,15 @@ static const char *prog = "qserve";
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: %s MODEL [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--device cpu|cuda]\n"
-		"              [--max-queue N] [--max-running N] [--ctx N] [--threads T] [--kv-mem MIB]\n"
+		"usage: %s MODEL [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--max-queue N]\n"
 		"              [--chat-template NAME] [--model-name NAME] [--max-body BYTES]\n"
-		"              [--max-conns N] [--drain-timeout S] [--gpu-mem-util F]\n"
+		"              [--max-conns N] [--drain-timeout S] [engine flags]\n"
 		"MODEL: a .qb bundle or a .gguf. Chat templates: llama-2 llama-3 mistral chatml (qwen)\n"
 		"phi-3 gemma deepseek; detected from the model when --chat-template is absent.\n"
 		"--port 0 picks a free port (printed on stderr). Endpoints: POST /v1/completions,\n"
-		"POST /v1/chat/completions, GET /v1/models, GET /health, GET /metrics.\n",
-		prog);
-}
-
-static bool is_gguf(const char *path)
-{
-	unsigned char m[4] = {0};
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return false;
-	size_t r = fread(m, 1, 4, f);
-	fclose(f);
-	return r == 4 && !memcmp(m, "GGUF", 4);
-}
-
-/* A GGUF goes through a temp bundle that is unlinked as soon as it is mapped. */
-static int open_engine(const char *path, const struct qc_engine_opts *o, struct qc_engine **e, struct qc_err *err)
-{
-	if (!is_gguf(path))
-		return qc_engine_new(path, o, e, err);
-	const char *td = getenv("TMPDIR");
-	char dir[4096], out[4200];
-	snprintf(dir, sizeof dir, "%s/qserve-XXXXXX", td && *td ? td : "/tmp");
-	if (!mkdtemp(dir))
-		return qc_err_set(err, QC_EIO, dir, NULL, -1, "mkdtemp: %s", strerror(errno));
-	snprintf(out, sizeof out, "%s/model.qb", dir);
-	struct qc_convert_opts co = {.in = path, .out = out, .target = QC_TARGET_CPU,
-				     .alignment = QC_BUNDLE_ALIGN, .plan_flags = QC_PLAN_FUSE_MOE};
-	int rc = qc_convert_gguf(&co, NULL, err);
-	if (!rc)
-		rc = qc_engine_new(out, o, e, err);
-	unlink(out);
-	rmdir(dir);
-	return rc;
+		"POST /v1/chat/completions, GET /v1/models, GET /health, GET /metrics.\n"
+		"engine flags (--max-running defaults to 8):\n%s",
+		prog, qc_engine_cli_help);
 }
 
 /* The model id: the file name without directory and extension. */
@@ -86,82 +50,54 @@ static void default_name(const char *path, char *buf, size_t cap)
 		*dot = '\0';
 }
 
-/* Integer argument in [lo, hi]; false (and a message) otherwise. */
-static bool arg_long(const char *flag, const char *v, long lo, long hi, long *out)
-{
-	char *end;
-	errno = 0;
-	long x = strtol(v, &end, 10);
-	if (errno || end == v || *end || x < lo || x > hi) {
-		fprintf(stderr, "%s: %s '%s': expected an integer in %ld..%ld\n", prog, flag, v, lo, hi);
-		return false;
-	}
-	*out = x;
-	return true;
-}
-
 int main(int argc, char **argv)
 {
-	const char *model = NULL, *device = "cpu", *tmpl_name = NULL, *name = NULL;
+	const char *model = NULL, *tmpl_name = NULL, *name = NULL;
 	struct server_config sc = {.host = "127.0.0.1", .port = 8000, .max_queue = 256, .max_body = 1 << 20,
 				   .max_header = 64 << 10, .max_conns = 512};
-	long v, drain = 30, max_running = 8, ctx = 0, threads = 0, kv_mib = 0;
-	float gpu_mem_util = 0.0f;
+	long v, drain = 30;
+	struct qc_engine_cli cli;
 	struct qc_err err = {0};
+
+	qc_engine_cli_init(&cli);
+	cli.max_running = 8;
 
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		const bool has = i + 1 < argc;
+		int r;
 		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
 			usage(stdout);
 			return 0;
+		} else if ((r = qc_engine_cli_parse(&cli, prog, argc, argv, &i))) {
+			if (r < 0)
+				return 1;
 		} else if (!strcmp(a, "--host") && has) {
 			sc.host = argv[++i];
 		} else if (!strcmp(a, "--port") && has) {
-			if (!arg_long(a, argv[++i], 0, 65535, &v))
+			if (!qc_cli_long(prog, a, argv[++i], 0, 65535, &v))
 				return 1;
 			sc.port = (int)v;
 		} else if (!strcmp(a, "--api-key") && has) {
 			sc.api_key = argv[++i];
-		} else if (!strcmp(a, "--device") && has) {
-			device = argv[++i];
 		} else if (!strcmp(a, "--max-queue") && has) {
-			if (!arg_long(a, argv[++i], 0, 1 << 20, &v))
+			if (!qc_cli_long(prog, a, argv[++i], 0, 1 << 20, &v))
 				return 1;
 			sc.max_queue = (int32_t)v;
-		} else if (!strcmp(a, "--max-running") && has) {
-			if (!arg_long(a, argv[++i], 1, 1024, &max_running))
-				return 1;
-		} else if (!strcmp(a, "--ctx") && has) {
-			if (!arg_long(a, argv[++i], 16, 1 << 20, &ctx))
-				return 1;
-		} else if (!strcmp(a, "--threads") && has) {
-			if (!arg_long(a, argv[++i], 1, 256, &threads))
-				return 1;
-		} else if (!strcmp(a, "--kv-mem") && has) {
-			if (!arg_long(a, argv[++i], 1, 1 << 20, &kv_mib))
-				return 1;
 		} else if (!strcmp(a, "--chat-template") && has) {
 			tmpl_name = argv[++i];
 		} else if (!strcmp(a, "--model-name") && has) {
 			name = argv[++i];
 		} else if (!strcmp(a, "--max-body") && has) {
-			if (!arg_long(a, argv[++i], 1024, 1L << 30, &v))
+			if (!qc_cli_long(prog, a, argv[++i], 1024, 1L << 30, &v))
 				return 1;
 			sc.max_body = (size_t)v;
 		} else if (!strcmp(a, "--max-conns") && has) {
-			if (!arg_long(a, argv[++i], 1, 65536, &v))
+			if (!qc_cli_long(prog, a, argv[++i], 1, 65536, &v))
 				return 1;
 			sc.max_conns = (unsigned)v;
-		} else if (!strcmp(a, "--gpu-mem-util") && has) {
-			char *end;
-			gpu_mem_util = strtof(argv[++i], &end);
-			if (*end || !(gpu_mem_util > 0.0f && gpu_mem_util <= 1.0f)) {
-				fprintf(stderr, "%s: --gpu-mem-util '%s': expected a fraction in (0, 1]\n", prog, argv[i]);
-				return 1;
-			}
 		} else if (!strcmp(a, "--drain-timeout") && has) {
-			if (!arg_long(a, argv[++i], 0, 86400, &drain))
+			if (!qc_cli_long(prog, a, argv[++i], 0, 86400, &drain))
 				return 1;
 		} else if (a[0] != '-' && !model) {
 			model = a;
@@ -173,10 +109,6 @@ int main(int argc, char **argv)
 	}
 	if (!model) {
 		usage(stderr);
-		return 1;
-	}
-	if (strcmp(device, "cpu") && strcmp(device, "cuda")) {
-		fprintf(stderr, "%s: unknown device '%s' (cpu or cuda)\n", prog, device);
 		return 1;
 	}
 	enum qc_chat_family fam = QC_CHAT_NONE;
@@ -197,20 +129,11 @@ int main(int argc, char **argv)
 
 	struct qc_engine_opts eo;
 	qc_engine_opts_init(&eo);
-	eo.max_running = (int32_t)max_running;
-	eo.max_seq_tokens = (int32_t)ctx;
-	eo.n_threads = (int32_t)threads;
-	eo.kv_budget_bytes = (uint64_t)kv_mib << 20;
-	if (!strcmp(device, "cuda")) {
-		/* the CUDA backend computes in float: no ggml activation-rounding emulation */
-		eo.backend = &qc_backend_cuda;
-		eo.act_round = QC_ACT_ROUND_NONE;
-		eo.gpu_mem_util = gpu_mem_util;
-	}
+	qc_engine_cli_apply(&cli, &eo);
 	struct qc_engine *e = NULL;
-	if (open_engine(model, &eo, &e, &err)) {
+	if (qc_engine_open_path(model, "qserve", &eo, &e, &err)) {
 		/* 2: no CUDA in this build or no device, as qrun says it */
-		if (!strcmp(device, "cuda") && (err.code == QC_ECUDA || err.code == QC_EUNSUPPORTED)) {
+		if (qc_engine_cli_open_status(&cli, &err) == 2) {
 			qc_err_print(&err, prog, stderr);
 			return 2;
 		}
@@ -239,16 +162,16 @@ int main(int argc, char **argv)
 	default_name(model, model_name, sizeof model_name);
 	sc.model_name = name ? name : model_name;
 	sc.chat = fam;
-	sc.max_running = (int32_t)max_running;
+	sc.max_running = (int32_t)cli.max_running;
 	const struct qc_model_config *mc = &qc_engine_model(e)->cfg;
-	sc.ctx_tokens = ctx ? (int32_t)ctx : mc->n_ctx_train > 0 && mc->n_ctx_train < 4096 ? mc->n_ctx_train : 4096;
+	sc.ctx_tokens = cli.ctx ? (int32_t)cli.ctx : mc->n_ctx_train > 0 && mc->n_ctx_train < 4096 ? mc->n_ctx_train : 4096;
 
 	struct server *srv = NULL;
 	if (server_start(&sc, e, &srv, &err))
 		goto out_err;
 	fprintf(stderr, "%s: listening on http://%s:%d (model '%s', chat template %s, context %d, running %ld, "
 			"queue %d)\n", prog, sc.host, server_port(srv), sc.model_name, qc_chat_family_name(fam),
-		sc.ctx_tokens, max_running, sc.max_queue);
+		sc.ctx_tokens, cli.max_running, sc.max_queue);
 	fflush(stderr);
 	int sig = 0;
 	sigwait(&set, &sig);

@@ -4,6 +4,8 @@
  * tokenizer test vectors on vocab-only GGUFs, and --device cuda says it is absent. */
 #include <cjson/cJSON.h>
 #include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -133,6 +135,139 @@ static void check_tokenize(const char *vocab)
 	CHECK(n == 46 && ok == n, "qrun --tokenize %s: %d/%d strings match llama.cpp", vocab, ok, n);
 }
 
+
+/* stderr of cmd (stdout dropped), malloc'd; *status its exit code. */
+static char *run_stderr(const char *cmd, int *status)
+{
+	char full[4096];
+	snprintf(full, sizeof full, "%s 2>&1 >/dev/null </dev/null", cmd);
+	FILE *p = popen(full, "r");
+	char *out = calloc(1, 65536);
+	size_t len = p ? fread(out, 1, 65535, p) : 0;
+	out[len] = '\0';
+	int st = p ? pclose(p) : -1;
+	*status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+	return out;
+}
+
+/* qrun MODEL -p PROMPT --json with extra flags; the parsed object (caller deletes) or NULL. */
+static cJSON *qrun_json(const char *model, const char *prompt, const char *flags)
+{
+	char cmd[2048];
+	snprintf(cmd, sizeof cmd, "%s/qrun %s -p - --json %s", bin(), model, flags);
+	int st;
+	char *out = run(cmd, prompt, strlen(prompt), &st);
+	cJSON *j = st == 0 && out ? cJSON_Parse(out) : NULL;
+	free(out);
+	return j;
+}
+
+static const char *jstr(const cJSON *j, const char *k)
+{
+	const cJSON *v = cJSON_GetObjectItem(j, k);
+	return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+/* The options issue #3 names on the command line: stop strings, chunked prefill and
+ * a small K/V pool (same greedy ids), sampling flags (a seed reproduces, top-k 1 is
+ * greedy), and bad values refused naming the flag. */
+static void check_options(const char *model)
+{
+	const char *prompt = "Once upon a time";
+	cJSON *full = qrun_json(model, prompt, "-n 40");
+	CHECK(full != NULL, "qrun -n 40 --json failed");
+	if (!full)
+		return;
+	const char *text = jstr(full, "text");
+	const cJSON *ids = cJSON_GetObjectItem(full, "ids");
+	CHECK(!strcmp(jstr(full, "finish"), "length") && cJSON_GetArraySize(ids) == 40, "plain run: %s",
+	      jstr(full, "finish"));
+
+	/* a stop string taken from the middle of the greedy text */
+	const char *word = strstr(text, " little");
+	CHECK(word != NULL, "greedy text lacks ' little': %s", text);
+	if (word) {
+		cJSON *st = qrun_json(model, prompt, "-n 40 --stop ' little'");
+		CHECK(st != NULL, "qrun --stop failed");
+		if (st) {
+			size_t pre = (size_t)(word - text);
+			const char *t = jstr(st, "text");
+			CHECK(strlen(t) == pre && !strncmp(t, text, pre),
+			      "--stop: text '%s', expected the %zu bytes before the stop string", t, pre);
+			CHECK(!strcmp(jstr(st, "finish"), "stop_string"), "--stop: finish %s", jstr(st, "finish"));
+			const cJSON *sid = cJSON_GetObjectItem(st, "ids");
+			int n = cJSON_GetArraySize(sid);
+			bool prefix = n > 0 && n < 40;
+			for (int i = 0; prefix && i < n; i++)
+				prefix = cJSON_GetArrayItem(sid, i)->valueint == cJSON_GetArrayItem(ids, i)->valueint;
+			CHECK(prefix, "--stop: %d ids, expected a proper prefix of the plain run's", n);
+			cJSON_Delete(st);
+		}
+		/* the streamed (non-JSON) form prints the same text */
+		char cmd[2048];
+		snprintf(cmd, sizeof cmd, "%s/qrun %s -p - -n 40 --stop ' little'", bin(), model);
+		int rc;
+		char *out = run(cmd, prompt, strlen(prompt), &rc);
+		size_t pre = (size_t)(word - text);
+		CHECK(rc == 0 && out && strlen(out) == pre + 1 && !strncmp(out, text, pre) && out[pre] == '\n',
+		      "--stop streamed: '%s'", out ? out : "");
+		free(out);
+	}
+	/* a stop string that never occurs changes nothing */
+	cJSON *no = qrun_json(model, prompt, "-n 40 --stop 'zzqq'");
+	CHECK(no && !strcmp(jstr(no, "text"), text) && !strcmp(jstr(no, "finish"), "length"),
+	      "--stop that never matches changed the output");
+	cJSON_Delete(no);
+
+	/* prefill in 3-token chunks over a 1 MiB K/V pool: the same greedy ids */
+	cJSON *ch = qrun_json(model, prompt, "-n 40 --max-prefill-tokens 3 --kv-mem 1 --max-batch-tokens 8");
+	CHECK(ch && same_ids(cJSON_GetObjectItem(ch, "ids"), ids) &&
+	      same_ids(cJSON_GetObjectItem(ch, "prompt_ids"), cJSON_GetObjectItem(full, "prompt_ids")),
+	      "chunked prefill changed the greedy ids");
+	cJSON_Delete(ch);
+
+	/* sampling: a seed reproduces, different seeds differ somewhere, top-k 1 is greedy */
+	const char *samp = "-n 40 --temp 1.0 --top-p 0.95 --min-p 0.02 --repeat-penalty 1.1";
+	char f1[256], f2[256];
+	snprintf(f1, sizeof f1, "%s --seed 7", samp);
+	cJSON *s1 = qrun_json(model, prompt, f1), *s1b = qrun_json(model, prompt, f1);
+	CHECK(s1 && s1b && same_ids(cJSON_GetObjectItem(s1, "ids"), cJSON_GetObjectItem(s1b, "ids")),
+	      "the same --seed gave different tokens");
+	int differ = 0;
+	for (int seed = 8; seed < 12 && s1; seed++) {
+		snprintf(f2, sizeof f2, "%s --seed %d", samp, seed);
+		cJSON *s2 = qrun_json(model, prompt, f2);
+		differ += s2 && !same_ids(cJSON_GetObjectItem(s1, "ids"), cJSON_GetObjectItem(s2, "ids"));
+		cJSON_Delete(s2);
+	}
+	CHECK(differ > 0, "four other seeds all gave seed 7's tokens: sampling ignores the seed");
+	cJSON_Delete(s1);
+	cJSON_Delete(s1b);
+	cJSON *k1 = qrun_json(model, prompt, "-n 40 --temp 1.5 --top-k 1 --seed 3");
+	CHECK(k1 && same_ids(cJSON_GetObjectItem(k1, "ids"), ids), "--top-k 1 is not greedy");
+	cJSON_Delete(k1);
+	cJSON_Delete(full);
+
+	/* bad values: exit 1, the flag named */
+	static const char *bad[][2] = {
+		{"--top-p 2", "--top-p"},           {"--kv-mem 0", "--kv-mem"},
+		{"--max-prefill-tokens x", "--max-prefill-tokens"}, {"-n 0", "-n"},
+		{"--device tpu", "--device"},        {"--temp", "--temp"},
+		{"--stop ''", "--stop"},             {"--seed -1", "--seed"},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		char cmd[2048];
+		snprintf(cmd, sizeof cmd, "%s/qrun %s -p hi %s", bin(), model, bad[i][0]);
+		int rc;
+		char *e = run_stderr(cmd, &rc);
+		CHECK(rc == 1 && strstr(e, bad[i][1]), "qrun ... %s: exit %d, stderr '%s'", bad[i][0], rc, e);
+		free(e);
+	}
+	char cmd[2048];
+	snprintf(cmd, sizeof cmd, "%s/qrun bench --help | grep -q -- --max-prefill-tokens", bin());
+	CHECK(system(cmd) == 0, "qrun bench --help does not list the engine flags");
+}
+
 int main(void)
 {
 	char model[1024], ref[1024], bundle[] = "/tmp/qc_qrun_XXXXXX.qb";
@@ -151,6 +286,7 @@ int main(void)
 			check_greedy(model, g);
 			check_greedy(bundle, g);
 		}
+	check_options(bundle);
 	unlink(bundle);
 	cJSON_Delete(r);
 	check_tokenize("llama-spm");

@@ -1,0 +1,152 @@
+/* engine_cli.c — see engine_cli.h. */
+#include "engine_cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend_cuda.h"
+#include "bundle.h"
+#include "convert.h"
+#include "plan.h"
+
+const char qc_engine_cli_help[] =
+	"  --device cpu|cuda        backend (default cpu); cuda: --gpu-mem-util F (0..1, default 0.9)\n"
+	"  --threads T              CPU matmul threads (default: online CPUs; results do not depend on it)\n"
+	"  --kv-mem MIB             paged K/V pool size (default: room for every running sequence)\n"
+	"  --max-running N          sequences decoded together\n"
+	"  --ctx N                  longest sequence, prompt + output (default: the model's, at most 4096)\n"
+	"  --max-batch-tokens N     tokens per forward step (default 512)\n"
+	"  --max-prefill-tokens N   prompt tokens per step: longer prompts are prefilled in chunks\n"
+	"                           (default: --max-batch-tokens)\n";
+
+void qc_engine_cli_init(struct qc_engine_cli *c)
+{
+	memset(c, 0, sizeof *c);
+	c->device = "cpu";
+}
+
+bool qc_cli_long(const char *prog, const char *flag, const char *v, long lo, long hi, long *out)
+{
+	char *end;
+	errno = 0;
+	long x = strtol(v, &end, 10);
+	if (errno || end == v || *end || x < lo || x > hi) {
+		fprintf(stderr, "%s: %s '%s': expected an integer in %ld..%ld\n", prog, flag, v, lo, hi);
+		return false;
+	}
+	*out = x;
+	return true;
+}
+
+bool qc_cli_float(const char *prog, const char *flag, const char *v, double lo, double hi, float *out)
+{
+	char *end;
+	errno = 0;
+	double x = strtod(v, &end);
+	if (errno || end == v || *end || !isfinite(x) || x < lo || x > hi) {
+		fprintf(stderr, "%s: %s '%s': expected a number in %g..%g\n", prog, flag, v, lo, hi);
+		return false;
+	}
+	*out = (float)x;
+	return true;
+}
+
+int qc_engine_cli_parse(struct qc_engine_cli *c, const char *prog, int argc, char **argv, int *i)
+{
+	static const struct {
+		const char *flag;
+		size_t off;
+		long lo, hi;
+	} longs[] = {
+		{"--threads", offsetof(struct qc_engine_cli, threads), 1, 256},
+		{"--kv-mem", offsetof(struct qc_engine_cli, kv_mib), 1, 1L << 24},
+		{"--max-running", offsetof(struct qc_engine_cli, max_running), 1, 1024},
+		{"--ctx", offsetof(struct qc_engine_cli, ctx), 16, 1L << 20},
+		{"--max-batch-tokens", offsetof(struct qc_engine_cli, max_batch), 1, 1L << 16},
+		{"--max-prefill-tokens", offsetof(struct qc_engine_cli, max_prefill), 1, 1L << 16},
+	};
+	const char *a = argv[*i];
+	const bool known = !strcmp(a, "--device") || !strcmp(a, "--gpu-mem-util");
+	size_t k = 0;
+	while (k < sizeof longs / sizeof longs[0] && strcmp(a, longs[k].flag))
+		k++;
+	if (!known && k == sizeof longs / sizeof longs[0])
+		return 0;
+	if (*i + 1 >= argc) {
+		fprintf(stderr, "%s: %s needs a value\n", prog, a);
+		return -1;
+	}
+	const char *v = argv[++*i];
+	if (!strcmp(a, "--device")) {
+		if (strcmp(v, "cpu") && strcmp(v, "cuda")) {
+			fprintf(stderr, "%s: --device '%s': expected cpu or cuda\n", prog, v);
+			return -1;
+		}
+		c->device = v;
+		return 1;
+	}
+	if (!strcmp(a, "--gpu-mem-util"))
+		return qc_cli_float(prog, a, v, 0.01, 1.0, &c->gpu_mem_util) ? 1 : -1;
+	return qc_cli_long(prog, a, v, longs[k].lo, longs[k].hi, (long *)((char *)c + longs[k].off)) ? 1 : -1;
+}
+
+void qc_engine_cli_apply(const struct qc_engine_cli *c, struct qc_engine_opts *o)
+{
+	if (!strcmp(c->device, "cuda")) {
+		o->backend = &qc_backend_cuda;
+		o->act_round = QC_ACT_ROUND_NONE;
+		o->gpu_mem_util = c->gpu_mem_util;
+	}
+	if (c->threads)
+		o->n_threads = (int32_t)c->threads;
+	if (c->kv_mib)
+		o->kv_budget_bytes = (uint64_t)c->kv_mib << 20;
+	if (c->max_running)
+		o->max_running = (int32_t)c->max_running;
+	if (c->ctx)
+		o->max_seq_tokens = (int32_t)c->ctx;
+	if (c->max_batch)
+		o->max_batch_tokens = (int32_t)c->max_batch;
+	if (c->max_prefill)
+		o->max_prefill_tokens = (int32_t)c->max_prefill;
+}
+
+bool qc_path_is_gguf(const char *path)
+{
+	unsigned char m[4] = {0};
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return false;
+	size_t r = fread(m, 1, 4, f);
+	fclose(f);
+	return r == 4 && !memcmp(m, "GGUF", 4);
+}
+
+int qc_engine_open_path(const char *path, const char *tag, const struct qc_engine_opts *o,
+			struct qc_engine **e, struct qc_err *err)
+{
+	if (!qc_path_is_gguf(path))
+		return qc_engine_new(path, o, e, err);
+	const char *td = getenv("TMPDIR");
+	char dir[4096], out[4200];
+	snprintf(dir, sizeof dir, "%s/%s-XXXXXX", td && *td ? td : "/tmp", tag);
+	if (!mkdtemp(dir))
+		return qc_err_set(err, QC_EIO, dir, NULL, -1, "mkdtemp: %s", strerror(errno));
+	snprintf(out, sizeof out, "%s/model.qb", dir);
+	struct qc_convert_opts co = {.in = path, .out = out, .target = QC_TARGET_CPU,
+				     .alignment = QC_BUNDLE_ALIGN, .plan_flags = QC_PLAN_FUSE_MOE};
+	int rc = qc_convert_gguf(&co, NULL, err);
+	if (!rc)
+		rc = qc_engine_new(out, o, e, err);
+	unlink(out);
+	rmdir(dir);
+	return rc;
+}
+
+int qc_engine_cli_open_status(const struct qc_engine_cli *c, const struct qc_err *err)
+{
+	return !strcmp(c->device, "cuda") && (err->code == QC_ECUDA || err->code == QC_EUNSUPPORTED) ? 2 : 1;
+}
