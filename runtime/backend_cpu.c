@@ -664,6 +664,14 @@ static int cpu_create(const struct qc_model *m, const struct qc_backend_params *
 	if (p->n_blocks < 1 || p->block_tokens < 1 || p->max_tokens < 1 || p->max_logits < 1 ||
 	    p->max_ctx < 1)
 		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "backend parameters must be positive");
+	/* the CPU reads ggml rows in place; a GPU target's tensor-core tiles it cannot */
+	for (uint64_t i = 0; i < m->bundle->n_tensors; i++)
+		if (m->bundle->tensors[i].layout != QC_LAYOUT_GGML)
+			return qc_err_set(err, QC_EUNSUPPORTED, m->bundle->path, m->bundle->tensors[i].name, -1,
+					  "layout %s is for the GPU (bundle converted for %s): the CPU backend reads "
+					  "ggml blocks only (convert with --target cpu, or run with --device cuda)",
+					  qc_layout_name(m->bundle->tensors[i].layout),
+					  m->bundle->target ? m->bundle->target : "a GPU");
 	c = calloc(1, sizeof *c);
 	if (!c)
 		return qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");

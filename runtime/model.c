@@ -12,6 +12,9 @@
  */
 #include "model.h"
 
+#include "layout.h"
+#include "layout_marlin.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -240,10 +243,6 @@ static int mat_view(const struct qc_bundle *b, const char *name, int64_t n_in, i
 			return QC_OK;
 		return qc_err_set(err, QC_EFORMAT, b->path, name, -1, "tensor missing");
 	}
-	if (t->layout != QC_LAYOUT_GGML)
-		return qc_err_set(err, QC_EUNSUPPORTED, b->path, name, -1,
-				  "layout %d not readable by the CPU backend (convert with --target cpu)",
-				  (int)t->layout);
 	rows = t->ne[1];
 	if (part) {
 		row0 = part->row0;
@@ -254,11 +253,22 @@ static int mat_view(const struct qc_bundle *b, const char *name, int64_t n_in, i
 				  "shape [%lld, %lld, %lld] where [%lld, %lld, %lld] expected",
 				  (long long)t->ne[0], (long long)rows, (long long)t->ne[2],
 				  (long long)n_in, (long long)n_out, (long long)n_mat);
+	/* Rows are addressed as row0 * row bytes in every layout; a tensor-core layout
+	 * (marlin stripes) allows that only on stripe boundaries, which a fused part's
+	 * rows must then keep. Which backend reads which layout is the backend's call. */
 	uint64_t rb;
-	int rc = qc_type_row_bytes(t->type, (uint64_t)n_in, &rb);
+	int rc = qc_layout_row_bytes(t->layout, t->type, n_in, &rb);
 	if (rc)
-		return qc_err_set(err, rc, b->path, name, -1, "row of %lld elements not block aligned",
-				  (long long)n_in);
+		return qc_err_set(err, rc, b->path, name, -1, "row of %lld elements does not fit layout %s",
+				  (long long)n_in, qc_layout_name(t->layout));
+	if (t->layout != QC_LAYOUT_GGML && part) {
+		const int stripe = qc_marlin_is(t->layout) ? qc_marlin_stripe(t->layout) : 1;
+		if (row0 % stripe || rows % stripe)
+			return qc_err_set(err, QC_EUNSUPPORTED, b->path, name, -1,
+					  "part rows [%lld, %lld) of a %s tensor are not on its %d-row stripes",
+					  (long long)row0, (long long)(row0 + rows), qc_layout_name(t->layout), stripe);
+	}
+	w->layout = t->layout;
 	w->type = t->type;
 	w->n_in = n_in;
 	w->n_out = rows;

@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "bundle.h"
+#include "layout.h"
 #include "qc_err.h"
 #include "qtype.h"
 
@@ -30,6 +31,7 @@ struct qc_mat {
 	const int32_t *act_perm; /* (n_mat or 1, n_in) indices into x, checked; NULL: none */
 	int64_t perm_stride;   /* elements from matrix e's permutation to e+1's */
 	enum qc_type type;
+	enum qc_layout layout; /* how the bytes are arranged; the CPU backend reads GGML only */
 	int64_t n_in;          /* elements per row (ne[0]) */
 	int64_t n_out;         /* rows per matrix */
 	int64_t n_mat;         /* matrices (experts), 1 for dense */

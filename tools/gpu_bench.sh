@@ -1,8 +1,9 @@
 #!/bin/sh
 # tools/gpu_bench.sh — the GPU baseline of docs/bench.md on a Llama-3-8B-shape model
 # with random weights: for each --type (default "q4_0 q8_0 f16"; $QC_BENCH_TYPES),
-# mkgguf --preset llama3-8b writes the GGUF, qconvert converts it (target cpu: ggml
-# blocks, what the CUDA backend's kernels read today), and qrun bench --device cuda
+# mkgguf --preset llama3-8b writes the GGUF, qconvert converts it for each target of
+# $QC_BENCH_TARGETS (default "sm90": Marlin tensor-core layouts for q4_0/q8_0;
+# "cpu" keeps ggml blocks, read by the fused-dequant GEMV), and qrun bench --device cuda
 # measures batch-1 pp512 + tg128, then decode with 64 and 256 concurrent requests
 # (128 prompt + 128 generated tokens each). Models live in $QC_BENCH_DIR (default
 # /tmp/qc-bench) and are deleted after each type. Binaries from $QC_BIN (make
@@ -18,14 +19,18 @@ for t in ${QC_BENCH_TYPES:-q4_0 q8_0 f16}; do
 	echo "== llama3-8b $t"
 	s=$(date +%s)
 	"$BIN/mkgguf" --preset llama3-8b --type "$t" -o "$D/m.gguf" >/dev/null || exit 1
-	"$BIN/qconvert" "$D/m.gguf" --target cpu -o "$D/m.qb" >/dev/null || exit 1
-	rm -f "$D/m.gguf"
-	echo "generated + converted in $(( $(date +%s) - s )) s, $(du -h "$D/m.qb" | cut -f1)"
-	"$BIN/qrun" bench "$D/m.qb" --device cuda --requests 1 --concurrency 1 --in 512 --out 128 2>&1 |
-		grep -E "cuda:|prompt:|decode:|error|qrun:"
-	for c in 64 256; do
-		"$BIN/qrun" bench "$D/m.qb" --device cuda --requests $c --concurrency $c --in 128 --out 128 2>&1 |
-			grep -E "concurrency|prompt:|decode:|total:|error|qrun:"
+	echo "generated in $(( $(date +%s) - s )) s"
+	for tg in ${QC_BENCH_TARGETS:-sm90}; do
+		s=$(date +%s)
+		"$BIN/qconvert" "$D/m.gguf" --target "$tg" -o "$D/m.qb" >/dev/null || exit 1
+		echo "-- target $tg: converted in $(( $(date +%s) - s )) s, $(du -h "$D/m.qb" | cut -f1)"
+		"$BIN/qrun" bench "$D/m.qb" --device cuda --requests 1 --concurrency 1 --in 512 --out 128 2>&1 |
+			grep -E "cuda:|prompt:|decode:|error|qrun:"
+		for c in ${QC_BENCH_CONC:-64 256}; do
+			"$BIN/qrun" bench "$D/m.qb" --device cuda --requests $c --concurrency $c --in 128 --out 128 2>&1 |
+				grep -E "concurrency|prompt:|decode:|total:|error|qrun:"
+		done
+		rm -f "$D/m.qb"
 	done
-	rm -f "$D/m.qb"
+	rm -f "$D/m.gguf"
 done

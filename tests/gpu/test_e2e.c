@@ -22,6 +22,7 @@
 
 #include "../check.h"
 #include "backend_cuda.h"
+#include "bundle.h"
 #include "convert.h"
 #include "engine.h"
 #include "plan.h"
@@ -111,18 +112,68 @@ static bool divergence_ok(const struct trace *cpu, int k)
 	return k >= N_GEN || cpu->margin[k] < FP16_REL * (1.0f + cpu->maxabs[k]);
 }
 
+/* Compare a CUDA run over gpu_bundle with the CPU trace; prints one line tagged tag. */
+static void compare_gpu(const char *name, const char *tag, const char *gpu_bundle, const int32_t *prompt,
+			int32_t n_prompt, const struct trace *cpu)
+{
+	struct qc_err err = {0};
+	struct trace gpu = {0};
+	char label[256];
+	snprintf(label, sizeof label, "%s%s", name, tag);
+	int rc = generate(gpu_bundle, &qc_backend_cuda, prompt, n_prompt, &gpu, &err);
+	CHECK(rc == QC_OK, "%s: cuda: %s", label, err.msg);
+	if (!rc) {
+		const int k = first_diff(cpu, &gpu);
+		double dmax = 0;
+		float mmin = INFINITY;
+		for (int s = 0; s < (k < N_GEN ? k : N_GEN); s++)
+			mmin = cpu->margin[s] < mmin ? cpu->margin[s] : mmin;
+		for (int s = 0; s < (k < N_GEN ? k + 1 : N_GEN); s++)
+			for (int32_t i = 0; i < cpu->n_vocab; i++) {
+				const double d = fabs((double)cpu->logits[(size_t)s * cpu->n_vocab + i] -
+						      (double)gpu.logits[(size_t)s * cpu->n_vocab + i]);
+				dmax = d > dmax ? d : dmax;
+			}
+		if (k == N_GEN)
+			printf("  %-44s %d/%d equal; max |logit diff| %.3g (min cpu margin %.3g)\n", label, N_GEN, N_GEN,
+			       dmax, mmin);
+		else
+			printf("  %-44s first difference at step %d: cpu margin %.4g, fp16 bound %.4g -> %s; "
+			       "max |logit diff| %.3g\n", label, k, cpu->margin[k], FP16_REL * (1.0f + cpu->maxabs[k]),
+			       divergence_ok(cpu, k) ? "tolerated" : "FAIL", dmax);
+		CHECK(divergence_ok(cpu, k), "%s: cuda differs from cpu at step %d with margin %.4g", label, k,
+		      k < N_GEN ? cpu->margin[k] : 0.0);
+	}
+	free(gpu.logits);
+}
+
+/* True when the bundle at path holds a tensor in a layout other than ggml blocks. */
+static bool has_gpu_layout(const char *path)
+{
+	struct qc_bundle *b = NULL;
+	struct qc_err err = {0};
+	bool any = false;
+	if (qc_bundle_open(path, &b, &err))
+		return false;
+	for (uint64_t i = 0; i < b->n_tensors; i++)
+		any |= b->tensors[i].layout != QC_LAYOUT_GGML;
+	qc_bundle_close(b);
+	return any;
+}
+
 static void run_fixture(const char *dir, const char *name, const char *tmp)
 {
-	char in[1024], out[1200];
+	char in[1024], out[1200], out90[1200];
 	struct qc_err err = {0};
 	if (snprintf(in, sizeof in, "%s/%s", dir, name) >= (int)sizeof in)
 		return;
-	if (snprintf(out, sizeof out, "%s/e2e.qb", tmp) >= (int)sizeof out)
+	if (snprintf(out, sizeof out, "%s/e2e.qb", tmp) >= (int)sizeof out ||
+	    snprintf(out90, sizeof out90, "%s/e2e-sm90.qb", tmp) >= (int)sizeof out90)
 		return;
 	struct qc_convert_opts co = {.in = in, .out = out, .target = QC_TARGET_CPU, .alignment = 4096,
 				     .plan_flags = QC_PLAN_FUSE_MOE};
 	if (qc_convert_gguf(&co, NULL, &err)) { /* e.g. the legacy q8_0 fixture llama.cpp rejects too */
-		printf("  %-36s skipped: not convertible (%s)\n", name, err.msg);
+		printf("  %-44s skipped: not convertible (%s)\n", name, err.msg);
 		return;
 	}
 	int32_t prompt[12];
@@ -131,37 +182,23 @@ static void run_fixture(const char *dir, const char *name, const char *tmp)
 	struct trace cpu = {0}, gpu = {0};
 	int rc = generate(out, &qc_backend_cpu, prompt, 12, &cpu, &err);
 	if (rc) { /* a model the engine refuses: the CUDA backend must refuse it too */
-		printf("  %-36s cpu refuses (%s): cuda must too\n", name, err.msg);
+		printf("  %-44s cpu refuses (%s): cuda must too\n", name, err.msg);
 		CHECK(generate(out, &qc_backend_cuda, prompt, 12, &gpu, &err) != QC_OK, "%s: cuda accepts it", name);
-	}
-	if (!rc) {
-		rc = generate(out, &qc_backend_cuda, prompt, 12, &gpu, &err);
-		CHECK(rc == QC_OK, "%s: cuda: %s", name, err.msg);
-	}
-	if (!rc) {
-		const int k = first_diff(&cpu, &gpu);
-		double dmax = 0;
-		float mmin = INFINITY;
-		for (int s = 0; s < (k < N_GEN ? k : N_GEN); s++)
-			mmin = cpu.margin[s] < mmin ? cpu.margin[s] : mmin;
-		for (int s = 0; s < (k < N_GEN ? k + 1 : N_GEN); s++)
-			for (int32_t i = 0; i < cpu.n_vocab; i++) {
-				const double d = fabs((double)cpu.logits[(size_t)s * cpu.n_vocab + i] -
-						      (double)gpu.logits[(size_t)s * cpu.n_vocab + i]);
-				dmax = d > dmax ? d : dmax;
-			}
-		if (k == N_GEN)
-			printf("  %-36s %d/%d equal; max |logit diff| %.3g (min cpu margin %.3g)\n", name, N_GEN, N_GEN, dmax,
-			       mmin);
-		else
-			printf("  %-36s first difference at step %d: cpu margin %.4g, fp16 bound %.4g -> %s; "
-			       "max |logit diff| %.3g\n", name, k, cpu.margin[k], FP16_REL * (1.0f + cpu.maxabs[k]),
-			       divergence_ok(&cpu, k) ? "tolerated" : "FAIL", dmax);
-		CHECK(divergence_ok(&cpu, k), "%s: cuda differs from cpu at step %d with margin %.4g", name, k,
-		      k < N_GEN ? cpu.margin[k] : 0.0);
+		free(gpu.logits);
+	} else {
+		compare_gpu(name, "", out, prompt, 12, &cpu);
+		/* the same model converted for sm90: tensor-core (marlin) layouts where the
+		 * type and shape allow, against the same CPU run */
+		struct qc_convert_opts c9 = co;
+		c9.out = out90;
+		c9.target = QC_TARGET_SM90;
+		if (qc_convert_gguf(&c9, NULL, &err))
+			CHECK(0, "%s: convert --target sm90: %s", name, err.msg);
+		else if (has_gpu_layout(out90))
+			compare_gpu(name, " [sm90 layouts]", out90, prompt, 12, &cpu);
+		unlink(out90);
 	}
 	free(cpu.logits);
-	free(gpu.logits);
 	unlink(out);
 }
 
