@@ -113,9 +113,11 @@ $(BUILD)/obj/%.o: %.cu
 cuda-check: $(CU_OBJ)
 	@echo "cuda-check: $(words $(CU_OBJ)) CUDA source(s) compiled for sm_90a and sm_80$(if $(NVCC),, (nvcc not found: skipped))"
 
-$(BUILD)/obj/runtime/backend_cuda.o $(BUILD)/obj/tests/gpu/%.o: QCFLAGS += -isystem $(CUDA_ROOT)/include
+CUDA_RT_OBJ := $(BUILD)/obj/runtime/backend_cuda.o $(BUILD)/obj/runtime/backend_cuda_graph.o \
+	       $(BUILD)/obj/runtime/backend_cuda_prof.o
+$(CUDA_RT_OBJ) $(BUILD)/obj/tests/gpu/%.o: QCFLAGS += -isystem $(CUDA_ROOT)/include
 
-$(BUILD)/libqc_cuda.a: $(CU_OBJ) $(BUILD)/obj/runtime/backend_cuda.o
+$(BUILD)/libqc_cuda.a: $(CU_OBJ) $(CUDA_RT_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 

@@ -7,9 +7,12 @@
  * binary16 too) and every activation buffer, all sized at create.
  * Forward: plan arrays up in one copy, kernels of kernels/cuda/ on one stream
  * (MoE routing on the device, experts as per-row GEMV), logits down in one
- * copy: the step's only host sync. Matmuls through matmul_dispatch.h.
- * Non-goals (yet): CUDA graphs, flash/split-K attention, grouped MoE GEMM,
- * device sampling; act-order, YaRN, rope_freqs, shared experts are refused.
+ * copy: the step's only host sync. Matmuls through matmul_dispatch.h. Decode
+ * steps (every row wants logits, at most GRAPH_MAX_ROWS rows) replay a CUDA graph
+ * per shape (backend_cuda_graph.h); QC_PROFILE=1 times the phases instead
+ * (backend_cuda_prof.h).
+ * Non-goals (yet): flash/split-K attention, grouped MoE GEMM, device sampling;
+ * act-order, YaRN, rope_freqs, shared experts are refused.
  */
 #include "backend_cuda.h"
 
@@ -32,8 +35,12 @@
 #include "cuda/rope.h"
 #include "cuda/silu_mul.h"
 #include "ref/fp16.h"
+#include "backend_cuda_graph.h"
+#include "backend_cuda_prof.h"
 
 #define STAGE_BYTES ((size_t)64 << 20) /* each of the two pinned staging buffers */
+#define GRAPH_MAX_ROWS 256             /* steps of more rows run eagerly (launches amortized) */
+#define GRAPH_CACHE 64                 /* step shapes kept as instantiated graphs */
 
 /* A weight on the device. */
 struct dmat {
@@ -87,6 +94,10 @@ struct cu {
 	void *d_ws;                /* gemm scratch */
 	uint64_t ws_bytes;
 	int64_t gemv_max_rows;
+	int32_t table_stride;      /* block-table entries per sequence on the device: fixed, so a
+				      captured graph stays valid as sequences grow */
+	struct qc_cuda_graphs *graphs; /* NULL: graphs off (QC_CUDA_GRAPHS=0, or profiling) */
+	struct qc_cuda_prof *prof;     /* NULL unless QC_PROFILE */
 };
 
 static double now_s(void)
@@ -353,6 +364,8 @@ static void cuda_destroy(void *state)
 		return;
 	if (c->st)
 		cudaStreamSynchronize(c->st);
+	qc_cuda_graphs_free(c->graphs);
+	qc_cuda_prof_free(c->prof, stderr);
 	for (int i = 0; i < c->n_allocs; i++)
 		cudaFree(c->allocs[i]);
 	if (c->h_plan)
@@ -422,6 +435,15 @@ static int cuda_create(const struct qc_model *m, const struct qc_backend_params 
 		rc = qc_err_set(err, QC_ECUDA, NULL, NULL, -1, "cublasCreate failed");
 		goto fail;
 	}
+	/* a workspace of its own: cuBLAS then allocates nothing inside a graph capture */
+	void *blas_ws = NULL;
+	if ((rc = dalloc(c, (size_t)32 << 20, &blas_ws, err)))
+		goto fail;
+	if (cublasSetStream(c->blas, c->st) != CUBLAS_STATUS_SUCCESS ||
+	    cublasSetWorkspace(c->blas, blas_ws, (size_t)32 << 20) != CUBLAS_STATUS_SUCCESS) {
+		rc = qc_err_set(err, QC_ECUDA, NULL, NULL, -1, "cublasSetWorkspace failed");
+		goto fail;
+	}
 	if ((rc = upload_file(c, err)))
 		goto fail;
 
@@ -465,7 +487,15 @@ static int cuda_create(const struct qc_model *m, const struct qc_backend_params 
 	const size_t LG = (size_t)p->max_logits, V = (size_t)cfg->n_vocab;
 	c->block_elems = (size_t)cfg->n_layer * 2 * (size_t)p->block_tokens * (size_t)c->kv_dim;
 	c->plan_cap = (size_t)plan_ints(p);
+	c->table_stride = (int32_t)(((int64_t)p->max_ctx + p->block_tokens - 1) / p->block_tokens + 1);
+	c->prof = qc_cuda_prof_new();
+	c->graphs = c->prof ? NULL : qc_cuda_graphs_new(GRAPH_CACHE);
 	c->ws_bytes = ws_need(c);
+	{ /* the split-K attention shares the scratch (it runs between matmuls, on one stream):
+	     room for a step of max_logits tokens at once, larger steps go in slices */
+		const uint64_t aw = qc_cuda_paged_attn_ws_bytes(p->max_logits, cfg->n_head, cfg->head_dim, p->max_ctx);
+		c->ws_bytes = aw > c->ws_bytes ? aw : c->ws_bytes;
+	}
 	if ((rc = dalloc(c, (size_t)p->n_blocks * c->block_elems * 2, (void **)&c->d_kv, err)) ||
 	    (rc = dfloats(c, T * E, &c->d_x, err)) || (rc = dfloats(c, T * (size_t)c->wide, &c->d_xn, err)) ||
 	    (rc = dfloats(c, T * (size_t)c->q_dim, &c->d_q, err)) ||
@@ -543,14 +573,17 @@ static int attention_block(struct cu *c, const struct qc_sched_plan *plan, const
 	const int64_t T = plan->n_tokens, E = cfg->n_embd;
 	int rc;
 
-	if ((rc = rms(c, c->d_x, E, NULL, L->d_attn_norm, c->d_xn, E, T, E, err)) ||
-	    (rc = mm(c, &L->wq, c->d_xn, E, 1, NULL, T, c->d_q, c->q_dim, err)) ||
+	if ((rc = rms(c, c->d_x, E, NULL, L->d_attn_norm, c->d_xn, E, T, E, err)))
+		return rc;
+	qc_cuda_prof_mark(c->prof, c->st, QC_PROF_NORM);
+	if ((rc = mm(c, &L->wq, c->d_xn, E, 1, NULL, T, c->d_q, c->q_dim, err)) ||
 	    (rc = mm(c, &L->wk, c->d_xn, E, 1, NULL, T, c->d_k, c->kv_dim, err)) ||
 	    (rc = mm(c, &L->wv, c->d_xn, E, 1, NULL, T, c->d_v, c->kv_dim, err)) ||
 	    (rc = add(c, c->d_q, L->d_bq, T * c->q_dim, c->q_dim, err)) ||
 	    (rc = add(c, c->d_k, L->d_bk, T * c->kv_dim, c->kv_dim, err)) ||
 	    (rc = add(c, c->d_v, L->d_bv, T * c->kv_dim, c->kv_dim, err)))
 		return rc;
+	qc_cuda_prof_mark(c->prof, c->st, QC_PROF_QKV);
 	const int hd = cfg->head_dim;
 	if (L->d_q_norm && (rc = rms(c, c->d_q, hd, NULL, L->d_q_norm, c->d_q, hd, T * cfg->n_head, hd, err)))
 		return rc;
@@ -568,13 +601,18 @@ static int attention_block(struct cu *c, const struct qc_sched_plan *plan, const
 		.block_tokens = plan->block_tokens, .n_head = cfg->n_head, .n_head_kv = cfg->n_head_kv,
 		.hd = hd, .d_pos = dp->pos, .d_tok_seq = dp->tok_seq, .d_tables = dp->tables,
 		.table_stride = dp->stride, .n_tok = T, .max_ctx = c->p.max_ctx,
-		.scale = 1.0f / sqrtf((float)hd),
+		.scale = 1.0f / sqrtf((float)hd), .d_ws = c->d_ws, .ws_bytes = c->ws_bytes,
 	};
 	if ((rc = qc_cuda_rope(&rq, c->st, err)) || (rc = qc_cuda_rope(&rk, c->st, err)) ||
-	    (rc = qc_cuda_kv_store(&ks, c->st, err)) || (rc = qc_cuda_paged_attn(&pa, c->st, err)) ||
-	    (rc = mm(c, &L->wo, c->d_att, c->q_dim, 1, NULL, T, c->d_xn, E, err)))
+	    (rc = qc_cuda_kv_store(&ks, c->st, err)) || (rc = qc_cuda_paged_attn(&pa, c->st, err)))
 		return rc;
-	return add(c, c->d_x, c->d_xn, T * E, T * E, err);
+	qc_cuda_prof_mark(c->prof, c->st, QC_PROF_ATTN);
+	if ((rc = mm(c, &L->wo, c->d_att, c->q_dim, 1, NULL, T, c->d_xn, E, err)))
+		return rc;
+	qc_cuda_prof_mark(c->prof, c->st, QC_PROF_WO);
+	rc = add(c, c->d_x, c->d_xn, T * E, T * E, err);
+	qc_cuda_prof_mark(c->prof, c->st, QC_PROF_NORM);
+	return rc;
 }
 
 static int ffn_block(struct cu *c, int64_t T, int il, struct qc_err *err)
@@ -586,14 +624,21 @@ static int ffn_block(struct cu *c, int64_t T, int il, struct qc_err *err)
 
 	if ((rc = rms(c, c->d_x, E, NULL, L->d_ffn_norm, c->d_xn, E, T, E, err)))
 		return rc;
+	qc_cuda_prof_mark(c->prof, c->st, QC_PROF_NORM);
 	if (!cfg->n_expert) {
 		const struct qc_cuda_silu_mul_args sm = {c->d_fa, c->d_fb, c->d_fa, T * F};
 		if ((rc = mm(c, &L->gate, c->d_xn, E, 1, NULL, T, c->d_fa, F, err)) ||
-		    (rc = mm(c, &L->up, c->d_xn, E, 1, NULL, T, c->d_fb, F, err)) ||
-		    (rc = qc_cuda_silu_mul(&sm, c->st, err)) ||
-		    (rc = mm(c, &L->down, c->d_fa, F, 1, NULL, T, c->d_att, E, err)))
+		    (rc = mm(c, &L->up, c->d_xn, E, 1, NULL, T, c->d_fb, F, err)))
 			return rc;
-		return add(c, c->d_x, c->d_att, T * E, T * E, err);
+		qc_cuda_prof_mark(c->prof, c->st, QC_PROF_FFN_UP);
+		if ((rc = qc_cuda_silu_mul(&sm, c->st, err)))
+			return rc;
+		qc_cuda_prof_mark(c->prof, c->st, QC_PROF_NORM);
+		if ((rc = mm(c, &L->down, c->d_fa, F, 1, NULL, T, c->d_att, E, err)) ||
+		    (rc = add(c, c->d_x, c->d_att, T * E, T * E, err)))
+			return rc;
+		qc_cuda_prof_mark(c->prof, c->st, QC_PROF_FFN_DOWN);
+		return QC_OK;
 	}
 	const int32_t K = cfg->n_expert_used;
 	const int64_t R = T * K; /* (token, slot) rows */
@@ -606,16 +651,18 @@ static int ffn_block(struct cu *c, int64_t T, int il, struct qc_err *err)
 	    (rc = mm(c, &L->gate_exps, c->d_xn, E, K, c->d_sel, R, c->d_fa, F, err)) ||
 	    (rc = mm(c, &L->up_exps, c->d_xn, E, K, c->d_sel, R, c->d_fb, F, err)) ||
 	    (rc = qc_cuda_silu_mul(&sm, c->st, err)) ||
-	    (rc = mm(c, &L->down_exps, c->d_fa, F, 1, c->d_sel, R, c->d_eout, E, err)))
+	    (rc = mm(c, &L->down_exps, c->d_fa, F, 1, c->d_sel, R, c->d_eout, E, err)) ||
+	    (rc = qc_cuda_moe_combine(&ca, c->st, err)))
 		return rc;
-	return qc_cuda_moe_combine(&ca, c->st, err);
+	qc_cuda_prof_mark(c->prof, c->st, QC_PROF_FFN_DOWN);
+	return QC_OK;
 }
 
 /* Pack the plan's arrays into h_plan, upload them in one copy. */
 static int upload_plan(struct cu *c, const struct qc_sched_plan *plan, struct dplan *dp, struct qc_err *err)
 {
 	const int32_t T = plan->n_tokens;
-	const size_t need = 4 * (size_t)T + (size_t)plan->n_logits + (size_t)plan->n_seqs * (size_t)plan->table_stride;
+	const size_t need = 4 * (size_t)T + (size_t)plan->n_logits + (size_t)plan->n_seqs * (size_t)c->table_stride;
 	int32_t *h = c->h_plan;
 	if (need > c->plan_cap || plan->n_seqs > c->p.max_logits)
 		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "plan of %d entries x %d blocks exceeds the backend's",
@@ -630,16 +677,60 @@ static int upload_plan(struct cu *c, const struct qc_sched_plan *plan, struct dp
 		if (plan->need_logits[i])
 			lr[n++] = plan->tok_start[i + 1] - 1;
 	}
-	memcpy(lr + n, plan->block_tables, sizeof(int32_t) * (size_t)plan->n_seqs * (size_t)plan->table_stride);
+	/* tables at the fixed device stride (entries past a sequence's own are never read) */
+	if (plan->table_stride > c->table_stride)
+		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "block table of %d entries exceeds the backend's %d",
+				  plan->table_stride, c->table_stride);
+	int32_t *tb = lr + n;
+	for (int32_t i = 0; i < plan->n_seqs; i++) {
+		memcpy(tb + (size_t)i * (size_t)c->table_stride, plan->block_tables + (size_t)i * (size_t)plan->table_stride,
+		       sizeof(int32_t) * (size_t)plan->table_stride);
+		memset(tb + (size_t)i * (size_t)c->table_stride + plan->table_stride, 0,
+		       sizeof(int32_t) * (size_t)(c->table_stride - plan->table_stride));
+	}
 	dp->tokens = c->d_plan;
 	dp->pos = c->d_plan + T;
 	dp->slots = c->d_plan + 2 * T;
 	dp->tok_seq = c->d_plan + 3 * T;
 	dp->logit_rows = c->d_plan + 4 * T;
 	dp->tables = c->d_plan + 4 * T + n;
-	dp->stride = plan->table_stride;
+	dp->stride = c->table_stride;
 	return ck(cudaMemcpyAsync(c->d_plan, h, need * sizeof(int32_t), cudaMemcpyHostToDevice, c->st),
 		  "cudaMemcpyAsync (plan)", err);
+}
+
+/* One step's device work after the plan upload: embedding, layers, and (when the
+ * step wants logits) the final norm and vocabulary matmul into d_logits. Every
+ * launch parameter depends only on (n_tokens, n_logits): see backend_cuda_graph.h. */
+struct fwd_ctx {
+	struct cu *c;
+	const struct qc_sched_plan *plan;
+	const struct dplan *dp;
+};
+
+static int fwd_body(void *ctx, cudaStream_t s, struct qc_err *err)
+{
+	const struct fwd_ctx *f = ctx;
+	struct cu *c = f->c;
+	const struct qc_model_config *cfg = &c->m->cfg;
+	const int32_t T = f->plan->n_tokens, n = f->plan->n_logits;
+	const int64_t E = cfg->n_embd;
+	int rc;
+	(void)s; /* every helper queues on c->st, the stream being captured */
+	const struct qc_cuda_embed_args ea = {c->tok.d_w, c->tok.type, c->tok.row_bytes, E, f->dp->tokens, T, c->d_x};
+	if ((rc = qc_cuda_embed(&ea, c->st, err)))
+		return rc;
+	qc_cuda_prof_mark(c->prof, c->st, QC_PROF_UPLOAD);
+	for (int il = 0; il < cfg->n_layer; il++)
+		if ((rc = attention_block(c, f->plan, f->dp, il, err)) || (rc = ffn_block(c, T, il, err)))
+			return rc;
+	if (!n)
+		return QC_OK;
+	if ((rc = rms(c, c->d_x, E, f->dp->logit_rows, c->d_out_norm, c->d_lx, E, n, E, err)) ||
+	    (rc = mm(c, &c->out, c->d_lx, E, 1, NULL, n, c->d_logits, cfg->n_vocab, err)))
+		return rc;
+	qc_cuda_prof_mark(c->prof, c->st, QC_PROF_HEAD);
+	return QC_OK;
 }
 
 static int cuda_forward(void *state, const struct qc_sched_plan *plan, float *logits, struct qc_err *err)
@@ -647,7 +738,6 @@ static int cuda_forward(void *state, const struct qc_sched_plan *plan, float *lo
 	struct cu *c = state;
 	const struct qc_model_config *cfg = &c->m->cfg;
 	const int32_t T = plan->n_tokens;
-	const int64_t E = cfg->n_embd;
 	struct dplan dp = {0};
 	int rc;
 
@@ -678,24 +768,31 @@ static int cuda_forward(void *state, const struct qc_sched_plan *plan, float *lo
 			}
 	if (!T)
 		return QC_OK;
+	qc_cuda_prof_begin(c->prof, c->st, T);
 	if ((rc = upload_plan(c, plan, &dp, err)))
 		return rc;
-	const struct qc_cuda_embed_args ea = {c->tok.d_w, c->tok.type, c->tok.row_bytes, E, dp.tokens, T, c->d_x};
-	if ((rc = qc_cuda_embed(&ea, c->st, err)))
-		return rc;
-	for (int il = 0; il < cfg->n_layer; il++)
-		if ((rc = attention_block(c, plan, &dp, il, err)) || (rc = ffn_block(c, T, il, err)))
-			return rc;
+	struct fwd_ctx fc = {c, plan, &dp};
 	const int32_t n = plan->n_logits;
-	if (!n)
-		return ck(cudaStreamSynchronize(c->st), "forward", err);
-	const size_t bytes = sizeof(float) * (size_t)n * (size_t)cfg->n_vocab;
-	if ((rc = rms(c, c->d_x, E, dp.logit_rows, c->d_out_norm, c->d_lx, E, n, E, err)) ||
-	    (rc = mm(c, &c->out, c->d_lx, E, 1, NULL, n, c->d_logits, cfg->n_vocab, err)) ||
-	    (rc = ck(cudaMemcpyAsync(c->h_logits, c->d_logits, bytes, cudaMemcpyDeviceToHost, c->st),
-		     "cudaMemcpyAsync (logits)", err)) ||
-	    (rc = ck(cudaStreamSynchronize(c->st), "forward", err)))
+	/* decode steps replay a graph per (rows, logit rows); others run kernel by kernel */
+	if (n == T && T <= GRAPH_MAX_ROWS)
+		rc = qc_cuda_graphs_run(c->graphs, T, n, c->st, fwd_body, &fc, err);
+	else
+		rc = fwd_body(&fc, c->st, err);
+	if (rc)
 		return rc;
+	if (!n) {
+		rc = ck(cudaStreamSynchronize(c->st), "forward", err);
+		qc_cuda_prof_end(c->prof);
+		return rc;
+	}
+	const size_t bytes = sizeof(float) * (size_t)n * (size_t)cfg->n_vocab;
+	if ((rc = ck(cudaMemcpyAsync(c->h_logits, c->d_logits, bytes, cudaMemcpyDeviceToHost, c->st),
+		     "cudaMemcpyAsync (logits)", err)))
+		return rc;
+	qc_cuda_prof_mark(c->prof, c->st, QC_PROF_LOGITS);
+	if ((rc = ck(cudaStreamSynchronize(c->st), "forward", err)))
+		return rc;
+	qc_cuda_prof_end(c->prof);
 	memcpy(logits, c->h_logits, bytes);
 	return QC_OK;
 }
@@ -732,6 +829,7 @@ static int cuda_kv_limits(const struct qc_model *m, const struct qc_backend_para
 		big = ne > big ? ne : big;
 	}
 	used += 2 * big + 2 * (uint64_t)p->max_tokens * (uint64_t)(cfg->n_ff > cfg->n_embd ? cfg->n_ff : cfg->n_embd);
+	used += qc_cuda_paged_attn_ws_bytes(p->max_logits, cfg->n_head, cfg->head_dim, p->max_ctx);
 	const double allowed = (double)mem_util * (double)total_b;
 	const double have = allowed < (double)free_b ? allowed : (double)free_b;
 	*max_bytes = have > (double)used ? (uint64_t)(have - (double)used) : *block_bytes;

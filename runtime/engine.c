@@ -10,8 +10,10 @@
  */
 #include "engine.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "vocab.h"
@@ -49,7 +51,17 @@ struct qc_engine {
 	struct qc_sample_result *results; /* (max_running) this step's draws */
 	struct req **reqs;         /* (n_reqs) live and finished, unreleased */
 	size_t n_reqs, cap_reqs;
+	bool profile;              /* QC_PROFILE: host time per part of a step, printed at free */
+	double t_sched, t_forward, t_sample, t_commit;
+	long steps;
 };
+
+static double mono_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 void qc_engine_opts_init(struct qc_engine_opts *o)
 {
@@ -91,6 +103,8 @@ int qc_engine_new(const char *path, const struct qc_engine_opts *o, struct qc_en
 	if (!e)
 		return qc_err_set(err, QC_ENOMEM, path, NULL, -1, "out of memory");
 	e->opts = *o;
+	const char *prof_env = getenv("QC_PROFILE");
+	e->profile = prof_env && *prof_env && *prof_env != '0';
 	struct qc_engine_opts *op = &e->opts;
 	e->be = op->backend ? op->backend : &qc_backend_cpu;
 
@@ -192,6 +206,12 @@ void qc_engine_free(struct qc_engine *e)
 {
 	if (!e)
 		return;
+	if (e->profile && e->steps) {
+		const double all = e->t_sched + e->t_forward + e->t_sample + e->t_commit;
+		fprintf(stderr, "engine profile: %ld steps, %.1f ms: schedule %.1f, forward %.1f (%.1f%%), "
+				"sample %.1f, commit %.1f\n", e->steps, 1e3 * all, 1e3 * e->t_sched, 1e3 * e->t_forward,
+			all > 0 ? 100.0 * e->t_forward / all : 0.0, 1e3 * e->t_sample, 1e3 * e->t_commit);
+	}
 	for (size_t i = 0; i < e->n_reqs; i++)
 		req_free(e->reqs[i]);
 	free(e->reqs);
@@ -315,6 +335,7 @@ int qc_engine_step(struct qc_engine *e, struct qc_err *err)
 	const int32_t V = e->model->cfg.n_vocab;
 	int rc;
 
+	const double t0 = e->profile ? mono_s() : 0.0;
 	if ((rc = qc_sched_step(e->sched, &plan, err)))
 		return rc;
 	for (int32_t k = 0; k < plan->n_failed; k++) {
@@ -324,8 +345,10 @@ int qc_engine_step(struct qc_engine *e, struct qc_err *err)
 	}
 	if (plan->n_seqs == 0)
 		return qc_sched_commit(e->sched, plan, NULL, err);
+	const double t1 = e->profile ? mono_s() : 0.0;
 	if ((rc = e->be->forward(e->be_state, plan, e->logits, err)))
 		return rc;
+	const double t2 = e->profile ? mono_s() : 0.0;
 
 	int32_t row = 0;
 	for (int32_t i = 0; i < plan->n_seqs; i++) {
@@ -342,8 +365,16 @@ int qc_engine_step(struct qc_engine *e, struct qc_err *err)
 			return rc;
 		e->sampled[i] = res->token;
 	}
+	const double t3 = e->profile ? mono_s() : 0.0;
 	if ((rc = qc_sched_commit(e->sched, plan, e->sampled, err)))
 		return rc;
+	if (e->profile) {
+		e->t_sched += t1 - t0;
+		e->t_forward += t2 - t1;
+		e->t_sample += t3 - t2;
+		e->t_commit += mono_s() - t3;
+		e->steps++;
+	}
 	for (int32_t i = 0; i < plan->n_seqs; i++) {
 		struct req *q = e->entry_req[i];
 		if (plan->accepted[i] && (rc = append_out(q, &e->results[i], err)))

@@ -508,6 +508,31 @@ int qc_sampler_sample(struct qc_sampler *s, struct qc_sampler_ws *ws, const floa
 		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1,
 				  "sampler: row of %d logits, workspace holds %d", n_vocab,
 				  ws->n_vocab);
+	if (p->temperature <= 0.0f && !p->logprobs && p->n_logprobs <= 0 &&
+	    (s->hist_n == 0 || (p->repeat_penalty == 1.0f && p->frequency_penalty == 0.0f &&
+				p->presence_penalty == 0.0f))) {
+		/* plain greedy: one pass that checks and takes the argmax (lowest id on ties),
+		 * the same token the general path picks, with no copy of the row */
+		int32_t best = -1;
+		float bv = -INFINITY;
+		bool bad = false;
+		for (int32_t i = 0; i < n_vocab; i++) {
+			const float v = logits[i];
+			bad |= isnan(v) | (v == INFINITY);
+			if (v > bv) {
+				bv = v;
+				best = i;
+			}
+		}
+		if (!bad && best >= 0) {
+			memset(res, 0, sizeof *res);
+			res->logprob = NAN;
+			res->token = best;
+			qc_sampler_accept(s, &res->token, 1);
+			return QC_OK;
+		}
+		/* a bad row: the general path below names the offending logit */
+	}
 	for (int32_t i = 0; i < n_vocab; i++) {
 		float v = logits[i];
 		if (isnan(v) || v == INFINITY)

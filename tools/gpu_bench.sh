@@ -7,8 +7,9 @@
 # measures batch-1 pp512 + tg128, then decode with 64 and 256 concurrent requests
 # (128 prompt + 128 generated tokens each). Models live in $QC_BENCH_DIR (default
 # /tmp/qc-bench) and are deleted after each type. Binaries from $QC_BIN (make
-# bench-gpu) or the unpacked payload (tools/gpu_check.sh). Q4_K_M needs
-# llama.cpp's llama-quantize, which is not built here (see docs/bench.md).
+# bench-gpu) or the unpacked payload (tools/gpu_check.sh). Type q4_k_m is made
+# from the F16 GGUF by llama.cpp's llama-quantize ($LLAMA_QUANTIZE; built from a
+# fetched snapshot, never committed): without it that type is skipped, saying so.
 set -u
 BIN=${QC_BIN:-/tmp/qc-payload/bin}
 D=${QC_BENCH_DIR:-/tmp/qc-bench}
@@ -18,7 +19,17 @@ mkdir -p "$D" "$OUT"
 for t in ${QC_BENCH_TYPES:-q4_0 q8_0 f16}; do
 	echo "== llama3-8b $t"
 	s=$(date +%s)
-	"$BIN/mkgguf" --preset llama3-8b --type "$t" -o "$D/m.gguf" >/dev/null || exit 1
+	case $t in
+	q4_k_m|Q4_K_M)
+		if [ -z "${LLAMA_QUANTIZE:-}" ] || [ ! -x "$LLAMA_QUANTIZE" ]; then
+			echo "skipped: set LLAMA_QUANTIZE to llama.cpp's llama-quantize"; continue
+		fi
+		"$BIN/mkgguf" --preset llama3-8b --type f16 -o "$D/f16.gguf" >/dev/null || exit 1
+		"$LLAMA_QUANTIZE" "$D/f16.gguf" "$D/m.gguf" Q4_K_M >"$OUT/llama-quantize.log" 2>&1 ||
+			{ tail -n 5 "$OUT/llama-quantize.log"; exit 1; }
+		rm -f "$D/f16.gguf" ;;
+	*)	"$BIN/mkgguf" --preset llama3-8b --type "$t" -o "$D/m.gguf" >/dev/null || exit 1 ;;
+	esac
 	echo "generated in $(( $(date +%s) - s )) s"
 	for tg in ${QC_BENCH_TARGETS:-sm90}; do
 		s=$(date +%s)

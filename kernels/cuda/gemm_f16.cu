@@ -49,7 +49,11 @@ extern "C" int qc_cuda_gemm_f16(const struct qc_cuda_mm_args *a, cudaStream_t s,
 	if (a->ws_bytes < qc_cuda_gemm_f16_ws_bytes(a->n_in, a->n_out, a->n_rows))
 		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "gemm_f16: scratch of %llu bytes too small",
 				  (unsigned long long)a->ws_bytes);
-	if ((rc = blas_check(cublasSetStream(h, s), "cublasSetStream", err)))
+	/* only when it differs: cublasSetStream also drops a workspace set with
+	 * cublasSetWorkspace, which graph capture relies on */
+	cudaStream_t cur = NULL;
+	if ((rc = blas_check(cublasGetStream(h, &cur), "cublasGetStream", err)) ||
+	    (cur != s && (rc = blas_check(cublasSetStream(h, s), "cublasSetStream", err))))
 		return rc;
 	const int m = (int)a->n_out, n = (int)a->n_rows, k = (int)a->n_in;
 	if (a->type == QC_TYPE_F32)

@@ -5,8 +5,8 @@
  * shared memory (max_ctx floats; warps over positions, lanes over dims), a
  * block max / exp / sum softmax, then P V with warps over positions again and
  * their partial rows summed in shared memory (fixed order: batch-invariant).
- * Not yet flash-style (no K/V tiles shared across query tokens, no split-K for
- * long contexts): the next step for speed.
+ * With scratch (d_ws) the split-K path of paged_attn_split.cuh runs instead:
+ * decode steps and small batches, any context length.
  * GQA: head h reads kv head h / (n_head / n_head_kv). K/V are fp16, math fp32.
  * Reference: kernels/ref/paged_attn.c; vLLM paged_attention v1 (facts only).
  */
@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 
 #include "block_reduce.cuh"
+#include "paged_attn_split.cuh"
 
 #define THREADS 256
 #define PW 4       /* positions per warp step */
@@ -118,6 +119,197 @@ static __global__ void paged_attn_kernel(const struct qc_cuda_paged_attn_args a)
 	}
 }
 
+
+#define ST 128 /* threads of a split block */
+#define TG 8   /* lanes per position in the score pass */
+
+/* Scores, softmax and unnormalized P V of one (token, K/V head, chunk). */
+static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_cuda_paged_attn_args a, int32_t chunk,
+							       int32_t n_split, float *part_o, float *part_ml)
+{
+	extern __shared__ float sm[];
+	const int64_t t = blockIdx.x;
+	const int kvh = blockIdx.y, sp = blockIdx.z;
+	const int G = a.n_head / a.n_head_kv, hd = a.hd;
+	float *qs = sm, *sc = sm + G * hd; /* (G, hd) scaled q, (G, chunk) scores then weights */
+	const int32_t n_ctx = a.d_pos[t] + 1, j0 = sp * chunk;
+	const int32_t j1 = n_ctx < j0 + chunk ? n_ctx : j0 + chunk;
+	if (n_ctx > a.max_ctx || j0 >= n_ctx)
+		return; /* the merge kernel reads only the chunks a token has (and NaNs a broken one) */
+	const int32_t *table = a.d_tables + (int64_t)a.d_tok_seq[t] * a.table_stride;
+	const int64_t q_dim = (int64_t)a.n_head * hd;
+	for (int i = threadIdx.x; i < G * hd; i += ST)
+		qs[i] = a.d_q[t * q_dim + ((int64_t)kvh * G + i / hd) * hd + i % hd] * a.scale;
+	__syncthreads();
+
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = lane & (TG - 1);
+	const int nvec = hd / 8; /* 16-byte vectors per row */
+	for (int32_t jb = j0 + warp * (32 / TG); jb < j1; jb += (ST / 32) * (32 / TG)) {
+		const int32_t j = jb + lane / TG;
+		const bool ok = j < j1;
+		uint4 kv[4]; /* hd <= 256: at most 32 vectors / 8 lanes */
+		int nv = 0;
+		if (ok) {
+			const uint4 *k = (const uint4 *)kv_row(a, table, j, 0, kvh);
+#pragma unroll
+			for (int u = 0; u < 4; u++)
+				if (sub + TG * u < nvec)
+					kv[nv++] = k[sub + TG * u];
+		}
+		for (int g = 0; g < G; g++) {
+			float s = 0.0f;
+			for (int u = 0; u < nv; u++) {
+				const __half2 *h2 = (const __half2 *)&kv[u];
+				const float *qv = qs + g * hd + (sub + TG * u) * 8;
+#pragma unroll
+				for (int e = 0; e < 4; e++) {
+					const float2 f = __half22float2(h2[e]);
+					s = fmaf(qv[2 * e], f.x, s);
+					s = fmaf(qv[2 * e + 1], f.y, s);
+				}
+			}
+			s += __shfl_xor_sync(0xffffffffu, s, 4);
+			s += __shfl_xor_sync(0xffffffffu, s, 2);
+			s += __shfl_xor_sync(0xffffffffu, s, 1);
+			if (ok && sub == 0)
+				sc[g * chunk + (j - j0)] = s;
+		}
+	}
+	__syncthreads();
+	/* per head: chunk max and sum of exp; warp w takes heads w, w + 4, ... */
+	const int32_t n = j1 - j0;
+	for (int g = warp; g < G; g += ST / 32) {
+		float *row = sc + g * chunk;
+		float mx = -INFINITY;
+		for (int32_t j = lane; j < n; j += 32)
+			mx = fmaxf(mx, row[j]);
+		for (int off = 16; off > 0; off >>= 1)
+			mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+		float sum = 0.0f;
+		for (int32_t j = lane; j < n; j += 32) {
+			const float e = expf(row[j] - mx);
+			row[j] = e;
+			sum += e;
+		}
+		for (int off = 16; off > 0; off >>= 1)
+			sum += __shfl_xor_sync(0xffffffffu, sum, off);
+		if (lane == 0) {
+			const int64_t pi = ((t * a.n_head + (int64_t)kvh * G + g) * n_split + sp) * 2;
+			part_ml[pi] = mx;
+			part_ml[pi + 1] = sum;
+		}
+	}
+	__syncthreads();
+	/* P V: thread i owns dimensions 2i, 2i + 1 of every head in the group */
+	const int d2 = threadIdx.x;
+	if (2 * d2 >= hd)
+		return;
+	float acc[QC_ATTN_GROUP_MAX][2];
+	for (int g = 0; g < G; g++)
+		acc[g][0] = acc[g][1] = 0.0f;
+	for (int32_t j = 0; j < n; j++) {
+		const __half2 v = ((const __half2 *)kv_row(a, table, j0 + j, 1, kvh))[d2];
+		const float2 f = __half22float2(v);
+		for (int g = 0; g < G; g++) {
+			const float p = sc[g * chunk + j];
+			acc[g][0] = fmaf(p, f.x, acc[g][0]);
+			acc[g][1] = fmaf(p, f.y, acc[g][1]);
+		}
+	}
+	for (int g = 0; g < G; g++) {
+		float *o = part_o + ((t * a.n_head + (int64_t)kvh * G + g) * n_split + sp) * hd;
+		o[2 * d2] = acc[g][0];
+		o[2 * d2 + 1] = acc[g][1];
+	}
+}
+
+/* out = merge of a token's chunks in chunk order: sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s. */
+static __global__ void attn_merge_kernel(const struct qc_cuda_paged_attn_args a, int32_t chunk, int32_t n_split,
+					 const float *part_o, const float *part_ml)
+{
+	const int64_t t = blockIdx.x;
+	const int h = blockIdx.y;
+	const int32_t n_ctx = a.d_pos[t] + 1;
+	float *out = a.d_out + (t * a.n_head + h) * (int64_t)a.hd;
+	if (n_ctx > a.max_ctx) { /* broken contract: NaN out, as the one-block kernel does */
+		for (int d = threadIdx.x; d < a.hd; d += blockDim.x)
+			out[d] = __int_as_float(0x7fc00000);
+		return;
+	}
+	const int ns = (n_ctx + chunk - 1) / chunk;
+	const float *ml = part_ml + (t * a.n_head + h) * (int64_t)n_split * 2;
+	const float *po = part_o + (t * a.n_head + h) * (int64_t)n_split * a.hd;
+	float M = -INFINITY;
+	for (int s = 0; s < ns; s++)
+		M = fmaxf(M, ml[2 * s]);
+	float L = 0.0f;
+	for (int s = 0; s < ns; s++)
+		L += expf(ml[2 * s] - M) * ml[2 * s + 1];
+	const float inv = 1.0f / L;
+	for (int d = threadIdx.x; d < a.hd; d += blockDim.x) {
+		float r = 0.0f;
+		for (int s = 0; s < ns; s++)
+			r = fmaf(expf(ml[2 * s] - M), po[(int64_t)s * a.hd + d], r);
+		out[d] = r * inv;
+	}
+}
+
+extern "C" uint64_t qc_cuda_paged_attn_ws_bytes(int64_t n_tok, int32_t n_head, int32_t hd, int32_t max_ctx)
+{
+	if (n_tok < 1 || n_head < 1 || hd < 1 || max_ctx < 1)
+		return 0;
+	return (uint64_t)n_tok * (uint64_t)n_head * (uint64_t)qc_attn_splits(max_ctx) * ((uint64_t)hd + 2) *
+	       sizeof(float);
+}
+
+/* The split path, or QC_EUNSUPPORTED when this shape is outside its limits. */
+static int paged_attn_split(const struct qc_cuda_paged_attn_args *a, cudaStream_t s, struct qc_err *err)
+{
+	const int G = a->n_head / a->n_head_kv;
+	const int32_t chunk = qc_attn_chunk(a->max_ctx), ns = qc_attn_splits(a->max_ctx);
+	if (a->hd % 8 || a->hd > 256 || G > QC_ATTN_GROUP_MAX ||
+	    a->ws_bytes < qc_cuda_paged_attn_ws_bytes(1, a->n_head, a->hd, a->max_ctx) || a->n_head_kv > 65535 ||
+	    ns > 65535 || a->n_tok > INT32_MAX)
+		return QC_EUNSUPPORTED;
+	const size_t smem = sizeof(float) * ((size_t)G * (size_t)a->hd + (size_t)G * (size_t)chunk);
+	int dev, max_smem, rc;
+	if ((rc = qc_cuda_check(cudaGetDevice(&dev), "cudaGetDevice", err)) ||
+	    (rc = qc_cuda_check(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
+				"cudaDeviceGetAttribute", err)))
+		return rc;
+	if (smem > (size_t)max_smem)
+		return QC_EUNSUPPORTED;
+	if (!a->n_tok)
+		return QC_OK;
+	if (smem > 48 * 1024 &&
+	    (rc = qc_cuda_check(cudaFuncSetAttribute(attn_split_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+						     (int)smem), "cudaFuncSetAttribute(attn_split)", err)))
+		return rc;
+	/* tokens per launch: as many as the scratch holds (a token's result does not
+	 * depend on which launch it is in) */
+	const uint64_t per_tok = qc_cuda_paged_attn_ws_bytes(1, a->n_head, a->hd, a->max_ctx);
+	const int64_t slice = (int64_t)(a->ws_bytes / per_tok);
+	for (int64_t t0 = 0; t0 < a->n_tok; t0 += slice) {
+		struct qc_cuda_paged_attn_args b = *a;
+		b.n_tok = a->n_tok - t0 < slice ? a->n_tok - t0 : slice;
+		b.d_q = a->d_q + t0 * (int64_t)a->n_head * a->hd;
+		b.d_out = a->d_out + t0 * (int64_t)a->n_head * a->hd;
+		b.d_pos = a->d_pos + t0;
+		b.d_tok_seq = a->d_tok_seq + t0;
+		float *part_o = (float *)a->d_ws;
+		float *part_ml = part_o + (size_t)b.n_tok * (size_t)a->n_head * (size_t)ns * (size_t)a->hd;
+		attn_split_kernel<<<dim3((unsigned)b.n_tok, (unsigned)a->n_head_kv, (unsigned)ns), ST, smem, s>>>(
+			b, chunk, ns, part_o, part_ml);
+		if ((rc = qc_cuda_check(cudaGetLastError(), "attn_split_kernel", err)))
+			return rc;
+		attn_merge_kernel<<<dim3((unsigned)b.n_tok, (unsigned)a->n_head), 128, 0, s>>>(b, chunk, ns, part_o,
+												 part_ml);
+		if ((rc = qc_cuda_check(cudaGetLastError(), "attn_merge_kernel", err)))
+			return rc;
+	}
+	return QC_OK;
+}
+
 extern "C" int qc_cuda_paged_attn(const struct qc_cuda_paged_attn_args *a, cudaStream_t s, struct qc_err *err)
 {
 	if (a->n_head < 1 || a->n_head_kv < 1 || a->n_head % a->n_head_kv || a->hd < 1 || a->hd > MAX_HD || a->n_tok < 0 ||
@@ -125,6 +317,11 @@ extern "C" int qc_cuda_paged_attn(const struct qc_cuda_paged_attn_args *a, cudaS
 		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1,
 				  "paged_attn: %lld tokens, %d heads / %d kv heads of %d, max_ctx %d",
 				  (long long)a->n_tok, a->n_head, a->n_head_kv, a->hd, a->max_ctx);
+	if (a->d_ws) {
+		const int rc = paged_attn_split(a, s, err);
+		if (rc != QC_EUNSUPPORTED)
+			return rc;
+	}
 	const size_t smem = sizeof(float) * ((size_t)a->hd + (size_t)a->max_ctx + (THREADS / 32) * (size_t)a->hd);
 	int dev, max_smem;
 	int rc;

@@ -21,11 +21,21 @@ struct qc_cuda_paged_attn_args {
 	int64_t n_tok;
 	int32_t max_ctx;           /* bound on pos + 1 (sizes shared memory) */
 	float scale;               /* 1 / sqrt(hd) */
+	void *d_ws;                /* optional scratch for the split-K path (paged_attn_split.cuh):
+				      at least qc_cuda_paged_attn_ws_bytes(1, ...) bytes (tokens are
+				      taken as many at a time as it holds); NULL: one block per
+				      (token, head) */
+	uint64_t ws_bytes;
 };
+
+/* Scratch bytes the split-K path needs for n_tok tokens (0 on a bad shape). */
+uint64_t qc_cuda_paged_attn_ws_bytes(int64_t n_tok, int32_t n_head, int32_t hd, int32_t max_ctx);
 
 /* out = softmax(q K^T * scale) V per token and head, K/V read only through
  * the block tables (GQA: head h reads kv head h / (n_head / n_head_kv)).
- * QC_EUNSUPPORTED when max_ctx scores do not fit in shared memory. */
+ * With d_ws large enough and a shape in its limits, the split-K path; else one
+ * block per (token, head). QC_EUNSUPPORTED when max_ctx scores do not fit in
+ * shared memory on the one-block path. */
 int qc_cuda_paged_attn(const struct qc_cuda_paged_attn_args *a, cudaStream_t s, struct qc_err *err);
 
 #ifdef __cplusplus

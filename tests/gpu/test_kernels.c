@@ -405,15 +405,16 @@ static void test_elementwise(void)
 
 /* K/V store + paged attention over shuffled block tables: 3 sequences, one
  * prefilling several tokens, two decoding; GQA. */
-static void test_attention(int bt, int hd, int n_head, int n_head_kv)
+static void test_attention(int bt, int hd, int n_head, int n_head_kv, int long_ctx)
 {
-	const int n_layer = 2, layer = 1, n_blocks = 24, kv_dim = n_head_kv * hd, q_dim = n_head * hd;
-	const int lens[3] = {quick ? 20 : 70, 1 + bt, 3}; /* context lengths after this step */
+	/* context lengths after this step; long_ctx: enough positions for many split-K chunks */
+	const int lens[3] = {long_ctx ? (quick ? 200 : 1500) : quick ? 20 : 70, 1 + bt, 3};
 	const int new_toks[3] = {lens[0], 1, 1};          /* seq 0 prefills from 0 */
 	const int max_len = lens[0] > lens[1] ? lens[0] : lens[1];
 	const int stride = (max_len + bt - 1) / bt;
-	int32_t tables[3 * 16];
-	int perm[24];
+	const int n_layer = 2, layer = 1, n_blocks = 3 * stride + 4, kv_dim = n_head_kv * hd, q_dim = n_head * hd;
+	int32_t *tables = malloc(sizeof(int32_t) * 3 * (size_t)stride);
+	int *perm = malloc(sizeof(int) * (size_t)n_blocks);
 	for (int i = 0; i < n_blocks; i++)
 		perm[i] = i;
 	for (int i = n_blocks - 1; i > 0; i--) {
@@ -431,7 +432,9 @@ static void test_attention(int bt, int hd, int n_head, int n_head_kv)
 		pool[i] = qc_f32_to_fp16(frand(-2, 2));
 	/* this step's tokens */
 	int T = 0;
-	int32_t pos[128], seq[128], slots[128];
+	const int n_new = new_toks[0] + new_toks[1] + new_toks[2];
+	int32_t *pos = malloc(sizeof(int32_t) * (size_t)n_new), *seq = malloc(sizeof(int32_t) * (size_t)n_new);
+	int32_t *slots = malloc(sizeof(int32_t) * (size_t)n_new);
 	for (int s = 0; s < 3; s++)
 		for (int k = 0; k < new_toks[s]; k++) {
 			pos[T] = lens[s] - new_toks[s] + k;
@@ -448,7 +451,7 @@ static void test_attention(int bt, int hd, int n_head, int n_head_kv)
 	qc_ref_kv_store(k, v, slots, T, pool, layer, n_layer, bt, kv_dim);
 	float *d_k = up(k, sizeof(float) * (size_t)T * kv_dim), *d_v = up(v, sizeof(float) * (size_t)T * kv_dim);
 	int32_t *d_slots = up(slots, sizeof(int32_t) * (size_t)T), *d_pos = up(pos, sizeof(int32_t) * (size_t)T);
-	int32_t *d_seq = up(seq, sizeof(int32_t) * (size_t)T), *d_tab = up(tables, sizeof tables);
+	int32_t *d_seq = up(seq, sizeof(int32_t) * (size_t)T), *d_tab = up(tables, sizeof(int32_t) * 3 * (size_t)stride);
 	struct qc_err err = {0};
 	const struct qc_cuda_kv_store_args ka = {d_k, d_v, d_slots, T, d_pool, layer, n_layer, bt, kv_dim};
 	CHECK(qc_cuda_kv_store(&ka, 0, &err) == QC_OK, "kv_store: %s", err.msg);
@@ -459,17 +462,34 @@ static void test_attention(int bt, int hd, int n_head, int n_head_kv)
 	const float scale = 1.0f / sqrtf((float)hd);
 	qc_ref_paged_attn(q, want, pool, layer, n_layer, bt, n_head, n_head_kv, hd, pos, seq, tables, stride, T, scale);
 	float *d_q = up(q, sizeof(float) * (size_t)T * q_dim), *d_o = poisoned(sizeof(float) * (size_t)T * q_dim);
-	const struct qc_cuda_paged_attn_args pa = {
-		.d_q = d_q, .d_out = d_o, .d_pool = d_pool, .layer = layer, .n_layer = n_layer, .block_tokens = bt,
-		.n_head = n_head, .n_head_kv = n_head_kv, .hd = hd, .d_pos = d_pos, .d_tok_seq = d_seq,
-		.d_tables = d_tab, .table_stride = stride, .n_tok = T, .max_ctx = max_len, .scale = scale,
-	};
-	CHECK(qc_cuda_paged_attn(&pa, 0, &err) == QC_OK, "paged_attn: %s", err.msg);
-	down(got, d_o, sizeof(float) * (size_t)T * q_dim);
-	char what[96];
-	snprintf(what, sizeof what, "paged_attn bt %d hd %d heads %d/%d, %d tokens", bt, hd, n_head, n_head_kv, T);
-	const double tol = 2e-5 * 2;
-	CHECK(report(what, compare(got, want, (size_t)T * q_dim, tol), tol), "%s", what);
+	/* both paths: one block per (token, head), then split-K with scratch (fresh poison each) */
+	const uint64_t wsb = qc_cuda_paged_attn_ws_bytes(T, n_head, hd, max_len);
+	void *d_ws = NULL;
+	CHECK(wsb > 0 && cudaMalloc(&d_ws, wsb) == cudaSuccess, "paged_attn scratch of %llu bytes",
+	      (unsigned long long)wsb);
+	for (int split = 0; split < 2; split++) {
+		if (split)
+			cudaMemset(d_o, 0xff, sizeof(float) * (size_t)T * q_dim);
+		const struct qc_cuda_paged_attn_args pa = {
+			.d_q = d_q, .d_out = d_o, .d_pool = d_pool, .layer = layer, .n_layer = n_layer, .block_tokens = bt,
+			.n_head = n_head, .n_head_kv = n_head_kv, .hd = hd, .d_pos = d_pos, .d_tok_seq = d_seq,
+			.d_tables = d_tab, .table_stride = stride, .n_tok = T, .max_ctx = max_len, .scale = scale,
+			.d_ws = split ? d_ws : NULL, .ws_bytes = split ? wsb : 0,
+		};
+		CHECK(qc_cuda_paged_attn(&pa, 0, &err) == QC_OK, "paged_attn: %s", err.msg);
+		down(got, d_o, sizeof(float) * (size_t)T * q_dim);
+		char what[128];
+		snprintf(what, sizeof what, "paged_attn%s bt %d hd %d heads %d/%d, %d tokens, ctx %d",
+			 split ? " split-K" : "", bt, hd, n_head, n_head_kv, T, max_len);
+		const double tol = 2e-5 * 2;
+		CHECK(report(what, compare(got, want, (size_t)T * q_dim, tol), tol), "%s", what);
+	}
+	cudaFree(d_ws);
+	free(tables);
+	free(perm);
+	free(pos);
+	free(seq);
+	free(slots);
 	free(pool);
 	free(gpool);
 	free(k);
@@ -563,9 +583,11 @@ int main(void)
 	test_rms_norm();
 	test_rope();
 	test_elementwise();
-	test_attention(16, 64, 8, 2);
-	test_attention(7, 100, 6, 6);
-	test_attention(32, 128, 4, 1);
+	test_attention(16, 64, 8, 2, 0);
+	test_attention(7, 100, 6, 6, 0);  /* hd 100: the split path refuses it, the one-block path runs twice */
+	test_attention(32, 128, 4, 1, 0);
+	test_attention(16, 128, 8, 2, 1); /* long context: many chunks */
+	test_attention(16, 80, 28, 4, 1); /* 7 query heads per K/V head, hd 80 */
 	test_moe(8, 2, 1);
 	test_moe(60, 4, 0);
 	cublasDestroy(blas);
