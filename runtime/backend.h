@@ -44,6 +44,14 @@ struct qc_backend_ops {
 	int (*forward)(void *state, const struct qc_sched_plan *plan, float *logits,
 		       struct qc_err *err);
 	void (*destroy)(void *state); /* accepts NULL */
+	/* Optional (NULL: the engine takes every row from forward and scans it on the
+	 * host). forward, plus for every logit row k the greedy choice argmax[k]: the
+	 * lowest id of the largest logit, -1 when the row holds a NaN or +inf or only
+	 * -inf. Logit row k is written only when want_row[k] is set or argmax[k] is
+	 * -1 (the host then names the bad logit): a device backend brings back 4
+	 * bytes per greedy row instead of the vocabulary. */
+	int (*forward_argmax)(void *state, const struct qc_sched_plan *plan, const uint8_t *want_row,
+			      float *logits, int32_t *argmax, struct qc_err *err);
 	/* Optional (NULL: qc_backend_block_bytes, host memory): this backend's K/V
 	 * block bytes and the most K/V bytes it can hold next to the weights and
 	 * the buffers p implies (p->n_blocks unused), using mem_util of the device

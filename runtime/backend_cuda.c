@@ -25,6 +25,7 @@
 #include <time.h>
 
 #include "cuda/add.h"
+#include "cuda/argmax.h"
 #include "cuda/embed.h"
 #include "cuda/kv_store.h"
 #include "cuda/matmul_dispatch.h"
@@ -91,6 +92,7 @@ struct cu {
 	int32_t *d_plan, *h_plan;  /* packed plan arrays (plan_cap int32) */
 	size_t plan_cap;
 	float *h_logits;           /* pinned (max_logits, V) */
+	int32_t *d_argmax, *h_argmax; /* (max_logits) greedy choice per logit row; host side pinned */
 	void *d_ws;                /* gemm scratch */
 	uint64_t ws_bytes;
 	int64_t gemv_max_rows;
@@ -372,6 +374,8 @@ static void cuda_destroy(void *state)
 		cudaFreeHost(c->h_plan);
 	if (c->h_logits)
 		cudaFreeHost(c->h_logits);
+	if (c->h_argmax)
+		cudaFreeHost(c->h_argmax);
 	if (c->blas)
 		cublasDestroy(c->blas);
 	if (c->st)
@@ -510,7 +514,9 @@ static int cuda_create(const struct qc_model *m, const struct qc_backend_params 
 	    (rc = dalloc(c, c->plan_cap * sizeof(int32_t), (void **)&c->d_plan, err)) ||
 	    (rc = dalloc(c, c->ws_bytes, &c->d_ws, err)) ||
 	    (rc = ck(cudaMallocHost((void **)&c->h_plan, c->plan_cap * sizeof(int32_t)), "cudaMallocHost", err)) ||
-	    (rc = ck(cudaMallocHost((void **)&c->h_logits, LG * V * sizeof(float)), "cudaMallocHost", err)))
+	    (rc = dalloc(c, LG * sizeof(int32_t), (void **)&c->d_argmax, err)) ||
+	    (rc = ck(cudaMallocHost((void **)&c->h_logits, LG * V * sizeof(float)), "cudaMallocHost", err)) ||
+	    (rc = ck(cudaMallocHost((void **)&c->h_argmax, LG * sizeof(int32_t)), "cudaMallocHost", err)))
 		goto fail;
 	/* poison: a kernel reading K/V it never wrote shows up as NaN, not as plausible zeros */
 	if ((rc = ck(cudaMemsetAsync(c->d_kv, 0xff, (size_t)p->n_blocks * c->block_elems * 2, c->st),
@@ -729,11 +735,23 @@ static int fwd_body(void *ctx, cudaStream_t s, struct qc_err *err)
 	if ((rc = rms(c, c->d_x, E, f->dp->logit_rows, c->d_out_norm, c->d_lx, E, n, E, err)) ||
 	    (rc = mm(c, &c->out, c->d_lx, E, 1, NULL, n, c->d_logits, cfg->n_vocab, err)))
 		return rc;
+	/* greedy choice of every row (a few microseconds), used when the caller asks */
+	const struct qc_cuda_argmax_args aa = {c->d_logits, c->d_argmax, n, cfg->n_vocab};
+	if ((rc = qc_cuda_argmax(&aa, c->st, err)))
+		return rc;
 	qc_cuda_prof_mark(c->prof, c->st, QC_PROF_HEAD);
 	return QC_OK;
 }
 
-static int cuda_forward(void *state, const struct qc_sched_plan *plan, float *logits, struct qc_err *err)
+/* Logit row k crosses to the host: every row for plain forward, else the rows the
+ * caller samples itself and the rows whose argmax flags a bad logit. */
+static bool row_needed(const uint8_t *want_row, const int32_t *argmax, int32_t k)
+{
+	return !want_row || want_row[k] || (argmax && argmax[k] < 0);
+}
+
+static int cuda_forward_argmax(void *state, const struct qc_sched_plan *plan, const uint8_t *want_row,
+			       float *logits, int32_t *argmax, struct qc_err *err)
 {
 	struct cu *c = state;
 	const struct qc_model_config *cfg = &c->m->cfg;
@@ -785,16 +803,44 @@ static int cuda_forward(void *state, const struct qc_sched_plan *plan, float *lo
 		qc_cuda_prof_end(c->prof);
 		return rc;
 	}
-	const size_t bytes = sizeof(float) * (size_t)n * (size_t)cfg->n_vocab;
-	if ((rc = ck(cudaMemcpyAsync(c->h_logits, c->d_logits, bytes, cudaMemcpyDeviceToHost, c->st),
-		     "cudaMemcpyAsync (logits)", err)))
-		return rc;
+	const size_t rowb = sizeof(float) * (size_t)cfg->n_vocab;
+	if (argmax) { /* the ids first: a bad row (-1) comes back in full for the host's message */
+		if ((rc = ck(cudaMemcpyAsync(c->h_argmax, c->d_argmax, sizeof(int32_t) * (size_t)n,
+					     cudaMemcpyDeviceToHost, c->st), "cudaMemcpyAsync (argmax)", err)) ||
+		    (rc = ck(cudaStreamSynchronize(c->st), "forward", err)))
+			return rc;
+		memcpy(argmax, c->h_argmax, sizeof(int32_t) * (size_t)n);
+	}
+	/* wanted rows in runs of consecutive rows, one copy per run */
+	int32_t n_copied = 0;
+	for (int32_t k0 = 0; k0 < n;) {
+		if (!row_needed(want_row, argmax, k0)) {
+			k0++;
+			continue;
+		}
+		int32_t k1 = k0 + 1;
+		while (k1 < n && row_needed(want_row, argmax, k1))
+			k1++;
+		if ((rc = ck(cudaMemcpyAsync(c->h_logits + (size_t)k0 * cfg->n_vocab,
+					     c->d_logits + (size_t)k0 * cfg->n_vocab, rowb * (size_t)(k1 - k0),
+					     cudaMemcpyDeviceToHost, c->st), "cudaMemcpyAsync (logits)", err)))
+			return rc;
+		n_copied += k1 - k0;
+		k0 = k1;
+	}
 	qc_cuda_prof_mark(c->prof, c->st, QC_PROF_LOGITS);
-	if ((rc = ck(cudaStreamSynchronize(c->st), "forward", err)))
+	if ((n_copied || c->prof) && (rc = ck(cudaStreamSynchronize(c->st), "forward", err)))
 		return rc;
 	qc_cuda_prof_end(c->prof);
-	memcpy(logits, c->h_logits, bytes);
+	for (int32_t k = 0; k < n; k++)
+		if (row_needed(want_row, argmax, k))
+			memcpy(logits + (size_t)k * cfg->n_vocab, c->h_logits + (size_t)k * cfg->n_vocab, rowb);
 	return QC_OK;
+}
+
+static int cuda_forward(void *state, const struct qc_sched_plan *plan, float *logits, struct qc_err *err)
+{
+	return cuda_forward_argmax(state, plan, NULL, logits, NULL, err);
 }
 
 /* K/V blocks in binary16; what fits in mem_util of the device after the
@@ -840,6 +886,7 @@ const struct qc_backend_ops qc_backend_cuda = {
 	.name = "cuda",
 	.create = cuda_create,
 	.forward = cuda_forward,
+	.forward_argmax = cuda_forward_argmax,
 	.destroy = cuda_destroy,
 	.kv_limits = cuda_kv_limits,
 };

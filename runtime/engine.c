@@ -46,6 +46,8 @@ struct qc_engine {
 	struct qc_sampler_ws *ws;
 	struct qc_engine_opts opts;
 	float *logits;             /* (max_running, n_vocab) */
+	uint8_t *want_row;         /* (max_running) logit rows sampled on the host */
+	int32_t *argmax;           /* (max_running) the backend's greedy choice per logit row */
 	int32_t *sampled;          /* (max_running) */
 	struct req **entry_req;    /* (max_running) request of each plan entry */
 	struct qc_sample_result *results; /* (max_running) this step's draws */
@@ -188,9 +190,11 @@ int qc_engine_new(const char *path, const struct qc_engine_opts *o, struct qc_en
 		goto out_free;
 	e->logits = malloc(sizeof(float) * (size_t)op->max_running * (size_t)cfg->n_vocab);
 	e->sampled = calloc((size_t)op->max_running, sizeof *e->sampled);
+	e->want_row = calloc((size_t)op->max_running, sizeof *e->want_row);
+	e->argmax = calloc((size_t)op->max_running, sizeof *e->argmax);
 	e->entry_req = calloc((size_t)op->max_running, sizeof *e->entry_req);
 	e->results = calloc((size_t)op->max_running, sizeof *e->results);
-	if (!e->logits || !e->sampled || !e->entry_req || !e->results) {
+	if (!e->logits || !e->sampled || !e->want_row || !e->argmax || !e->entry_req || !e->results) {
 		rc = qc_err_set(err, QC_ENOMEM, path, NULL, -1, "out of memory");
 		goto out_free;
 	}
@@ -217,6 +221,8 @@ void qc_engine_free(struct qc_engine *e)
 	free(e->reqs);
 	free(e->logits);
 	free(e->sampled);
+	free(e->want_row);
+	free(e->argmax);
 	free(e->entry_req);
 	free(e->results);
 	qc_sampler_ws_free(e->ws);
@@ -346,19 +352,40 @@ int qc_engine_step(struct qc_engine *e, struct qc_err *err)
 	if (plan->n_seqs == 0)
 		return qc_sched_commit(e->sched, plan, NULL, err);
 	const double t1 = e->profile ? mono_s() : 0.0;
-	if ((rc = e->be->forward(e->be_state, plan, e->logits, err)))
-		return rc;
-	const double t2 = e->profile ? mono_s() : 0.0;
-
-	int32_t row = 0;
+	/* greedy rows take the backend's argmax where it has one (no logits cross) */
+	int32_t n_greedy = 0, row = 0;
 	for (int32_t i = 0; i < plan->n_seqs; i++) {
 		struct req *q = qc_sched_seq_user(e->sched, plan->seq_ids[i]);
 		e->entry_req[i] = q;
+		if (!plan->need_logits[i])
+			continue;
+		const bool greedy = !e->opts.on_logits && qc_sampler_is_greedy(q->sampler);
+		e->want_row[row++] = !greedy;
+		n_greedy += greedy;
+	}
+	const bool dev_argmax = e->be->forward_argmax && n_greedy > 0;
+	if (dev_argmax)
+		rc = e->be->forward_argmax(e->be_state, plan, e->want_row, e->logits, e->argmax, err);
+	else
+		rc = e->be->forward(e->be_state, plan, e->logits, err);
+	if (rc)
+		return rc;
+	const double t2 = e->profile ? mono_s() : 0.0;
+
+	row = 0;
+	for (int32_t i = 0; i < plan->n_seqs; i++) {
+		struct req *q = e->entry_req[i];
 		e->sampled[i] = 0;
 		if (!plan->need_logits[i])
 			continue;
-		const float *lg = e->logits + (size_t)row++ * (size_t)V;
+		const int32_t k = row++;
 		struct qc_sample_result *res = &e->results[i];
+		if (dev_argmax && !e->want_row[k] && e->argmax[k] >= 0) {
+			qc_sampler_take(q->sampler, e->argmax[k], res);
+			e->sampled[i] = res->token;
+			continue;
+		}
+		const float *lg = e->logits + (size_t)k * (size_t)V;
 		if (e->opts.on_logits)
 			e->opts.on_logits(e->opts.cb_ctx, q->id, q->n_out, lg, V);
 		if ((rc = qc_sampler_sample(q->sampler, e->ws, lg, V, res, err)))

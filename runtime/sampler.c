@@ -497,6 +497,22 @@ static void fill_logprobs(const struct qc_sampler *s, struct qc_sampler_ws *ws,
 
 /* ---- the chain ---- */
 
+bool qc_sampler_is_greedy(const struct qc_sampler *s)
+{
+	const struct qc_sampler_params *p = &s->p;
+	return p->temperature <= 0.0f && !p->logprobs && p->n_logprobs <= 0 &&
+	       (s->hist_n == 0 || (p->repeat_penalty == 1.0f && p->frequency_penalty == 0.0f &&
+				   p->presence_penalty == 0.0f));
+}
+
+void qc_sampler_take(struct qc_sampler *s, int32_t token, struct qc_sample_result *res)
+{
+	memset(res, 0, sizeof *res);
+	res->logprob = NAN;
+	res->token = token;
+	qc_sampler_accept(s, &res->token, 1);
+}
+
 int qc_sampler_sample(struct qc_sampler *s, struct qc_sampler_ws *ws, const float *logits,
 		      int32_t n_vocab, struct qc_sample_result *res, struct qc_err *err)
 {
@@ -508,9 +524,7 @@ int qc_sampler_sample(struct qc_sampler *s, struct qc_sampler_ws *ws, const floa
 		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1,
 				  "sampler: row of %d logits, workspace holds %d", n_vocab,
 				  ws->n_vocab);
-	if (p->temperature <= 0.0f && !p->logprobs && p->n_logprobs <= 0 &&
-	    (s->hist_n == 0 || (p->repeat_penalty == 1.0f && p->frequency_penalty == 0.0f &&
-				p->presence_penalty == 0.0f))) {
+	if (qc_sampler_is_greedy(s)) {
 		/* plain greedy: one pass that checks and takes the argmax (lowest id on ties),
 		 * the same token the general path picks, with no copy of the row */
 		int32_t best = -1;
@@ -525,10 +539,7 @@ int qc_sampler_sample(struct qc_sampler *s, struct qc_sampler_ws *ws, const floa
 			}
 		}
 		if (!bad && best >= 0) {
-			memset(res, 0, sizeof *res);
-			res->logprob = NAN;
-			res->token = best;
-			qc_sampler_accept(s, &res->token, 1);
+			qc_sampler_take(s, best, res);
 			return QC_OK;
 		}
 		/* a bad row: the general path below names the offending logit */

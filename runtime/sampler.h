@@ -84,4 +84,13 @@ void qc_sampler_ws_free(struct qc_sampler_ws *ws);
 int qc_sampler_sample(struct qc_sampler *s, struct qc_sampler_ws *ws, const float *logits,
 		      int32_t n_vocab, struct qc_sample_result *res, struct qc_err *err);
 
+/* True when the next qc_sampler_sample is a plain argmax (temperature 0, no
+ * logprobs, penalties neutral or no history): its token is then the lowest id of
+ * the largest logit, which a backend may compute where the logits are. */
+bool qc_sampler_is_greedy(const struct qc_sampler *s);
+
+/* What qc_sampler_sample does for a greedy sampler once the argmax is known:
+ * fill *res with token (no logprobs) and append it to the history. */
+void qc_sampler_take(struct qc_sampler *s, int32_t token, struct qc_sample_result *res);
+
 #endif

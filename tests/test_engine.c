@@ -28,6 +28,7 @@
 #include "convert.h"
 #include "engine.h"
 #include "plan.h"
+#include "ref/ops.h"
 
 /* reach the backend's statics (rope); this TU then provides qc_backend_cpu */
 #include "../runtime/backend_cpu.c"
@@ -453,6 +454,120 @@ static void batched_equals_alone(const char *fx, const char *tmpdir)
 	qc_engine_free(e);
 }
 
+/* A backend with forward_argmax (as the CUDA one has), built on the CPU forward:
+ * logit rows the engine did not ask for are overwritten with NaN (it must not
+ * read them), and every third greedy row is reported as bad (-1) with its row
+ * intact (the engine must then sample from the row). */
+static struct {
+	long rows_taken, rows_wanted, rows_flagged;
+} wrap;
+
+static int wrap_forward_argmax(void *state, const struct qc_sched_plan *plan, const uint8_t *want_row,
+			       float *logits, int32_t *argmax, struct qc_err *err)
+{
+	int rc = cpu_forward(state, plan, logits, err);
+	if (rc)
+		return rc;
+	const struct cpu *c = state;
+	const int32_t V = c->m->cfg.n_vocab;
+	qc_ref_argmax(logits, plan->n_logits, V, argmax);
+	for (int32_t k = 0; k < plan->n_logits; k++) {
+		float *row = logits + (size_t)k * (size_t)V;
+		if (want_row[k]) {
+			wrap.rows_wanted++;
+		} else if (wrap.rows_taken++ % 3 == 2) {
+			argmax[k] = -1;
+			wrap.rows_flagged++;
+		} else {
+			for (int32_t i = 0; i < V; i++)
+				row[i] = NAN;
+		}
+	}
+	return QC_OK;
+}
+
+/* Mixed requests (plain greedy, greedy with logprobs, greedy with a repetition
+ * penalty, seeded sampling) through a backend with forward_argmax give exactly
+ * the tokens and logprobs of the plain CPU backend. */
+static void argmax_backend_equals_host(const char *fx, const char *tmpdir)
+{
+	struct ref_prompt rp[N_PROMPTS];
+	char path[1024], gguf[512], in[1024], bundle[1024];
+	struct qc_err err = {0};
+	enum { N_REQ = 8, N_TOK = 20 };
+	struct qc_backend_ops wrap_ops = qc_backend_cpu;
+	wrap_ops.name = "cpu+argmax";
+	wrap_ops.forward_argmax = wrap_forward_argmax;
+
+	snprintf(path, sizeof path, "%s/reference/stories260K.json", fx);
+	if (load_ref(path, rp, gguf, sizeof gguf))
+		return;
+	snprintf(in, sizeof in, "%s/%s", fx, gguf);
+	snprintf(bundle, sizeof bundle, "%s/a.qb", tmpdir);
+	if (convert_to(in, bundle, QC_PLAN_FUSE_MOE))
+		return;
+	struct qc_engine_request q[N_REQ];
+	for (int i = 0; i < N_REQ; i++) {
+		memset(&q[i], 0, sizeof q[i]);
+		q[i].prompt = rp[i % N_PROMPTS].prompt;
+		q[i].n_prompt = rp[i % N_PROMPTS].n_prompt;
+		q[i].max_tokens = N_TOK;
+		q[i].ignore_eos = true;
+		qc_sampler_params_init(&q[i].sampling);
+		q[i].sampling.temperature = 0.0f;
+	}
+	q[1].sampling.logprobs = true;
+	q[1].sampling.n_logprobs = 3;
+	q[2].sampling.repeat_penalty = 1.3f;
+	q[3].sampling.temperature = 0.8f;
+	q[3].sampling.seed = 7;
+	q[3].sampling.top_k = 20;
+
+	int32_t out[2][N_REQ][N_TOK];
+	float lp[2][N_TOK];
+	for (int pass = 0; pass < 2; pass++) {
+		struct qc_engine_opts o;
+		qc_engine_opts_init(&o);
+		o.max_running = 4;
+		o.max_seq_tokens = 64;
+		o.backend = pass ? &wrap_ops : &qc_backend_cpu;
+		struct qc_engine *e = NULL;
+		uint64_t id[N_REQ];
+		int rc = qc_engine_new(bundle, &o, &e, &err);
+		CHECK(rc == QC_OK, "engine (%s): %s", o.backend->name, err.msg);
+		for (int i = 0; rc == QC_OK && i < N_REQ; i++)
+			rc = qc_engine_add(e, &q[i], &id[i], &err);
+		while (rc == QC_OK && qc_engine_has_work(e))
+			rc = qc_engine_step(e, &err);
+		CHECK(rc == QC_OK, "run (%s): %s", o.backend->name, err.msg);
+		for (int i = 0; rc == QC_OK && i < N_REQ; i++) {
+			const int32_t *ids = NULL;
+			int32_t n = 0;
+			enum qc_sched_finish fin;
+			qc_engine_output(e, id[i], &ids, &n, &fin);
+			CHECK(n == N_TOK, "request %d (%s): %d tokens", i, o.backend->name, n);
+			memcpy(out[pass][i], ids, sizeof(int32_t) * (size_t)(n < N_TOK ? n : N_TOK));
+		}
+		const struct qc_sample_result *res = NULL;
+		int32_t nl = 0;
+		if (rc == QC_OK && qc_engine_logprobs(e, id[1], &res, &nl) == QC_OK && nl == N_TOK)
+			for (int k = 0; k < N_TOK; k++)
+				lp[pass][k] = res[k].logprob;
+		else
+			CHECK(0, "no logprobs for request 1 (%s)", o.backend->name);
+		qc_engine_free(e);
+	}
+	unlink(bundle);
+	CHECK(!memcmp(out[0], out[1], sizeof out[0]), "forward_argmax run differs from the host-sampled run");
+	CHECK(!memcmp(lp[0], lp[1], sizeof lp[0]), "logprobs differ through forward_argmax");
+	CHECK(wrap.rows_taken > 0 && wrap.rows_flagged > 0 && wrap.rows_wanted > 0,
+	      "forward_argmax path not exercised: %ld taken, %ld flagged, %ld sampled on the host",
+	      wrap.rows_taken, wrap.rows_flagged, wrap.rows_wanted);
+	printf("  forward_argmax: %ld greedy rows from the backend (%ld flagged bad, sampled from the row), "
+	       "%ld rows sampled on the host; tokens and logprobs equal to the host-only run\n",
+	       wrap.rows_taken, wrap.rows_flagged, wrap.rows_wanted);
+}
+
 static void hash_logits(void *ctx, uint64_t id, int32_t step, const float *logits, int32_t n_vocab)
 {
 	uint64_t *h = ctx;
@@ -650,6 +765,7 @@ int main(void)
 	      "median first-step error over %d quantized runs %.2e > %.0e", n_quant_err, med, MEDIAN_QUANT);
 	printf("quantized runs: median first-step top-10 error %.2e over %d runs\n", med, n_quant_err);
 	batched_equals_alone(fx, tmpdir);
+	argmax_backend_equals_host(fx, tmpdir);
 	threads_bit_identical(fx, tmpdir);
 	rmdir(tmpdir);
 	printf("worst first-step top-10 error %.2e; %.1f s CPU\n", worst,

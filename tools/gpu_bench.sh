@@ -36,7 +36,7 @@ for t in ${QC_BENCH_TYPES:-q4_0 q8_0 f16}; do
 		"$BIN/qconvert" "$D/m.gguf" --target "$tg" -o "$D/m.qb" >/dev/null || exit 1
 		echo "-- target $tg: converted in $(( $(date +%s) - s )) s, $(du -h "$D/m.qb" | cut -f1)"
 		"$BIN/qrun" bench "$D/m.qb" --device cuda --requests 1 --concurrency 1 --in 512 --out 128 2>&1 |
-			grep -E "cuda:|prompt:|decode:|error|qrun:"
+			grep -E "cuda:|prompt:|decode:|inter-token|error|qrun:"
 		for c in ${QC_BENCH_CONC:-64 256}; do
 			"$BIN/qrun" bench "$D/m.qb" --device cuda --requests $c --concurrency $c --in 128 --out 128 2>&1 |
 				grep -E "concurrency|prompt:|decode:|total:|error|qrun:"

@@ -124,15 +124,18 @@ static __global__ void paged_attn_kernel(const struct qc_cuda_paged_attn_args a)
 #define TG 8   /* lanes per position in the score pass */
 
 /* Scores, softmax and unnormalized P V of one (token, K/V head, chunk). */
-static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_cuda_paged_attn_args a, int32_t chunk,
-							       int32_t n_split, float *part_o, float *part_ml)
+static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_cuda_paged_attn_args a,
+							       int32_t chunk_max, int32_t n_split, float *part_o,
+							       float *part_ml)
 {
 	extern __shared__ float sm[];
 	const int64_t t = blockIdx.x;
 	const int kvh = blockIdx.y, sp = blockIdx.z;
 	const int G = a.n_head / a.n_head_kv, hd = a.hd;
-	float *qs = sm, *sc = sm + G * hd; /* (G, hd) scaled q, (G, chunk) scores then weights */
-	const int32_t n_ctx = a.d_pos[t] + 1, j0 = sp * chunk;
+	/* (G, hd) scaled q, (G, chunk_max) scores then weights, (ST / (hd / 2), G, hd) P V partials */
+	float *qs = sm, *sc = sm + G * hd, *red = sc + G * chunk_max;
+	const int32_t n_ctx = a.d_pos[t] + 1;
+	const int32_t chunk = n_ctx <= a.max_ctx ? qc_attn_chunk(n_ctx) : 0, j0 = sp * chunk;
 	const int32_t j1 = n_ctx < j0 + chunk ? n_ctx : j0 + chunk;
 	if (n_ctx > a.max_ctx || j0 >= n_ctx)
 		return; /* the merge kernel reads only the chunks a token has (and NaNs a broken one) */
@@ -172,14 +175,14 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 			s += __shfl_xor_sync(0xffffffffu, s, 2);
 			s += __shfl_xor_sync(0xffffffffu, s, 1);
 			if (ok && sub == 0)
-				sc[g * chunk + (j - j0)] = s;
+				sc[g * chunk_max + (j - j0)] = s;
 		}
 	}
 	__syncthreads();
 	/* per head: chunk max and sum of exp; warp w takes heads w, w + 4, ... */
 	const int32_t n = j1 - j0;
 	for (int g = warp; g < G; g += ST / 32) {
-		float *row = sc + g * chunk;
+		float *row = sc + g * chunk_max;
 		float mx = -INFINITY;
 		for (int32_t j = lane; j < n; j += 32)
 			mx = fmaxf(mx, row[j]);
@@ -200,23 +203,49 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 		}
 	}
 	__syncthreads();
-	/* P V: thread i owns dimensions 2i, 2i + 1 of every head in the group */
-	const int d2 = threadIdx.x;
-	if (2 * d2 >= hd)
-		return;
+	/* P V: thread i owns dimension pair i % (hd / 2) of every head in the group
+	 * for the positions of group i / (hd / 2); four V rows in flight per step */
+	const int h2 = hd / 2, ng = ST / h2, grp = threadIdx.x / h2, d2 = threadIdx.x % h2;
 	float acc[QC_ATTN_GROUP_MAX][2];
 	for (int g = 0; g < G; g++)
 		acc[g][0] = acc[g][1] = 0.0f;
-	for (int32_t j = 0; j < n; j++) {
-		const __half2 v = ((const __half2 *)kv_row(a, table, j0 + j, 1, kvh))[d2];
-		const float2 f = __half22float2(v);
-		for (int g = 0; g < G; g++) {
-			const float p = sc[g * chunk + j];
-			acc[g][0] = fmaf(p, f.x, acc[g][0]);
-			acc[g][1] = fmaf(p, f.y, acc[g][1]);
+	if (grp < ng) {
+		int32_t j = grp;
+		for (; j + 3 * ng < n; j += 4 * ng) {
+			float2 f[4];
+#pragma unroll
+			for (int u = 0; u < 4; u++)
+				f[u] = __half22float2(((const __half2 *)kv_row(a, table, j0 + j + u * ng, 1, kvh))[d2]);
+#pragma unroll
+			for (int u = 0; u < 4; u++)
+				for (int g = 0; g < G; g++) {
+					const float p = sc[g * chunk_max + j + u * ng];
+					acc[g][0] = fmaf(p, f[u].x, acc[g][0]);
+					acc[g][1] = fmaf(p, f[u].y, acc[g][1]);
+				}
 		}
+		for (; j < n; j += ng) {
+			const float2 f = __half22float2(((const __half2 *)kv_row(a, table, j0 + j, 1, kvh))[d2]);
+			for (int g = 0; g < G; g++) {
+				const float p = sc[g * chunk_max + j];
+				acc[g][0] = fmaf(p, f.x, acc[g][0]);
+				acc[g][1] = fmaf(p, f.y, acc[g][1]);
+			}
+		}
+		if (grp > 0)
+			for (int g = 0; g < G; g++) {
+				red[(grp * G + g) * hd + 2 * d2] = acc[g][0];
+				red[(grp * G + g) * hd + 2 * d2 + 1] = acc[g][1];
+			}
 	}
+	__syncthreads();
+	if (grp != 0)
+		return;
 	for (int g = 0; g < G; g++) {
+		for (int r = 1; r < ng; r++) {
+			acc[g][0] += red[(r * G + g) * hd + 2 * d2];
+			acc[g][1] += red[(r * G + g) * hd + 2 * d2 + 1];
+		}
 		float *o = part_o + ((t * a.n_head + (int64_t)kvh * G + g) * n_split + sp) * hd;
 		o[2 * d2] = acc[g][0];
 		o[2 * d2 + 1] = acc[g][1];
@@ -224,7 +253,7 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 }
 
 /* out = merge of a token's chunks in chunk order: sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s. */
-static __global__ void attn_merge_kernel(const struct qc_cuda_paged_attn_args a, int32_t chunk, int32_t n_split,
+static __global__ void attn_merge_kernel(const struct qc_cuda_paged_attn_args a, int32_t n_split,
 					 const float *part_o, const float *part_ml)
 {
 	const int64_t t = blockIdx.x;
@@ -236,7 +265,7 @@ static __global__ void attn_merge_kernel(const struct qc_cuda_paged_attn_args a,
 			out[d] = __int_as_float(0x7fc00000);
 		return;
 	}
-	const int ns = (n_ctx + chunk - 1) / chunk;
+	const int ns = qc_attn_n_chunks(n_ctx);
 	const float *ml = part_ml + (t * a.n_head + h) * (int64_t)n_split * 2;
 	const float *po = part_o + (t * a.n_head + h) * (int64_t)n_split * a.hd;
 	float M = -INFINITY;
@@ -266,12 +295,15 @@ extern "C" uint64_t qc_cuda_paged_attn_ws_bytes(int64_t n_tok, int32_t n_head, i
 static int paged_attn_split(const struct qc_cuda_paged_attn_args *a, cudaStream_t s, struct qc_err *err)
 {
 	const int G = a->n_head / a->n_head_kv;
-	const int32_t chunk = qc_attn_chunk(a->max_ctx), ns = qc_attn_splits(a->max_ctx);
+	/* shared memory and scratch sized for the longest chunk and the most chunks
+	 * a token of up to max_ctx positions can have */
+	const int32_t chunk_max = qc_attn_chunk(a->max_ctx), ns = qc_attn_splits(a->max_ctx);
 	if (a->hd % 8 || a->hd > 256 || G > QC_ATTN_GROUP_MAX ||
 	    a->ws_bytes < qc_cuda_paged_attn_ws_bytes(1, a->n_head, a->hd, a->max_ctx) || a->n_head_kv > 65535 ||
 	    ns > 65535 || a->n_tok > INT32_MAX)
 		return QC_EUNSUPPORTED;
-	const size_t smem = sizeof(float) * ((size_t)G * (size_t)a->hd + (size_t)G * (size_t)chunk);
+	const size_t smem = sizeof(float) * ((size_t)G * (size_t)a->hd + (size_t)G * (size_t)chunk_max +
+					     (size_t)(ST / (a->hd / 2)) * (size_t)G * (size_t)a->hd);
 	int dev, max_smem, rc;
 	if ((rc = qc_cuda_check(cudaGetDevice(&dev), "cudaGetDevice", err)) ||
 	    (rc = qc_cuda_check(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
@@ -299,11 +331,10 @@ static int paged_attn_split(const struct qc_cuda_paged_attn_args *a, cudaStream_
 		float *part_o = (float *)a->d_ws;
 		float *part_ml = part_o + (size_t)b.n_tok * (size_t)a->n_head * (size_t)ns * (size_t)a->hd;
 		attn_split_kernel<<<dim3((unsigned)b.n_tok, (unsigned)a->n_head_kv, (unsigned)ns), ST, smem, s>>>(
-			b, chunk, ns, part_o, part_ml);
+			b, chunk_max, ns, part_o, part_ml);
 		if ((rc = qc_cuda_check(cudaGetLastError(), "attn_split_kernel", err)))
 			return rc;
-		attn_merge_kernel<<<dim3((unsigned)b.n_tok, (unsigned)a->n_head), 128, 0, s>>>(b, chunk, ns, part_o,
-												 part_ml);
+		attn_merge_kernel<<<dim3((unsigned)b.n_tok, (unsigned)a->n_head), 128, 0, s>>>(b, ns, part_o, part_ml);
 		if ((rc = qc_cuda_check(cudaGetLastError(), "attn_merge_kernel", err)))
 			return rc;
 	}

@@ -4,10 +4,11 @@
  * Each block owns one token, one K/V head (all n_head / n_head_kv query heads of
  * it, so a K/V row is loaded once for the group) and one chunk of context
  * positions; a second kernel merges the chunks' (max, sum, unnormalized P V) in
- * chunk order. The chunk length is a function of max_ctx alone, so a token's
- * result never depends on the other tokens of the step (batch invariance holds).
+ * chunk order. The chunk length is a function of the token's own context length,
+ * so its result never depends on the other tokens of the step (batch invariance).
  * Scores: 8 lanes per position, each reading 16-byte vectors of the K row; P V:
- * threads over dimension pairs, positions in order.
+ * threads over dimension pairs, split into position groups (four rows in flight
+ * each) whose partial rows are summed in group order (deterministic).
  * Limits (else the caller uses the one-block-per-head kernel): hd a multiple of
  * 8 and at most 256, at most 16 query heads per K/V head.
  */
@@ -20,18 +21,36 @@
 #define QC_ATTN_CHUNK_MIN 64   /* positions per chunk at least */
 #define QC_ATTN_GROUP_MAX 16   /* query heads per K/V head */
 
-/* Positions per chunk for a context bound of max_ctx (a multiple of 32). */
-static inline int32_t qc_attn_chunk(int32_t max_ctx)
+#ifdef __CUDACC__
+#define QC_ATTN_HD __host__ __device__
+#else
+#define QC_ATTN_HD
+#endif
+
+/* Positions per chunk of a token that sees n_ctx positions (a multiple of 32,
+ * non-decreasing in n_ctx): short contexts get short chunks, so a batch-1
+ * decode still spreads over many blocks. A function of the token's own context
+ * only: its result never depends on the other tokens of the step. */
+static inline QC_ATTN_HD int32_t qc_attn_chunk(int32_t n_ctx)
 {
-	int32_t c = (max_ctx + QC_ATTN_SPLIT_MAX - 1) / QC_ATTN_SPLIT_MAX;
+	int32_t c = (n_ctx + QC_ATTN_SPLIT_MAX - 1) / QC_ATTN_SPLIT_MAX;
 	c = (c + 31) / 32 * 32;
 	return c < QC_ATTN_CHUNK_MIN ? QC_ATTN_CHUNK_MIN : c;
 }
 
+/* Chunks of a token that sees n_ctx positions (at most QC_ATTN_SPLIT_MAX). */
+static inline QC_ATTN_HD int32_t qc_attn_n_chunks(int32_t n_ctx)
+{
+	const int32_t c = qc_attn_chunk(n_ctx);
+	return (n_ctx + c - 1) / c;
+}
+
+/* Chunk slots per token for contexts up to max_ctx: every n_ctx <= max_ctx has
+ * at most this many chunks (each chunk is >= QC_ATTN_CHUNK_MIN long). */
 static inline int32_t qc_attn_splits(int32_t max_ctx)
 {
-	const int32_t c = qc_attn_chunk(max_ctx);
-	return (max_ctx + c - 1) / c;
+	const int32_t n = (max_ctx + QC_ATTN_CHUNK_MIN - 1) / QC_ATTN_CHUNK_MIN;
+	return n < QC_ATTN_SPLIT_MAX ? n : QC_ATTN_SPLIT_MAX;
 }
 
 #endif

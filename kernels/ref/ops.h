@@ -26,6 +26,10 @@ void qc_ref_silu_mul(const float *g, const float *u, float *y, int64_t n);
 
 void qc_ref_add(float *y, const float *x, int64_t n, int64_t n_x);
 
+/* out[r]: lowest index of the largest value of row r; -1 if the row has a NaN
+ * or +inf, or only -inf. */
+void qc_ref_argmax(const float *x, int64_t n_rows, int32_t n, int32_t *out);
+
 /* pool: (n_blocks, n_layer, 2, bt, kv_dim) binary16 bits. */
 void qc_ref_kv_store(const float *k, const float *v, const int32_t *slots, int64_t n_tok,
 		     uint16_t *pool, int layer, int n_layer, int bt, int kv_dim);

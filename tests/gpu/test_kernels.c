@@ -19,6 +19,7 @@
 
 #include "../check.h"
 #include "cuda/add.h"
+#include "cuda/argmax.h"
 #include "cuda/dequant_f16.h"
 #include "cuda/embed.h"
 #include "cuda/gemm_f16.h"
@@ -403,6 +404,46 @@ static void test_elementwise(void)
 	cudaFree(d_y);
 }
 
+/* Device argmax vs the reference scan: random rows, rows with ties on the
+ * maximum (the lowest index must win), a NaN row, a +inf row, an all -inf row,
+ * and a vocabulary of odd size. Exact. */
+static void test_argmax(int32_t n)
+{
+	const int64_t R = 19;
+	float *x = malloc(sizeof(float) * (size_t)(R * n));
+	int32_t want[19], got[19];
+	fill(x, (size_t)(R * n), -20, 20);
+	for (int r = 1; r < 8; r++) { /* ties: the maximum copied to later and earlier places */
+		float *row = x + r * n;
+		const int32_t a = (int32_t)(rnd() % (uint32_t)n), b = (int32_t)(rnd() % (uint32_t)n);
+		row[a] = row[b] = 25.0f + (float)r;
+		if (r & 1)
+			row[n - 1] = row[a];
+	}
+	x[8 * n + n / 2] = NAN;
+	x[9 * n + 3] = INFINITY;
+	for (int32_t i = 0; i < n; i++)
+		x[10 * n + i] = -INFINITY;
+	x[11 * n + n - 1] = 1e30f; /* the largest value last */
+	qc_ref_argmax(x, R, n, want);
+	CHECK(want[8] == -1 && want[9] == -1 && want[10] == -1 && want[11] == n - 1, "argmax reference edge rows");
+	float *d_x = up(x, sizeof(float) * (size_t)(R * n));
+	int32_t *d_o = poisoned(sizeof(int32_t) * (size_t)R);
+	struct qc_err err = {0};
+	const struct qc_cuda_argmax_args aa = {d_x, d_o, R, n};
+	CHECK(qc_cuda_argmax(&aa, 0, &err) == QC_OK, "argmax: %s", err.msg);
+	down(got, d_o, sizeof(int32_t) * (size_t)R);
+	int bad = -1;
+	for (int r = 0; r < R && bad < 0; r++)
+		if (got[r] != want[r])
+			bad = r;
+	printf("  argmax %lld rows of %d: %s\n", (long long)R, n, bad < 0 ? "equal" : "DIFFERENT");
+	CHECK(bad < 0, "argmax row %d: device %d, reference %d", bad, bad < 0 ? 0 : got[bad], bad < 0 ? 0 : want[bad]);
+	free(x);
+	cudaFree(d_x);
+	cudaFree(d_o);
+}
+
 /* K/V store + paged attention over shuffled block tables: 3 sequences, one
  * prefilling several tokens, two decoding; GQA. */
 static void test_attention(int bt, int hd, int n_head, int n_head_kv, int long_ctx)
@@ -583,6 +624,9 @@ int main(void)
 	test_rms_norm();
 	test_rope();
 	test_elementwise();
+	test_argmax(128256);
+	test_argmax(1001);
+	test_argmax(7);
 	test_attention(16, 64, 8, 2, 0);
 	test_attention(7, 100, 6, 6, 0);  /* hd 100: the split path refuses it, the one-block path runs twice */
 	test_attention(32, 128, 4, 1, 0);
