@@ -24,6 +24,12 @@ int qc_cuda_marlin_gemm_workspace(const struct qc_marlin_gemm_args *a, size_t *b
  * QC_ECUDA naming the kernel if a launch fails. */
 int qc_cuda_marlin_gemm(const struct qc_marlin_gemm_args *a, cudaStream_t s, struct qc_err *err);
 
+/* Scratch of the backend's table entries (matmul_layouts.def): marlin_mm.cu
+ * (fp16 rows + the GEMM's split-K partials), marlin_gemv.cu (its K partials),
+ * and the larger of the two. */
+uint64_t qc_cuda_marlin_mm_ws(int64_t n_in, int64_t n_out, int64_t n_rows);
+uint64_t qc_cuda_marlin_gemv_ws(int64_t n_in, int64_t n_out, int64_t n_rows);
+
 #ifdef __cplusplus
 }
 #endif

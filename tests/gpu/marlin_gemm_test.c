@@ -344,6 +344,113 @@ static void check_table_entry(enum qc_layout l, int64_t rows, int64_t n, int64_t
 	free(y);
 }
 
+/* The decode GEMV (kernels/cuda/marlin_gemv.cu, the table's gemv entry): float
+ * rows (on the fp16 grid, so the reference's fp16 A is the same numbers) with
+ * a row stride, strided y, E > 1: an expert per row. Error against the F64
+ * truth within 2x a plain fp16 GEMM's; nothing written past n; without
+ * experts, each row run alone gives the batched row bit for bit. */
+static void check_gemv(enum qc_layout l, int64_t rows, int64_t n, int64_t k, int64_t E)
+{
+	uint64_t sb;
+	uint8_t *w = NULL;
+	for (int64_t e = 0; e < E; e++) {
+		uint8_t *we = make_weights(l, n, k, &sb);
+		if (!w)
+			w = malloc(sb * (uint64_t)E);
+		memcpy(w + (uint64_t)e * sb, we, sb);
+		free(we);
+	}
+	const int64_t ldx = k + 8, ldy = n + 4;
+	uint16_t *a16 = make_act(rows, k);
+	float *x = calloc((size_t)(rows * ldx), 4);
+	for (int64_t r = 0; r < rows; r++)
+		for (int64_t c = 0; c < k; c++)
+			x[r * ldx + c] = qc_fp16_to_f32(a16[r * k + c]);
+	int32_t *ex = malloc((size_t)rows * 4);
+	for (int64_t r = 0; r < rows; r++)
+		ex[r] = (int32_t)((r * 5 + 1) % E);
+	double *truth = malloc((size_t)(rows * n) * sizeof(double)), *base = malloc((size_t)(rows * n) * sizeof(double));
+	struct qc_marlin_gemm_args ar = { .layout = l, .type = type_of(l), .m = rows, .n = n, .k = k, .a = a16, .w = w,
+					  .ldc = n, .expert = E > 1 ? ex : NULL, .mat_stride = sb };
+	struct qc_err err = { 0 };
+	QC_ASSERT(qc_marlin_gemm_ref(&ar, QC_MARLIN_PREC_F64, truth, &err) == QC_OK);
+	QC_ASSERT(qc_marlin_gemm_ref(&ar, QC_MARLIN_PREC_F16, base, &err) == QC_OK);
+	uint64_t wsb = qc_cuda_marlin_gemv_ws(k, n, rows);
+	void *d_w, *d_x, *d_y, *d_ws = NULL, *d_ex;
+	CU(cudaMalloc(&d_w, sb * (uint64_t)E));
+	CU(cudaMalloc(&d_x, (size_t)(rows * ldx) * 4));
+	CU(cudaMalloc(&d_y, (size_t)(rows * ldy) * 4));
+	CU(cudaMalloc(&d_ex, (size_t)rows * 4));
+	if (wsb)
+		CU(cudaMalloc(&d_ws, wsb));
+	CU(cudaMemcpy(d_w, w, sb * (uint64_t)E, cudaMemcpyHostToDevice));
+	CU(cudaMemcpy(d_x, x, (size_t)(rows * ldx) * 4, cudaMemcpyHostToDevice));
+	CU(cudaMemcpy(d_ex, ex, (size_t)rows * 4, cudaMemcpyHostToDevice));
+	CU(cudaMemset(d_y, 0xff, (size_t)(rows * ldy) * 4));
+	struct qc_cuda_mm_args m = { .d_w = d_w, .type = type_of(l), .layout = l, .n_in = k, .n_out = n,
+				     .mat_stride = sb, .d_x = d_x, .ldx = ldx, .x_div = 1,
+				     .d_expert = E > 1 ? d_ex : NULL, .n_rows = rows, .d_y = d_y, .ldy = ldy,
+				     .d_ws = d_ws, .ws_bytes = wsb };
+	int rc = qc_cuda_marlin_gemv(&m, 0, &err);
+	if (!rc)
+		rc = qc_cuda_check(cudaDeviceSynchronize(), "sync", &err);
+	float *y = malloc((size_t)(rows * ldy) * 4), *y1 = malloc((size_t)ldy * 4);
+	CU(cudaMemcpy(y, d_y, (size_t)(rows * ldy) * 4, cudaMemcpyDeviceToHost));
+	double eg = 0, eb = 0, nrm = 0;
+	int64_t bad = 0, touched = 0, differ = 0;
+	for (int64_t r = 0; r < rows; r++)
+		for (int64_t c = 0; c < ldy; c++) {
+			float g = y[r * ldy + c];
+			uint32_t bits;
+			memcpy(&bits, &g, 4);
+			if (c >= n) {
+				touched += bits != 0xffffffffu;
+				continue;
+			}
+			double t = truth[r * n + c];
+			bad += isnan(g);
+			if (isnan(g))
+				continue;
+			eg += (g - t) * (g - t);
+			eb += (base[r * n + c] - t) * (base[r * n + c] - t);
+			nrm += t * t;
+		}
+	/* batch invariance: row r alone */
+	for (int64_t r = 0; E == 1 && rows > 1 && r < rows && !rc; r++) {
+		struct qc_cuda_mm_args m1 = m;
+		m1.d_x = (const float *)d_x + r * ldx;
+		m1.n_rows = 1;
+		m1.d_y = (float *)d_y;
+		CU(cudaMemset(d_y, 0xff, (size_t)ldy * 4));
+		rc = qc_cuda_marlin_gemv(&m1, 0, &err);
+		if (!rc)
+			rc = qc_cuda_check(cudaDeviceSynchronize(), "sync", &err);
+		CU(cudaMemcpy(y1, d_y, (size_t)ldy * 4, cudaMemcpyDeviceToHost));
+		differ += memcmp(y1, y + r * ldy, (size_t)n * 4) != 0;
+	}
+	double rg = sqrt(eg / nrm), rb = sqrt(eb / nrm);
+	int ok = rc == QC_OK && bad == 0 && touched == 0 && differ == 0 && rg <= 2 * rb + 1e-6;
+	printf("%s gemv %-9s rows=%lld n=%lld k=%lld experts=%lld ws=%llu rel_err %.3e (fp16 plain %.3e) nan %lld "
+	       "written past n %lld rows differing alone %lld%s%s\n",
+	       ok ? "PASS" : "FAIL", qc_layout_name(l), (long long)rows, (long long)n, (long long)k, (long long)E,
+	       (unsigned long long)wsb, rg, rb, (long long)bad, (long long)touched, (long long)differ,
+	       rc ? " err: " : "", rc ? err.msg : "");
+	ok ? n_pass++ : n_fail++;
+	cudaFree(d_w);
+	cudaFree(d_x);
+	cudaFree(d_y);
+	cudaFree(d_ws);
+	cudaFree(d_ex);
+	free(w);
+	free(x);
+	free(a16);
+	free(ex);
+	free(truth);
+	free(base);
+	free(y);
+	free(y1);
+}
+
 /* The kernel must refuse what it cannot do, naming the shape, before launching. */
 static void check_refusals(void)
 {
@@ -450,6 +557,62 @@ static int run_cublas(void *ctx, int i, cudaStream_t s)
 
 static double copy_bw; /* bytes/s, read + write */
 
+struct gv_ctx {
+	struct qc_cuda_mm_args a;
+	void *d_w[N_COPIES];
+	int n_copies;
+};
+
+static int run_gemv(void *ctx, int i, cudaStream_t s)
+{
+	struct gv_ctx *c = ctx;
+	struct qc_cuda_mm_args a = c->a;
+	struct qc_err err = { 0 };
+	a.d_w = c->d_w[i % c->n_copies];
+	int rc = qc_cuda_marlin_gemv(&a, s, &err);
+	if (rc)
+		fprintf(stderr, "gemv: %s\n", err.msg);
+	return rc;
+}
+
+/* The decode GEMV: time per call (weights rotated over > 512 MiB), bytes moved
+ * (weights + scales) over the copy bandwidth. */
+static void bench_gemv(enum qc_layout l, int64_t n, int64_t k, int rows)
+{
+	uint64_t wb;
+	uint8_t *w = make_weights(l, n, k, &wb);
+	struct gv_ctx c;
+	memset(&c, 0, sizeof c);
+	c.n_copies = (int)((512ull << 20) / wb + 1);
+	if (c.n_copies > N_COPIES)
+		c.n_copies = N_COPIES;
+	for (int i = 0; i < c.n_copies; i++) {
+		CU(cudaMalloc(&c.d_w[i], wb));
+		CU(cudaMemcpy(c.d_w[i], w, wb, cudaMemcpyHostToDevice));
+	}
+	void *d_x, *d_y, *d_ws = NULL;
+	uint64_t wsb = qc_cuda_marlin_gemv_ws(k, n, rows);
+	CU(cudaMalloc(&d_x, (size_t)(rows * k) * 4));
+	CU(cudaMemset(d_x, 0, (size_t)(rows * k) * 4));
+	CU(cudaMalloc(&d_y, (size_t)(rows * n) * 4));
+	if (wsb)
+		CU(cudaMalloc(&d_ws, wsb));
+	c.a = (struct qc_cuda_mm_args){ .type = type_of(l), .layout = l, .n_in = k, .n_out = n, .d_x = d_x,
+					.ldx = k, .x_div = 1, .n_rows = rows, .d_y = d_y, .ldy = n, .d_ws = d_ws,
+					.ws_bytes = wsb };
+	float us = median_us(run_gemv, &c, 41);
+	double gbs = (double)wb / (us * 1e-6) / 1e9;
+	printf("gemv %-9s %-5s n=%-6lld k=%-6lld rows=%d: %7.1f us, %6.0f GB/s, %3.0f%% of copy bandwidth\n",
+	       qc_layout_name(l), qc_types[type_of(l)].name, (long long)n, (long long)k, rows, us, gbs,
+	       100.0 * gbs * 1e9 / copy_bw);
+	for (int i = 0; i < c.n_copies; i++)
+		cudaFree(c.d_w[i]);
+	cudaFree(d_x);
+	cudaFree(d_y);
+	cudaFree(d_ws);
+	free(w);
+}
+
 static void bench_shape(enum qc_layout l, int64_t n, int64_t k, const int *ms, int n_ms, const int *splits, int n_splits)
 {
 	uint64_t wb;
@@ -553,6 +716,8 @@ static void bench_shape(enum qc_layout l, int64_t n, int64_t k, const int *ms, i
 int main(int argc, char **argv)
 {
 	int do_bench = !(argc > 1 && strcmp(argv[1], "--check") == 0);
+	int gemv_only = argc > 1 && strcmp(argv[1], "--gemv-bench") == 0;
+	setenv("QC_MARLIN_GEMV_ROWS", "64", 1); /* check (and time) the GEMV's own multi-row path */
 	setvbuf(stdout, NULL, _IOLBF, 0); /* a log cut by a timeout still shows the last case */
 	struct cudaDeviceProp prop;
 	CU(cudaGetDeviceProperties(&prop, 0));
@@ -585,6 +750,20 @@ int main(int argc, char **argv)
 	check_table_entry(QC_LAYOUT_MARLIN_I8, 37, 256, 512);
 	z_turn = 1;
 	check_table_entry(QC_LAYOUT_MARLIN_I4Z, 20, 128, 256); /* q4_1 */
+	static const struct { int64_t rows, n, k, e; } gv[] = {
+		{ 1, 256, 256, 1 }, { 1, 4096, 4096, 1 }, { 3, 512, 2080, 1 }, { 8, 192, 32, 1 },
+		{ 11, 320, 1536, 1 }, { 1, 1024, 14336, 1 }, { 6, 256, 512, 3 }, { 13, 128, 1056, 4 },
+	};
+	for (int li = 0; li < 3; li++)
+		for (size_t i = 0; i < sizeof gv / sizeof gv[0]; i++) {
+			enum qc_layout l = layouts[li];
+			z_turn = (int)i;
+			if (type_of(l) == QC_TYPE_Q4_K && gv[i].k % 256)
+				z_turn++; /* q4_K blocks are 256 long */
+			if (gv[i].n % qc_marlin_stripe(l))
+				continue;
+			check_gemv(l, gv[i].rows, gv[i].n, gv[i].k, gv[i].e);
+		}
 	check_refusals();
 	printf("marlin_gemm_test: %d passed, %d failed\n", n_pass, n_fail);
 	if (!do_bench)
@@ -619,6 +798,19 @@ int main(int argc, char **argv)
 	cudaFree(cc.d_src);
 	cudaFree(cc.d_dst);
 
+	if (gemv_only) {
+		for (int rows = 1; rows <= 4; rows += 3) {
+			bench_gemv(QC_LAYOUT_MARLIN_I4, 14336, 4096, rows);
+			bench_gemv(QC_LAYOUT_MARLIN_I4, 4096, 14336, rows);
+			bench_gemv(QC_LAYOUT_MARLIN_I4, 4096, 4096, rows);
+			bench_gemv(QC_LAYOUT_MARLIN_I4, 1024, 4096, rows);
+			bench_gemv(QC_LAYOUT_MARLIN_I4, 128256, 4096, rows);
+			bench_gemv(QC_LAYOUT_MARLIN_I8, 14336, 4096, rows);
+			z_turn = 0;
+			bench_gemv(QC_LAYOUT_MARLIN_I4Z, 14336, 4096, rows);
+		}
+		return n_fail ? 1 : 0;
+	}
 	static const int ms[] = { 1, 16, 64, 512 };
 	static const int splits[] = { 1, 4, 8, 16, 32 };
 	bench_shape(QC_LAYOUT_MARLIN_I4, 14336, 4096, ms, 4, splits, 5); /* gate / up */
