@@ -2,7 +2,7 @@
  *
  *   qrun MODEL -p TEXT [-n N] [sampling flags] [--stop S]... [--json] [--ignore-eos] [engine flags]
  *   qrun MODEL --tokenize TEXT [--bos]
- *   qrun bench MODEL --requests N --concurrency C --in I --out O [engine flags]
+ *   qrun bench MODEL --requests N --concurrency C --in I --out O [--warmup W] [engine flags]
  *
  * MODEL is a .qb bundle or a .gguf; a GGUF is converted first (target cpu) into a
  * private temp directory under $TMPDIR, mapped, and unlinked at once, so nothing is
@@ -10,8 +10,9 @@
  * when the vocabulary asks for it (llama.cpp's add_special). The engine flags
  * (device, threads, K/V pool, chunked prefill) are engine_cli.h's, shared with
  * qserve. bench: N requests of I synthetic prompt ids and O greedy tokens each
- * (EOS ignored), all queued at once, C at a time; prints prompt and decode
- * tokens/s, TTFT and inter-token latency p50/p99. Non-goals: chat templates,
+ * (EOS ignored), all queued at once, C at a time, after W untimed warm-up rounds
+ * (as llama-bench does); prints prompt and decode tokens/s, TTFT and inter-token
+ * latency p50/p99. Non-goals: chat templates,
  * interactive mode.
  */
 #include <errno.h>
@@ -37,7 +38,7 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: %s MODEL -p TEXT [-n N] [sampling] [--stop S]... [--json] [--ignore-eos] [engine]\n"
 		"       %s MODEL --tokenize TEXT [--bos]\n"
-		"       %s bench MODEL --requests N --concurrency C --in I --out O [engine]\n"
+		"       %s bench MODEL --requests N --concurrency C --in I --out O [--warmup W] [engine]\n"
 		"MODEL: a .qb bundle or a .gguf (converted to a temp bundle first).\n"
 		"-p - (and --tokenize -) read raw bytes from stdin. -n: tokens to generate (32).\n"
 		"--json prints {\"prompt_ids\":[...],\"ids\":[...],\"text\":\"...\",\"finish\":\"...\"}.\n"
@@ -47,7 +48,9 @@ static void usage(FILE *f)
 		"  --repeat-penalty R  --presence-penalty P  --frequency-penalty F  --penalty-last-n N\n"
 		"engine:\n%s"
 		"bench: N requests of I pseudo-random prompt ids and O tokens each (EOS ignored), C at a\n"
-		"time; prints prompt and decode tokens/s, TTFT and inter-token latency p50/p99.\n",
+		"time; prints prompt and decode tokens/s, TTFT and inter-token latency p50/p99. First W\n"
+		"untimed warm-up rounds (default 1; 0: none) of C requests of I prompt + 2 tokens: the\n"
+		"first use of a kernel (module loading, cuBLAS setup, graph capture) is not timed.\n",
 		prog, prog, prog, qc_engine_cli_help);
 }
 
@@ -305,7 +308,33 @@ struct bench_req {
 /* qrun bench: see the header. Prompt tokens/s counts the steps that gave some
  * request its first token (prefill steps), decode tokens/s the tokens of the
  * other steps over their time; with C = 1 these are llama-bench's pp and tg. */
-static int run_bench(const char *model, int n_req, int conc, int n_in, int n_out,
+/* Untimed rounds of min(conc, n_req) requests shaped like the run's (same
+ * prompt length, 2 generated tokens), released at once. */
+static int bench_warmup(struct qc_engine *e, int rounds, int n, const int32_t *prompt, int n_in,
+			struct qc_err *err)
+{
+	for (int w = 0; w < rounds; w++) {
+		uint64_t ids[1024];
+		int added = 0, rc = QC_OK;
+		for (; added < n && rc == QC_OK; added++) {
+			struct qc_engine_request q = {.prompt = prompt, .n_prompt = n_in, .max_tokens = 2,
+						      .ignore_eos = true};
+			qc_sampler_params_init(&q.sampling);
+			q.sampling.temperature = 0.0f;
+			if ((rc = qc_engine_add(e, &q, &ids[added], err)))
+				break;
+		}
+		while (rc == QC_OK && qc_engine_has_work(e))
+			rc = qc_engine_step(e, err);
+		for (int i = 0; i < added; i++)
+			qc_engine_release(e, ids[i]);
+		if (rc)
+			return rc;
+	}
+	return QC_OK;
+}
+
+static int run_bench(const char *model, int n_req, int conc, int n_in, int n_out, int warmup,
 		     const struct qc_engine_cli *cli, struct qc_err *err)
 {
 	struct qc_engine_opts o;
@@ -332,6 +361,12 @@ static int run_bench(const char *model, int n_req, int conc, int n_in, int n_out
 		goto out;
 	const int32_t n_vocab = qc_engine_model(e)->cfg.n_vocab;
 	uint64_t lcg = 0x9e3779b97f4a7c15u;
+	for (int j = 0; j < n_in; j++) { /* the warm-up prompt: ids of the same kind */
+		lcg = lcg * 6364136223846793005u + 1442695040888963407u;
+		prompt[j] = 1 + (int32_t)((lcg >> 33) % (uint64_t)(n_vocab > 1 ? n_vocab - 1 : 1));
+	}
+	if ((rc = bench_warmup(e, warmup, conc < n_req ? conc : n_req, prompt, n_in, err)))
+		goto out;
 	for (int i = 0; i < n_req; i++) {
 		for (int j = 0; j < n_in; j++) { /* fixed pseudo-random ids, never 0 */
 			lcg = lcg * 6364136223846793005u + 1442695040888963407u;
@@ -406,7 +441,7 @@ out:
 static int bench_main(int argc, char **argv)
 {
 	const char *model = NULL;
-	long n_req = 0, conc = 0, n_in = 0, n_out = 0;
+	long n_req = 0, conc = 0, n_in = 0, n_out = 0, warmup = 1;
 	struct qc_engine_cli cli;
 	struct qc_err err = {0};
 
@@ -433,6 +468,9 @@ static int bench_main(int argc, char **argv)
 		} else if (!strcmp(a, "--out") && has) {
 			if (!qc_cli_long(prog, a, argv[++i], 1, 65536, &n_out))
 				return 1;
+		} else if (!strcmp(a, "--warmup") && has) {
+			if (!qc_cli_long(prog, a, argv[++i], 0, 16, &warmup))
+				return 1;
 		} else if (a[0] != '-' && !model) {
 			model = a;
 		} else {
@@ -446,7 +484,7 @@ static int bench_main(int argc, char **argv)
 				"--in 1..65536 --out 1..65536\n", prog);
 		return 1;
 	}
-	if (run_bench(model, (int)n_req, (int)conc, (int)n_in, (int)n_out, &cli, &err)) {
+	if (run_bench(model, (int)n_req, (int)conc, (int)n_in, (int)n_out, (int)warmup, &cli, &err)) {
 		qc_err_print(&err, prog, stderr);
 		return qc_engine_cli_open_status(&cli, &err);
 	}

@@ -313,6 +313,22 @@ int main(void)
 	      pre, dec);
 	CHECK(p50 >= 0 && p50 <= p99 && i50 >= 0 && i50 <= i99, "qrun bench percentiles out of order");
 	free(bo);
+	/* warm-up rounds are not counted; a count outside 0..16 is refused */
+	for (int w = 0; w <= 3; w += 3) {
+		snprintf(cmd, sizeof cmd, "%s/qrun bench %s --requests 3 --concurrency 2 --in 5 --out 4 --threads 1 --warmup %d",
+			 bin(), model, w);
+		bo = run(cmd, "", 0, &st);
+		pp = bo ? strstr(bo, "prompt: ") : NULL;
+		dp = bo ? strstr(bo, "decode: ") : NULL;
+		pre = dec = 0;
+		CHECK(st == 0 && pp && dp && sscanf(pp, "prompt: %llu", &pre) == 1 && sscanf(dp, "decode: %llu", &dec) == 1 &&
+		      pre == 3 * 5 && dec == 3 * 3, "qrun bench --warmup %d: status %d, %llu prompt / %llu decode tokens", w,
+		      st, pre, dec);
+		free(bo);
+	}
+	snprintf(cmd, sizeof cmd, "%s/qrun bench %s --requests 3 --concurrency 2 --in 5 --out 4 --warmup 17", bin(), model);
+	free(run(cmd, "", 0, &st));
+	CHECK(st == 1, "qrun bench --warmup 17 exits %d, expected 1", st);
 	/* the comparator must notice a wrong id list */
 	cJSON *a = cJSON_Parse("[1,2,3]"), *b = cJSON_Parse("[1,2,4]");
 	CHECK(!same_ids(a, b), "id comparator accepts different lists");

@@ -29,14 +29,15 @@ grep -E "registers|spill" $BUILD/ptxas.txt | sort | uniq -c | head -20
 $NVCC $NVFLAGS -c kernels/cuda/cuda_err.cu -o $BUILD/obj/cuda_err_cu.o
 $NVCC $NVFLAGS -c kernels/cuda/marlin_mm.cu -o $BUILD/obj/marlin_mm_cu.o
 $NVCC $NVFLAGS -c kernels/cuda/marlin_gemv.cu -o $BUILD/obj/marlin_gemv_cu.o
+$NVCC $NVFLAGS -c kernels/cuda/marlin_dequant.cu -o $BUILD/obj/marlin_dequant_cu.o
 if $CC $CFLAGS -DQC_WITH_CUBLAS -c tests/gpu/marlin_gemm_test.c -o $BUILD/obj/test_cublas.o &&
-   $NVCC -o $BUILD/marlin_gemm_test $BUILD/obj/test_cublas.o $BUILD/obj/marlin_gemm_cu.o $BUILD/obj/marlin_mm_cu.o $BUILD/obj/marlin_gemv_cu.o $BUILD/obj/cuda_err_cu.o \
+   $NVCC -o $BUILD/marlin_gemm_test $BUILD/obj/test_cublas.o $BUILD/obj/marlin_gemm_cu.o $BUILD/obj/marlin_mm_cu.o $BUILD/obj/marlin_gemv_cu.o $BUILD/obj/marlin_dequant_cu.o $BUILD/obj/cuda_err_cu.o \
 	$BUILD/libmrl.a -lcublas -lm 2>/dev/null; then
 	echo "gpu_marlin: built with cuBLAS fp16 comparison"
 else
 	echo "gpu_marlin: cuBLAS did not link; timings without the cuBLAS comparison"
 	$CC $CFLAGS -c tests/gpu/marlin_gemm_test.c -o $BUILD/obj/test.o
-	$NVCC -o $BUILD/marlin_gemm_test $BUILD/obj/test.o $BUILD/obj/marlin_gemm_cu.o $BUILD/obj/marlin_mm_cu.o $BUILD/obj/marlin_gemv_cu.o $BUILD/obj/cuda_err_cu.o \
-		$BUILD/libmrl.a -lm
+	$NVCC -o $BUILD/marlin_gemm_test $BUILD/obj/test.o $BUILD/obj/marlin_gemm_cu.o $BUILD/obj/marlin_mm_cu.o $BUILD/obj/marlin_gemv_cu.o $BUILD/obj/marlin_dequant_cu.o $BUILD/obj/cuda_err_cu.o \
+		$BUILD/libmrl.a -lcublas -lm
 fi
 exec $BUILD/marlin_gemm_test "$@"

@@ -5,12 +5,18 @@
  * scratch, then one GEMM writes y directly (its split-K partials follow the fp16
  * rows in the same scratch). Rounding activations to fp16 is what the tensor
  * cores take; it is the one rounding this path adds over a float GEMV.
+ * From QC_MARLIN_CUBLAS_ROWS rows on (default 128) the weight is decoded to fp16
+ * (marlin_dequant.cu) and cuBLAS multiplies instead: same weight values, faster
+ * than mma.sync at that size.
  * Non-goals: choosing GEMV vs GEMM (the backend does), fusing the conversion.
  */
 #include "marlin_gemm.cuh"
+#include "marlin_dequant.h"
 #include "matmul_dispatch.h"
 
+#include <cublas_v2.h>
 #include <cuda_fp16.h>
+#include <stdlib.h>
 
 namespace {
 
@@ -27,6 +33,37 @@ __global__ void rows_to_f16(const float *x, int64_t ldx, int32_t x_div, int64_t 
 uint64_t act_bytes(int64_t n_rows, int64_t n_in)
 {
 	return ((uint64_t)n_rows * (uint64_t)n_in * 2 + 255) & ~(uint64_t)255;
+}
+
+/* From this many rows on (QC_MARLIN_CUBLAS_ROWS, default 128) a matrix of at
+ * most W16_MAX elements is decoded to fp16 and multiplied by cuBLAS (wgmma):
+ * faster than the mma.sync GEMM there. The vocabulary matrix stays on the GEMM
+ * (its fp16 copy would be ~1 GB of scratch). */
+constexpr int64_t W16_MAX = (int64_t)1 << 27;
+
+int64_t cublas_rows(void)
+{
+	static int64_t v = -1;
+	if (v < 0) {
+		const char *e = getenv("QC_MARLIN_CUBLAS_ROWS");
+		v = e && *e ? strtoll(e, NULL, 10) : 128;
+		if (v <= 0)
+			v = INT64_MAX; /* 0: never */
+	}
+	return v;
+}
+
+bool use_cublas(int64_t n_in, int64_t n_out, int64_t n_rows)
+{
+	return n_rows >= cublas_rows() && n_in * n_out <= W16_MAX;
+}
+
+int blas_check(cublasStatus_t st, const char *what, struct qc_err *err)
+{
+	if (st == CUBLAS_STATUS_SUCCESS)
+		return QC_OK;
+	return qc_err_set(err, QC_ECUDA, NULL, NULL, -1, "%s: cuBLAS status %d (%s)", what, (int)st,
+			  cublasGetStatusString(st));
 }
 
 } /* namespace */
@@ -54,6 +91,10 @@ extern "C" uint64_t qc_cuda_marlin_mm_ws(int64_t n_in, int64_t n_out, int64_t n_
 				return 0;
 			most = b > most ? b : most;
 		}
+	if (use_cublas(n_in, n_out, n_rows)) { /* the fp16 weight takes the partials' place */
+		const uint64_t w16 = (uint64_t)n_in * (uint64_t)n_out * 2;
+		most = w16 > most ? w16 : most;
+	}
 	return act_bytes(n_rows, n_in) + most;
 }
 
@@ -74,6 +115,24 @@ extern "C" int qc_cuda_marlin_mm(const struct qc_cuda_mm_args *a, cudaStream_t s
 	int rc = qc_cuda_check(cudaGetLastError(), "marlin_mm: rows_to_f16", err);
 	if (rc)
 		return rc;
+	if (!a->d_expert && a->blas && use_cublas(a->n_in, a->n_out, a->n_rows) && a->n_rows <= INT32_MAX &&
+	    a->ws_bytes >= ab + (uint64_t)a->n_in * (uint64_t)a->n_out * 2) {
+		cublasHandle_t h = (cublasHandle_t)a->blas;
+		uint16_t *w16 = (uint16_t *)((uint8_t *)a->d_ws + ab);
+		if ((rc = qc_cuda_marlin_to_f16(a->layout, a->type, a->d_w, a->n_out, a->n_in, w16, s, err)))
+			return rc;
+		/* only when it differs: cublasSetStream drops a workspace set with cublasSetWorkspace */
+		cudaStream_t cur = NULL;
+		if ((rc = blas_check(cublasGetStream(h, &cur), "cublasGetStream", err)) ||
+		    (cur != s && (rc = blas_check(cublasSetStream(h, s), "cublasSetStream", err))))
+			return rc;
+		const float one = 1.0f, zero = 0.0f;
+		const int m = (int)a->n_out, n = (int)a->n_rows, k = (int)a->n_in;
+		return blas_check(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, w16, CUDA_R_16F, k,
+					       a->d_ws, CUDA_R_16F, k, &zero, a->d_y, CUDA_R_32F, (int)a->ldy,
+					       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+				  "marlin_mm: cublasGemmEx", err);
+	}
 	struct qc_marlin_gemm_args g = {};
 	g.layout = a->layout;
 	g.type = a->type;

@@ -15,10 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cublas_v2.h> /* the table entry's 128+-row path; QC_WITH_CUBLAS adds the fp16 timing comparison */
 #include <cuda_runtime_api.h>
-#ifdef QC_WITH_CUBLAS
-#include <cublas_v2.h>
-#endif
 
 #include "layout_marlin.h"
 #include "marlin_gemm.cuh"
@@ -278,7 +276,7 @@ static void check_experts(enum qc_layout l, int64_t m, int64_t n, int64_t k, int
  * float rows with ldx and x_div, strided y; checked against the reference on
  * the fp16-rounded rows. (Called directly: the table itself links every
  * backend kernel, which `make test-gpu` covers.) */
-static void check_table_entry(enum qc_layout l, int64_t rows, int64_t n, int64_t k)
+static void check_table_entry(enum qc_layout l, int64_t rows, int64_t n, int64_t k, void *blas)
 {
 	uint64_t wb;
 	uint8_t *w = make_weights(l, n, k, &wb);
@@ -308,7 +306,7 @@ static void check_table_entry(enum qc_layout l, int64_t rows, int64_t n, int64_t
 	CU(cudaMemset(d_y, 0xff, (size_t)(rows * ldy) * 4));
 	struct qc_cuda_mm_args m = { .d_w = d_w, .type = type_of(l), .layout = l, .n_in = k, .n_out = n,
 				     .d_x = d_x, .ldx = ldx, .x_div = x_div, .n_rows = rows, .d_y = d_y, .ldy = ldy,
-				     .d_ws = d_ws, .ws_bytes = wsb };
+				     .d_ws = d_ws, .ws_bytes = wsb, .blas = blas };
 	int rc = qc_cuda_marlin_mm(&m, 0, &err);
 	if (!rc)
 		rc = qc_cuda_check(cudaDeviceSynchronize(), "sync", &err);
@@ -328,8 +326,9 @@ static void check_table_entry(enum qc_layout l, int64_t rows, int64_t n, int64_t
 		}
 	double rg = sqrt(eg / nrm), rb = sqrt(eb / nrm);
 	int ok = rc == QC_OK && bad == 0 && rg <= 2 * rb + 1e-6;
-	printf("%s table entry %s %-9s rows=%lld n=%lld k=%lld (x_div 2, strided x and y) rel_err %.3e (fp16 plain %.3e) nan %lld%s%s\n",
-	       ok ? "PASS" : "FAIL", "qc_cuda_marlin_mm", qc_layout_name(l), (long long)rows, (long long)n, (long long)k, rg, rb,
+	printf("%s table entry %s %-9s rows=%lld n=%lld k=%lld (x_div 2, strided x and y%s) rel_err %.3e (fp16 plain %.3e) nan %lld%s%s\n",
+	       ok ? "PASS" : "FAIL", "qc_cuda_marlin_mm", qc_layout_name(l), (long long)rows, (long long)n, (long long)k,
+	       blas ? ", fp16 decode + cuBLAS" : "", rg, rb,
 	       (long long)bad, rc ? " err: " : "", rc ? err.msg : "");
 	ok ? n_pass++ : n_fail++;
 	cudaFree(d_w);
@@ -746,10 +745,23 @@ int main(int argc, char **argv)
 	check_experts(QC_LAYOUT_MARLIN_I8, 5, 320, 1056, 4);
 	z_turn = 0;
 	check_experts(QC_LAYOUT_MARLIN_I4Z, 6, 192, 512, 2); /* q4_K */
-	check_table_entry(QC_LAYOUT_MARLIN_I4, 3, 512, 1024);
-	check_table_entry(QC_LAYOUT_MARLIN_I8, 37, 256, 512);
+	check_table_entry(QC_LAYOUT_MARLIN_I4, 3, 512, 1024, NULL);
+	check_table_entry(QC_LAYOUT_MARLIN_I8, 37, 256, 512, NULL);
 	z_turn = 1;
-	check_table_entry(QC_LAYOUT_MARLIN_I4Z, 20, 128, 256); /* q4_1 */
+	check_table_entry(QC_LAYOUT_MARLIN_I4Z, 20, 128, 256, NULL); /* q4_1 */
+	{ /* 128+ rows: the weight decoded to fp16 (marlin_dequant.cu), then cuBLAS */
+		cublasHandle_t h;
+		if (cublasCreate(&h) == CUBLAS_STATUS_SUCCESS) {
+			check_table_entry(QC_LAYOUT_MARLIN_I4, 150, 512, 1024, h);
+			check_table_entry(QC_LAYOUT_MARLIN_I8, 131, 256, 2080, h);
+			for (z_turn = 0; z_turn < 3; z_turn++) /* q4_K, q4_1, hq4 */
+				check_table_entry(QC_LAYOUT_MARLIN_I4Z, 200, 192, 512, h);
+			cublasDestroy(h);
+		} else {
+			printf("FAIL cublasCreate\n");
+			n_fail++;
+		}
+	}
 	static const struct { int64_t rows, n, k, e; } gv[] = {
 		{ 1, 256, 256, 1 }, { 1, 4096, 4096, 1 }, { 3, 512, 2080, 1 }, { 8, 192, 32, 1 },
 		{ 11, 320, 1536, 1 }, { 1, 1024, 14336, 1 }, { 6, 256, 512, 3 }, { 13, 128, 1056, 4 },

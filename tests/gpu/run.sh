@@ -1,9 +1,14 @@
 #!/bin/sh
 # tests/gpu/run.sh — the GPU tests (make test-gpu): each binary through tests/run.sh,
 # then the kernel test under compute-sanitizer memcheck and racecheck (quick shapes)
-# when compute-sanitizer is on the PATH or in $CUDA_HOME/bin.
+# when compute-sanitizer is on the PATH or in $CUDA_HOME/bin, then the marlin
+# kernels (GEMM, decode GEMV, fp16 decode + cuBLAS) against their C reference
+# (tools/gpu_marlin.sh --check: it builds only what it needs).
 set -u
 sh tests/run.sh "$@"; rc=$?
+if out=$(sh tools/gpu_marlin.sh --check 2>&1); then m=0; else m=1; rc=1; fi
+printf '%s\n' "$out" | grep -E '^FAIL|marlin_gemm_test:' | tail -n 20
+[ $m -eq 0 ] || echo "tools/gpu_marlin.sh --check: failed"
 cs=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
 for t in "$@"; do
 	case "$t" in *test_kernels) ;; *) continue ;; esac
