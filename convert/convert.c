@@ -7,6 +7,7 @@
  * not grow with the model. Output is byte-identical across runs (no
  * timestamps, paths reduced to base names). */
 #include "convert.h"
+#include "pack_par.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -102,20 +103,16 @@ static int stream(struct qc_bundle_writer *w, const struct qc_gguf *g, uint64_t 
 	return QC_OK;
 }
 
-/* Fold one slice's kernel-value error into t->lay_err (reported by inspect). */
-static int add_layout_error(struct qc_plan_tensor *t, const uint8_t *packed, struct qc_err *err)
+/* Fold one slice's kernel-value error e into t->lay_err (reported by inspect). */
+static void add_layout_error(struct qc_plan_tensor *t, const struct qc_marlin_err *pe)
 {
-	const int64_t ne[4] = { t->ne[0], t->ne[1], 1, 1 };
-	struct qc_marlin_err e, *a = &t->lay_err;
-	int rc = qc_marlin_error(t->layout, t->type, ne, packed, &e, err);
-	if (rc)
-		return rc;
+	const struct qc_marlin_err e = *pe;
+	struct qc_marlin_err *a = &t->lay_err;
 	double n = (double)a->n, m = (double)e.n;
 	a->rms = sqrt((a->rms * a->rms * n + e.rms * e.rms * m) / (n + m));
 	a->rms_w = sqrt((a->rms_w * a->rms_w * n + e.rms_w * e.rms_w * m) / (n + m));
 	a->max_abs = e.max_abs > a->max_abs || e.max_abs != e.max_abs ? e.max_abs : a->max_abs;
 	a->n += e.n;
-	return QC_OK;
 }
 
 /* A layout other than ggml: gather each ne[2]*ne[3] slice's ggml rows (parts in
@@ -135,9 +132,13 @@ static int write_packed(const struct qc_gguf_model *m, struct qc_bundle_writer *
 			memcpy(in + (uint64_t)pp->row0 * row, g->map + off, (size_t)span);
 			qc_map_release(&g->file, off, span);
 		}
-		rc = qc_layout_pack_slice(t->layout, t->type, t->ne, in, out, err);
-		if (!rc && t->layout == QC_LAYOUT_MARLIN_I4Z) /* scale/offset were rounded: measure it */
-			rc = add_layout_error(t, out, err);
+		/* i4z rounds scale/offset to fp16: measure what that costs */
+		const bool measure = t->layout == QC_LAYOUT_MARLIN_I4Z;
+		struct qc_marlin_err e;
+		rc = qc_pack_slice_par(t->layout, t->type, t->ne[0], t->ne[1], in, row, out, measure ? &e : NULL, 0,
+				       err);
+		if (!rc && measure)
+			add_layout_error(t, &e);
 		if (!rc)
 			rc = qc_bundle_writer_write(w, out, packed, err);
 		qc_progress_add(pr, packed);

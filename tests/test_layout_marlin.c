@@ -18,6 +18,7 @@
 #include "convert.h"
 #include "dump.h"
 #include "layout_marlin.h"
+#include "pack_par.h"
 #include "plan.h"
 #include "ref/fp16.h"
 #include "ref/marlin_gemm.h"
@@ -285,6 +286,47 @@ static void gemm_ref_z(enum qc_type t, int64_t M, int64_t K, int64_t N)
 	free(wf);
 }
 
+/* qc_pack_slice_par: the whole-slice packer's bytes and error, whatever the
+ * thread count (an uneven split: 21 stripes over 16 ranges). */
+static void parallel_pack(enum qc_type t, int64_t K, int64_t N)
+{
+	const int64_t ne[4] = { K, N, 1, 1 };
+	enum qc_layout l = qc_marlin_layout_for(t);
+	uint64_t size = ggml_size(t, ne), row = size / (uint64_t)N, psize;
+	QC_ASSERT(qc_layout_bytes(l, t, ne, &psize) == QC_OK);
+	const int64_t bb = qc_type_get(t)->block_bytes, nb = (int64_t)(size / (uint64_t)bb);
+	uint8_t *src = malloc(size), *whole = malloc(psize), *par = malloc(psize);
+	for (uint64_t i = 0; i < size; i++)
+		src[i] = (uint8_t)rnd();
+	for (int64_t b = 0; b < nb; b++) { /* finite scales: d, dmin (q4_K) or d, m (q4_1) */
+		uint16_t d = qc_f32_to_fp16(0.0003f * (float)(1 + rnd() % 16));
+		uint16_t m = qc_f32_to_fp16(0.0002f * (float)(rnd() % 16));
+		memcpy(src + b * bb, &d, 2);
+		memcpy(src + b * bb + 2, &m, 2);
+	}
+	struct qc_err err = {0};
+	struct qc_marlin_err ew, ep[3];
+	CHECK(qc_layout_pack_slice(l, t, ne, src, whole, &err) == QC_OK, "pack: %s", err.msg);
+	CHECK(qc_marlin_error(l, t, ne, whole, &ew, &err) == QC_OK, "error: %s", err.msg);
+	static const int threads[3] = { 1, 2, 5 };
+	for (int i = 0; i < 3; i++) {
+		memset(par, 0xa5, psize);
+		CHECK(qc_pack_slice_par(l, t, K, N, src, row, par, &ep[i], threads[i], &err) == QC_OK, "par: %s", err.msg);
+		CHECK(!memcmp(par, whole, psize), "%s: %d-thread pack differs from the whole-slice pack", qc_type_get(t)->name,
+		      threads[i]);
+		CHECK(!memcmp(&ep[i], &ep[0], sizeof ep[0]), "%s: error with %d threads differs from 1 thread",
+		      qc_type_get(t)->name, threads[i]);
+	}
+	CHECK(ep[0].n == ew.n && ep[0].max_abs == ew.max_abs && fabs(ep[0].rms - ew.rms) <= 1e-12 * ew.rms &&
+	      fabs(ep[0].rms_w - ew.rms_w) <= 1e-12 * ew.rms_w,
+	      "%s: ranged error (n %llu max %g rms %g) differs from the whole (n %llu max %g rms %g)",
+	      qc_type_get(t)->name, (unsigned long long)ep[0].n, ep[0].max_abs, ep[0].rms, (unsigned long long)ew.n,
+	      ew.max_abs, ew.rms);
+	free(src);
+	free(whole);
+	free(par);
+}
+
 static void targets(void)
 {
 	const int64_t ne[4] = { 4096, 14336, 1, 1 };
@@ -372,6 +414,8 @@ int main(void)
 	gemm_ref_z(QC_TYPE_Q4_K, 3, 512, 128);
 	gemm_ref_z(QC_TYPE_Q4_1, 2, 96, 64);
 	gemm_ref_z(QC_TYPE_HQ4, 4, 160, 128);
+	parallel_pack(QC_TYPE_Q4_K, 512, 21 * 64);
+	parallel_pack(QC_TYPE_Q4_1, 96, 21 * 64);
 	targets();
 	fixture("tiny-llama-256-Q4_0.gguf", QC_LAYOUT_MARLIN_I4);
 	fixture("tiny-llama-256-Q8_0.gguf", QC_LAYOUT_MARLIN_I8);
