@@ -483,6 +483,12 @@ int qc_marlin_error(enum qc_layout l, enum qc_type type, const int64_t ne[4], co
 			unpack_block(c, &g, s, n, b, &k);
 			c->put(k.codes, k.scale, k.offs, k.hdr, blk);
 			tt->dequant_row(blk, exact, tt->block_elems);
+			/* a group's scale and offset once (the conversions dominated the time) */
+			double gs[QC_QK_K / QC_MARLIN_GROUP], go[QC_QK_K / QC_MARLIN_GROUP];
+			for (int64_t j = 0; j < tt->block_elems / QC_MARLIN_GROUP; j++) {
+				gs[j] = qc_fp16_to_f32(k.scale[j]);
+				go[j] = g.has_offs ? qc_fp16_to_f32(k.offs[j]) : 0.0;
+			}
 			for (int64_t i = 0; i < tt->block_elems; i++) {
 				int j = (int)(i / QC_MARLIN_GROUP);
 				float q = (float)k.codes[i];
@@ -491,8 +497,7 @@ int qc_marlin_error(enum qc_layout l, enum qc_type type, const int64_t ne[4], co
 				else if (l == QC_LAYOUT_MARLIN_I8)
 					q = (float)(int8_t)k.codes[i];
 				/* the kernel: one fp16 fma (i4z) or product (i4, i8) */
-				double v = (double)q * qc_fp16_to_f32(k.scale[j]) +
-					   (g.has_offs ? qc_fp16_to_f32(k.offs[j]) : 0.0);
+				double v = (double)q * gs[j] + go[j];
 				float kv = qc_fp16_to_f32(qc_f32_to_fp16((float)v));
 				double d = fabs((double)kv - (double)exact[i]);
 				if (!(d <= e->max_abs)) /* NaN sticks */
