@@ -11,8 +11,10 @@
  * steps (every row wants logits, at most GRAPH_MAX_ROWS rows) replay a CUDA graph
  * per shape (backend_cuda_graph.h); QC_PROFILE=1 times the phases instead
  * (backend_cuda_prof.h).
- * Non-goals (yet): flash/split-K attention, grouped MoE GEMM, device sampling;
- * act-order, YaRN, rope_freqs, shared experts are refused.
+ * Non-goals (yet): flash-style prefill attention, grouped MoE GEMM, sampling
+ * other than greedy on the device.
+ * Act-order weights get their activations gathered first (act_gather.cu);
+ * YaRN, rope_freqs, shared experts are refused.
  */
 #include "backend_cuda.h"
 
@@ -24,6 +26,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cuda/act_gather.h"
 #include "cuda/add.h"
 #include "cuda/argmax.h"
 #include "cuda/embed.h"
@@ -51,6 +54,8 @@ struct dmat {
 	int64_t n_in, n_out, n_mat;
 	uint64_t row_bytes, mat_stride;
 	const struct qc_cuda_mm_kernels *k;
+	const int32_t *d_perm;     /* act-order permutation(s) in the uploaded file, or NULL */
+	int64_t perm_stride;
 };
 
 struct dlayer {
@@ -92,6 +97,9 @@ struct cu {
 	int32_t *d_plan, *h_plan;  /* packed plan arrays (plan_cap int32) */
 	size_t plan_cap;
 	float *h_logits;           /* pinned (max_logits, V) */
+	bool any_perm;             /* some weight has an act-order permutation */
+	float *d_xperm;            /* (max_tokens * max(1, n_expert_used), max n_in) gathered x, or NULL */
+	int64_t xperm_cap;         /* floats of d_xperm */
 	int32_t *d_argmax, *h_argmax; /* (max_logits) greedy choice per logit row; host side pinned */
 	void *d_ws;                /* gemm scratch */
 	uint64_t ws_bytes;
@@ -279,9 +287,15 @@ static int make_dmat(struct cu *c, const struct qc_mat *w, const char *what, str
 	memset(d, 0, sizeof *d);
 	if (!w->data)
 		return QC_OK;
-	if (w->act_perm)
-		return qc_err_set(err, QC_EUNSUPPORTED, b->path, what, -1,
-				  "act-order permutations are not supported by the CUDA backend yet");
+	if (w->act_perm) { /* the permutation is a bundle tensor: it came up with the file */
+		const uint64_t po = (uint64_t)((const uint8_t *)w->act_perm - b->map);
+		const uint64_t pb = (uint64_t)(w->perm_stride ? w->n_mat : 1) * (uint64_t)w->n_in * 4;
+		if (po < c->file_lo || po + pb > c->file_hi)
+			return qc_err_set(err, QC_EINVAL, b->path, what, -1, "act-order permutation outside the tensor region");
+		d->d_perm = (const int32_t *)(const void *)(c->d_file + (po - c->file_lo));
+		d->perm_stride = w->perm_stride;
+		c->any_perm = true;
+	}
 	d->type = w->type;
 	d->layout = layout_of(b, w->data);
 	d->n_in = w->n_in;
@@ -489,6 +503,9 @@ static int cuda_create(const struct qc_model *m, const struct qc_backend_params 
 	const size_t T = (size_t)p->max_tokens, E = (size_t)cfg->n_embd, F = (size_t)cfg->n_ff;
 	const size_t K = cfg->n_expert ? (size_t)cfg->n_expert_used : 1, X = (size_t)cfg->n_expert;
 	const size_t LG = (size_t)p->max_logits, V = (size_t)cfg->n_vocab;
+	/* the widest matmul input: n_embd (Q/K/V, gate/up), n_ff (down), q_dim (wo) */
+	size_t max_in = E > F ? E : F;
+	max_in = (size_t)c->q_dim > max_in ? (size_t)c->q_dim : max_in;
 	c->block_elems = (size_t)cfg->n_layer * 2 * (size_t)p->block_tokens * (size_t)c->kv_dim;
 	c->plan_cap = (size_t)plan_ints(p);
 	c->table_stride = (int32_t)(((int64_t)p->max_ctx + p->block_tokens - 1) / p->block_tokens + 1);
@@ -515,6 +532,8 @@ static int cuda_create(const struct qc_model *m, const struct qc_backend_params 
 	    (rc = dalloc(c, c->ws_bytes, &c->d_ws, err)) ||
 	    (rc = ck(cudaMallocHost((void **)&c->h_plan, c->plan_cap * sizeof(int32_t)), "cudaMallocHost", err)) ||
 	    (rc = dalloc(c, LG * sizeof(int32_t), (void **)&c->d_argmax, err)) ||
+	    (c->any_perm && (rc = dfloats(c, (size_t)(c->xperm_cap = (int64_t)(T * K * max_in)),
+					  &c->d_xperm, err))) ||
 	    (rc = ck(cudaMallocHost((void **)&c->h_logits, LG * V * sizeof(float)), "cudaMallocHost", err)) ||
 	    (rc = ck(cudaMallocHost((void **)&c->h_argmax, LG * sizeof(int32_t)), "cudaMallocHost", err)))
 		goto fail;
@@ -534,6 +553,19 @@ fail:
 static int mm(struct cu *c, const struct dmat *w, const float *d_x, int64_t ldx, int32_t x_div,
 	      const int32_t *d_expert, int64_t n_rows, float *d_y, int64_t ldy, struct qc_err *err)
 {
+	if (w->d_perm) { /* act-order: x gathered into the order of the weight's columns */
+		if (n_rows * w->n_in > c->xperm_cap)
+			return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "act_gather: %lld rows of %lld exceed the buffer",
+					  (long long)n_rows, (long long)w->n_in);
+		const struct qc_cuda_act_gather_args g = {d_x, ldx, x_div, d_expert, w->d_perm, w->perm_stride,
+							  n_rows, w->n_in, c->d_xperm};
+		int rc = qc_cuda_act_gather(&g, c->st, err);
+		if (rc)
+			return rc;
+		d_x = c->d_xperm;
+		ldx = w->n_in;
+		x_div = 1;
+	}
 	const struct qc_cuda_mm_args a = {
 		.d_w = w->d_w, .type = w->type, .layout = w->layout, .n_in = w->n_in, .n_out = w->n_out,
 		.row_bytes = w->row_bytes, .mat_stride = w->mat_stride, .d_x = d_x, .ldx = ldx,

@@ -8,6 +8,8 @@
  *   block: rows of any length, the tail past the last 32 read by dec1(row, i)).
  * Loads: plain float rows use 16-byte vector loads when the chunk is 16-byte
  * aligned; ggml blocks (even sizes, 2-byte aligned) are read bytewise for now.
+ * The Hugging Face scheme encodings (hq4, hq8, bnb_nf4/fp4, f8_e4m3, nvfp4)
+ * have decoders too (bnb code books in constant memory).
  * Types without a specialization (ok = false) have no device kernel; the
  * backend dequantizes them on the host at load (logged once).
  * Invariant: bit-exact with kernels/ref/dequant_*.c (llama.cpp's to_float):
@@ -22,6 +24,7 @@
 
 #include "qblock.h"
 #include "qc_cuda.h"
+#include "ref/dequant_hfq.h"
 #include "ref/fp16.h"
 
 template <int T> struct qc_dev {
@@ -305,6 +308,112 @@ template <> struct qc_dev<QC_TYPE_Q6_K> {
 			const int hi = (b[128 + 32 * h + l] >> (2 * k)) & 3;
 			const float dl = d * (float)(int8_t)b[192 + (32 * c + l) / 16];
 			o[l] = dl * (float)((lo | hi << 4) - 32);
+		}
+	}
+};
+
+/* ---- Hugging Face scheme encodings (kernels/ref/dequant_hfq.c) ---- */
+
+/* bitsandbytes NF4 / FP4 code books, the same float32 values as the C tables
+ * (FP4: the integers over 12, divided in float32 here as there) */
+static __device__ __constant__ float qc_dev_bnb_nf4[16] = {
+	-1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f,
+	-0.28444138169288635f, -0.18477343022823334f, -0.09105003625154495f, 0.0f,
+	0.07958029955625534f, 0.16093020141124725f, 0.24611230194568634f, 0.33791524171829224f,
+	0.44070982933044434f, 0.5626170039176941f, 0.7229568362236023f, 1.0f,
+};
+static __device__ __constant__ float qc_dev_bnb_fp4[16] = {
+	0.0f, 0.0625f / 12.0f, 8.0f / 12.0f, 1.0f, 4.0f / 12.0f, 6.0f / 12.0f, 2.0f / 12.0f, 3.0f / 12.0f,
+	0.0f, -0.0625f / 12.0f, -8.0f / 12.0f, -1.0f, -4.0f / 12.0f, -6.0f / 12.0f, -2.0f / 12.0f, -3.0f / 12.0f,
+};
+
+/* OCP E2M1 by arithmetic (exact): s.ee.m -> m/2 (e = 0) or (1 + m/2)·2^(e-1) */
+static __device__ __forceinline__ float qc_dev_e2m1(int q)
+{
+	const int e = (q >> 1) & 3, m = q & 1;
+	const float v = e ? (1.0f + 0.5f * (float)m) * (float)(1 << (e - 1)) : 0.5f * (float)m;
+	return q & 8 ? -v : v;
+}
+
+static __device__ __forceinline__ float ld_f32_2x16(const uint8_t *p)
+{
+	return qc_hfq_get_f32((const uint16_t *)p); /* blocks are 2-byte aligned */
+}
+
+/* hq4: f32 d at 0, int16 z at 4, nibbles at 6 (j low, j + 16 high); x = d*(q - z) */
+template <> struct qc_dev<QC_TYPE_HQ4> {
+	static constexpr bool ok = true;
+	static constexpr bool PLAIN = false;
+	static constexpr int QK = 32, BYTES = 22;
+	static __device__ void dec32(const uint8_t *b, int, float *o)
+	{
+		const float d = ld_f32_2x16(b);
+		const int z = *(const int16_t *)(b + 4);
+		for (int j = 0; j < 16; j++) {
+			o[j] = d * (float)((b[6 + j] & 0xf) - z);
+			o[j + 16] = d * (float)((b[6 + j] >> 4) - z);
+		}
+	}
+};
+
+/* hq8: f32 d at 0, int16 z at 4, codes at 6; x = d*(q - z) */
+template <> struct qc_dev<QC_TYPE_HQ8> {
+	static constexpr bool ok = true;
+	static constexpr bool PLAIN = false;
+	static constexpr int QK = 32, BYTES = 38;
+	static __device__ void dec32(const uint8_t *b, int, float *o)
+	{
+		const float d = ld_f32_2x16(b);
+		const int z = *(const int16_t *)(b + 4);
+		for (int j = 0; j < 32; j++)
+			o[j] = d * (float)(b[6 + j] - z);
+	}
+};
+
+/* bnb 4-bit: f32 absmax at 0, codes at 4 (element 2j high nibble, 2j+1 low); x = code[q]*absmax */
+template <int T> struct qc_dev_bnb4 {
+	static constexpr bool ok = true;
+	static constexpr bool PLAIN = false;
+	static constexpr int QK = 32, BYTES = 20;
+	static __device__ void dec32(const uint8_t *b, int, float *o)
+	{
+		const float d = ld_f32_2x16(b);
+		const float *tab = T == QC_TYPE_BNB_NF4 ? qc_dev_bnb_nf4 : qc_dev_bnb_fp4;
+		for (int j = 0; j < 16; j++) {
+			o[2 * j] = tab[b[4 + j] >> 4] * d;
+			o[2 * j + 1] = tab[b[4 + j] & 0xf] * d;
+		}
+	}
+};
+template <> struct qc_dev<QC_TYPE_BNB_NF4> : qc_dev_bnb4<QC_TYPE_BNB_NF4> {};
+template <> struct qc_dev<QC_TYPE_BNB_FP4> : qc_dev_bnb4<QC_TYPE_BNB_FP4> {};
+
+/* f8_e4m3: f32 d at 0, e4m3fn codes at 4; x = e4m3(q)*d */
+template <> struct qc_dev<QC_TYPE_F8E4M3> {
+	static constexpr bool ok = true;
+	static constexpr bool PLAIN = false;
+	static constexpr int QK = 32, BYTES = 36;
+	static __device__ void dec32(const uint8_t *b, int, float *o)
+	{
+		const float d = ld_f32_2x16(b);
+		for (int j = 0; j < 32; j++)
+			o[j] = qc_e4m3_to_f32(b[4 + j]) * d;
+	}
+};
+
+/* nvfp4: two f32 group scales at 0 and 4, e2m1 codes at 8 (element 2j low nibble,
+ * 2j+1 high); x = e2m1(q)*d[j/16] */
+template <> struct qc_dev<QC_TYPE_NVFP4> {
+	static constexpr bool ok = true;
+	static constexpr bool PLAIN = false;
+	static constexpr int QK = 32, BYTES = 24;
+	static __device__ void dec32(const uint8_t *b, int, float *o)
+	{
+		const float d0 = ld_f32_2x16(b), d1 = ld_f32_2x16(b + 4);
+		for (int j = 0; j < 16; j++) {
+			const float d = j < 8 ? d0 : d1;
+			o[2 * j] = qc_dev_e2m1(b[8 + j] & 0xf) * d;
+			o[2 * j + 1] = qc_dev_e2m1(b[8 + j] >> 4) * d;
 		}
 	}
 };

@@ -26,6 +26,10 @@ void qc_ref_silu_mul(const float *g, const float *u, float *y, int64_t n);
 
 void qc_ref_add(float *y, const float *x, int64_t n, int64_t n_x);
 
+/* out[r][i] = x[(r / x_div) * ldx + perm_e(r)[i]] (act-order activations). */
+void qc_ref_act_gather(const float *x, int64_t ldx, int32_t x_div, const int32_t *expert, const int32_t *perm,
+		       int64_t perm_stride, int64_t n_rows, int64_t k, float *out);
+
 /* out[r]: lowest index of the largest value of row r; -1 if the row has a NaN
  * or +inf, or only -inf. */
 void qc_ref_argmax(const float *x, int64_t n_rows, int32_t n, int32_t *out);

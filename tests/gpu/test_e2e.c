@@ -1,7 +1,8 @@
 /* test_e2e.c — the CUDA backend end to end against the CPU backend.
  *
- * Per fixture (every .gguf under $QC_FIXTURES/gguf, gguf-quant, gguf-gen, converted in
- * process to a temp cpu bundle): greedy 16 tokens after a fixed prompt on the CPU
+ * Per fixture (every .gguf under $QC_FIXTURES/gguf, gguf-quant, gguf-gen, and every
+ * Hugging Face checkpoint under tests/data/hfq, converted in process to a temp cpu
+ * bundle): greedy 16 tokens after a fixed prompt on the CPU
  * backend (float activations, QC_ACT_ROUND_NONE) and on CUDA. The ids must be
  * equal up to the first step where the CPU's top-2 logit margin is below the
  * fp16 bound FP16_REL * (1 + max |logit|) (after a near-tie both continuations are
@@ -15,6 +16,7 @@
 #include <cuda_runtime_api.h>
 #include <dirent.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +26,7 @@
 #include "backend_cuda.h"
 #include "bundle.h"
 #include "convert.h"
+#include "hf_convert.h"
 #include "engine.h"
 #include "plan.h"
 
@@ -161,7 +164,7 @@ static bool has_gpu_layout(const char *path)
 	return any;
 }
 
-static void run_fixture(const char *dir, const char *name, const char *tmp)
+static void run_fixture(const char *dir, const char *name, const char *tmp, bool hf)
 {
 	char in[1024], out[1200], out90[1200];
 	struct qc_err err = {0};
@@ -172,7 +175,8 @@ static void run_fixture(const char *dir, const char *name, const char *tmp)
 		return;
 	struct qc_convert_opts co = {.in = in, .out = out, .target = QC_TARGET_CPU, .alignment = 4096,
 				     .plan_flags = QC_PLAN_FUSE_MOE};
-	if (qc_convert_gguf(&co, NULL, &err)) { /* e.g. the legacy q8_0 fixture llama.cpp rejects too */
+	if (hf ? qc_convert_hf(&co, NULL, &err) : qc_convert_gguf(&co, NULL, &err)) {
+		/* e.g. the legacy q8_0 fixture llama.cpp rejects too */
 		printf("  %-44s skipped: not convertible (%s)\n", name, err.msg);
 		return;
 	}
@@ -192,7 +196,7 @@ static void run_fixture(const char *dir, const char *name, const char *tmp)
 		struct qc_convert_opts c9 = co;
 		c9.out = out90;
 		c9.target = QC_TARGET_SM90;
-		if (qc_convert_gguf(&c9, NULL, &err))
+		if (hf ? qc_convert_hf(&c9, NULL, &err) : qc_convert_gguf(&c9, NULL, &err))
 			CHECK(0, "%s: convert --target sm90: %s", name, err.msg);
 		else if (has_gpu_layout(out90))
 			compare_gpu(name, " [sm90 layouts]", out90, prompt, 12, &cpu);
@@ -334,7 +338,7 @@ int main(void)
 		qsort(names, (size_t)n, sizeof names[0], cmp_str);
 		printf("%s (greedy %d tokens, cuda vs cpu with float activations):\n", dir, N_GEN);
 		for (int i = 0; i < n; i++) {
-			run_fixture(dir, names[i], tmp);
+			run_fixture(dir, names[i], tmp, false);
 			n_fix++;
 		}
 		if (s == 1) {
@@ -348,6 +352,27 @@ int main(void)
 			free(names[i]);
 	}
 	CHECK(n_fix > 10, "only %d fixtures found under %s", n_fix, fx);
+	/* the Hugging Face scheme fixtures (GPTQ, AWQ, bnb, compressed-tensors: the
+	 * hq4/hq8/bnb/f8/nvfp4 device decoders), from the repository */
+	{
+		const char *hdir = getenv("QC_HFQ_FIXTURES") ? getenv("QC_HFQ_FIXTURES") : "tests/data/hfq";
+		DIR *d = opendir(hdir);
+		struct dirent *de;
+		char *names[256];
+		int n = 0;
+		while (d && (de = readdir(d)) && n < 256)
+			if (de->d_name[0] != '.')
+				names[n++] = strdup(de->d_name);
+		if (d)
+			closedir(d);
+		qsort(names, (size_t)n, sizeof names[0], cmp_str);
+		printf("%s (Hugging Face checkpoints; greedy %d tokens, cuda vs cpu):\n", hdir, N_GEN);
+		CHECK(n >= 20, "only %d Hugging Face fixtures under %s (run from the repository root)", n, hdir);
+		for (int i = 0; i < n; i++) {
+			run_fixture(hdir, names[i], tmp, true);
+			free(names[i]);
+		}
+	}
 	rmdir(tmp);
 	return check_report("test_e2e");
 }

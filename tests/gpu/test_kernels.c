@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "../check.h"
+#include "cuda/act_gather.h"
 #include "cuda/add.h"
 #include "cuda/argmax.h"
 #include "cuda/dequant_f16.h"
@@ -404,6 +405,55 @@ static void test_elementwise(void)
 	cudaFree(d_y);
 }
 
+/* act_gather vs the reference: a shared permutation with strided rows, and one
+ * permutation per expert with rows (token, slot) reading token r / x_div. Exact. */
+static void test_act_gather(void)
+{
+	const int64_t K = 200, ldx = 211, NT = 7, E = 3, XD = 2, R = NT * XD;
+	int32_t *perm = malloc(sizeof(int32_t) * (size_t)(E * K)), ex[14];
+	float *x = malloc(sizeof(float) * (size_t)(NT * ldx)), *want = malloc(sizeof(float) * (size_t)(R * K));
+	float *got = malloc(sizeof(float) * (size_t)(R * K));
+	fill(x, (size_t)(NT * ldx), -3, 3);
+	for (int64_t e = 0; e < E; e++) { /* Fisher-Yates */
+		int32_t *p = perm + e * K;
+		for (int64_t i = 0; i < K; i++)
+			p[i] = (int32_t)i;
+		for (int64_t i = K - 1; i > 0; i--) {
+			const int64_t j = rnd() % (uint32_t)(i + 1);
+			const int32_t t = p[i];
+			p[i] = p[j];
+			p[j] = t;
+		}
+	}
+	for (int64_t r = 0; r < R; r++)
+		ex[r] = (int32_t)(rnd() % E);
+	float *d_x = up(x, sizeof(float) * (size_t)(NT * ldx));
+	int32_t *d_perm = up(perm, sizeof(int32_t) * (size_t)(E * K)), *d_ex = up(ex, sizeof ex);
+	float *d_o = poisoned(sizeof(float) * (size_t)(R * K));
+	struct qc_err err = {0};
+	for (int pass = 0; pass < 2; pass++) {
+		const bool experts = pass == 1;
+		const int64_t rows = experts ? R : NT;
+		qc_ref_act_gather(x, ldx, experts ? (int32_t)XD : 1, experts ? ex : NULL, perm, experts ? K : 0, rows, K, want);
+		const struct qc_cuda_act_gather_args a = {d_x, ldx, experts ? (int32_t)XD : 1, experts ? d_ex : NULL, d_perm,
+							  experts ? K : 0, rows, K, d_o};
+		CHECK(qc_cuda_act_gather(&a, 0, &err) == QC_OK, "act_gather: %s", err.msg);
+		down(got, d_o, sizeof(float) * (size_t)(rows * K));
+		const bool ok = !memcmp(got, want, sizeof(float) * (size_t)(rows * K));
+		printf("  act_gather %s, %lld rows of %lld: %s\n", experts ? "per-expert permutations" : "shared permutation",
+		       (long long)rows, (long long)K, ok ? "equal" : "DIFFERENT");
+		CHECK(ok, "act_gather (%s) differs from the reference", experts ? "experts" : "shared");
+	}
+	free(perm);
+	free(x);
+	free(want);
+	free(got);
+	cudaFree(d_x);
+	cudaFree(d_perm);
+	cudaFree(d_ex);
+	cudaFree(d_o);
+}
+
 /* Device argmax vs the reference scan: random rows, rows with ties on the
  * maximum (the lowest index must win), a NaN row, a +inf row, an all -inf row,
  * and a vocabulary of odd size. Exact. */
@@ -624,6 +674,7 @@ int main(void)
 	test_rms_norm();
 	test_rope();
 	test_elementwise();
+	test_act_gather();
 	test_argmax(128256);
 	test_argmax(1001);
 	test_argmax(7);
