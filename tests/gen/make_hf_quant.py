@@ -14,7 +14,8 @@ cuda backend, its Quantizer for scales, its torch forward as dequantizer), autoa
 dequantize_4bit / int8_vectorwise_dequant), compressed-tensors (its compressors and
 forward.dequantize). Where a library's dequantizer runs in fp16/bf16, it is called
 with float32 scales so the reference is the exact product (docs/hf-quant.md).
-Deterministic: fixed seeds; rerun with  /work/venv-ref/bin/python tests/gen/make_hf_quant.py
+Deterministic: fixed seeds; rerun with  $VENV/bin/python tests/gen/make_hf_quant.py
+(VENV: a venv with requirements-hf.txt and requirements-hfq.txt, docs/hf-quant.md)
 """
 import json
 import os
