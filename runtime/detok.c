@@ -11,6 +11,7 @@
  * Streaming validity follows Unicode's "maximal subpart" rule for U+FFFD.
  */
 #define QC_VOCAB_INTERNAL
+#include "utf8.h"
 #include "vocab.h"
 
 #include <stdio.h>
@@ -247,33 +248,6 @@ void qc_detok_free(struct qc_detok *d)
 	free(d);
 }
 
-/* Length of the valid UTF-8 character at s (1..4); 0 when the n bytes are a valid
- * but unfinished prefix; -k when the first k bytes are a maximal invalid subpart. */
-static int utf8_char(const unsigned char *s, size_t n)
-{
-	unsigned char b = s[0];
-	size_t need;
-	unsigned char lo = 0x80, hi = 0xbf; /* allowed range of the second byte */
-	if (b < 0x80)
-		return 1;
-	if (b >= 0xc2 && b <= 0xdf)
-		need = 2;
-	else if (b >= 0xe0 && b <= 0xef)
-		need = 3, lo = b == 0xe0 ? 0xa0 : 0x80, hi = b == 0xed ? 0x9f : 0xbf;
-	else if (b >= 0xf0 && b <= 0xf4)
-		need = 4, lo = b == 0xf0 ? 0x90 : 0x80, hi = b == 0xf4 ? 0x8f : 0xbf;
-	else
-		return -1;
-	for (size_t k = 1; k < need; k++) {
-		if (k >= n)
-			return 0;
-		unsigned char c = s[k];
-		if (k == 1 ? (c < lo || c > hi) : (c & 0xc0) != 0x80)
-			return -(int)k;
-	}
-	return (int)need;
-}
-
 static int out_reserve(struct qc_detok *d, size_t n, struct qc_err *err)
 {
 	if (n <= d->out_cap)
@@ -321,7 +295,7 @@ int qc_detok_push(struct qc_detok *d, int32_t id, const char **text, size_t *len
 	size_t n = d->piece.n, i = 0, o = 0;
 	d->n_hold = 0;
 	while (i < n) {
-		int k = utf8_char(s + i, n - i);
+		int k = qc_utf8_char(s + i, n - i);
 		if (k > 0) {
 			memcpy(d->out + o, s + i, (size_t)k);
 			o += (size_t)k;

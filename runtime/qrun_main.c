@@ -29,6 +29,7 @@
 #include "engine_cli.h"
 #include "serve_buf.h"
 #include "serve_text.h"
+#include "utf8.h"
 #include "vocab.h"
 
 static const char *prog = "qrun";
@@ -179,47 +180,6 @@ static void print_json_ids(const int32_t *ids, size_t n)
 	putchar(']');
 }
 
-/* Length of the valid UTF-8 sequence at s[0, n) (RFC 3629: no overlongs,
- * surrogates or values above U+10FFFF), or 0 when invalid; *trunc is set when
- * it is invalid only because s ends early (more bytes may complete it). */
-static size_t utf8_seq(const unsigned char *s, size_t n, bool *trunc)
-{
-	unsigned char c = s[0];
-	size_t len;
-	unsigned char lo = 0x80, hi = 0xbf;
-
-	*trunc = false;
-	if (c < 0x80)
-		return 1;
-	if (c >= 0xc2 && c <= 0xdf)
-		len = 2;
-	else if (c >= 0xe0 && c <= 0xef)
-		len = 3;
-	else if (c >= 0xf0 && c <= 0xf4)
-		len = 4;
-	else
-		return 0;
-	if (c == 0xe0)
-		lo = 0xa0;
-	else if (c == 0xed)
-		hi = 0x9f;
-	else if (c == 0xf0)
-		lo = 0x90;
-	else if (c == 0xf4)
-		hi = 0x8f;
-	for (size_t k = 1; k < len; k++) {
-		if (k >= n) {
-			*trunc = true;
-			return 0;
-		}
-		if (s[k] < lo || s[k] > hi)
-			return 0;
-		lo = 0x80;
-		hi = 0xbf;
-	}
-	return len;
-}
-
 /* Make bytes [*done, n) of p valid UTF-8: complete sequences as they are, every
  * other byte as one U+FFFD each (what llama.cpp's reference texts show: "e7 a6 !"
  * gives two U+FFFD), handing each run to out. Unless final, a sequence cut off
@@ -230,12 +190,11 @@ static void utf8_sanitize(const char *p, size_t n, size_t *done, bool final,
 	const unsigned char *u = (const unsigned char *)p;
 	size_t i = *done;
 	while (i < n) {
-		bool trunc;
-		size_t l = utf8_seq(u + i, n - i, &trunc);
-		if (l) {
-			out(ctx, p + i, l);
-			i += l;
-		} else if (trunc && !final) {
+		const int l = qc_utf8_char(u + i, n - i);
+		if (l > 0) {
+			out(ctx, p + i, (size_t)l);
+			i += (size_t)l;
+		} else if (l == 0 && !final) {
 			break;
 		} else {
 			out(ctx, "\xef\xbf\xbd", 3);

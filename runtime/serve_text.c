@@ -7,6 +7,7 @@
  * UTF-8 validity is RFC 3629 (no overlongs, surrogates, > U+10FFFF).
  */
 #include "serve_text.h"
+#include "utf8.h"
 
 #include <string.h>
 
@@ -27,57 +28,18 @@ void serve_text_deinit(struct serve_text *t)
 	serve_buf_deinit(&t->held);
 }
 
-/* Length of the valid sequence at s (n bytes left), 0 when invalid; *trunc when
- * it is only cut short. */
-static size_t seq_len(const unsigned char *s, size_t n, bool *trunc)
-{
-	unsigned char c = s[0], lo = 0x80, hi = 0xbf;
-	size_t len;
-	*trunc = false;
-	if (c < 0x80)
-		return 1;
-	if (c >= 0xc2 && c <= 0xdf)
-		len = 2;
-	else if (c >= 0xe0 && c <= 0xef)
-		len = 3;
-	else if (c >= 0xf0 && c <= 0xf4)
-		len = 4;
-	else
-		return 0;
-	if (c == 0xe0)
-		lo = 0xa0;
-	else if (c == 0xed)
-		hi = 0x9f;
-	else if (c == 0xf0)
-		lo = 0x90;
-	else if (c == 0xf4)
-		hi = 0x8f;
-	for (size_t k = 1; k < len; k++) {
-		if (k >= n) {
-			*trunc = true;
-			return 0;
-		}
-		if (s[k] < lo || s[k] > hi)
-			return 0;
-		lo = 0x80;
-		hi = 0xbf;
-	}
-	return len;
-}
-
 /* Move the valid prefix of raw to out; keep a cut-off tail unless final. */
 static int drain_utf8(struct serve_buf *raw, bool final, struct serve_buf *out)
 {
 	const unsigned char *u = (const unsigned char *)raw->p;
 	size_t i = 0;
 	while (i < raw->len) {
-		bool trunc;
-		size_t l = seq_len(u + i, raw->len - i, &trunc);
-		if (l) {
-			if (serve_buf_put(out, u + i, l))
+		const int l = qc_utf8_char(u + i, raw->len - i);
+		if (l > 0) {
+			if (serve_buf_put(out, u + i, (size_t)l))
 				return -1;
-			i += l;
-		} else if (trunc && !final) {
+			i += (size_t)l;
+		} else if (l == 0 && !final) {
 			break;
 		} else {
 			if (serve_buf_put(out, "\xef\xbf\xbd", 3))
