@@ -182,19 +182,30 @@ static cJSON *str_n(const char *s, size_t n)
 	return j;
 }
 
-int serve_resp_final(struct serve_resp *r, const char *text, size_t len, const char *finish,
-		     const int32_t *ids, const struct qc_sample_result *lp, int32_t n_ids,
-		     int32_t prompt_tokens, struct serve_buf *out)
+/* A response object of the given kind with one choice (index 0): *choice is
+ * inside the returned object, which the caller owns. NULL when out of memory. */
+static cJSON *with_choice(struct serve_resp *r, const char *object, cJSON **choice)
 {
-	cJSON *o = head(r, r->chat ? "chat.completion" : "text_completion");
+	cJSON *o = head(r, object);
 	cJSON *choices = o ? cJSON_AddArrayToObject(o, "choices") : NULL;
 	cJSON *c = cJSON_CreateObject();
 	if (!choices || !c || !cJSON_AddItemToArray(choices, c)) {
 		cJSON_Delete(c);
 		cJSON_Delete(o);
-		return -1;
+		return NULL;
 	}
 	cJSON_AddNumberToObject(c, "index", 0);
+	*choice = c;
+	return o;
+}
+
+int serve_resp_final(struct serve_resp *r, const char *text, size_t len, const char *finish,
+		     const int32_t *ids, const struct qc_sample_result *lp, int32_t n_ids,
+		     int32_t prompt_tokens, struct serve_buf *out)
+{
+	cJSON *c, *o = with_choice(r, r->chat ? "chat.completion" : "text_completion", &c);
+	if (!o)
+		return -1;
 	if (r->chat) {
 		cJSON *m = cJSON_AddObjectToObject(c, "message");
 		if (!m) {
@@ -222,15 +233,9 @@ int serve_resp_chunk(struct serve_resp *r, const char *text, size_t len, const c
 		     bool include_usage, const int32_t *ids, const struct qc_sample_result *lp, int32_t from,
 		     int32_t to, struct serve_buf *out)
 {
-	cJSON *o = head(r, r->chat ? "chat.completion.chunk" : "text_completion");
-	cJSON *choices = o ? cJSON_AddArrayToObject(o, "choices") : NULL;
-	cJSON *c = cJSON_CreateObject();
-	if (!choices || !c || !cJSON_AddItemToArray(choices, c)) {
-		cJSON_Delete(c);
-		cJSON_Delete(o);
+	cJSON *c, *o = with_choice(r, r->chat ? "chat.completion.chunk" : "text_completion", &c);
+	if (!o)
 		return -1;
-	}
-	cJSON_AddNumberToObject(c, "index", 0);
 	if (r->chat) {
 		cJSON *d = cJSON_AddObjectToObject(c, "delta");
 		if (!d) {
