@@ -89,11 +89,9 @@ void qc_cuda_prof_free(struct qc_cuda_prof *p, FILE *f)
 	if (!p)
 		return;
 	if (p->forwards && f) {
-		double all = 0, dec = 0;
-		for (int i = 0; i < QC_PROF_COUNT; i++) {
+		double all = 0;
+		for (int i = 0; i < QC_PROF_COUNT; i++)
 			all += p->ms[i];
-			dec += p->ms_decode[i];
-		}
 		fprintf(f, "cuda profile: %ld forwards, %.1f ms of device time%s\n", p->forwards, all,
 			p->broken ? " (incomplete: an event failed)" : "");
 		fprintf(f, "  %-14s %10s %6s %14s\n", "phase", "ms", "%", "ms/fwd (<=256 rows)");
