@@ -14,7 +14,7 @@
  * Non-goals (yet): flash-style prefill attention, grouped MoE GEMM, sampling
  * other than greedy on the device.
  * Act-order weights get their activations gathered first (act_gather.cu);
- * YaRN, rope_freqs, shared experts are refused.
+ * YaRN, llama3 rope_freqs and sigmoid-gated shared experts as the CPU backend.
  */
 #include "backend_cuda.h"
 
@@ -60,6 +60,7 @@ struct dmat {
 
 struct dlayer {
 	struct dmat wq, wk, wv, wo, gate, up, down, gate_inp, gate_exps, up_exps, down_exps;
+	struct dmat gate_inp_sh, gate_sh, up_sh, down_sh; /* shared expert (Qwen2-MoE), or absent */
 	const float *d_attn_norm, *d_ffn_norm, *d_bq, *d_bk, *d_bv, *d_q_norm, *d_k_norm;
 };
 
@@ -83,13 +84,15 @@ struct cu {
 	struct dlayer *L;          /* (n_layer) */
 	struct dmat tok, out;
 	const float *d_out_norm;
+	const float *d_rope_ff;    /* (rope_dim / 2) llama3 frequency divisors, or NULL */
 	uint16_t *d_kv;            /* (n_blocks, block_elems) binary16 */
 	size_t block_elems;
 	int64_t q_dim, kv_dim, wide, n_exp_rows;
 	float *d_x, *d_xn;         /* (T, E) residual, (T, wide) normed / matmul out */
 	float *d_q, *d_k, *d_v;    /* (T, q_dim | kv_dim) */
 	float *d_att;              /* (T, wide) */
-	float *d_fa, *d_fb;        /* (T * max(1, K), F) */
+	float *d_fa, *d_fb;        /* (T, max(max(1, K) * F, F_shexp)) */
+	float *d_shg;              /* (T) shared expert gate logits, or NULL */
 	float *d_router, *d_selw;  /* (T, X), (T, K) */
 	int32_t *d_sel;            /* (T, K) */
 	float *d_eout;             /* (T * K, E) */
@@ -332,11 +335,12 @@ static uint64_t buffer_floats(const struct qc_model_config *cfg, const struct qc
 {
 	const uint64_t T = (uint64_t)p->max_tokens, E = (uint64_t)cfg->n_embd, F = (uint64_t)cfg->n_ff;
 	const uint64_t K = cfg->n_expert ? (uint64_t)cfg->n_expert_used : 1, X = (uint64_t)cfg->n_expert;
+	const uint64_t KF = K * F > (uint64_t)cfg->n_ff_shexp ? K * F : (uint64_t)cfg->n_ff_shexp;
 	const uint64_t q = (uint64_t)cfg->n_head * (uint64_t)cfg->head_dim;
 	const uint64_t kv = (uint64_t)cfg->n_head_kv * (uint64_t)cfg->head_dim;
 	const uint64_t wide = q > E ? q : E, L = (uint64_t)p->max_logits, V = (uint64_t)cfg->n_vocab;
-	return T * E + 2 * T * wide + T * q + 2 * T * kv + 2 * T * K * F + T * X + 2 * T * K +
-	       T * K * E + L * E + L * V;
+	return T * E + 2 * T * wide + T * q + 2 * T * kv + 2 * T * KF + T * X + 2 * T * K +
+	       T * K * E + L * E + L * V + T;
 }
 
 static uint64_t plan_ints(const struct qc_backend_params *p)
@@ -350,12 +354,14 @@ static uint64_t ws_need(const struct cu *c)
 {
 	const struct qc_model_config *cfg = &c->m->cfg;
 	uint64_t need = 0;
-	const struct dmat *all[16];
+	const struct dmat *all[16]; /* a layer's dense matrices, or the output */
 	for (int il = 0; il <= cfg->n_layer; il++) {
 		int n = 0;
 		if (il < cfg->n_layer) {
 			const struct dlayer *L = &c->L[il];
-			const struct dmat *v[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down, &L->gate_inp};
+			const struct dmat *v[] = {&L->wq,    &L->wk,     &L->wv,      &L->wo,    &L->gate,    &L->up,
+						  &L->down,  &L->gate_inp, &L->gate_sh, &L->up_sh, &L->down_sh,
+						  &L->gate_inp_sh};
 			for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
 				all[n++] = v[i];
 		} else {
@@ -410,15 +416,6 @@ static int check_device(struct qc_err *err)
 	return QC_OK;
 }
 
-static int check_model(const struct qc_model *m, struct qc_err *err)
-{
-	const struct qc_model_config *cfg = &m->cfg;
-	if (cfg->rope_scaling == QC_ROPE_SCALING_YARN || m->rope_freqs || cfg->n_ff_shexp)
-		return qc_err_set(err, QC_EUNSUPPORTED, m->bundle->path, NULL, -1,
-				  "the CUDA backend does not do YaRN, rope_freqs factors or shared experts yet");
-	return QC_OK;
-}
-
 static int cuda_create(const struct qc_model *m, const struct qc_backend_params *p, void **state,
 		       struct qc_err *err)
 {
@@ -430,7 +427,7 @@ static int cuda_create(const struct qc_model *m, const struct qc_backend_params 
 	*state = NULL;
 	if (p->n_blocks < 1 || p->block_tokens < 1 || p->max_tokens < 1 || p->max_logits < 1 || p->max_ctx < 1)
 		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "backend parameters must be positive");
-	if ((rc = check_device(err)) || (rc = check_model(m, err)))
+	if ((rc = check_device(err)))
 		return rc;
 	if (p->act_round != QC_ACT_ROUND_NONE)
 		QC_WARN_ONCE("cuda: activation rounding emulation is CPU-only; the CUDA backend uses float activations");
@@ -468,7 +465,8 @@ static int cuda_create(const struct qc_model *m, const struct qc_backend_params 
 	/* weights and small vectors */
 	if ((rc = make_dmat(c, &m->token_embd, "token_embd.weight", &c->tok, warned, err)) ||
 	    (rc = make_dmat(c, &m->output, "output.weight", &c->out, warned, err)) ||
-	    (rc = upload_vec(c, m->output_norm, cfg->n_embd, &c->d_out_norm, err)))
+	    (rc = upload_vec(c, m->output_norm, cfg->n_embd, &c->d_out_norm, err)) ||
+	    (rc = upload_vec(c, m->rope_freqs, cfg->rope_dim / 2, &c->d_rope_ff, err)))
 		goto fail;
 	c->q_dim = (int64_t)cfg->n_head * cfg->head_dim;
 	c->kv_dim = (int64_t)cfg->n_head_kv * cfg->head_dim;
@@ -489,6 +487,10 @@ static int cuda_create(const struct qc_model *m, const struct qc_backend_params 
 		    (rc = make_dmat(c, &ml->gate_exps, nm, &L->gate_exps, warned, err)) ||
 		    (rc = make_dmat(c, &ml->up_exps, nm, &L->up_exps, warned, err)) ||
 		    (rc = make_dmat(c, &ml->down_exps, nm, &L->down_exps, warned, err)) ||
+		    (rc = make_dmat(c, &ml->gate_inp_shexp, nm, &L->gate_inp_sh, warned, err)) ||
+		    (rc = make_dmat(c, &ml->gate_shexp, nm, &L->gate_sh, warned, err)) ||
+		    (rc = make_dmat(c, &ml->up_shexp, nm, &L->up_sh, warned, err)) ||
+		    (rc = make_dmat(c, &ml->down_shexp, nm, &L->down_sh, warned, err)) ||
 		    (rc = upload_vec(c, ml->attn_norm, cfg->n_embd, &L->d_attn_norm, err)) ||
 		    (rc = upload_vec(c, ml->ffn_norm, cfg->n_embd, &L->d_ffn_norm, err)) ||
 		    (rc = upload_vec(c, ml->bq, c->q_dim, &L->d_bq, err)) ||
@@ -502,9 +504,11 @@ static int cuda_create(const struct qc_model *m, const struct qc_backend_params 
 	/* K/V pool and activations */
 	const size_t T = (size_t)p->max_tokens, E = (size_t)cfg->n_embd, F = (size_t)cfg->n_ff;
 	const size_t K = cfg->n_expert ? (size_t)cfg->n_expert_used : 1, X = (size_t)cfg->n_expert;
+	const size_t FSH = (size_t)cfg->n_ff_shexp, KF = K * F > FSH ? K * F : FSH;
 	const size_t LG = (size_t)p->max_logits, V = (size_t)cfg->n_vocab;
 	/* the widest matmul input: n_embd (Q/K/V, gate/up), n_ff (down), q_dim (wo) */
 	size_t max_in = E > F ? E : F;
+	max_in = FSH > max_in ? FSH : max_in;
 	max_in = (size_t)c->q_dim > max_in ? (size_t)c->q_dim : max_in;
 	c->block_elems = (size_t)cfg->n_layer * 2 * (size_t)p->block_tokens * (size_t)c->kv_dim;
 	c->plan_cap = (size_t)plan_ints(p);
@@ -522,8 +526,8 @@ static int cuda_create(const struct qc_model *m, const struct qc_backend_params 
 	    (rc = dfloats(c, T * (size_t)c->q_dim, &c->d_q, err)) ||
 	    (rc = dfloats(c, T * (size_t)c->kv_dim, &c->d_k, err)) ||
 	    (rc = dfloats(c, T * (size_t)c->kv_dim, &c->d_v, err)) ||
-	    (rc = dfloats(c, T * (size_t)c->wide, &c->d_att, err)) || (rc = dfloats(c, T * K * F, &c->d_fa, err)) ||
-	    (rc = dfloats(c, T * K * F, &c->d_fb, err)) || (rc = dfloats(c, T * (X ? X : 1), &c->d_router, err)) ||
+	    (rc = dfloats(c, T * (size_t)c->wide, &c->d_att, err)) || (rc = dfloats(c, T * KF, &c->d_fa, err)) ||
+	    (rc = dfloats(c, T * KF, &c->d_fb, err)) || (FSH && (rc = dfloats(c, T, &c->d_shg, err))) || (rc = dfloats(c, T * (X ? X : 1), &c->d_router, err)) ||
 	    (rc = dfloats(c, T * K, &c->d_selw, err)) ||
 	    (rc = dalloc(c, T * K * sizeof(int32_t), (void **)&c->d_sel, err)) ||
 	    (rc = dfloats(c, (X ? T * K : 1) * E, &c->d_eout, err)) || (rc = dfloats(c, LG * E, &c->d_lx, err)) ||
@@ -627,11 +631,20 @@ static int attention_block(struct cu *c, const struct qc_sched_plan *plan, const
 		return rc;
 	if (L->d_k_norm && (rc = rms(c, c->d_k, hd, NULL, L->d_k_norm, c->d_k, hd, T * cfg->n_head_kv, hd, err)))
 		return rc;
-	const float theta_scale = powf(cfg->rope_freq_base, -2.0f / (float)cfg->rope_dim);
-	const struct qc_cuda_rope_args rq = {c->d_q, dp->pos, T, cfg->n_head, hd, cfg->rope_dim,
-					     (int32_t)cfg->rope_mode, theta_scale, cfg->rope_freq_scale};
-	const struct qc_cuda_rope_args rk = {c->d_k, dp->pos, T, cfg->n_head_kv, hd, cfg->rope_dim,
-					     (int32_t)cfg->rope_mode, theta_scale, cfg->rope_freq_scale};
+	/* the CPU backend's rope_ext: mscale = attn_factor (* (1 + 0.1 ln(1/scale)) with YaRN) */
+	float ms = cfg->rope_attn_factor;
+	if (cfg->rope_ext_factor != 0.0f)
+		ms *= 1.0f + 0.1f * logf(1.0f / cfg->rope_freq_scale);
+	struct qc_cuda_rope_args rq = {
+		.d_x = c->d_q, .d_pos = dp->pos, .n_tok = T, .n_heads = cfg->n_head, .hd = hd,
+		.n_rot = cfg->rope_dim, .mode = (int32_t)cfg->rope_mode,
+		.theta_scale = powf(cfg->rope_freq_base, -2.0f / (float)cfg->rope_dim),
+		.freq_scale = cfg->rope_freq_scale, .ext_factor = cfg->rope_ext_factor, .mscale = ms,
+		.corr = {cfg->rope_corr_dims[0], cfg->rope_corr_dims[1]}, .d_ff = c->d_rope_ff,
+	};
+	struct qc_cuda_rope_args rk = rq;
+	rk.d_x = c->d_k;
+	rk.n_heads = cfg->n_head_kv;
 	const struct qc_cuda_kv_store_args ks = {c->d_k, c->d_v, dp->slots, T, c->d_kv, il, cfg->n_layer,
 						 plan->block_tokens, (int32_t)c->kv_dim};
 	const struct qc_cuda_paged_attn_args pa = {
@@ -683,14 +696,27 @@ static int ffn_block(struct cu *c, int64_t T, int il, struct qc_err *err)
 	const struct qc_cuda_moe_route_args ra = {c->d_router, T, cfg->n_expert, K, c->d_sel, c->d_selw,
 						  cfg->expert_norm_w ? 1 : 0};
 	const struct qc_cuda_silu_mul_args sm = {c->d_fa, c->d_fb, c->d_fa, R * F};
-	const struct qc_cuda_moe_combine_args ca = {c->d_x, c->d_eout, c->d_selw, T, E, K};
+	const bool sh = L->gate_sh.d_w != NULL;
+	const struct qc_cuda_moe_combine_args ca = {c->d_x, c->d_eout, c->d_selw, T, E, K,
+						    sh ? c->d_att : NULL, sh ? c->d_shg : NULL};
 	if ((rc = mm(c, &L->gate_inp, c->d_xn, E, 1, NULL, T, c->d_router, cfg->n_expert, err)) ||
 	    (rc = qc_cuda_moe_route(&ra, c->st, err)) ||
 	    (rc = mm(c, &L->gate_exps, c->d_xn, E, K, c->d_sel, R, c->d_fa, F, err)) ||
 	    (rc = mm(c, &L->up_exps, c->d_xn, E, K, c->d_sel, R, c->d_fb, F, err)) ||
 	    (rc = qc_cuda_silu_mul(&sm, c->st, err)) ||
-	    (rc = mm(c, &L->down_exps, c->d_fa, F, 1, c->d_sel, R, c->d_eout, E, err)) ||
-	    (rc = qc_cuda_moe_combine(&ca, c->st, err)))
+	    (rc = mm(c, &L->down_exps, c->d_fa, F, 1, c->d_sel, R, c->d_eout, E, err)))
+		return rc;
+	if (sh) { /* the shared expert into d_att, its gate logit into d_shg; combined below */
+		const int64_t FS = L->gate_sh.n_out;
+		const struct qc_cuda_silu_mul_args ss = {c->d_fa, c->d_fb, c->d_fa, T * FS};
+		if ((rc = mm(c, &L->gate_sh, c->d_xn, E, 1, NULL, T, c->d_fa, FS, err)) ||
+		    (rc = mm(c, &L->up_sh, c->d_xn, E, 1, NULL, T, c->d_fb, FS, err)) ||
+		    (rc = qc_cuda_silu_mul(&ss, c->st, err)) ||
+		    (rc = mm(c, &L->down_sh, c->d_fa, FS, 1, NULL, T, c->d_att, E, err)) ||
+		    (rc = mm(c, &L->gate_inp_sh, c->d_xn, E, 1, NULL, T, c->d_shg, 1, err)))
+			return rc;
+	}
+	if ((rc = qc_cuda_moe_combine(&ca, c->st, err)))
 		return rc;
 	qc_cuda_prof_mark(c->prof, c->st, QC_PROF_FFN_DOWN);
 	return QC_OK;

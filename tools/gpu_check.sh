@@ -16,17 +16,11 @@ export LD_LIBRARY_PATH="$P/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export QC_FIXTURES="$P/fixtures"
 export PATH="$PATH:/usr/local/cuda/bin"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/device.txt"
-# models no fixture covers: qwen2 biases, qwen3 q/k norms (NEOX), qwen3moe,
-# mixtral, linear rope + tied embeddings (test_e2e reads $QC_FIXTURES/gguf-gen)
-G="$QC_FIXTURES/gguf-gen"
-mkdir -p "$G"
-for spec in "qwen2 q8_0 --n-embd 128" "qwen3 q4_0 --n-embd 128" "qwen3moe q4_0 --n-embd 128" \
-	    "mixtral bf16" "llama f16 --rope-scaling linear --tie-embeddings"; do
-	set -- $spec
-	a=$1 t=$2
-	shift 2
-	"$P/bin/mkgguf" --preset tiny --arch "$a" --type "$t" --weight-std 0.1 "$@" -o "$G/gen-$a-$t.gguf" >/dev/null
-done
+# models no fixture covers (qwen2 biases, qwen3, MoE variants, rope scalings)
+G=/tmp/qc-gpu-gen
+rm -rf "$G"
+sh tests/gpu/gen_models.sh "$P/bin/mkgguf" "$G" || exit 1
+export QC_GPU_GEN="$G"
 rc=0
 "$P/bin/test_kernels" >"$OUT/kernels.log" 2>&1 || rc=1
 tail -n 3 "$OUT/kernels.log"; grep -E "FAIL|FIRST BAD" "$OUT/kernels.log" | head -n 20

@@ -14,10 +14,13 @@ struct qc_cuda_moe_combine_args {
 	const float *d_w;          /* (n_tok, k) routing weights */
 	int64_t n_tok, n;
 	int32_t k;
+	const float *d_sh;         /* (n_tok, n) shared expert output, or NULL */
+	const float *d_shg;        /* (n_tok) shared expert gate logits (with d_sh) */
 };
 
-/* x[t] += w[t,s] * eout[t*k+s] for s = 0..k-1 in that order (each product
- * rounded, then added: the CPU order). */
+/* x[t] += sum_s w[t,s] * eout[t*k+s] (+ sh[t] * sigmoid(shg[t])): slots summed
+ * in order, then the shared expert, then added to x (each product rounded: the
+ * CPU order). The sigmoid is silu(g) / g as the CPU computes it. */
 int qc_cuda_moe_combine(const struct qc_cuda_moe_combine_args *a, cudaStream_t s, struct qc_err *err);
 
 #ifdef __cplusplus

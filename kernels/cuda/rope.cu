@@ -4,8 +4,10 @@
  * One thread per (token, head, pair). The angle of pair i is advanced by i
  * float multiplications from pos, as ggml's rope cache and the CPU backend do,
  * so both see the same theta; cosf/sinf may differ from glibc by an ulp.
- * Products are rounded separately (no fma) as in the C code.
- * Non-goals: YaRN / llama3 frequency factors. Reference: kernels/ref/rope.c.
+ * Products are rounded separately (no fma) as in the C code. YaRN (ramp
+ * between the scaled and unscaled angle, mscale on cos/sin) and llama3
+ * frequency divisors as ggml rope_yarn / the CPU backend's rope_ext.
+ * Reference: kernels/ref/rope.c.
  */
 #include "rope.h"
 
@@ -26,8 +28,15 @@ static __global__ void rope_kernel(const struct qc_cuda_rope_args a)
 	float theta = (float)a.d_pos[t];
 	for (int k = 0; k < p; k++)
 		theta *= a.theta_scale;
-	const float ang = a.freq_scale * theta;
-	const float cs = cosf(ang), sn = sinf(ang);
+	const float extrap = a.d_ff ? __fdiv_rn(theta, a.d_ff[p]) : theta;
+	const float interp = __fmul_rn(a.freq_scale, extrap);
+	float ang = interp;
+	if (a.ext_factor != 0.0f) {
+		const float y = __fdiv_rn(__fsub_rn((float)p, a.corr[0]), fmaxf(0.001f, __fsub_rn(a.corr[1], a.corr[0])));
+		const float mix = __fmul_rn(1.0f - fminf(1.0f, fmaxf(0.0f, y)), a.ext_factor);
+		ang = __fadd_rn(__fmul_rn(interp, __fsub_rn(1.0f, mix)), __fmul_rn(extrap, mix));
+	}
+	const float cs = __fmul_rn(cosf(ang), a.mscale), sn = __fmul_rn(sinf(ang), a.mscale);
 	const int stride = a.mode == QC_ROPE_NEOX ? half : 1;
 	const int j = a.mode == QC_ROPE_NEOX ? p : 2 * p;
 	float *x = a.d_x + (t * a.n_heads + h) * a.hd + j;
@@ -39,9 +48,9 @@ static __global__ void rope_kernel(const struct qc_cuda_rope_args a)
 extern "C" int qc_cuda_rope(const struct qc_cuda_rope_args *a, cudaStream_t s, struct qc_err *err)
 {
 	if (a->n_rot < 2 || a->n_rot % 2 || a->n_rot > a->hd || a->n_heads < 1 || a->n_tok < 0 ||
-	    (a->mode != QC_ROPE_NORM && a->mode != QC_ROPE_NEOX))
-		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "rope: n_rot %d, head dim %d, %d heads, mode %d",
-				  a->n_rot, a->hd, a->n_heads, a->mode);
+	    (a->mode != QC_ROPE_NORM && a->mode != QC_ROPE_NEOX) || !(a->mscale > 0.0f))
+		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "rope: n_rot %d, head dim %d, %d heads, mode %d, mscale %g",
+				  a->n_rot, a->hd, a->n_heads, a->mode, (double)a->mscale);
 	const int64_t n = a->n_tok * a->n_heads * (a->n_rot / 2);
 	if (!n)
 		return QC_OK;

@@ -18,9 +18,17 @@
 void qc_ref_rms_norm(const float *x, int64_t ldx, const int32_t *rows, const float *w, float *y,
 		     int64_t ldy, int64_t n_rows, int64_t n, float eps);
 
+/* YaRN / llama3 extras of RoPE (NULL: plain RoPE). */
+struct qc_ref_rope_ext {
+	float ext_factor;          /* YaRN ramp mix, 0: off */
+	float mscale;              /* cos/sin multiplier */
+	float corr[2];             /* YaRN ramp bounds in rotated pairs */
+	const float *ff;           /* (n_rot / 2) frequency divisors, or NULL */
+};
+
 /* In place, NORM (mode 0) or NEOX (mode 2) pairing, theta by repeated products. */
 void qc_ref_rope(float *x, const int32_t *pos, int64_t n_tok, int n_heads, int hd, int n_rot,
-		 int mode, float theta_scale, float freq_scale);
+		 int mode, float theta_scale, float freq_scale, const struct qc_ref_rope_ext *ext);
 
 void qc_ref_silu_mul(const float *g, const float *u, float *y, int64_t n);
 
@@ -50,7 +58,8 @@ void qc_ref_embed(const uint8_t *w, enum qc_type type, uint64_t row_bytes, int64
 void qc_ref_moe_route(const float *logits, int64_t n_tok, int n_expert, int k, int norm, int32_t *sel,
 		      float *w);
 
-void qc_ref_moe_combine(float *x, const float *eout, const float *w, int64_t n_tok, int64_t n, int k);
+void qc_ref_moe_combine(float *x, const float *eout, const float *w, int64_t n_tok, int64_t n, int k,
+			const float *sh, const float *shg);
 
 /* y[r*ldy + o] = W_{e(r)}[o] . x[(r / x_div) * ldx]; e(r) = expert ? expert[r] : 0.
  * truth != 0: products and sums in double (the fp64 truth); else a float

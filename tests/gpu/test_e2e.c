@@ -1,8 +1,8 @@
 /* test_e2e.c — the CUDA backend end to end against the CPU backend.
  *
- * Per fixture (every .gguf under $QC_FIXTURES/gguf, gguf-quant, gguf-gen, and every
- * Hugging Face checkpoint under tests/data/hfq, converted in process to a temp cpu
- * bundle): greedy 16 tokens after a fixed prompt on the CPU
+ * Per fixture (every .gguf under $QC_FIXTURES/gguf, gguf-quant, the mkgguf
+ * models in $QC_GPU_GEN, and every Hugging Face checkpoint under tests/data/hfq,
+ * converted in process to a temp cpu bundle): greedy 16 tokens after a fixed prompt on the CPU
  * backend (float activations, QC_ACT_ROUND_NONE) and on CUDA. The ids must be
  * equal up to the first step where the CPU's top-2 logit margin is below the
  * fp16 bound FP16_REL * (1 + max |logit|) (after a near-tie both continuations are
@@ -316,14 +316,18 @@ int main(void)
 		t.margin[3] = 1e-4f;
 		CHECK(divergence_ok(&t, 3), "a divergence at margin 1e-4 failed");
 	}
-	/* gguf-gen (optional): mkgguf models for what no fixture has (qwen2 biases,
-	 * qwen3 q/k norms + NEOX, qwen3moe, mixtral, linear rope + tied embeddings),
-	 * written by tools/gpu_check.sh */
+	/* then the mkgguf models for what no fixture has (qwen2 biases, qwen3 q/k
+	 * norms + NEOX, MoE variants incl. a shared expert, linear / YaRN / llama3
+	 * rope, tied embeddings): $QC_GPU_GEN, written by tests/gpu/gen_models.sh */
 	const char *sub[] = {"gguf", "gguf-quant", "gguf-gen"};
-	int n_fix = 0;
+	const char *gen = getenv("QC_GPU_GEN");
+	int n_fix = 0, n_gen = 0;
 	for (int s = 0; s < 3; s++) {
 		char dir[1024];
-		snprintf(dir, sizeof dir, "%s/%s", fx, sub[s]);
+		if (s == 2 && gen && *gen)
+			snprintf(dir, sizeof dir, "%s", gen);
+		else
+			snprintf(dir, sizeof dir, "%s/%s", fx, sub[s]);
 		DIR *d = opendir(dir);
 		struct dirent *de;
 		char *names[256];
@@ -340,6 +344,7 @@ int main(void)
 		for (int i = 0; i < n; i++) {
 			run_fixture(dir, names[i], tmp, false);
 			n_fix++;
+			n_gen += s == 2;
 		}
 		if (s == 1) {
 			printf("batched with preemption (cuda):\n");
@@ -352,6 +357,7 @@ int main(void)
 			free(names[i]);
 	}
 	CHECK(n_fix > 10, "only %d fixtures found under %s", n_fix, fx);
+	CHECK(n_gen >= 8, "only %d mkgguf models (set QC_GPU_GEN: tests/gpu/gen_models.sh)", n_gen);
 	/* the Hugging Face scheme fixtures (GPTQ, AWQ, bnb, compressed-tensors: the
 	 * hq4/hq8/bnb/f8/nvfp4 device decoders), from the repository */
 	{

@@ -343,27 +343,47 @@ static void test_rms_norm(void)
 
 static void test_rope(void)
 {
-	const int cfg[][4] = {{3, 64, 64, 0}, {5, 100, 64, 2}, {2, 128, 128, 2}, {4, 48, 32, 0}}; /* heads, hd, n_rot, mode */
-	for (size_t s = 0; s < 4; s++) {
-		const int H = cfg[s][0], hd = cfg[s][1], nr = cfg[s][2], mode = cfg[s][3];
+	/* heads, hd, n_rot, mode, extras (0 plain, 1 YaRN, 2 llama3 divisors, 3 both) */
+	const int cfg[][5] = {{3, 64, 64, 0, 0}, {5, 100, 64, 2, 0}, {2, 128, 128, 2, 0}, {4, 48, 32, 0, 0},
+			      {4, 64, 64, 0, 1}, {3, 128, 128, 2, 1}, {4, 64, 64, 0, 2}, {2, 128, 96, 2, 3}};
+	for (size_t s = 0; s < sizeof cfg / sizeof cfg[0]; s++) {
+		const int H = cfg[s][0], hd = cfg[s][1], nr = cfg[s][2], mode = cfg[s][3], xt = cfg[s][4];
 		const int64_t T = 9, n = T * H * hd;
 		float *x = malloc(sizeof(float) * (size_t)n), *want = malloc(sizeof(float) * (size_t)n);
 		float *got = malloc(sizeof(float) * (size_t)n);
+		float ff[64];
 		int32_t pos[9];
 		for (int t = 0; t < T; t++)
 			pos[t] = (int32_t)(rnd() % 4000);
 		fill(x, (size_t)n, -2, 2);
+		fill(ff, 64, 1, 8);
 		memcpy(want, x, sizeof(float) * (size_t)n);
-		const float ts = powf(10000.0f, -2.0f / (float)nr), fs = s == 3 ? 0.25f : 1.0f;
-		qc_ref_rope(want, pos, T, H, hd, nr, mode, ts, fs);
+		const float ts = powf(10000.0f, -2.0f / (float)nr), fs = s == 3 || xt & 1 ? 0.25f : 1.0f;
+		struct qc_ref_rope_ext ext = {.mscale = 1.0f};
+		if (xt & 1) { /* YaRN as model.c sets it up for factor 4: ramp over pairs 5..20 */
+			ext.ext_factor = 1.0f;
+			ext.mscale = 1.0f * (1.0f + 0.1f * logf(1.0f / fs));
+			ext.corr[0] = 5.0f;
+			ext.corr[1] = 20.0f;
+		}
+		float *d_ff = NULL;
+		if (xt & 2) {
+			ext.ff = ff;
+			d_ff = up(ff, sizeof ff);
+		}
+		qc_ref_rope(want, pos, T, H, hd, nr, mode, ts, fs, &ext);
 		float *d_x = up(x, sizeof(float) * (size_t)n);
 		int32_t *d_pos = up(pos, sizeof pos);
 		struct qc_err err = {0};
-		const struct qc_cuda_rope_args a = {d_x, d_pos, T, H, hd, nr, mode, ts, fs};
+		const struct qc_cuda_rope_args a = {.d_x = d_x, .d_pos = d_pos, .n_tok = T, .n_heads = H, .hd = hd,
+						    .n_rot = nr, .mode = mode, .theta_scale = ts, .freq_scale = fs,
+						    .ext_factor = ext.ext_factor, .mscale = ext.mscale,
+						    .corr = {ext.corr[0], ext.corr[1]}, .d_ff = d_ff};
 		CHECK(qc_cuda_rope(&a, 0, &err) == QC_OK, "rope: %s", err.msg);
 		down(got, d_x, sizeof(float) * (size_t)n);
-		char what[64];
-		snprintf(what, sizeof what, "rope %s heads %d hd %d n_rot %d", mode ? "neox" : "norm", H, hd, nr);
+		char what[80];
+		snprintf(what, sizeof what, "rope %s heads %d hd %d n_rot %d%s%s", mode ? "neox" : "norm", H, hd, nr,
+			 xt & 1 ? " yarn" : "", xt & 2 ? " factors" : "");
 		const double tol = 1e-5 * 4;
 		CHECK(report(what, compare(got, want, (size_t)n, tol), tol), "%s", what);
 		free(x);
@@ -371,6 +391,7 @@ static void test_rope(void)
 		free(got);
 		cudaFree(d_x);
 		cudaFree(d_pos);
+		cudaFree(d_ff);
 	}
 }
 
@@ -626,13 +647,32 @@ static void test_moe(int n_expert, int k, int norm)
 	fill(x, (size_t)(T * n), -1, 1);
 	fill(eo, (size_t)(T * k * n), -1, 1);
 	memcpy(want, x, sizeof(float) * (size_t)(T * n));
-	qc_ref_moe_combine(want, eo, w, T, n, k);
+	qc_ref_moe_combine(want, eo, w, T, n, k, NULL, NULL);
 	float *d_x = up(x, sizeof(float) * (size_t)(T * n)), *d_eo = up(eo, sizeof(float) * (size_t)(T * k * n));
 	float *d_w2 = up(w, sizeof(float) * (size_t)(T * k));
-	const struct qc_cuda_moe_combine_args ca = {d_x, d_eo, d_w2, T, n, k};
+	struct qc_cuda_moe_combine_args ca = {d_x, d_eo, d_w2, T, n, k, NULL, NULL};
 	CHECK(qc_cuda_moe_combine(&ca, 0, &err) == QC_OK, "moe_combine: %s", err.msg);
 	down(got, d_x, sizeof(float) * (size_t)(T * n));
 	CHECK(!memcmp(got, want, sizeof(float) * (size_t)(T * n)), "moe_combine not exact");
+	/* with a shared expert: the gate's expf may differ from glibc's by an ulp */
+	float *sh = malloc(sizeof(float) * (size_t)(T * n)), shg[13];
+	fill(sh, (size_t)(T * n), -1, 1);
+	fill(shg, 13, -6, 6);
+	memcpy(want, x, sizeof(float) * (size_t)(T * n));
+	qc_ref_moe_combine(want, eo, w, T, n, k, sh, shg);
+	float *d_sh = up(sh, sizeof(float) * (size_t)(T * n)), *d_shg = up(shg, sizeof shg);
+	cudaMemcpy(d_x, x, sizeof(float) * (size_t)(T * n), cudaMemcpyHostToDevice);
+	ca.d_sh = d_sh;
+	ca.d_shg = d_shg;
+	CHECK(qc_cuda_moe_combine(&ca, 0, &err) == QC_OK, "moe_combine (shared expert): %s", err.msg);
+	down(got, d_x, sizeof(float) * (size_t)(T * n));
+	snprintf(what, sizeof what, "moe_combine top-%d + shared expert", k);
+	CHECK(report(what, compare(got, want, (size_t)(T * n), 4e-6), 4e-6), "%s", what);
+	ca.d_shg = NULL;
+	CHECK(qc_cuda_moe_combine(&ca, 0, &err) == QC_EINVAL, "moe_combine: shared expert without gate accepted");
+	free(sh);
+	cudaFree(d_sh);
+	cudaFree(d_shg);
 	free(lg);
 	free(x);
 	free(eo);

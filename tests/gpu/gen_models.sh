@@ -1,0 +1,22 @@
+#!/bin/sh
+# tests/gpu/gen_models.sh MKGGUF DIR — write the mkgguf models test_e2e runs for
+# what no fixture has: qwen2 biases, qwen3 q/k norms (NEOX), qwen3moe, mixtral,
+# qwen2moe (sigmoid-gated shared expert), linear rope + tied embeddings, YaRN,
+# llama3 rope_freqs factors. Used by tests/gpu/run.sh (make test-gpu) and
+# tools/gpu_check.sh; test_e2e reads DIR from $QC_GPU_GEN.
+set -eu
+MK=$1
+G=$2
+mkdir -p "$G"
+for spec in "qwen2 q8_0 --n-embd 128" "qwen3 q4_0 --n-embd 128" "qwen3moe q4_0 --n-embd 128" \
+	    "mixtral bf16" "llama f16 --rope-scaling linear --tie-embeddings" \
+	    "qwen2moe q8_0 --n-embd 128 --n-ff-shexp 256" \
+	    "llama q8_0 --rope-scaling yarn --ctx 256 --rope-orig-ctx 64" \
+	    "llama q4_0 --rope-scaling llama3 --ctx 256 --rope-orig-ctx 64"; do
+	set -- $spec
+	a=$1 t=$2
+	shift 2
+	n="gen-$a-$t"
+	case "$*" in *yarn*) n="$n-yarn" ;; *llama3*) n="$n-llama3" ;; esac
+	"$MK" --preset tiny --arch "$a" --type "$t" --weight-std 0.1 "$@" -o "$G/$n.gguf" >/dev/null
+done
