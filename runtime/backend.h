@@ -35,6 +35,8 @@ struct qc_backend_params {
 	int32_t n_threads;          /* worker threads for matmuls, >= 1 */
 };
 
+#define QC_BACKEND_TOP_MAX 128 /* most candidates forward_top returns per row */
+
 struct qc_backend_ops {
 	const char *name;
 	/* m is borrowed and outlives the backend. QC_OK and *state, or an error. */
@@ -44,14 +46,17 @@ struct qc_backend_ops {
 	int (*forward)(void *state, const struct qc_sched_plan *plan, float *logits,
 		       struct qc_err *err);
 	void (*destroy)(void *state); /* accepts NULL */
-	/* Optional (NULL: the engine takes every row from forward and scans it on the
-	 * host). forward, plus for every logit row k the greedy choice argmax[k]: the
-	 * lowest id of the largest logit, -1 when the row holds a NaN or +inf or only
-	 * -inf. Logit row k is written only when want_row[k] is set or argmax[k] is
-	 * -1 (the host then names the bad logit): a device backend brings back 4
-	 * bytes per greedy row instead of the vocabulary. */
-	int (*forward_argmax)(void *state, const struct qc_sched_plan *plan, const uint8_t *want_row,
-			      float *logits, int32_t *argmax, struct qc_err *err);
+	/* Optional (NULL: the engine takes every row from forward and samples it on
+	 * the host). forward, plus for every logit row k with want[k] = m in
+	 * 1..QC_BACKEND_TOP_MAX the row's m best ids, best first (larger logit, then
+	 * lower id), at top_ids + k * QC_BACKEND_TOP_MAX, and for m >= 2 their logits
+	 * at top_logits + k * QC_BACKEND_TOP_MAX; top_ids[k * QC_BACKEND_TOP_MAX] is -1
+	 * when the row holds a NaN or +inf or only -inf. Logit row k is written only
+	 * when want[k] is 0 or the row is flagged (the host then names the bad
+	 * logit): a device backend brings back 4 bytes per greedy row and 8 m per
+	 * top-k row instead of the vocabulary. */
+	int (*forward_top)(void *state, const struct qc_sched_plan *plan, const int32_t *want, float *logits,
+			   int32_t *top_ids, float *top_logits, struct qc_err *err);
 	/* Optional (NULL: qc_backend_block_bytes, host memory): this backend's K/V
 	 * block bytes and the most K/V bytes it can hold next to the weights and
 	 * the buffers p implies (p->n_blocks unused), using mem_util of the device

@@ -38,6 +38,7 @@
 #include "cuda/rms_norm.h"
 #include "cuda/rope.h"
 #include "cuda/silu_mul.h"
+#include "cuda/topk.h"
 #include "ref/fp16.h"
 #include "backend_cuda_graph.h"
 #include "backend_cuda_prof.h"
@@ -104,6 +105,8 @@ struct cu {
 	float *d_xperm;            /* (max_tokens * max(1, n_expert_used), max n_in) gathered x, or NULL */
 	int64_t xperm_cap;         /* floats of d_xperm */
 	int32_t *d_argmax, *h_argmax; /* (max_logits) greedy choice per logit row; host side pinned */
+	int32_t *d_top_ids, *h_top_ids; /* (max_logits, QC_BACKEND_TOP_MAX) top-k rows' ids; host pinned */
+	float *d_top_vals, *h_top_vals; /* (max_logits, QC_BACKEND_TOP_MAX) and their logits */
 	void *d_ws;                /* gemm scratch */
 	uint64_t ws_bytes;
 	int64_t gemv_max_rows;
@@ -346,7 +349,7 @@ static uint64_t buffer_floats(const struct qc_model_config *cfg, const struct qc
 static uint64_t plan_ints(const struct qc_backend_params *p)
 {
 	const uint64_t stride = ((uint64_t)p->max_ctx + (uint64_t)p->block_tokens - 1) / (uint64_t)p->block_tokens + 1;
-	return 4 * (uint64_t)p->max_tokens + (uint64_t)p->max_logits + (uint64_t)p->max_logits * stride + 64;
+	return 4 * (uint64_t)p->max_tokens + 2 * (uint64_t)p->max_logits + (uint64_t)p->max_logits * stride + 64;
 }
 
 /* Largest gemm scratch over the model's matrices. */
@@ -396,6 +399,10 @@ static void cuda_destroy(void *state)
 		cudaFreeHost(c->h_logits);
 	if (c->h_argmax)
 		cudaFreeHost(c->h_argmax);
+	if (c->h_top_ids)
+		cudaFreeHost(c->h_top_ids);
+	if (c->h_top_vals)
+		cudaFreeHost(c->h_top_vals);
 	if (c->blas)
 		cublasDestroy(c->blas);
 	if (c->st)
@@ -539,7 +546,13 @@ static int cuda_create(const struct qc_model *m, const struct qc_backend_params 
 	    (c->any_perm && (rc = dfloats(c, (size_t)(c->xperm_cap = (int64_t)(T * K * max_in)),
 					  &c->d_xperm, err))) ||
 	    (rc = ck(cudaMallocHost((void **)&c->h_logits, LG * V * sizeof(float)), "cudaMallocHost", err)) ||
-	    (rc = ck(cudaMallocHost((void **)&c->h_argmax, LG * sizeof(int32_t)), "cudaMallocHost", err)))
+	    (rc = ck(cudaMallocHost((void **)&c->h_argmax, LG * sizeof(int32_t)), "cudaMallocHost", err)) ||
+	    (rc = dalloc(c, LG * QC_BACKEND_TOP_MAX * sizeof(int32_t), (void **)&c->d_top_ids, err)) ||
+	    (rc = dfloats(c, LG * QC_BACKEND_TOP_MAX, &c->d_top_vals, err)) ||
+	    (rc = ck(cudaMallocHost((void **)&c->h_top_ids, LG * QC_BACKEND_TOP_MAX * sizeof(int32_t)),
+		     "cudaMallocHost", err)) ||
+	    (rc = ck(cudaMallocHost((void **)&c->h_top_vals, LG * QC_BACKEND_TOP_MAX * sizeof(float)),
+		     "cudaMallocHost", err)))
 		goto fail;
 	/* poison: a kernel reading K/V it never wrote shows up as NaN, not as plausible zeros */
 	if ((rc = ck(cudaMemsetAsync(c->d_kv, 0xff, (size_t)p->n_blocks * c->block_elems * 2, c->st),
@@ -603,7 +616,7 @@ static int add(struct cu *c, float *d_y, const float *d_x, int64_t n, int64_t n_
 
 /* Device pointers into the uploaded plan. */
 struct dplan {
-	const int32_t *tokens, *pos, *slots, *tok_seq, *logit_rows, *tables;
+	const int32_t *tokens, *pos, *slots, *tok_seq, *logit_rows, *want, *tables;
 	int32_t stride;
 };
 
@@ -723,10 +736,11 @@ static int ffn_block(struct cu *c, int64_t T, int il, struct qc_err *err)
 }
 
 /* Pack the plan's arrays into h_plan, upload them in one copy. */
-static int upload_plan(struct cu *c, const struct qc_sched_plan *plan, struct dplan *dp, struct qc_err *err)
+static int upload_plan(struct cu *c, const struct qc_sched_plan *plan, const int32_t *want, struct dplan *dp,
+		       struct qc_err *err)
 {
 	const int32_t T = plan->n_tokens;
-	const size_t need = 4 * (size_t)T + (size_t)plan->n_logits + (size_t)plan->n_seqs * (size_t)c->table_stride;
+	const size_t need = 4 * (size_t)T + 2 * (size_t)plan->n_logits + (size_t)plan->n_seqs * (size_t)c->table_stride;
 	int32_t *h = c->h_plan;
 	if (need > c->plan_cap || plan->n_seqs > c->p.max_logits)
 		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "plan of %d entries x %d blocks exceeds the backend's",
@@ -745,7 +759,10 @@ static int upload_plan(struct cu *c, const struct qc_sched_plan *plan, struct dp
 	if (plan->table_stride > c->table_stride)
 		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "block table of %d entries exceeds the backend's %d",
 				  plan->table_stride, c->table_stride);
-	int32_t *tb = lr + n;
+	/* per logit row: how many best ids the caller wants (0: none, the row) */
+	for (int32_t k = 0; k < n; k++)
+		lr[n + k] = want ? want[k] : 0;
+	int32_t *tb = lr + 2 * n;
 	for (int32_t i = 0; i < plan->n_seqs; i++) {
 		memcpy(tb + (size_t)i * (size_t)c->table_stride, plan->block_tables + (size_t)i * (size_t)plan->table_stride,
 		       sizeof(int32_t) * (size_t)plan->table_stride);
@@ -757,7 +774,8 @@ static int upload_plan(struct cu *c, const struct qc_sched_plan *plan, struct dp
 	dp->slots = c->d_plan + 2 * T;
 	dp->tok_seq = c->d_plan + 3 * T;
 	dp->logit_rows = c->d_plan + 4 * T;
-	dp->tables = c->d_plan + 4 * T + n;
+	dp->want = c->d_plan + 4 * T + n;
+	dp->tables = c->d_plan + 4 * T + 2 * n;
 	dp->stride = c->table_stride;
 	return ck(cudaMemcpyAsync(c->d_plan, h, need * sizeof(int32_t), cudaMemcpyHostToDevice, c->st),
 		  "cudaMemcpyAsync (plan)", err);
@@ -793,23 +811,28 @@ static int fwd_body(void *ctx, cudaStream_t s, struct qc_err *err)
 	if ((rc = rms(c, c->d_x, E, f->dp->logit_rows, c->d_out_norm, c->d_lx, E, n, E, err)) ||
 	    (rc = mm(c, &c->out, c->d_lx, E, 1, NULL, n, c->d_logits, cfg->n_vocab, err)))
 		return rc;
-	/* greedy choice of every row (a few microseconds), used when the caller asks */
+	/* greedy choice of every row (a few microseconds), used when the caller asks;
+	   the top-k candidates of the rows that want m >= 2 (the others exit at once) */
 	const struct qc_cuda_argmax_args aa = {c->d_logits, c->d_argmax, n, cfg->n_vocab};
-	if ((rc = qc_cuda_argmax(&aa, c->st, err)))
+	const struct qc_cuda_topk_args ta = {c->d_logits, f->dp->want, c->d_top_ids, c->d_top_vals,
+					     n, cfg->n_vocab, QC_BACKEND_TOP_MAX};
+	if ((rc = qc_cuda_argmax(&aa, c->st, err)) || (rc = qc_cuda_topk(&ta, c->st, err)))
 		return rc;
 	qc_cuda_prof_mark(c->prof, c->st, QC_PROF_HEAD);
 	return QC_OK;
 }
 
+_Static_assert(QC_CUDA_TOPK_MAX == QC_BACKEND_TOP_MAX, "topk.cu returns what forward_top promises");
+
 /* Logit row k crosses to the host: every row for plain forward, else the rows the
- * caller samples itself and the rows whose argmax flags a bad logit. */
-static bool row_needed(const uint8_t *want_row, const int32_t *argmax, int32_t k)
+ * caller samples itself and the rows whose selection flags a bad logit. */
+static bool row_needed(const int32_t *want, const int32_t *top_ids, int32_t k)
 {
-	return !want_row || want_row[k] || (argmax && argmax[k] < 0);
+	return !want || !want[k] || top_ids[(size_t)k * QC_BACKEND_TOP_MAX] < 0;
 }
 
-static int cuda_forward_argmax(void *state, const struct qc_sched_plan *plan, const uint8_t *want_row,
-			       float *logits, int32_t *argmax, struct qc_err *err)
+static int cuda_forward_top(void *state, const struct qc_sched_plan *plan, const int32_t *want, float *logits,
+			    int32_t *top_ids, float *top_logits, struct qc_err *err)
 {
 	struct cu *c = state;
 	const struct qc_model_config *cfg = &c->m->cfg;
@@ -845,7 +868,7 @@ static int cuda_forward_argmax(void *state, const struct qc_sched_plan *plan, co
 	if (!T)
 		return QC_OK;
 	qc_cuda_prof_begin(c->prof, c->st, T);
-	if ((rc = upload_plan(c, plan, &dp, err)))
+	if ((rc = upload_plan(c, plan, want, &dp, err)))
 		return rc;
 	struct fwd_ctx fc = {c, plan, &dp};
 	const int32_t n = plan->n_logits;
@@ -862,22 +885,42 @@ static int cuda_forward_argmax(void *state, const struct qc_sched_plan *plan, co
 		return rc;
 	}
 	const size_t rowb = sizeof(float) * (size_t)cfg->n_vocab;
-	if (argmax) { /* the ids first: a bad row (-1) comes back in full for the host's message */
+	if (want) { /* the choices first: a bad row (-1) comes back in full for the host's message */
+		int32_t lo = n, hi = -1;
+		for (int32_t k = 0; k < n; k++)
+			if (want[k] > 1) {
+				lo = k < lo ? k : lo;
+				hi = k;
+			}
+		const size_t tb = (size_t)QC_BACKEND_TOP_MAX * (size_t)(hi - lo + 1), to = (size_t)lo * QC_BACKEND_TOP_MAX;
 		if ((rc = ck(cudaMemcpyAsync(c->h_argmax, c->d_argmax, sizeof(int32_t) * (size_t)n,
 					     cudaMemcpyDeviceToHost, c->st), "cudaMemcpyAsync (argmax)", err)) ||
+		    (hi >= lo && ((rc = ck(cudaMemcpyAsync(c->h_top_ids + to, c->d_top_ids + to, tb * sizeof(int32_t),
+							  cudaMemcpyDeviceToHost, c->st), "cudaMemcpyAsync (top ids)", err)) ||
+				  (rc = ck(cudaMemcpyAsync(c->h_top_vals + to, c->d_top_vals + to, tb * sizeof(float),
+							  cudaMemcpyDeviceToHost, c->st), "cudaMemcpyAsync (top logits)", err)))) ||
 		    (rc = ck(cudaStreamSynchronize(c->st), "forward", err)))
 			return rc;
-		memcpy(argmax, c->h_argmax, sizeof(int32_t) * (size_t)n);
+		for (int32_t k = 0; k < n; k++) {
+			const size_t o = (size_t)k * QC_BACKEND_TOP_MAX;
+			if (want[k] == 1) {
+				top_ids[o] = c->h_argmax[k];
+			} else if (want[k] > 1) {
+				const int32_t m = want[k] < QC_BACKEND_TOP_MAX ? want[k] : QC_BACKEND_TOP_MAX;
+				memcpy(top_ids + o, c->h_top_ids + o, sizeof(int32_t) * (size_t)m);
+				memcpy(top_logits + o, c->h_top_vals + o, sizeof(float) * (size_t)m);
+			}
+		}
 	}
 	/* wanted rows in runs of consecutive rows, one copy per run */
 	int32_t n_copied = 0;
 	for (int32_t k0 = 0; k0 < n;) {
-		if (!row_needed(want_row, argmax, k0)) {
+		if (!row_needed(want, top_ids, k0)) {
 			k0++;
 			continue;
 		}
 		int32_t k1 = k0 + 1;
-		while (k1 < n && row_needed(want_row, argmax, k1))
+		while (k1 < n && row_needed(want, top_ids, k1))
 			k1++;
 		if ((rc = ck(cudaMemcpyAsync(c->h_logits + (size_t)k0 * cfg->n_vocab,
 					     c->d_logits + (size_t)k0 * cfg->n_vocab, rowb * (size_t)(k1 - k0),
@@ -891,14 +934,14 @@ static int cuda_forward_argmax(void *state, const struct qc_sched_plan *plan, co
 		return rc;
 	qc_cuda_prof_end(c->prof);
 	for (int32_t k = 0; k < n; k++)
-		if (row_needed(want_row, argmax, k))
+		if (row_needed(want, top_ids, k))
 			memcpy(logits + (size_t)k * cfg->n_vocab, c->h_logits + (size_t)k * cfg->n_vocab, rowb);
 	return QC_OK;
 }
 
 static int cuda_forward(void *state, const struct qc_sched_plan *plan, float *logits, struct qc_err *err)
 {
-	return cuda_forward_argmax(state, plan, NULL, logits, NULL, err);
+	return cuda_forward_top(state, plan, NULL, logits, NULL, NULL, err);
 }
 
 /* K/V blocks in binary16; what fits in mem_util of the device after the
@@ -944,7 +987,7 @@ const struct qc_backend_ops qc_backend_cuda = {
 	.name = "cuda",
 	.create = cuda_create,
 	.forward = cuda_forward,
-	.forward_argmax = cuda_forward_argmax,
+	.forward_top = cuda_forward_top,
 	.destroy = cuda_destroy,
 	.kv_limits = cuda_kv_limits,
 };

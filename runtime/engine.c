@@ -46,8 +46,9 @@ struct qc_engine {
 	struct qc_sampler_ws *ws;
 	struct qc_engine_opts opts;
 	float *logits;             /* (max_running, n_vocab) */
-	uint8_t *want_row;         /* (max_running) logit rows sampled on the host */
-	int32_t *argmax;           /* (max_running) the backend's greedy choice per logit row */
+	int32_t *want;             /* (max_running) per logit row: 0 the row, m the m best (forward_top) */
+	int32_t *top_ids;          /* (max_running, QC_BACKEND_TOP_MAX) the backend's best ids per row */
+	float *top_logits;         /* (max_running, QC_BACKEND_TOP_MAX) and their logits */
 	int32_t *sampled;          /* (max_running) */
 	struct req **entry_req;    /* (max_running) request of each plan entry */
 	struct qc_sample_result *results; /* (max_running) this step's draws */
@@ -190,11 +191,12 @@ int qc_engine_new(const char *path, const struct qc_engine_opts *o, struct qc_en
 		goto out_free;
 	e->logits = malloc(sizeof(float) * (size_t)op->max_running * (size_t)cfg->n_vocab);
 	e->sampled = calloc((size_t)op->max_running, sizeof *e->sampled);
-	e->want_row = calloc((size_t)op->max_running, sizeof *e->want_row);
-	e->argmax = calloc((size_t)op->max_running, sizeof *e->argmax);
+	e->want = calloc((size_t)op->max_running, sizeof *e->want);
+	e->top_ids = calloc((size_t)op->max_running * QC_BACKEND_TOP_MAX, sizeof *e->top_ids);
+	e->top_logits = calloc((size_t)op->max_running * QC_BACKEND_TOP_MAX, sizeof *e->top_logits);
 	e->entry_req = calloc((size_t)op->max_running, sizeof *e->entry_req);
 	e->results = calloc((size_t)op->max_running, sizeof *e->results);
-	if (!e->logits || !e->sampled || !e->want_row || !e->argmax || !e->entry_req || !e->results) {
+	if (!e->logits || !e->sampled || !e->want || !e->top_ids || !e->top_logits || !e->entry_req || !e->results) {
 		rc = qc_err_set(err, QC_ENOMEM, path, NULL, -1, "out of memory");
 		goto out_free;
 	}
@@ -221,8 +223,9 @@ void qc_engine_free(struct qc_engine *e)
 	free(e->reqs);
 	free(e->logits);
 	free(e->sampled);
-	free(e->want_row);
-	free(e->argmax);
+	free(e->want);
+	free(e->top_ids);
+	free(e->top_logits);
 	free(e->entry_req);
 	free(e->results);
 	qc_sampler_ws_free(e->ws);
@@ -352,20 +355,21 @@ int qc_engine_step(struct qc_engine *e, struct qc_err *err)
 	if (plan->n_seqs == 0)
 		return qc_sched_commit(e->sched, plan, NULL, err);
 	const double t1 = e->profile ? mono_s() : 0.0;
-	/* greedy rows take the backend's argmax where it has one (no logits cross) */
-	int32_t n_greedy = 0, row = 0;
+	/* rows whose sampler reads only the row's best m logits (m = 1: greedy; m =
+	   top_k) take them from the backend where it can select them (no row crosses) */
+	int32_t n_top = 0, row = 0;
 	for (int32_t i = 0; i < plan->n_seqs; i++) {
 		struct req *q = qc_sched_seq_user(e->sched, plan->seq_ids[i]);
 		e->entry_req[i] = q;
 		if (!plan->need_logits[i])
 			continue;
-		const bool greedy = !e->opts.on_logits && qc_sampler_is_greedy(q->sampler);
-		e->want_row[row++] = !greedy;
-		n_greedy += greedy;
+		const int32_t m = e->opts.on_logits ? 0 : qc_sampler_top_need(q->sampler, V);
+		e->want[row++] = m <= QC_BACKEND_TOP_MAX ? m : 0;
+		n_top += e->want[row - 1] > 0;
 	}
-	const bool dev_argmax = e->be->forward_argmax && n_greedy > 0;
-	if (dev_argmax)
-		rc = e->be->forward_argmax(e->be_state, plan, e->want_row, e->logits, e->argmax, err);
+	const bool dev_top = e->be->forward_top && n_top > 0;
+	if (dev_top)
+		rc = e->be->forward_top(e->be_state, plan, e->want, e->logits, e->top_ids, e->top_logits, err);
 	else
 		rc = e->be->forward(e->be_state, plan, e->logits, err);
 	if (rc)
@@ -380,8 +384,14 @@ int qc_engine_step(struct qc_engine *e, struct qc_err *err)
 			continue;
 		const int32_t k = row++;
 		struct qc_sample_result *res = &e->results[i];
-		if (dev_argmax && !e->want_row[k] && e->argmax[k] >= 0) {
-			qc_sampler_take(q->sampler, e->argmax[k], res);
+		const int32_t *tid = e->top_ids + (size_t)k * QC_BACKEND_TOP_MAX;
+		if (dev_top && e->want[k] > 0 && tid[0] >= 0) {
+			if (e->want[k] == 1)
+				qc_sampler_take(q->sampler, tid[0], res);
+			else if ((rc = qc_sampler_sample_top(q->sampler, e->ws, tid,
+							     e->top_logits + (size_t)k * QC_BACKEND_TOP_MAX,
+							     e->want[k], res, err)))
+				return rc;
 			e->sampled[i] = res->token;
 			continue;
 		}

@@ -513,6 +513,41 @@ void qc_sampler_take(struct qc_sampler *s, int32_t token, struct qc_sample_resul
 	qc_sampler_accept(s, &res->token, 1);
 }
 
+int32_t qc_sampler_top_need(const struct qc_sampler *s, int32_t n_vocab)
+{
+	const struct qc_sampler_params *p = &s->p;
+	if (qc_sampler_is_greedy(s))
+		return 1;
+	const bool plain = p->temperature > 0.0f && !p->logprobs && p->n_logprobs <= 0 &&
+			   (s->hist_n == 0 || (p->repeat_penalty == 1.0f && p->frequency_penalty == 0.0f &&
+					       p->presence_penalty == 0.0f));
+	return plain && p->top_k >= 2 && p->top_k < n_vocab ? p->top_k : 0;
+}
+
+int qc_sampler_sample_top(struct qc_sampler *s, struct qc_sampler_ws *ws, const int32_t *ids,
+			  const float *logits, int32_t n, struct qc_sample_result *res, struct qc_err *err)
+{
+	if (n < 2 || n > ws->n_vocab || n != s->p.top_k || qc_sampler_top_need(s, INT32_MAX) != n)
+		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1,
+				  "sampler: %d candidates given, this request needs %s", n,
+				  qc_sampler_top_need(s, INT32_MAX) > 1 ? "top_k of them" : "the whole row");
+	struct cset cs = { ws->cand, ws->tmp, n, true };
+	for (int32_t i = 0; i < n; i++) {
+		if (isnan(logits[i]) || logits[i] == INFINITY)
+			return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "sampler: logit of token %d is %f", ids[i],
+					  (double)logits[i]);
+		cs.c[i] = (struct cand){ logits[i], ids[i] };
+	}
+	/* what top_k leaves in the full chain: these n, best first */
+	memset(res, 0, sizeof *res);
+	res->logprob = NAN;
+	top_p(&cs, ws, s->p.top_p);
+	min_p(&cs, s->p.min_p);
+	res->token = draw(&cs, ws->w, s->p.temperature, s->rng);
+	qc_sampler_accept(s, &res->token, 1);
+	return QC_OK;
+}
+
 int qc_sampler_sample(struct qc_sampler *s, struct qc_sampler_ws *ws, const float *logits,
 		      int32_t n_vocab, struct qc_sample_result *res, struct qc_err *err)
 {

@@ -93,4 +93,20 @@ bool qc_sampler_is_greedy(const struct qc_sampler *s);
  * fill *res with token (no logprobs) and append it to the history. */
 void qc_sampler_take(struct qc_sampler *s, int32_t token, struct qc_sample_result *res);
 
+/* How many of the row's best logits the next qc_sampler_sample depends on:
+ * 1 when it is a plain argmax (qc_sampler_is_greedy), top_k when only the
+ * top_k best survive the chain's first cut and nothing else reads the row
+ * (temperature > 0, 2 <= top_k < n_vocab, no logprobs, penalties neutral or no
+ * history), else 0 (it needs the whole row). */
+int32_t qc_sampler_top_need(const struct qc_sampler *s, int32_t n_vocab);
+
+/* qc_sampler_sample given only the row's top_k best (qc_sampler_top_need > 1):
+ * ids/logits (n = top_k entries) best first (larger logit, then lower id), as
+ * a backend selected them. Runs the rest of the chain (top-p, min-p,
+ * temperature, draw) on them: the same token and PRNG advance as the full row
+ * would give. QC_EINVAL when the sampler needs more than these n, or a logit
+ * is NaN/+inf (nothing changed then). */
+int qc_sampler_sample_top(struct qc_sampler *s, struct qc_sampler_ws *ws, const int32_t *ids,
+			  const float *logits, int32_t n, struct qc_sample_result *res, struct qc_err *err);
+
 #endif

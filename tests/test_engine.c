@@ -454,29 +454,38 @@ static void batched_equals_alone(const char *fx, const char *tmpdir)
 	qc_engine_free(e);
 }
 
-/* A backend with forward_argmax (as the CUDA one has), built on the CPU forward:
+/* A backend with forward_top (as the CUDA one has), built on the CPU forward:
  * logit rows the engine did not ask for are overwritten with NaN (it must not
- * read them), and every third greedy row is reported as bad (-1) with its row
- * intact (the engine must then sample from the row). */
+ * read them), and every third row it wanted the best ids of is reported as bad
+ * (-1) with its row intact (the engine must then sample from the row). The
+ * selection comes from kernels/ref (argmax, topk). */
 static struct {
-	long rows_taken, rows_wanted, rows_flagged;
+	long rows_taken, rows_topk, rows_wanted, rows_flagged;
 } wrap;
 
-static int wrap_forward_argmax(void *state, const struct qc_sched_plan *plan, const uint8_t *want_row,
-			       float *logits, int32_t *argmax, struct qc_err *err)
+static int wrap_forward_top(void *state, const struct qc_sched_plan *plan, const int32_t *want, float *logits,
+			    int32_t *top_ids, float *top_logits, struct qc_err *err)
 {
 	int rc = cpu_forward(state, plan, logits, err);
 	if (rc)
 		return rc;
 	const struct cpu *c = state;
 	const int32_t V = c->m->cfg.n_vocab;
-	qc_ref_argmax(logits, plan->n_logits, V, argmax);
 	for (int32_t k = 0; k < plan->n_logits; k++) {
 		float *row = logits + (size_t)k * (size_t)V;
-		if (want_row[k]) {
+		int32_t *ids = top_ids + (size_t)k * QC_BACKEND_TOP_MAX;
+		if (!want[k]) {
 			wrap.rows_wanted++;
-		} else if (wrap.rows_taken++ % 3 == 2) {
-			argmax[k] = -1;
+			continue;
+		}
+		if (want[k] == 1)
+			qc_ref_argmax(row, 1, V, ids);
+		else
+			qc_ref_topk(row, 1, V, &want[k], QC_BACKEND_TOP_MAX, ids,
+				    top_logits + (size_t)k * QC_BACKEND_TOP_MAX);
+		wrap.rows_topk += want[k] > 1;
+		if (wrap.rows_taken++ % 3 == 2) {
+			ids[0] = -1;
 			wrap.rows_flagged++;
 		} else {
 			for (int32_t i = 0; i < V; i++)
@@ -487,8 +496,9 @@ static int wrap_forward_argmax(void *state, const struct qc_sched_plan *plan, co
 }
 
 /* Mixed requests (plain greedy, greedy with logprobs, greedy with a repetition
- * penalty, seeded sampling) through a backend with forward_argmax give exactly
- * the tokens and logprobs of the plain CPU backend. */
+ * penalty, seeded top-k sampling with and without top-p/min-p, top-k above what
+ * the backend selects) through a backend with forward_top give exactly the
+ * tokens and logprobs of the plain CPU backend. */
 static void argmax_backend_equals_host(const char *fx, const char *tmpdir)
 {
 	struct ref_prompt rp[N_PROMPTS];
@@ -496,8 +506,8 @@ static void argmax_backend_equals_host(const char *fx, const char *tmpdir)
 	struct qc_err err = {0};
 	enum { N_REQ = 8, N_TOK = 20 };
 	struct qc_backend_ops wrap_ops = qc_backend_cpu;
-	wrap_ops.name = "cpu+argmax";
-	wrap_ops.forward_argmax = wrap_forward_argmax;
+	wrap_ops.name = "cpu+top";
+	wrap_ops.forward_top = wrap_forward_top;
 
 	snprintf(path, sizeof path, "%s/reference/stories260K.json", fx);
 	if (load_ref(path, rp, gguf, sizeof gguf))
@@ -522,6 +532,17 @@ static void argmax_backend_equals_host(const char *fx, const char *tmpdir)
 	q[3].sampling.temperature = 0.8f;
 	q[3].sampling.seed = 7;
 	q[3].sampling.top_k = 20;
+	q[4].sampling.temperature = 1.0f;
+	q[4].sampling.seed = 3;
+	q[4].sampling.top_k = 50;
+	q[4].sampling.top_p = 0.9f;
+	q[4].sampling.min_p = 0.05f;
+	q[5].sampling.temperature = 1.2f;
+	q[5].sampling.seed = 11;
+	q[5].sampling.top_k = QC_BACKEND_TOP_MAX + 1; /* more than forward_top gives: the whole row */
+	q[6].sampling.temperature = 0.7f;
+	q[6].sampling.seed = 5;
+	q[6].sampling.top_k = QC_BACKEND_TOP_MAX;
 
 	int32_t out[2][N_REQ][N_TOK];
 	float lp[2][N_TOK];
@@ -558,14 +579,15 @@ static void argmax_backend_equals_host(const char *fx, const char *tmpdir)
 		qc_engine_free(e);
 	}
 	unlink(bundle);
-	CHECK(!memcmp(out[0], out[1], sizeof out[0]), "forward_argmax run differs from the host-sampled run");
-	CHECK(!memcmp(lp[0], lp[1], sizeof lp[0]), "logprobs differ through forward_argmax");
-	CHECK(wrap.rows_taken > 0 && wrap.rows_flagged > 0 && wrap.rows_wanted > 0,
-	      "forward_argmax path not exercised: %ld taken, %ld flagged, %ld sampled on the host",
-	      wrap.rows_taken, wrap.rows_flagged, wrap.rows_wanted);
-	printf("  forward_argmax: %ld greedy rows from the backend (%ld flagged bad, sampled from the row), "
-	       "%ld rows sampled on the host; tokens and logprobs equal to the host-only run\n",
-	       wrap.rows_taken, wrap.rows_flagged, wrap.rows_wanted);
+	CHECK(!memcmp(out[0], out[1], sizeof out[0]), "forward_top run differs from the host-sampled run");
+	CHECK(!memcmp(lp[0], lp[1], sizeof lp[0]), "logprobs differ through forward_top");
+	CHECK(wrap.rows_taken > 0 && wrap.rows_topk > 0 && wrap.rows_flagged > 0 && wrap.rows_wanted > 0,
+	      "forward_top path not exercised: %ld taken (%ld top-k), %ld flagged, %ld sampled on the host",
+	      wrap.rows_taken, wrap.rows_topk, wrap.rows_flagged, wrap.rows_wanted);
+	printf("  forward_top: %ld rows chosen from the backend's best ids (%ld of them top-k sampled, %ld "
+	       "flagged bad and sampled from the row), %ld rows sampled on the host; tokens and logprobs "
+	       "equal to the host-only run\n",
+	       wrap.rows_taken, wrap.rows_topk, wrap.rows_flagged, wrap.rows_wanted);
 }
 
 static void hash_logits(void *ctx, uint64_t id, int32_t step, const float *logits, int32_t n_vocab)

@@ -597,6 +597,90 @@ static void large_vocab_sampling_is_fast(void)
 	free(l);
 }
 
+/* A backend that selects the row's top_k best (forward_top) hands the sampler
+ * only those: qc_sampler_sample_top must give the full row's tokens and PRNG
+ * advance, draw after draw, with ties in the row (quantized logits). */
+static void top_candidates_give_the_full_rows_draws(void)
+{
+	enum { N = 32000, DRAWS = 300 };
+	struct { int32_t k; float temp, top_p, min_p; } cfg[] = {
+		{2, 1.0f, 1.0f, 0.0f}, {40, 0.8f, 0.95f, 0.0f}, {128, 1.3f, 1.0f, 0.05f}, {17, 0.5f, 0.5f, 0.1f}};
+	struct cand *c = malloc(N * sizeof *c), *ref = malloc(N * sizeof *ref);
+	float *row = malloc(N * sizeof *row);
+	int32_t ids[128];
+	float vals[128];
+	struct qc_sampler_ws *ws = NULL;
+	struct qc_err err = {0};
+	CHECK(qc_sampler_ws_new(N, &ws, &err) == QC_OK, "ws: %s", err.msg);
+	for (size_t t = 0; t < sizeof cfg / sizeof cfg[0]; t++) {
+		struct qc_sampler_params p;
+		qc_sampler_params_init(&p);
+		p.temperature = cfg[t].temp;
+		p.top_k = cfg[t].k;
+		p.top_p = cfg[t].top_p;
+		p.min_p = cfg[t].min_p;
+		p.seed = 1000 + t;
+		struct qc_sampler *full = NULL, *top = NULL, *off = NULL;
+		CHECK(qc_sampler_new(&p, 64, &full, &err) == QC_OK && qc_sampler_new(&p, 64, &top, &err) == QC_OK &&
+		      qc_sampler_new(&p, 64, &off, &err) == QC_OK, "sampler: %s", err.msg);
+		CHECK(qc_sampler_top_need(top, N) == cfg[t].k, "top_need %d, want %d", qc_sampler_top_need(top, N),
+		      cfg[t].k);
+		int same = 0, wrong_same = 0;
+		for (int d = 0; d < DRAWS; d++) {
+			fill_cands(c, ref, N, 3.0, d % 2 ? 8 : 0); /* ref: best first */
+			for (int32_t i = 0; i < N; i++)
+				row[i] = c[i].logit;
+			struct qc_sample_result a, b, o;
+			/* a wrong selection (the best left out) must show: off's draws differ */
+			for (int32_t i = 0; i < cfg[t].k; i++) {
+				ids[i] = ref[i + 1].id;
+				vals[i] = ref[i + 1].logit;
+			}
+			CHECK(qc_sampler_sample_top(off, ws, ids, vals, cfg[t].k, &o, &err) == QC_OK, "off: %s", err.msg);
+			for (int32_t i = 0; i < cfg[t].k; i++) {
+				ids[i] = ref[i].id;
+				vals[i] = ref[i].logit;
+			}
+			CHECK(qc_sampler_sample(full, ws, row, N, &a, &err) == QC_OK, "full: %s", err.msg);
+			CHECK(qc_sampler_sample_top(top, ws, ids, vals, cfg[t].k, &b, &err) == QC_OK, "top: %s", err.msg);
+			same += a.token == b.token;
+			wrong_same += a.token == o.token;
+		}
+		CHECK(same == DRAWS, "top_k %d: %d of %d draws equal to the full row's", cfg[t].k, same, DRAWS);
+		CHECK(wrong_same < DRAWS, "top_k %d: a selection without the best token gave the same draws", cfg[t].k);
+		struct qc_sample_result r;
+		CHECK(qc_sampler_sample_top(top, ws, ids, vals, cfg[t].k - 1, &r, &err) == QC_EINVAL,
+		      "%d candidates for top_k %d accepted", cfg[t].k - 1, cfg[t].k);
+		qc_sampler_free(full);
+		qc_sampler_free(top);
+		qc_sampler_free(off);
+	}
+	/* what needs the whole row */
+	struct qc_sampler_params p;
+	qc_sampler_params_init(&p);
+	struct qc_sampler *s = NULL;
+	struct { float temp; int32_t k; bool lp; float rep; int32_t want; } need[] = {
+		{0.0f, 0, false, 1.0f, 1}, {0.8f, 40, false, 1.0f, 40}, {0.8f, 0, false, 1.0f, 0},
+		{0.8f, 40, true, 1.0f, 0}, {0.8f, 40, false, 1.3f, 0}, {0.8f, N, false, 1.0f, 0},
+		{0.8f, 1, false, 1.0f, 0}, {0.0f, 40, false, 1.3f, 0}};
+	const int32_t hist[3] = {5, 6, 7};
+	for (size_t t = 0; t < sizeof need / sizeof need[0]; t++) {
+		p.temperature = need[t].temp;
+		p.top_k = need[t].k;
+		p.logprobs = need[t].lp;
+		p.repeat_penalty = need[t].rep;
+		CHECK(qc_sampler_new(&p, 64, &s, &err) == QC_OK, "sampler: %s", err.msg);
+		qc_sampler_accept(s, hist, 3);
+		CHECK(qc_sampler_top_need(s, N) == need[t].want, "case %zu: top_need %d, want %d", t,
+		      qc_sampler_top_need(s, N), need[t].want);
+		qc_sampler_free(s);
+	}
+	qc_sampler_ws_free(ws);
+	free(c);
+	free(ref);
+	free(row);
+}
+
 int main(void)
 {
 	prng_matches_reference_algorithms();
@@ -609,5 +693,6 @@ int main(void)
 	same_seed_same_draws_different_seed_different();
 	bad_rows_and_params_are_refused();
 	large_vocab_sampling_is_fast();
+	top_candidates_give_the_full_rows_draws();
 	return check_report("test_sampler");
 }

@@ -42,6 +42,11 @@ void qc_ref_act_gather(const float *x, int64_t ldx, int32_t x_div, const int32_t
  * or +inf, or only -inf. */
 void qc_ref_argmax(const float *x, int64_t n_rows, int32_t n, int32_t *out);
 
+/* Rows with k[r] >= 2: the k[r] best (larger, then lower id) at ids/vals + r *
+ * stride, best first; ids[r * stride] = -1 for a NaN/+inf/all -inf row. */
+void qc_ref_topk(const float *x, int64_t n_rows, int32_t n, const int32_t *k, int32_t stride, int32_t *ids,
+		 float *vals);
+
 /* pool: (n_blocks, n_layer, 2, bt, kv_dim) binary16 bits. */
 void qc_ref_kv_store(const float *k, const float *v, const int32_t *slots, int64_t n_tok,
 		     uint16_t *pool, int layer, int n_layer, int bt, int kv_dim);

@@ -32,6 +32,7 @@
 #include "cuda/rms_norm.h"
 #include "cuda/rope.h"
 #include "cuda/silu_mul.h"
+#include "cuda/topk.h"
 #include "ref/fp16.h"
 #include "ref/ops.h"
 
@@ -515,6 +516,63 @@ static void test_argmax(int32_t n)
 	cudaFree(d_o);
 }
 
+/* top-k candidates: rows with k 0 / 1 (untouched), 2..128; ties (quantized
+ * values), -0 next to +0, -inf filling a row with fewer finite values than k,
+ * NaN / +inf / all -inf rows flagged; bit-exact ids and values. */
+static void test_topk(int32_t n)
+{
+	enum { R = 12, S = QC_CUDA_TOPK_MAX };
+	const int32_t kk[R] = {0, 1, 2, 40, 128, 7, 64, 3, 40, 40, 100, 128};
+	float *x = malloc(sizeof(float) * (size_t)(R * n));
+	int32_t *want_i = malloc(sizeof(int32_t) * R * S), *got_i = malloc(sizeof(int32_t) * R * S);
+	float *want_v = malloc(sizeof(float) * R * S), *got_v = malloc(sizeof(float) * R * S);
+	fill(x, (size_t)(R * n), -20, 20);
+	for (int32_t i = 0; i < n; i++) {
+		x[3 * n + i] = floorf(x[3 * n + i]);          /* many ties at every value */
+		x[6 * n + i] = (float)(int)(rnd() % 3) - 1.0f; /* -1, 0, 1 only */
+		x[7 * n + i] = i % 2 ? -0.0f : 0.0f;           /* -0 == +0: lowest ids win */
+		x[10 * n + i] = i < 5 ? (float)i : -INFINITY;  /* 5 finite, k 100 */
+		x[11 * n + i] = -INFINITY;                     /* all -inf: flagged */
+	}
+	x[8 * n + n / 2] = NAN;
+	x[9 * n + 3] = INFINITY;
+	for (int32_t i = 0; i < R * S; i++) {
+		want_i[i] = got_i[i] = -7;
+		want_v[i] = got_v[i] = 0.0f;
+	}
+	int32_t k[R];
+	for (int r = 0; r < R; r++)
+		k[r] = kk[r] < n ? kk[r] : n;
+	qc_ref_topk(x, R, n, k, S, want_i, want_v);
+	CHECK(want_i[8 * S] == -1 && want_i[9 * S] == -1 && want_i[11 * S] == -1 && want_i[0] == -7 &&
+	      want_i[S] == -7, "topk reference edge rows");
+	float *d_x = up(x, sizeof(float) * (size_t)(R * n));
+	int32_t *d_k = up(k, sizeof k), *d_i = up(got_i, sizeof(int32_t) * R * S);
+	float *d_v = poisoned(sizeof(float) * R * S);
+	cudaMemcpy(d_v, got_v, sizeof(float) * R * S, cudaMemcpyHostToDevice);
+	struct qc_err err = {0};
+	const struct qc_cuda_topk_args ta = {d_x, d_k, d_i, d_v, R, n, S};
+	CHECK(qc_cuda_topk(&ta, 0, &err) == QC_OK, "topk: %s", err.msg);
+	down(got_i, d_i, sizeof(int32_t) * R * S);
+	down(got_v, d_v, sizeof(float) * R * S);
+	int bad = -1;
+	for (int i = 0; i < R * S && bad < 0; i++)
+		if (got_i[i] != want_i[i] || memcmp(&got_v[i], &want_v[i], sizeof(float)))
+			bad = i;
+	printf("  topk %d rows of %d (k up to %d): %s\n", R, n, S, bad < 0 ? "equal" : "DIFFERENT");
+	CHECK(bad < 0, "topk entry %d (row %d): device %d %g, reference %d %g", bad, bad / S, bad < 0 ? 0 : got_i[bad],
+	      bad < 0 ? 0.0 : (double)got_v[bad], bad < 0 ? 0 : want_i[bad], bad < 0 ? 0.0 : (double)want_v[bad]);
+	free(x);
+	free(want_i);
+	free(got_i);
+	free(want_v);
+	free(got_v);
+	cudaFree(d_x);
+	cudaFree(d_k);
+	cudaFree(d_i);
+	cudaFree(d_v);
+}
+
 /* K/V store + paged attention over shuffled block tables: 3 sequences, one
  * prefilling several tokens, two decoding; GQA. */
 static void test_attention(int bt, int hd, int n_head, int n_head_kv, int long_ctx)
@@ -718,6 +776,9 @@ int main(void)
 	test_argmax(128256);
 	test_argmax(1001);
 	test_argmax(7);
+	test_topk(128256);
+	test_topk(1001);
+	test_topk(130);
 	test_attention(16, 64, 8, 2, 0);
 	test_attention(7, 100, 6, 6, 0);  /* hd 100: the split path refuses it, the one-block path runs twice */
 	test_attention(32, 128, 4, 1, 0);
