@@ -11,8 +11,10 @@
  * steps (every row wants logits, at most GRAPH_MAX_ROWS rows) replay a CUDA graph
  * per shape (backend_cuda_graph.h); QC_PROFILE=1 times the phases instead
  * (backend_cuda_prof.h).
- * Non-goals (yet): flash-style prefill attention, grouped MoE GEMM, sampling
- * other than greedy on the device.
+ * Sampling: forward_top brings back the argmax (greedy rows) or the top-k
+ * candidates (topk.cu) instead of the row where the sampler allows.
+ * Non-goals (yet): flash-style prefill attention, grouped MoE GEMM, device
+ * sampling of rows without a top-k cut.
  * Act-order weights get their activations gathered first (act_gather.cu);
  * YaRN, llama3 rope_freqs and sigmoid-gated shared experts as the CPU backend.
  */
