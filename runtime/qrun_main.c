@@ -2,18 +2,18 @@
  *
  *   qrun MODEL -p TEXT [-n N] [sampling flags] [--stop S]... [--json] [--ignore-eos] [engine flags]
  *   qrun MODEL --tokenize TEXT [--bos]
- *   qrun bench MODEL --requests N --concurrency C --in I --out O [--warmup W] [engine flags]
+ *   qrun bench MODEL --requests N --concurrency C --in I --out O [--warmup W] [sampling flags] [engine flags]
  *
  * MODEL is a .qb bundle or a .gguf; a GGUF is converted first (target cpu) into a
  * private temp directory under $TMPDIR, mapped, and unlinked at once, so nothing is
  * left behind. `-p -` reads the prompt's raw bytes from stdin. BOS is added exactly
  * when the vocabulary asks for it (llama.cpp's add_special). The engine flags
  * (device, threads, K/V pool, chunked prefill) are engine_cli.h's, shared with
- * qserve. bench: N requests of I synthetic prompt ids and O greedy tokens each
- * (EOS ignored), all queued at once, C at a time, after W untimed warm-up rounds
- * (as llama-bench does); prints prompt and decode tokens/s, TTFT and inter-token
- * latency p50/p99. Non-goals: chat templates,
- * interactive mode.
+ * qserve. bench: N requests of I synthetic prompt ids and O tokens each (greedy
+ * unless sampling flags are given, request i drawing with seed + i; EOS
+ * ignored), all queued at once, C at a time, after W untimed warm-up rounds (as
+ * llama-bench does); prints prompt and decode tokens/s, TTFT and inter-token
+ * latency p50/p99. Non-goals: chat templates, interactive mode.
  */
 #include <errno.h>
 #include <stddef.h>
@@ -39,7 +39,7 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: %s MODEL -p TEXT [-n N] [sampling] [--stop S]... [--json] [--ignore-eos] [engine]\n"
 		"       %s MODEL --tokenize TEXT [--bos]\n"
-		"       %s bench MODEL --requests N --concurrency C --in I --out O [--warmup W] [engine]\n"
+		"       %s bench MODEL --requests N --concurrency C --in I --out O [--warmup W] [sampling] [engine]\n"
 		"MODEL: a .qb bundle or a .gguf (converted to a temp bundle first).\n"
 		"-p - (and --tokenize -) read raw bytes from stdin. -n: tokens to generate (32).\n"
 		"--json prints {\"prompt_ids\":[...],\"ids\":[...],\"text\":\"...\",\"finish\":\"...\"}.\n"
@@ -48,8 +48,8 @@ static void usage(FILE *f)
 		"  --temp T (0 = greedy, the default)  --seed S  --top-k K  --top-p P  --min-p P\n"
 		"  --repeat-penalty R  --presence-penalty P  --frequency-penalty F  --penalty-last-n N\n"
 		"engine:\n%s"
-		"bench: N requests of I pseudo-random prompt ids and O tokens each (EOS ignored), C at a\n"
-		"time; prints prompt and decode tokens/s, TTFT and inter-token latency p50/p99. First W\n"
+		"bench: N requests of I pseudo-random prompt ids and O tokens each (EOS ignored; greedy\n"
+		"unless sampling flags are given, request i with seed S + i), C at a time; prints prompt and decode tokens/s, TTFT and inter-token latency p50/p99. First W\n"
 		"untimed warm-up rounds (default 1; 0: none) of C requests of I prompt + 2 tokens: the\n"
 		"first use of a kernel (module loading, cuBLAS setup, graph capture) is not timed.\n",
 		prog, prog, prog, qc_engine_cli_help);
@@ -294,7 +294,7 @@ static int bench_warmup(struct qc_engine *e, int rounds, int n, const int32_t *p
 }
 
 static int run_bench(const char *model, int n_req, int conc, int n_in, int n_out, int warmup,
-		     const struct qc_engine_cli *cli, struct qc_err *err)
+		     const struct qc_sampler_params *sp, const struct qc_engine_cli *cli, struct qc_err *err)
 {
 	struct qc_engine_opts o;
 	struct qc_engine *e = NULL;
@@ -332,9 +332,8 @@ static int run_bench(const char *model, int n_req, int conc, int n_in, int n_out
 			prompt[j] = 1 + (int32_t)((lcg >> 33) % (uint64_t)(n_vocab > 1 ? n_vocab - 1 : 1));
 		}
 		struct qc_engine_request q = {.prompt = prompt, .n_prompt = n_in, .max_tokens = n_out,
-					      .ignore_eos = true};
-		qc_sampler_params_init(&q.sampling);
-		q.sampling.temperature = 0.0f;
+					      .ignore_eos = true, .sampling = *sp};
+		q.sampling.seed = sp->seed + (uint64_t)i; /* each request its own draws */
 		if ((rc = qc_engine_add(e, &q, &rq[i].id, err)))
 			goto out;
 	}
@@ -397,14 +396,19 @@ out:
 }
 
 /* qrun bench MODEL ...: argv[0] is "bench". */
+static int sampling_flag(struct qc_sampler_params *sp, int argc, char **argv, int *i);
+
 static int bench_main(int argc, char **argv)
 {
 	const char *model = NULL;
 	long n_req = 0, conc = 0, n_in = 0, n_out = 0, warmup = 1;
 	struct qc_engine_cli cli;
+	struct qc_sampler_params sp;
 	struct qc_err err = {0};
 
 	qc_engine_cli_init(&cli);
+	qc_sampler_params_init(&sp);
+	sp.temperature = 0.0f; /* greedy unless --temp says otherwise */
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		const bool has = i + 1 < argc;
@@ -412,7 +416,8 @@ static int bench_main(int argc, char **argv)
 		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
 			usage(stdout);
 			return 0;
-		} else if ((r = qc_engine_cli_parse(&cli, prog, argc, argv, &i))) {
+		} else if ((r = qc_engine_cli_parse(&cli, prog, argc, argv, &i)) ||
+			   (r = sampling_flag(&sp, argc, argv, &i))) {
 			if (r < 0)
 				return 1;
 		} else if (!strcmp(a, "--requests") && has) {
@@ -443,7 +448,7 @@ static int bench_main(int argc, char **argv)
 				"--in 1..65536 --out 1..65536\n", prog);
 		return 1;
 	}
-	if (run_bench(model, (int)n_req, (int)conc, (int)n_in, (int)n_out, (int)warmup, &cli, &err)) {
+	if (run_bench(model, (int)n_req, (int)conc, (int)n_in, (int)n_out, (int)warmup, &sp, &cli, &err)) {
 		qc_err_print(&err, prog, stderr);
 		return qc_engine_cli_open_status(&cli, &err);
 	}

@@ -5,7 +5,8 @@
 # $QC_BENCH_TARGETS (default "sm90": Marlin tensor-core layouts for q4_0/q8_0;
 # "cpu" keeps ggml blocks, read by the fused-dequant GEMV), and qrun bench --device cuda
 # measures batch-1 pp512 + tg128, then decode with 64 and 256 concurrent requests
-# (128 prompt + 128 generated tokens each). Models live in $QC_BENCH_DIR (default
+# (128 prompt + 128 generated tokens each), and sampled decode at 64 (top-k 40 +
+# top-p, then top-p alone). Models live in $QC_BENCH_DIR (default
 # /tmp/qc-bench) and are deleted after each type. Binaries from $QC_BIN (make
 # bench-gpu) or the unpacked payload (tools/gpu_check.sh). Type q4_k_m is made
 # from the F16 GGUF by llama.cpp's llama-quantize ($LLAMA_QUANTIZE; built from a
@@ -41,6 +42,15 @@ for t in ${QC_BENCH_TYPES:-q4_0 q8_0 f16}; do
 			"$BIN/qrun" bench "$D/m.qb" --device cuda --requests $c --concurrency $c --in 128 --out 128 2>&1 |
 				grep -E "concurrency|prompt:|decode:|total:|error|qrun:"
 		done
+		# sampled decode at 64: top-k (candidates selected on the device) vs top-p
+		# alone (every row crosses to the host); QC_BENCH_SAMPLED=0 skips it
+		if [ "${QC_BENCH_SAMPLED:-1}" != 0 ]; then
+			for smp in "--temp 0.8 --top-k 40 --top-p 0.95" "--temp 0.8 --top-p 0.95"; do
+				echo "sampled @64: $smp"
+				"$BIN/qrun" bench "$D/m.qb" --device cuda --requests 64 --concurrency 64 --in 128 --out 128 \
+					$smp 2>&1 | grep -E "decode:|error|qrun:"
+			done
+		fi
 		rm -f "$D/m.qb"
 	done
 	rm -f "$D/m.gguf"
