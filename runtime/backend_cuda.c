@@ -287,7 +287,8 @@ out:
 }
 
 /* The device view of w: a slice of the uploaded file, or an f16 conversion
- * when no kernel reads its (layout, type). */
+ * when no kernel reads its (layout, type): in the GGML layout only F64, Q8_1,
+ * Q8_K and the integer types (every other type has a decode.cuh decoder). */
 static int make_dmat(struct cu *c, const struct qc_mat *w, const char *what, struct dmat *d,
 		     bool warned[QC_TYPE_COUNT], struct qc_err *err)
 {

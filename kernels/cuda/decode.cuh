@@ -6,16 +6,19 @@
  *   elements), BYTES (bytes of such a block), dec32(blk, c, out[32]) decoding
  *   elements [32c, 32c + 32) of the block at blk; PLAIN (one element per ggml
  *   block: rows of any length, the tail past the last 32 read by dec1(row, i)).
+ * Here: float, legacy, K-quant and Hugging Face scheme types (hq4, hq8,
+ * bnb_nf4/fp4 with code books in constant memory, f8_e4m3, nvfp4); i-quants in
+ * decode_iq.cuh, tq1_0/tq2_0 in decode_ternary.cuh, MXFP4 in decode_fp4.cuh
+ * (tables: decode_tables.cuh, the host's kernels/ref/iq_tables.c). F64, the
+ * integer types and Q8_1/Q8_K (llama.cpp's activation formats) have none
+ * (ok = false): the backend dequantizes them on the host at load (logged once).
  * Loads: plain float rows use 16-byte vector loads when the chunk is 16-byte
- * aligned; ggml blocks (even sizes, 2-byte aligned) are read bytewise for now.
- * The Hugging Face scheme encodings (hq4, hq8, bnb_nf4/fp4, f8_e4m3, nvfp4)
- * have decoders too (bnb code books in constant memory).
- * Types without a specialization (ok = false) have no device kernel; the
- * backend dequantizes them on the host at load (logged once).
+ * aligned; ggml blocks (2-byte aligned, except MXFP4's 17 bytes) are read
+ * bytewise for now.
  * Invariant: bit-exact with kernels/ref/dequant_*.c (llama.cpp's to_float):
  * the same roundings in the same order, written with __fmul_rn/__fsub_rn so
  * nvcc cannot fuse them into an fma.
- * Reference: kernels/qblock.h (layouts), kernels/ref/dequant_{float,int,k}.c.
+ * Reference: kernels/qblock.h (layouts), kernels/ref/dequant_*.c.
  */
 #ifndef QC_CUDA_DECODE_CUH
 #define QC_CUDA_DECODE_CUH
@@ -417,6 +420,10 @@ template <> struct qc_dev<QC_TYPE_NVFP4> {
 		}
 	}
 };
+
+#include "decode_fp4.cuh"
+#include "decode_iq.cuh"
+#include "decode_ternary.cuh"
 
 /* Address of the 32-element chunk j (0-based along the row) of a row. */
 template <int T> static __device__ __forceinline__ const uint8_t *chunk_ptr(const uint8_t *row, int64_t j,

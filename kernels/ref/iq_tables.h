@@ -8,6 +8,10 @@
  * ~9 KiB instead of ~33 KiB. Sign bytes are 7 stored bits + even parity.
  * Invariant: the levels arrays are padded to 1 << bits entries, so any index
  * a corrupt block can produce stays in bounds.
+ * Host and device share this file: under nvcc QC_TABLE_EXTERN declares nothing
+ * and a .cu gets the tables by including iq_tables.c (kernels/cuda/
+ * decode_tables.cuh); the helpers are QC_HOSTDEV and read levels through the
+ * read-only data cache on the device.
  * Reference: llama.cpp ggml-common.h (iq*_grid, ksigns_iq2xs), OCP MX v1.0.
  */
 #ifndef QC_IQ_TABLES_H
@@ -34,18 +38,30 @@ QC_TABLE_EXTERN(int8_t, qc_iq4nl_values, 16)
 /* (16) E2M1 code -> 2 * value; pairs with qc_e8m0_to_f32_half() */
 QC_TABLE_EXTERN(int8_t, qc_mxfp4_values, 16)
 
+/* levels[i] (or any int8 table of this file); on the device an __ldg: the
+ * tables are __device__ globals there (per-thread indices, which __constant__
+ * memory would serialize). */
+static inline QC_HOSTDEV int8_t qc_iq_level(const int8_t *levels, unsigned i)
+{
+#ifdef __CUDA_ARCH__
+	return __ldg(levels + i);
+#else
+	return levels[i];
+#endif
+}
+
 /* Expand grid row `code` of an 8-wide, 2-bit grid into out[0..7]. */
 static inline QC_HOSTDEV void qc_iq_row8(uint16_t code, const int8_t *levels, int8_t out[8])
 {
 	for (int j = 0; j < 8; j++)
-		out[j] = levels[(code >> (2 * j)) & 3];
+		out[j] = qc_iq_level(levels, (code >> (2 * j)) & 3u);
 }
 
 /* Expand grid row `code` of a 4-wide, 3-bit grid into out[0..3]. */
 static inline QC_HOSTDEV void qc_iq_row4(uint16_t code, const int8_t *levels, int8_t out[4])
 {
 	for (int j = 0; j < 4; j++)
-		out[j] = levels[(code >> (3 * j)) & 7];
+		out[j] = qc_iq_level(levels, (code >> (3 * j)) & 7u);
 }
 
 /* 8 sign bits from a 7-bit stored index: bit 7 makes the popcount even

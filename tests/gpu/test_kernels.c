@@ -125,29 +125,42 @@ static bool report(const char *what, struct cmp c, double tol)
 	return ok;
 }
 
-/* Random blocks of type t: random bytes; a block that decodes to a non-finite
- * value or one above 1e4 (weights are never near the fp16 range) has bit 6 of
- * every byte cleared (fp16 scales then stay below 2). */
+/* true when the block at blk decodes to finite values of at most 1e4 (weights
+ * are never near the fp16 range: huge values overflow the fp16 GEMM feed) */
+static bool block_in_range(const struct qc_type_traits *tt, const uint8_t *blk)
+{
+	float tmp[256];
+	tt->dequant_row(blk, tmp, tt->block_elems);
+	for (int64_t i = 0; i < tt->block_elems; i++)
+		if (!isfinite(tmp[i]) || fabsf(tmp[i]) > 1e4f)
+			return false;
+	return true;
+}
+
+/* Random blocks of type t: random bytes; a block out of range has bit 6 of
+ * every byte cleared (fp16 and f32 scales then stay below 2), and one still out
+ * of range (an MXFP4 E8M0 exponent keeps its top bit) is drawn again. */
 static void rand_blocks(enum qc_type t, uint8_t *dst, int64_t n_elems)
 {
 	const struct qc_type_traits *tt = &qc_types[t];
 	const int64_t nb = n_elems / tt->block_elems;
-	float tmp[256];
 	for (int64_t b = 0; b < nb; b++) {
 		uint8_t *blk = dst + b * tt->block_bytes;
-		for (int64_t i = 0; i < tt->block_bytes; i++)
-			blk[i] = (uint8_t)rnd();
-		if (tt->family == QC_FAMILY_FLOAT) { /* plain floats: keep them in [-2, 2] */
-			float v = frand(-2.0f, 2.0f);
-			tt->quant_row(&v, blk, 1);
-			continue;
+		for (int tries = 0; tries < 100; tries++) {
+			for (int64_t i = 0; i < tt->block_bytes; i++)
+				blk[i] = (uint8_t)rnd();
+			if (tt->family == QC_FAMILY_FLOAT) { /* plain floats: keep them in [-2, 2] */
+				float v = frand(-2.0f, 2.0f);
+				tt->quant_row(&v, blk, 1);
+				break;
+			}
+			if (block_in_range(tt, blk))
+				break;
+			for (int64_t i = 0; i < tt->block_bytes; i++)
+				blk[i] &= 0xbf;
+			if (block_in_range(tt, blk))
+				break;
 		}
-		tt->dequant_row(blk, tmp, tt->block_elems);
-		bool bad = false;
-		for (int64_t i = 0; i < tt->block_elems; i++) /* huge values overflow the fp16 GEMM feed */
-			bad |= !isfinite(tmp[i]) || fabsf(tmp[i]) > 1e4f;
-		for (int64_t i = 0; bad && i < tt->block_bytes; i++)
-			blk[i] &= 0xbf;
 	}
 }
 
