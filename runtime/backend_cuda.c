@@ -6,7 +6,8 @@
  * K/V pool in the CPU backend's layout (the CPU rounds its cache through
  * binary16 too) and every activation buffer, all sized at create.
  * Forward: plan arrays up in one copy, kernels of kernels/cuda/ on one stream
- * (MoE routing on the device, experts as per-row GEMV), logits down in one
+ * (MoE routing on the device; experts as per-row GEMV up to gemv_max_rows
+ * rows, beyond as the grouped GEMM of moe_gemm.cu), logits down in one
  * copy: the step's only host sync. Matmuls through matmul_dispatch.h. Decode
  * steps (every row wants logits, at most GRAPH_MAX_ROWS rows) replay a CUDA graph
  * per shape (backend_cuda_graph.h); QC_PROFILE=1 times the phases instead
@@ -35,6 +36,7 @@
 #include "cuda/kv_store.h"
 #include "cuda/matmul_dispatch.h"
 #include "cuda/moe_combine.h"
+#include "cuda/moe_gemm.h"
 #include "cuda/moe_route.h"
 #include "cuda/paged_attn.h"
 #include "cuda/rms_norm.h"
@@ -382,6 +384,17 @@ static uint64_t ws_need(const struct cu *c)
 			need = b > need ? b : need;
 		}
 	}
+	/* MoE experts past gemv_max_rows rows: the grouped GEMM's row sort (mm()) */
+	const int64_t exp_rows = c->p.max_tokens * (cfg->n_expert ? cfg->n_expert_used : 1);
+	for (int il = 0; cfg->n_expert && il < cfg->n_layer; il++) {
+		const struct dmat *x[] = {&c->L[il].gate_exps, &c->L[il].up_exps, &c->L[il].down_exps};
+		for (size_t i = 0; i < sizeof x / sizeof x[0]; i++) {
+			if (!x[i]->d_w || x[i]->layout != QC_LAYOUT_GGML)
+				continue;
+			const uint64_t b = qc_cuda_moe_gemm_ws_bytes(exp_rows, x[i]->n_mat);
+			need = b > need ? b : need;
+		}
+	}
 	return need;
 }
 
@@ -595,9 +608,14 @@ static int mm(struct cu *c, const struct dmat *w, const float *d_x, int64_t ldx,
 	if (n_rows > c->gemv_max_rows) {
 		if (!d_expert && w->k->gemm)
 			return w->k->gemm(&a, c->st, err);
+		if (d_expert && w->layout == QC_LAYOUT_GGML && w->n_in % 32 == 0) {
+			const struct qc_cuda_moe_gemm_args g = {a, w->n_mat};
+			return qc_cuda_moe_gemm(&g, c->st, err);
+		}
 		if (d_expert)
-			QC_WARN_ONCE("cuda: MoE experts run as per-row GEMV over the stacked weights "
-				     "(a grouped GEMM is not written yet): prefill of MoE models is slow");
+			QC_WARN_ONCE("cuda: MoE experts in the %s layout (n_in %lld) run as per-row GEMV: the "
+				     "grouped GEMM (moe_gemm.cu) reads only GGML layouts with n_in a multiple of 32; "
+				     "prefill of this model is slow", qc_layout_name(w->layout), (long long)w->n_in);
 	}
 	return w->k->gemv(&a, c->st, err);
 }

@@ -83,4 +83,11 @@ void qc_ref_gemm_f16(const uint8_t *w, enum qc_type type, int64_t n_in, int64_t 
 		     uint64_t row_bytes, const float *x, int64_t ldx, int64_t n_rows, float *y,
 		     int64_t ldy);
 
+/* As qc_ref_gemv_q with experts (n_mat matrices, mat_stride bytes apart),
+ * every weight (F32 too) and activation rounded to fp16 first, products summed
+ * in double; a row whose expert is outside [0, n_mat) gets NaN. */
+void qc_ref_moe_gemm(const uint8_t *w, enum qc_type type, int64_t n_in, int64_t n_out, uint64_t row_bytes,
+		     uint64_t mat_stride, int64_t n_mat, const float *x, int64_t ldx, int x_div,
+		     const int32_t *expert, int64_t n_rows, float *y, int64_t ldy);
+
 #endif

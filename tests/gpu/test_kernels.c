@@ -27,6 +27,7 @@
 #include "cuda/gemv_q.h"
 #include "cuda/kv_store.h"
 #include "cuda/moe_combine.h"
+#include "cuda/moe_gemm.h"
 #include "cuda/moe_route.h"
 #include "cuda/paged_attn.h"
 #include "cuda/rms_norm.h"
@@ -268,6 +269,171 @@ static void test_matmul_type(enum qc_type t, cublasHandle_t blas)
 			free(w);
 			cudaFree(d_w);
 		}
+}
+
+/* ---- grouped MoE GEMM ------------------------------------------------------ */
+
+/* qc_cuda_moe_gemm vs the fp64 truth (qc_ref_gemv_q) under the matmul rule, the
+ * plain same-precision reference being qc_ref_moe_gemm (fp16 operands, double
+ * sums); x_div = k (rows (token, slot)). dist 0: experts uniform; 1: even
+ * experts only (the odd ones get no rows); 2: most rows on the last expert
+ * (several tiles of one expert); 3: as 0 with row 0's expert out of range (its
+ * outputs must be NaN, the other rows still right). graph: the same call
+ * captured in a CUDA graph must give the same bits (no host sync inside; a
+ * stable sort, so run to run equal). */
+static void test_moe_gemm_case(enum qc_type t, int64_t n_in, int64_t n_out, int64_t n_rows, int n_mat, int k,
+			       int dist, bool graph)
+{
+	const struct qc_type_traits *tt = &qc_types[t];
+	const uint64_t rb = (uint64_t)(n_in / tt->block_elems) * (uint64_t)tt->block_bytes, ms = rb * (uint64_t)n_out;
+	/* an odd ldx takes the kernel's scalar loads, an even one its float2 loads */
+	const int64_t ldx = n_in + (n_rows & 1 ? 5 : 6), ldy = n_out + 3, xr = (n_rows + k - 1) / k;
+	const size_t nx = (size_t)(xr * ldx), ny = (size_t)(n_rows * ldy);
+	uint8_t *w = malloc(ms * (uint64_t)n_mat);
+	float *x = malloc(sizeof(float) * nx);
+	int32_t *ex = malloc(sizeof(int32_t) * (size_t)n_rows), *ex_ok = malloc(sizeof(int32_t) * (size_t)n_rows);
+	rand_blocks(t, w, n_in * n_out * n_mat);
+	fill(x, nx, -1, 1);
+	for (int64_t r = 0; r < n_rows; r++) {
+		const int32_t u = (int32_t)(rnd() % (uint32_t)n_mat);
+		ex[r] = dist == 1 ? u & ~1 : dist == 2 && rnd() % 5 ? n_mat - 1 : u;
+		ex_ok[r] = ex[r];
+	}
+	if (dist == 3) {
+		ex[0] = n_mat; /* out of range: NaN outputs */
+		ex_ok[0] = 0;
+	}
+	float *truth = calloc(ny, sizeof(float)), *plain = calloc(ny, sizeof(float));
+	float *got = calloc(ny, sizeof(float)), *got2 = calloc(ny, sizeof(float));
+	qc_ref_gemv_q(w, t, n_in, n_out, rb, ms, x, ldx, k, ex_ok, n_rows, truth, ldy, 1);
+	qc_ref_moe_gemm(w, t, n_in, n_out, rb, ms, n_mat, x, ldx, k, ex, n_rows, plain, ldy);
+	uint8_t *d_w = up(w, ms * (uint64_t)n_mat);
+	float *d_x = up(x, sizeof(float) * nx);
+	int32_t *d_ex = up(ex, sizeof(int32_t) * (size_t)n_rows);
+	float *d_y = poisoned(sizeof(float) * ny);
+	const uint64_t wsb = qc_cuda_moe_gemm_ws_bytes(n_rows, n_mat);
+	void *d_ws = poisoned(wsb); /* the sort must write everything it reads */
+	struct qc_cuda_moe_gemm_args a = {
+		.mm = {.d_w = d_w, .type = t, .layout = QC_LAYOUT_GGML, .n_in = n_in, .n_out = n_out,
+		       .row_bytes = rb, .mat_stride = ms, .d_x = d_x, .ldx = ldx, .x_div = k, .d_expert = d_ex,
+		       .n_rows = n_rows, .d_y = d_y, .ldy = ldy, .d_ws = d_ws, .ws_bytes = wsb},
+		.n_experts = n_mat,
+	};
+	struct qc_err err = {0};
+	char what[96];
+	snprintf(what, sizeof what, "%s moe_gemm %lldx%lld rows %lld of %d top-%d%s", tt->name, (long long)n_out,
+		 (long long)n_in, (long long)n_rows, n_mat, k, dist == 1 ? " (empty experts)" : dist == 2 ? " (skewed)" : "");
+	CHECK(qc_cuda_moe_gemm(&a, 0, &err) == QC_OK, "%s: %s", what, err.msg);
+	down(got, d_y, sizeof(float) * ny);
+	if (graph) {
+		cudaStream_t st = NULL;
+		cudaGraph_t g = NULL;
+		cudaGraphExec_t ge = NULL;
+		float *d_y2 = poisoned(sizeof(float) * ny);
+		a.mm.d_y = d_y2;
+		cudaMemset(d_ws, 0xff, wsb);
+		bool ok = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) == cudaSuccess &&
+			  cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+		const int rc = ok ? qc_cuda_moe_gemm(&a, st, &err) : QC_ECUDA;
+		ok = ok && cudaStreamEndCapture(st, &g) == cudaSuccess && rc == QC_OK &&
+		     cudaGraphInstantiate(&ge, g, 0) == cudaSuccess && cudaGraphLaunch(ge, st) == cudaSuccess &&
+		     cudaStreamSynchronize(st) == cudaSuccess;
+		CHECK(ok, "%s: graph capture / replay failed (%s)", what, rc ? err.msg : "CUDA");
+		down(got2, d_y2, sizeof(float) * ny);
+		CHECK(!memcmp(got, got2, sizeof(float) * ny), "%s: graph replay differs from the eager run", what);
+		if (ge)
+			cudaGraphExecDestroy(ge);
+		if (g)
+			cudaGraphDestroy(g);
+		if (st)
+			cudaStreamDestroy(st);
+		cudaFree(d_y2);
+	}
+	if (dist == 3) {
+		bool nan_row = true;
+		for (int64_t o = 0; o < n_out; o++)
+			nan_row &= isnan(got[o]) && isnan(plain[o]);
+		CHECK(nan_row, "%s: the row of an out-of-range expert is not NaN", what);
+		for (int64_t o = 0; o < ldy; o++)
+			got[o] = plain[o] = truth[o] = 0.0f;
+	}
+	/* only the written columns: the ld padding is not output */
+	for (int64_t r = 0; r < n_rows; r++)
+		for (int64_t o = n_out; o < ldy; o++)
+			got[r * ldy + o] = truth[r * ldy + o] = plain[r * ldy + o] = 0.0f;
+	const double mag = abs_mag(w, t, n_in, n_out, rb, ms, x, ldx, k, ex_ok, n_rows);
+	const struct cmp cp = compare(plain, truth, ny, INFINITY);
+	const double tol = 2 * cp.max_abs + (double)n_in * 0x1p-24 * mag;
+	CHECK(report(what, compare(got, truth, ny, tol), tol), "%s", what);
+	free(w);
+	free(x);
+	free(ex);
+	free(ex_ok);
+	free(truth);
+	free(plain);
+	free(got);
+	free(got2);
+	cudaFree(d_w);
+	cudaFree(d_x);
+	cudaFree(d_ex);
+	cudaFree(d_y);
+	cudaFree(d_ws);
+}
+
+/* Every type with a decoder on the small shapes; one type per family on all
+ * (n_rows 1..300, n_out 8..172, 4..64 experts, top-1..8); then the refusals. */
+static void test_moe_gemm(void)
+{
+	static const struct {
+		int64_t n_rows, n_out;
+		int n_mat, k, dist;
+	} cs[] = {
+		{1, 8, 4, 1, 0},      /* one row: three experts without rows */
+		{7, 100, 8, 1, 1},
+		{37, 172, 16, 4, 3},  /* + a row with an expert out of range; run in a graph too */
+		{300, 172, 64, 8, 1},
+		{300, 100, 4, 2, 2},  /* one expert with ~4 tiles */
+		{300, 8, 60, 8, 0},
+	};
+	static const enum qc_type full[] = {QC_TYPE_F32, QC_TYPE_F16, QC_TYPE_Q4_0, QC_TYPE_Q8_0, QC_TYPE_Q4_K,
+					    QC_TYPE_Q6_K};
+	for (int t = 0; t < QC_TYPE_COUNT; t++) {
+		if (!has_decoder((enum qc_type)t))
+			continue;
+		bool all = false;
+		for (size_t i = 0; i < sizeof full / sizeof full[0]; i++)
+			all |= t == (int)full[i];
+		const int64_t be = qc_types[t].block_elems < 32 ? 32 : qc_types[t].block_elems;
+		for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++) {
+			if ((!all && ci >= 3) || (quick && cs[ci].n_rows > 40))
+				continue;
+			/* a K tail (96: one and a half BK steps), or a long row */
+			const int64_t n_in = ci % 2 ? (be == 32 ? 96 : be) : quick ? 2 * be : be == 32 ? 1056 : 2304;
+			test_moe_gemm_case((enum qc_type)t, n_in, cs[ci].n_out, cs[ci].n_rows, cs[ci].n_mat, cs[ci].k,
+					   cs[ci].dist, ci == 2);
+		}
+	}
+	/* refusals: n_in not a multiple of 32, no experts, a short scratch */
+	struct qc_err err = {0};
+	const uint64_t wsb = qc_cuda_moe_gemm_ws_bytes(4, 2);
+	void *d_ws = poisoned(wsb);
+	float *d_y = poisoned(sizeof(float) * 4 * 40);
+	const float *d_x = (const float *)d_y;
+	struct qc_cuda_moe_gemm_args a = {
+		.mm = {.d_w = (const uint8_t *)d_ws, .type = QC_TYPE_F16, .layout = QC_LAYOUT_GGML, .n_in = 40,
+		       .n_out = 4, .row_bytes = 80, .mat_stride = 320, .d_x = d_x, .ldx = 40, .x_div = 1,
+		       .n_rows = 4, .d_y = d_y, .ldy = 4, .d_ws = d_ws, .ws_bytes = wsb},
+		.n_experts = 2,
+	};
+	CHECK(qc_cuda_moe_gemm(&a, 0, &err) == QC_EUNSUPPORTED, "moe_gemm: n_in 40 accepted");
+	a.mm.n_in = 32;
+	a.n_experts = 0;
+	CHECK(qc_cuda_moe_gemm(&a, 0, &err) == QC_EUNSUPPORTED, "moe_gemm: 0 experts accepted");
+	a.n_experts = 2;
+	a.mm.ws_bytes = wsb - 1;
+	CHECK(qc_cuda_moe_gemm(&a, 0, &err) == QC_EINVAL, "moe_gemm: a short scratch accepted");
+	cudaFree(d_ws);
+	cudaFree(d_y);
 }
 
 /* ---- decoders: embed and dequant_f16, bit-exact ---------------------------- */
@@ -781,6 +947,8 @@ int main(void)
 	for (int t = 0; t < QC_TYPE_COUNT; t++)
 		if (has_decoder((enum qc_type)t))
 			test_matmul_type((enum qc_type)t, blas);
+	printf("grouped MoE GEMM vs fp64 truth (same rule, plain reference with fp16 operands):\n");
+	test_moe_gemm();
 	printf("other ops:\n");
 	test_rms_norm();
 	test_rope();
