@@ -14,8 +14,9 @@
  * (backend_cuda_prof.h).
  * Sampling: forward_top brings back the argmax (greedy rows) or the top-k
  * candidates (topk.cu) instead of the row where the sampler allows.
- * Non-goals (yet): flash-style prefill attention, grouped MoE GEMM, device
- * sampling of rows without a top-k cut.
+ * Non-goals (yet): a grouped MoE GEMM for the marlin layouts, device sampling
+ * of rows without a top-k cut. (Flash prefill attention is chosen inside
+ * qc_cuda_paged_attn, flash_attn.cu; QC_CUDA_FLASH=0 turns it off.)
  * Act-order weights get their activations gathered first (act_gather.cu);
  * YaRN, llama3 rope_freqs and sigmoid-gated shared experts as the CPU backend.
  */

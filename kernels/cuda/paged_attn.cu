@@ -7,6 +7,12 @@
  * their partial rows summed in shared memory (fixed order: batch-invariant).
  * With scratch (d_ws) the split-K path of paged_attn_split.cuh runs instead:
  * decode steps and small batches, any context length.
+ * Prefill: with scratch, the tokens of runs of FLASH_MIN_RUN+ consecutive
+ * positions of one sequence go to flash_attn.cu first (run list and done flags
+ * carved from the front of d_ws, found on the device); the kernels here skip
+ * them (not while s is captured into a graph: decode steps). QC_CUDA_FLASH=0
+ * turns that off (then a token's result never depends on how its prompt was
+ * chunked).
  * GQA: head h reads kv head h / (n_head / n_head_kv). K/V are fp16, math fp32.
  * Reference: kernels/ref/paged_attn.c; vLLM paged_attention v1 (facts only).
  */
@@ -14,13 +20,18 @@
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "block_reduce.cuh"
+#include "flash_attn.h"
 #include "paged_attn_split.cuh"
 
 #define THREADS 256
 #define PW 4       /* positions per warp step */
 #define MAX_HD 256 /* head dims a lane-strided register row holds */
+#define FLASH_MIN_RUN 16 /* shorter runs (decode tokens) keep the kernels of this file */
 
 static __device__ __forceinline__ const __half *kv_row(const struct qc_cuda_paged_attn_args &a,
 						       const int32_t *table, int32_t j, int which, int kvh)
@@ -31,11 +42,13 @@ static __device__ __forceinline__ const __half *kv_row(const struct qc_cuda_page
 	       (int64_t)kvh * a.hd;
 }
 
-static __global__ void paged_attn_kernel(const struct qc_cuda_paged_attn_args a)
+static __global__ void paged_attn_kernel(const struct qc_cuda_paged_attn_args a, const int32_t *skip)
 {
 	extern __shared__ float sm[];
 	float *q = sm, *sc = sm + a.hd;
 	const int64_t t = blockIdx.x;
+	if (skip && skip[t])
+		return; /* flash_attn.cu wrote this token */
 	const int h = blockIdx.y, kvh = h / (a.n_head / a.n_head_kv);
 	const int32_t n_ctx = a.d_pos[t] + 1;
 	if (n_ctx > a.max_ctx) { /* broken contract: NaN out, never a shared-memory overrun */
@@ -126,10 +139,12 @@ static __global__ void paged_attn_kernel(const struct qc_cuda_paged_attn_args a)
 /* Scores, softmax and unnormalized P V of one (token, K/V head, chunk). */
 static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_cuda_paged_attn_args a,
 							       int32_t chunk_max, int32_t n_split, float *part_o,
-							       float *part_ml)
+							       float *part_ml, const int32_t *skip)
 {
 	extern __shared__ float sm[];
 	const int64_t t = blockIdx.x;
+	if (skip && skip[t])
+		return;
 	const int kvh = blockIdx.y, sp = blockIdx.z;
 	const int G = a.n_head / a.n_head_kv, hd = a.hd;
 	/* (G, hd) scaled q, (G, chunk_max) scores then weights, (ST / (hd / 2), G, hd) P V partials */
@@ -254,9 +269,11 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 
 /* out = merge of a token's chunks in chunk order: sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s. */
 static __global__ void attn_merge_kernel(const struct qc_cuda_paged_attn_args a, int32_t n_split,
-					 const float *part_o, const float *part_ml)
+					 const float *part_o, const float *part_ml, const int32_t *skip)
 {
 	const int64_t t = blockIdx.x;
+	if (skip && skip[t])
+		return;
 	const int h = blockIdx.y;
 	const int32_t n_ctx = a.d_pos[t] + 1;
 	float *out = a.d_out + (t * a.n_head + h) * (int64_t)a.hd;
@@ -291,8 +308,10 @@ extern "C" uint64_t qc_cuda_paged_attn_ws_bytes(int64_t n_tok, int32_t n_head, i
 	       sizeof(float);
 }
 
-/* The split path, or QC_EUNSUPPORTED when this shape is outside its limits. */
-static int paged_attn_split(const struct qc_cuda_paged_attn_args *a, cudaStream_t s, struct qc_err *err)
+/* The split path, or QC_EUNSUPPORTED when this shape is outside its limits.
+ * Tokens with skip[t] set (NULL: none) are left alone. */
+static int paged_attn_split(const struct qc_cuda_paged_attn_args *a, const int32_t *skip, cudaStream_t s,
+			    struct qc_err *err)
 {
 	const int G = a->n_head / a->n_head_kv;
 	/* shared memory and scratch sized for the longest chunk and the most chunks
@@ -331,14 +350,48 @@ static int paged_attn_split(const struct qc_cuda_paged_attn_args *a, cudaStream_
 		float *part_o = (float *)a->d_ws;
 		float *part_ml = part_o + (size_t)b.n_tok * (size_t)a->n_head * (size_t)ns * (size_t)a->hd;
 		attn_split_kernel<<<dim3((unsigned)b.n_tok, (unsigned)a->n_head_kv, (unsigned)ns), ST, smem, s>>>(
-			b, chunk_max, ns, part_o, part_ml);
+			b, chunk_max, ns, part_o, part_ml, skip ? skip + t0 : NULL);
 		if ((rc = qc_cuda_check(cudaGetLastError(), "attn_split_kernel", err)))
 			return rc;
-		attn_merge_kernel<<<dim3((unsigned)b.n_tok, (unsigned)a->n_head), 128, 0, s>>>(b, ns, part_o, part_ml);
+		attn_merge_kernel<<<dim3((unsigned)b.n_tok, (unsigned)a->n_head), 128, 0, s>>>(b, ns, part_o, part_ml,
+												 skip ? skip + t0 : NULL);
 		if ((rc = qc_cuda_check(cudaGetLastError(), "attn_merge_kernel", err)))
 			return rc;
 	}
 	return QC_OK;
+}
+
+/* Bytes of the flash path's done flags at the front of d_ws (its run list follows). */
+static uint64_t flash_done_bytes(int64_t n_tok)
+{
+	return ((uint64_t)n_tok * sizeof(int32_t) + 255) / 256 * 256;
+}
+
+/* The flash path runs unless QC_CUDA_FLASH=0, the shape is outside its list,
+ * the step is too small to hold a run of FLASH_MIN_RUN, its carve of the
+ * scratch would leave the split path without room for a token, or s is being
+ * captured into a CUDA graph: the backend captures decode steps only (one
+ * token per sequence, never a run), where the run search would add two
+ * launches per layer to every replay. */
+static bool flash_wanted(const struct qc_cuda_paged_attn_args *a, cudaStream_t s)
+{
+	const char *env = getenv("QC_CUDA_FLASH");
+	cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+	if ((env && !strcmp(env, "0")) || !a->d_ws || ((uintptr_t)a->d_ws & 15) || a->n_tok < FLASH_MIN_RUN ||
+	    cudaStreamIsCapturing(s, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone)
+		return false;
+	if (!qc_cuda_flash_attn_shape_ok(a->hd, a->n_head, a->n_head_kv)) {
+		QC_WARN_ONCE("paged_attn: no flash prefill kernel for head_dim %d with %d / %d heads; prefill runs "
+			     "split-K", a->hd, a->n_head, a->n_head_kv);
+		return false;
+	}
+	const uint64_t need = flash_done_bytes(a->n_tok) + qc_cuda_flash_attn_ws_bytes(a->n_tok);
+	const uint64_t split1 = qc_cuda_paged_attn_ws_bytes(1, a->n_head, a->hd, a->max_ctx);
+	if (a->ws_bytes >= need && (a->ws_bytes - need >= split1 || a->ws_bytes < split1))
+		return true;
+	QC_WARN_ONCE("paged_attn: scratch of %llu bytes has no room for the flash prefill run list (%llu bytes); "
+		     "prefill runs split-K", (unsigned long long)a->ws_bytes, (unsigned long long)need);
+	return false;
 }
 
 extern "C" int qc_cuda_paged_attn(const struct qc_cuda_paged_attn_args *a, cudaStream_t s, struct qc_err *err)
@@ -348,14 +401,25 @@ extern "C" int qc_cuda_paged_attn(const struct qc_cuda_paged_attn_args *a, cudaS
 		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1,
 				  "paged_attn: %lld tokens, %d heads / %d kv heads of %d, max_ctx %d",
 				  (long long)a->n_tok, a->n_head, a->n_head_kv, a->hd, a->max_ctx);
-	if (a->d_ws) {
-		const int rc = paged_attn_split(a, s, err);
+	struct qc_cuda_paged_attn_args b = *a; /* what the kernels below see: the scratch past the flash carve */
+	const int32_t *skip = NULL;
+	int rc;
+	if (flash_wanted(a, s)) {
+		const uint64_t nd = flash_done_bytes(a->n_tok), fw = qc_cuda_flash_attn_ws_bytes(a->n_tok);
+		const struct qc_cuda_flash_attn_args f = {*a, FLASH_MIN_RUN, (int32_t *)a->d_ws, (char *)a->d_ws + nd, fw};
+		if ((rc = qc_cuda_flash_attn(&f, s, err)))
+			return rc;
+		skip = f.d_done;
+		b.d_ws = (char *)a->d_ws + nd + fw;
+		b.ws_bytes = a->ws_bytes - nd - fw;
+	}
+	if (b.d_ws) {
+		rc = paged_attn_split(&b, skip, s, err);
 		if (rc != QC_EUNSUPPORTED)
 			return rc;
 	}
 	const size_t smem = sizeof(float) * ((size_t)a->hd + (size_t)a->max_ctx + (THREADS / 32) * (size_t)a->hd);
 	int dev, max_smem;
-	int rc;
 	if ((rc = qc_cuda_check(cudaGetDevice(&dev), "cudaGetDevice", err)) ||
 	    (rc = qc_cuda_check(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
 				"cudaDeviceGetAttribute", err)))
@@ -370,6 +434,6 @@ extern "C" int qc_cuda_paged_attn(const struct qc_cuda_paged_attn_args *a, cudaS
 	    (rc = qc_cuda_check(cudaFuncSetAttribute(paged_attn_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
 						     (int)smem), "cudaFuncSetAttribute(paged_attn)", err)))
 		return rc;
-	paged_attn_kernel<<<dim3((unsigned)a->n_tok, (unsigned)a->n_head), THREADS, smem, s>>>(*a);
+	paged_attn_kernel<<<dim3((unsigned)a->n_tok, (unsigned)a->n_head), THREADS, smem, s>>>(*a, skip);
 	return qc_cuda_check(cudaGetLastError(), "paged_attn_kernel", err);
 }

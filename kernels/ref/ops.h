@@ -57,6 +57,14 @@ void qc_ref_paged_attn(const float *q, float *out, const uint16_t *pool, int lay
 		       const int32_t *tok_seq, const int32_t *tables, int stride, int64_t n_tok,
 		       float scale);
 
+/* qc_ref_paged_attn for the tokens of runs of min_run+ consecutive plan tokens of
+ * one sequence at consecutive positions in 0..max_ctx-1 (done (n_tok): 1 for
+ * those, 0 else); other rows of out are not written. */
+void qc_ref_flash_attn(const float *q, float *out, int32_t *done, const uint16_t *pool, int layer, int n_layer,
+		       int bt, int n_head, int n_head_kv, int hd, const int32_t *pos, const int32_t *tok_seq,
+		       const int32_t *tables, int stride, int64_t n_tok, int32_t max_ctx, float scale,
+		       int32_t min_run);
+
 void qc_ref_embed(const uint8_t *w, enum qc_type type, uint64_t row_bytes, int64_t n_embd,
 		  const int32_t *ids, int64_t n_tok, float *out);
 

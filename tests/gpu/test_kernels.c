@@ -23,6 +23,7 @@
 #include "cuda/argmax.h"
 #include "cuda/dequant_f16.h"
 #include "cuda/embed.h"
+#include "cuda/flash_attn.h"
 #include "cuda/gemm_f16.h"
 #include "cuda/gemv_q.h"
 #include "cuda/kv_store.h"
@@ -811,7 +812,9 @@ static void test_attention(int bt, int hd, int n_head, int n_head_kv, int long_c
 	const float scale = 1.0f / sqrtf((float)hd);
 	qc_ref_paged_attn(q, want, pool, layer, n_layer, bt, n_head, n_head_kv, hd, pos, seq, tables, stride, T, scale);
 	float *d_q = up(q, sizeof(float) * (size_t)T * q_dim), *d_o = poisoned(sizeof(float) * (size_t)T * q_dim);
-	/* both paths: one block per (token, head), then split-K with scratch (fresh poison each) */
+	/* both paths: one block per (token, head), then split-K with scratch (fresh poison each);
+	 * the flash path (test_flash_attn) off, so the prefill tokens take them too */
+	setenv("QC_CUDA_FLASH", "0", 1);
 	const uint64_t wsb = qc_cuda_paged_attn_ws_bytes(T, n_head, hd, max_len);
 	void *d_ws = NULL;
 	CHECK(wsb > 0 && cudaMalloc(&d_ws, wsb) == cudaSuccess, "paged_attn scratch of %llu bytes",
@@ -833,6 +836,7 @@ static void test_attention(int bt, int hd, int n_head, int n_head_kv, int long_c
 		const double tol = 2e-5 * 2;
 		CHECK(report(what, compare(got, want, (size_t)T * q_dim, tol), tol), "%s", what);
 	}
+	unsetenv("QC_CUDA_FLASH");
 	cudaFree(d_ws);
 	free(tables);
 	free(perm);
@@ -855,6 +859,224 @@ static void test_attention(int bt, int hd, int n_head, int n_head_kv, int long_c
 	cudaFree(d_tab);
 	cudaFree(d_q);
 	cudaFree(d_o);
+}
+
+/* Flash prefill attention: one step's entries, each n tokens of its own
+ * sequence at positions start..start+n-1 (positions before start cached). */
+struct fa_entry {
+	int start, n;
+};
+
+/* Bound on |flash_attn - reference| per output, first order (u = 2^-11, the
+ * binary16 unit roundoff; vmax = max |v|; S = max over tokens, heads and keys of
+ * scale * sum_d |q_d k_d|; n = the longest context):
+ * - P is rounded to binary16 and normalized by the sum of the rounded values:
+ *   a weight moves by at most 2u relative, the output by 2u vmax;
+ * - a score error d (fp32 tensor-core sums of hd terms, 2^-23 each; plus
+ *   q_u S when the reference was fed the unrounded q, whose binary16 rounding
+ *   the kernel adds) moves every weight by at most e^(2d) - 1 relative; exp2 on
+ *   the approximate unit and a key tile's rescale factors add 2^-22 each;
+ * - the P V, softmax and reference sums in float: n 2^-21 vmax in all.
+ * Worst cases (typical errors are 10-100x smaller); the bit-exact and done-flag
+ * checks catch what a loose bound could hide (a wrong key, a wrong mask). */
+static double fa_tol(double vmax, double S, int hd, int n, double q_u)
+{
+	const double u = 0x1p-11, d = (hd + 2) * 0x1p-23 * S + q_u * S;
+	return vmax * (expm1(2 * d + (n / 32.0 + 2) * 0x1p-22) + 2.2 * u + n * 0x1p-21) + 1e-6;
+}
+
+/* qc_cuda_flash_attn against qc_ref_flash_attn (done flags equal, other rows
+ * left poisoned, tokens of runs within fa_tol: tight against the reference fed
+ * the binary16-rounded q, looser against the float q); a run cut 5 tokens later
+ * (other tiles) bit-equal; then qc_cuda_paged_attn, which dispatches to it:
+ * flash rows bit-equal, every row within the bound, and with QC_CUDA_FLASH=0
+ * every row within the split-K tolerance. */
+static void test_flash_attn(int bt, int hd, int n_head, int n_head_kv, const struct fa_entry *ent, int n_ent)
+{
+	const int n_layer = 2, layer = 1, kv_dim = n_head_kv * hd, q_dim = n_head * hd, group = n_head / n_head_kv;
+	const int min_run = 16, cut = 5;
+	const float scale = 1.0f / sqrtf((float)hd), c = scale * 1.4426950408889634f;
+	int T = 0, max_len = 1, n_blocks = 3;
+	for (int e = 0; e < n_ent; e++) {
+		T += ent[e].n;
+		max_len = ent[e].start + ent[e].n > max_len ? ent[e].start + ent[e].n : max_len;
+		n_blocks += (ent[e].start + ent[e].n + bt - 1) / bt;
+	}
+	const int stride = (max_len + bt - 1) / bt + 1; /* -1 padded, as the scheduler's */
+	int32_t *tables = malloc(sizeof(int32_t) * (size_t)n_ent * (size_t)stride);
+	int *perm = malloc(sizeof(int) * (size_t)n_blocks);
+	for (int i = 0; i < n_blocks; i++)
+		perm[i] = i;
+	for (int i = n_blocks - 1; i > 0; i--) {
+		int j = (int)(rnd() % (uint32_t)(i + 1)), t = perm[i];
+		perm[i] = perm[j];
+		perm[j] = t;
+	}
+	int used = 0;
+	for (int e = 0; e < n_ent; e++)
+		for (int b = 0; b < stride; b++)
+			tables[e * stride + b] = b * bt < ent[e].start + ent[e].n ? perm[used++] : -1;
+	/* pool NaN but the cached positions of this layer: a read past a context shows */
+	const size_t pool_n = (size_t)n_blocks * n_layer * 2 * bt * kv_dim;
+	uint16_t *pool = malloc(2 * pool_n);
+	memset(pool, 0xff, 2 * pool_n);
+	double vmax = 0;
+	for (int e = 0; e < n_ent; e++)
+		for (int j = 0; j < ent[e].start + ent[e].n; j++)
+			for (int w = 0; w < 2; w++)
+				for (int d = 0; d < kv_dim; d++) {
+					const size_t b = (size_t)tables[e * stride + j / bt];
+					const uint16_t h = qc_f32_to_fp16(frand(-2, 2));
+					pool[(((b * n_layer + layer) * 2 + w) * bt + j % bt) * kv_dim + d] = h;
+					vmax = w && fabs(qc_fp16_to_f32(h)) > vmax ? fabs(qc_fp16_to_f32(h)) : vmax;
+				}
+	int32_t *pos = malloc(sizeof(int32_t) * (size_t)T), *seq = malloc(sizeof(int32_t) * (size_t)T);
+	T = 0;
+	for (int e = 0; e < n_ent; e++)
+		for (int k = 0; k < ent[e].n; k++) {
+			pos[T] = ent[e].start + k;
+			seq[T++] = e;
+		}
+	const size_t qn = (size_t)T * q_dim;
+	float *q = malloc(sizeof(float) * qn), *q16 = malloc(sizeof(float) * qn);
+	fill(q, qn, -2, 2);
+	for (size_t i = 0; i < qn; i++) /* what the kernel feeds its tensor cores, scale undone */
+		q16[i] = qc_fp16_to_f32(qc_f32_to_fp16(q[i] * c)) / c;
+	double S = 0;
+	for (int t = 0; t < T; t++)
+		for (int h = 0; h < n_head; h++)
+			for (int j = 0; j <= pos[t]; j++) {
+				const size_t b = (size_t)tables[seq[t] * stride + j / bt];
+				const uint16_t *k = pool + (((b * n_layer + layer) * 2) * bt + j % bt) * kv_dim + (h / group) * hd;
+				double s = 0;
+				for (int d = 0; d < hd; d++)
+					s += fabs((double)q[(size_t)t * q_dim + (size_t)h * hd + d] * qc_fp16_to_f32(k[d]));
+				S = s * scale > S ? s * scale : S;
+			}
+	float *want = malloc(sizeof(float) * qn), *want16 = malloc(sizeof(float) * qn);
+	float *got = malloc(sizeof(float) * qn), *got2 = malloc(sizeof(float) * qn);
+	int32_t *done = malloc(sizeof(int32_t) * (size_t)T), *gdone = malloc(sizeof(int32_t) * (size_t)T);
+	qc_ref_paged_attn(q, want, pool, layer, n_layer, bt, n_head, n_head_kv, hd, pos, seq, tables, stride, T, scale);
+	memset(want16, 0xff, sizeof(float) * qn);
+	qc_ref_flash_attn(q16, want16, done, pool, layer, n_layer, bt, n_head, n_head_kv, hd, pos, seq, tables, stride,
+			  T, max_len, scale, min_run);
+
+	uint16_t *d_pool = up(pool, 2 * pool_n);
+	int32_t *d_pos = up(pos, sizeof(int32_t) * (size_t)T), *d_seq = up(seq, sizeof(int32_t) * (size_t)T);
+	int32_t *d_tab = up(tables, sizeof(int32_t) * (size_t)n_ent * (size_t)stride);
+	float *d_q = up(q, sizeof(float) * qn), *d_o = poisoned(sizeof(float) * qn), *d_o2 = poisoned(sizeof(float) * qn);
+	int32_t *d_done = poisoned(sizeof(int32_t) * (size_t)T);
+	const uint64_t fwsb = qc_cuda_flash_attn_ws_bytes(T);
+	const uint64_t wsb = qc_cuda_paged_attn_ws_bytes(T, n_head, hd, max_len) + fwsb + 4 * (uint64_t)T + 512;
+	void *d_fws = up(NULL, fwsb), *d_ws = up(NULL, wsb);
+	struct qc_err err = {0};
+	struct qc_cuda_paged_attn_args pa = {
+		.d_q = d_q, .d_out = d_o, .d_pool = d_pool, .layer = layer, .n_layer = n_layer, .block_tokens = bt,
+		.n_head = n_head, .n_head_kv = n_head_kv, .hd = hd, .d_pos = d_pos, .d_tok_seq = d_seq,
+		.d_tables = d_tab, .table_stride = stride, .n_tok = T, .max_ctx = max_len, .scale = scale,
+	};
+	const struct qc_cuda_flash_attn_args fa = {pa, min_run, d_done, d_fws, fwsb};
+	CHECK(qc_cuda_flash_attn(&fa, 0, &err) == QC_OK, "flash_attn: %s", err.msg);
+	down(got, d_o, sizeof(float) * qn);
+	down(gdone, d_done, sizeof(int32_t) * (size_t)T);
+	char what[160];
+	snprintf(what, sizeof what, "flash_attn bt %d hd %d heads %d/%d, %d tokens, ctx %d", bt, hd, n_head, n_head_kv,
+		 T, max_len);
+	/* done flags exact; rows of other tokens untouched (still the poison bits) */
+	int n_done = 0, first_flag = -1, first_touched = -1;
+	for (int t = 0; t < T; t++) {
+		n_done += done[t] == 1;
+		if (gdone[t] != done[t] && first_flag < 0)
+			first_flag = t;
+		for (int i = 0; !done[t] && i < q_dim && first_touched < 0; i++)
+			if (qc_f32_to_bits(got[(size_t)t * q_dim + i]) != 0xffffffffu)
+				first_touched = t;
+	}
+	CHECK(first_flag < 0, "%s: done flag of token %d is %d, want %d", what, first_flag,
+	      first_flag < 0 ? 0 : gdone[first_flag], first_flag < 0 ? 0 : done[first_flag]);
+	CHECK(first_touched < 0, "%s: token %d is not in a run of %d but its output was written", what, first_touched,
+	      min_run);
+	CHECK(n_done > 0, "%s: no run of %d tokens in the plan", what, min_run);
+	/* the taken rows, packed */
+	float *gf = malloc(sizeof(float) * qn), *wf = malloc(sizeof(float) * qn), *w16f = malloc(sizeof(float) * qn);
+	size_t nf = 0;
+	for (int t = 0; t < T; t++)
+		if (done[t]) {
+			memcpy(gf + nf, got + (size_t)t * q_dim, sizeof(float) * q_dim);
+			memcpy(wf + nf, want + (size_t)t * q_dim, sizeof(float) * q_dim);
+			memcpy(w16f + nf, want16 + (size_t)t * q_dim, sizeof(float) * q_dim);
+			nf += (size_t)q_dim;
+		}
+	const double tol16 = fa_tol(vmax, S, hd, max_len, 0), tolq = fa_tol(vmax, S, hd, max_len, 0x1p-11);
+	char w2[200];
+	snprintf(w2, sizeof w2, "%s (%d taken) vs binary16 q", what, n_done);
+	CHECK(report(w2, compare(gf, w16f, nf, tol16), tol16), "%s", w2);
+	snprintf(w2, sizeof w2, "%s vs float q", what);
+	CHECK(report(w2, compare(gf, wf, nf, tolq), tolq), "%s", w2);
+
+	/* the first run cut `cut` tokens later: other query tiles, the same rows bit for bit */
+	if (ent[0].n - cut >= min_run) {
+		struct qc_cuda_flash_attn_args fb = fa;
+		fb.attn.d_q = d_q + (size_t)cut * q_dim;
+		fb.attn.d_out = d_o2 + (size_t)cut * q_dim;
+		fb.attn.d_pos = d_pos + cut;
+		fb.attn.d_tok_seq = d_seq + cut;
+		fb.attn.n_tok = ent[0].n - cut;
+		CHECK(qc_cuda_flash_attn(&fb, 0, &err) == QC_OK, "flash_attn: %s", err.msg);
+		down(got2, d_o2, sizeof(float) * qn);
+		const size_t off = (size_t)cut * q_dim, n = (size_t)(ent[0].n - cut) * q_dim;
+		CHECK(!memcmp(got2 + off, got + off, sizeof(float) * n),
+		      "%s: a run cut %d tokens later gives other rows", what, cut);
+	}
+
+	/* through qc_cuda_paged_attn: its flash rows are these bit for bit, every row within bounds */
+	pa.d_ws = d_ws;
+	pa.ws_bytes = wsb;
+	cudaMemset(d_o, 0xff, sizeof(float) * qn);
+	CHECK(qc_cuda_paged_attn(&pa, 0, &err) == QC_OK, "paged_attn: %s", err.msg);
+	down(got2, d_o, sizeof(float) * qn);
+	int first_diff = -1;
+	for (int t = 0; t < T && first_diff < 0; t++)
+		if (done[t] && memcmp(got2 + (size_t)t * q_dim, got + (size_t)t * q_dim, sizeof(float) * q_dim))
+			first_diff = t;
+	CHECK(first_diff < 0, "%s: paged_attn's row of token %d is not flash_attn's", what, first_diff);
+	snprintf(w2, sizeof w2, "paged_attn + flash bt %d hd %d heads %d/%d, %d tokens", bt, hd, n_head, n_head_kv, T);
+	CHECK(report(w2, compare(got2, want, qn, tolq), tolq), "%s", w2);
+	setenv("QC_CUDA_FLASH", "0", 1);
+	cudaMemset(d_o, 0xff, sizeof(float) * qn);
+	CHECK(qc_cuda_paged_attn(&pa, 0, &err) == QC_OK, "paged_attn: %s", err.msg);
+	unsetenv("QC_CUDA_FLASH");
+	down(got2, d_o, sizeof(float) * qn);
+	snprintf(w2, sizeof w2, "paged_attn QC_CUDA_FLASH=0 bt %d hd %d heads %d/%d", bt, hd, n_head, n_head_kv);
+	const double tol = 2e-5 * 2;
+	CHECK(report(w2, compare(got2, want, qn, tol), tol), "%s", w2);
+
+	free(tables);
+	free(perm);
+	free(pool);
+	free(pos);
+	free(seq);
+	free(q);
+	free(q16);
+	free(want);
+	free(want16);
+	free(got);
+	free(got2);
+	free(done);
+	free(gdone);
+	free(gf);
+	free(wf);
+	free(w16f);
+	cudaFree(d_pool);
+	cudaFree(d_pos);
+	cudaFree(d_seq);
+	cudaFree(d_tab);
+	cudaFree(d_q);
+	cudaFree(d_o);
+	cudaFree(d_o2);
+	cudaFree(d_done);
+	cudaFree(d_fws);
+	cudaFree(d_ws);
 }
 
 static void test_moe(int n_expert, int k, int norm)
@@ -965,6 +1187,27 @@ int main(void)
 	test_attention(32, 128, 4, 1, 0);
 	test_attention(16, 128, 8, 2, 1); /* long context: many chunks */
 	test_attention(16, 80, 28, 4, 1); /* 7 query heads per K/V head, hd 80 */
+	{
+		/* runs of 16, 33, 200, 700 from position 0 and later, decode tokens, a run
+		 * of 15 (below the flash minimum) right before another sequence whose
+		 * positions continue it (no run across sequences) */
+		const int L = quick ? 120 : 700, M = quick ? 64 : 200;
+		const struct fa_entry e1[] = {{0, 15}, {15, 17}, {0, 16}, {40, 33}, {99, 1}, {7, 1}};
+		const struct fa_entry e2[] = {{0, M}, {300, 1}, {150, L}, {30, 15}, {0, 1}};
+		const struct fa_entry e3[] = {{0, 33}, {500, M}, {5, 16}, {64, 1}};
+		const struct fa_entry e4[] = {{0, L}, {90, 33}, {20, 1}};
+		const struct fa_entry e5[] = {{3, M}, {0, 17}, {31, 1}};
+		const struct fa_entry e6[] = {{0, 100}, {60, 40}, {10, 1}};
+		const struct fa_entry e7[] = {{10, 50}, {0, 1}, {0, 16}};
+		test_flash_attn(16, 64, 2, 2, e1, 6);    /* GQA 1 */
+		test_flash_attn(7, 128, 8, 2, e2, 5);    /* GQA 4, 7-token blocks */
+		test_flash_attn(16, 128, 16, 2, e3, 4);  /* GQA 8 */
+		test_flash_attn(7, 64, 8, 1, e4, 3);     /* GQA 8, one K/V head */
+		test_flash_attn(16, 80, 28, 4, e5, 3);   /* GQA 7 (9-token tiles), hd 80 */
+		test_flash_attn(7, 256, 4, 2, e6, 3);    /* hd 256: Q re-read from shared memory */
+		test_flash_attn(16, 32, 16, 1, e7, 3);   /* GQA 16 (4-token tiles), hd 32 */
+		test_flash_attn(16, 128, 4, 4, e4, 3);   /* GQA 1, hd 128 */
+	}
 	test_moe(8, 2, 1);
 	test_moe(60, 4, 0);
 	cublasDestroy(blas);
