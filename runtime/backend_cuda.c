@@ -326,7 +326,7 @@ static int make_dmat(struct cu *c, const struct qc_mat *w, const char *what, str
 	if (!warned[d->type]) {
 		warned[d->type] = true;
 		qc_warn_prefix();
-		fprintf(stderr, "cuda: no device decoder for %s weights yet: dequantized to f16 on the host "
+		fprintf(stderr, "cuda: no device decoder for %s weights: dequantized to f16 on the host "
 				"at load (slow path, f16-rounded values)\n", qc_types[d->type].name);
 	}
 	int rc = convert_f16(c, w, &d->d_w, err);
