@@ -6,7 +6,8 @@
  * allocates in forward. Invariant: a request's output only grows by tokens the
  * scheduler accepted, so recompute after preemption never duplicates a token.
  * Backend threads: opts.n_threads, else $QC_THREADS when set (1..256), else the
- * online CPUs (results do not depend on it).
+ * online CPUs (results do not depend on it); as many (at most 16) sample the
+ * rows that come back in full (sample_par.h), unless on_logits is set.
  */
 #include "engine.h"
 
@@ -16,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "sample_par.h"
 #include "vocab.h"
 
 /* Worker threads for the backend's matmuls (see the header). */
@@ -43,7 +45,9 @@ struct qc_engine {
 	void *be_state;
 	struct qc_kv *kv;
 	struct qc_sched *sched;
-	struct qc_sampler_ws *ws;
+	struct qc_sample_par *sp;  /* sampling workspaces and threads */
+	struct qc_sample_job *jobs; /* (max_running) this step's rows sampled from the whole row */
+	int32_t *job_entry;        /* (max_running) plan entry of each job */
 	struct qc_engine_opts opts;
 	float *logits;             /* (max_running, n_vocab) */
 	int32_t *want;             /* (max_running) per logit row: 0 the row, m the m best (forward_top) */
@@ -187,8 +191,11 @@ int qc_engine_new(const char *path, const struct qc_engine_opts *o, struct qc_en
 	if ((rc = e->be->create(e->model, &bp, &e->be_state, err)))
 		goto out_free;
 
-	if ((rc = qc_sampler_ws_new(cfg->n_vocab, &e->ws, err)))
+	const int32_t sp_threads = bp.n_threads < 16 ? bp.n_threads : 16;
+	if ((rc = qc_sample_par_new(sp_threads, cfg->n_vocab, &e->sp, err)))
 		goto out_free;
+	e->jobs = calloc((size_t)op->max_running, sizeof *e->jobs);
+	e->job_entry = calloc((size_t)op->max_running, sizeof *e->job_entry);
 	e->logits = malloc(sizeof(float) * (size_t)op->max_running * (size_t)cfg->n_vocab);
 	e->sampled = calloc((size_t)op->max_running, sizeof *e->sampled);
 	e->want = calloc((size_t)op->max_running, sizeof *e->want);
@@ -196,7 +203,8 @@ int qc_engine_new(const char *path, const struct qc_engine_opts *o, struct qc_en
 	e->top_logits = calloc((size_t)op->max_running * QC_BACKEND_TOP_MAX, sizeof *e->top_logits);
 	e->entry_req = calloc((size_t)op->max_running, sizeof *e->entry_req);
 	e->results = calloc((size_t)op->max_running, sizeof *e->results);
-	if (!e->logits || !e->sampled || !e->want || !e->top_ids || !e->top_logits || !e->entry_req || !e->results) {
+	if (!e->logits || !e->sampled || !e->want || !e->top_ids || !e->top_logits || !e->entry_req || !e->results ||
+	    !e->jobs || !e->job_entry) {
 		rc = qc_err_set(err, QC_ENOMEM, path, NULL, -1, "out of memory");
 		goto out_free;
 	}
@@ -228,7 +236,9 @@ void qc_engine_free(struct qc_engine *e)
 	free(e->top_logits);
 	free(e->entry_req);
 	free(e->results);
-	qc_sampler_ws_free(e->ws);
+	qc_sample_par_free(e->sp);
+	free(e->jobs);
+	free(e->job_entry);
 	if (e->be && e->be_state)
 		e->be->destroy(e->be_state);
 	qc_sched_free(e->sched);
@@ -377,6 +387,7 @@ int qc_engine_step(struct qc_engine *e, struct qc_err *err)
 	const double t2 = e->profile ? mono_s() : 0.0;
 
 	row = 0;
+	int32_t n_jobs = 0;
 	for (int32_t i = 0; i < plan->n_seqs; i++) {
 		struct req *q = e->entry_req[i];
 		e->sampled[i] = 0;
@@ -388,7 +399,7 @@ int qc_engine_step(struct qc_engine *e, struct qc_err *err)
 		if (dev_top && e->want[k] > 0 && tid[0] >= 0) {
 			if (e->want[k] == 1)
 				qc_sampler_take(q->sampler, tid[0], res);
-			else if ((rc = qc_sampler_sample_top(q->sampler, e->ws, tid,
+			else if ((rc = qc_sampler_sample_top(q->sampler, qc_sample_par_ws(e->sp), tid,
 							     e->top_logits + (size_t)k * QC_BACKEND_TOP_MAX,
 							     e->want[k], res, err)))
 				return rc;
@@ -396,12 +407,20 @@ int qc_engine_step(struct qc_engine *e, struct qc_err *err)
 			continue;
 		}
 		const float *lg = e->logits + (size_t)k * (size_t)V;
-		if (e->opts.on_logits)
-			e->opts.on_logits(e->opts.cb_ctx, q->id, q->n_out, lg, V);
-		if ((rc = qc_sampler_sample(q->sampler, e->ws, lg, V, res, err)))
+		if (!e->opts.on_logits) { /* sampled below, rows in parallel */
+			e->jobs[n_jobs] = (struct qc_sample_job){q->sampler, lg, res};
+			e->job_entry[n_jobs++] = i;
+			continue;
+		}
+		e->opts.on_logits(e->opts.cb_ctx, q->id, q->n_out, lg, V);
+		if ((rc = qc_sampler_sample(q->sampler, qc_sample_par_ws(e->sp), lg, V, res, err)))
 			return rc;
 		e->sampled[i] = res->token;
 	}
+	if ((rc = qc_sample_par_run(e->sp, e->jobs, n_jobs, V, err)))
+		return rc;
+	for (int32_t j = 0; j < n_jobs; j++)
+		e->sampled[e->job_entry[j]] = e->results[e->job_entry[j]].token;
 	const double t3 = e->profile ? mono_s() : 0.0;
 	if ((rc = qc_sched_commit(e->sched, plan, e->sampled, err)))
 		return rc;
