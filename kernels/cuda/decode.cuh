@@ -52,91 +52,78 @@ static __device__ __forceinline__ void scale_min_k4(const uint8_t *sc, int s, in
 	}
 }
 
+/* Plain float rows (F32, F16, BF16): dec16(p, o) decodes the 16 aligned bytes
+ * at p (VEC elements) with one vector load. The two 2-byte types share their
+ * code through the element conversion CV. */
+struct qc_cv_f16 {
+	static __device__ __forceinline__ float cv(uint16_t h) { return qc_fp16_to_f32(h); }
+};
+struct qc_cv_bf16 {
+	static __device__ __forceinline__ float cv(uint16_t h) { return qc_bf16_to_f32(h); }
+};
+
+template <typename CV> struct qc_dev_half {
+	static constexpr bool ok = true;
+	static constexpr bool PLAIN = true;
+	static constexpr int QK = 32, BYTES = 64, VEC = 8;
+	static __device__ float dec1(const uint8_t *row, int64_t i)
+	{
+		return CV::cv(((const uint16_t *)row)[i]);
+	}
+	static __device__ __forceinline__ void dec16(const uint8_t *p, float *o)
+	{
+		const uint4 q = *(const uint4 *)p;
+		const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+		for (int k = 0; k < 4; k++) {
+			o[2 * k] = CV::cv((uint16_t)(w[k] & 0xffff));
+			o[2 * k + 1] = CV::cv((uint16_t)(w[k] >> 16));
+		}
+	}
+	static __device__ void dec32(const uint8_t *b, int, float *o)
+	{
+		if (!((uintptr_t)b & 15)) { /* 16-byte loads when the row allows */
+#pragma unroll
+			for (int i = 0; i < 4; i++)
+				dec16(b + 16 * i, o + 8 * i);
+			return;
+		}
+		const uint16_t *h = (const uint16_t *)b;
+		for (int i = 0; i < 32; i++)
+			o[i] = CV::cv(h[i]);
+	}
+};
+
+template <> struct qc_dev<QC_TYPE_F16> : qc_dev_half<qc_cv_f16> {};
+template <> struct qc_dev<QC_TYPE_BF16> : qc_dev_half<qc_cv_bf16> {};
+
 template <> struct qc_dev<QC_TYPE_F32> {
 	static constexpr bool ok = true;
 	static constexpr bool PLAIN = true;
+	static constexpr int QK = 32, BYTES = 128, VEC = 4;
 	static __device__ float dec1(const uint8_t *row, int64_t i)
 	{
 		return ((const float *)row)[i];
 	}
-	static constexpr int QK = 32, BYTES = 128;
+	static __device__ __forceinline__ void dec16(const uint8_t *p, float *o)
+	{
+		const float4 q = *(const float4 *)p;
+		o[0] = q.x;
+		o[1] = q.y;
+		o[2] = q.z;
+		o[3] = q.w;
+	}
 	static __device__ void dec32(const uint8_t *b, int, float *o)
 	{
 		if (!((uintptr_t)b & 15)) { /* 16-byte loads when the row allows */
-			const float4 *v = (const float4 *)b;
 #pragma unroll
-			for (int i = 0; i < 8; i++) {
-				const float4 q = v[i];
-				o[4 * i] = q.x;
-				o[4 * i + 1] = q.y;
-				o[4 * i + 2] = q.z;
-				o[4 * i + 3] = q.w;
-			}
+			for (int i = 0; i < 8; i++)
+				dec16(b + 16 * i, o + 4 * i);
 			return;
 		}
 		const float *f = (const float *)b;
 		for (int i = 0; i < 32; i++)
 			o[i] = f[i];
-	}
-};
-
-template <> struct qc_dev<QC_TYPE_F16> {
-	static constexpr bool ok = true;
-	static constexpr bool PLAIN = true;
-	static __device__ float dec1(const uint8_t *row, int64_t i)
-	{
-		return qc_fp16_to_f32(((const uint16_t *)row)[i]);
-	}
-	static constexpr int QK = 32, BYTES = 64;
-	static __device__ void dec32(const uint8_t *b, int, float *o)
-	{
-		if (!((uintptr_t)b & 15)) { /* 16-byte loads when the row allows */
-			const uint4 *v = (const uint4 *)b;
-#pragma unroll
-			for (int i = 0; i < 4; i++) {
-				const uint4 q = v[i];
-				const uint32_t w[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-				for (int k = 0; k < 4; k++) {
-					o[8 * i + 2 * k] = qc_fp16_to_f32((uint16_t)(w[k] & 0xffff));
-					o[8 * i + 2 * k + 1] = qc_fp16_to_f32((uint16_t)(w[k] >> 16));
-				}
-			}
-			return;
-		}
-		const uint16_t *h = (const uint16_t *)b;
-		for (int i = 0; i < 32; i++)
-			o[i] = qc_fp16_to_f32(h[i]);
-	}
-};
-
-template <> struct qc_dev<QC_TYPE_BF16> {
-	static constexpr bool ok = true;
-	static constexpr bool PLAIN = true;
-	static __device__ float dec1(const uint8_t *row, int64_t i)
-	{
-		return qc_bf16_to_f32(((const uint16_t *)row)[i]);
-	}
-	static constexpr int QK = 32, BYTES = 64;
-	static __device__ void dec32(const uint8_t *b, int, float *o)
-	{
-		if (!((uintptr_t)b & 15)) { /* 16-byte loads when the row allows */
-			const uint4 *v = (const uint4 *)b;
-#pragma unroll
-			for (int i = 0; i < 4; i++) {
-				const uint4 q = v[i];
-				const uint32_t w[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-				for (int k = 0; k < 4; k++) {
-					o[8 * i + 2 * k] = qc_bf16_to_f32((uint16_t)(w[k] & 0xffff));
-					o[8 * i + 2 * k + 1] = qc_bf16_to_f32((uint16_t)(w[k] >> 16));
-				}
-			}
-			return;
-		}
-		const uint16_t *h = (const uint16_t *)b;
-		for (int i = 0; i < 32; i++)
-			o[i] = qc_bf16_to_f32(h[i]);
 	}
 };
 
