@@ -132,8 +132,8 @@ static int write_packed(const struct qc_gguf_model *m, struct qc_bundle_writer *
 			memcpy(in + (uint64_t)pp->row0 * row, g->map + off, (size_t)span);
 			qc_map_release(&g->file, off, span);
 		}
-		/* i4z rounds scale/offset to fp16: measure what that costs */
-		const bool measure = t->layout == QC_LAYOUT_MARLIN_I4Z;
+		/* i4z/i8z round scale/offset to fp16: measure what that costs */
+		const bool measure = qc_marlin_has_offsets(t->layout);
 		struct qc_marlin_err e;
 		rc = qc_pack_slice_par(t->layout, t->type, t->ne[0], t->ne[1], in, row, out, measure ? &e : NULL, 0,
 				       err);

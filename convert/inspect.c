@@ -213,7 +213,7 @@ void qc_inspect_print(const cJSON *r, FILE *out)
 			fprintf(out, "    part %-31s rows %.0f..%.0f of each expert\n", s_or(pt, "name", "?"), n_or(pt, "row0", 0),
 				n_or(pt, "row0", 0) + n_or(pt, "rows", 0));
 		const cJSON *le = cJSON_GetObjectItemCaseSensitive(t, "layout_error");
-		if (le) /* marlin_i4z: fp16 scale and offset, then fp16(q*s + o), vs the exact values */
+		if (le) /* marlin_i4z/_i8z: fp16 scale and offset, then fp16(q*s + o), vs the exact values */
 			fprintf(out, "    kernel values vs exact: max |err| %.3g, rms %.3g (weights rms %.3g)\n",
 				n_or(le, "max_abs", 0), n_or(le, "rms", 0), n_or(le, "rms_weights", 0));
 		const cJSON *fe = cJSON_GetObjectItemCaseSensitive(t, "fuse_error");

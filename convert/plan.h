@@ -32,7 +32,7 @@ struct qc_plan_tensor {
 	struct qc_plan_part parts[QC_PLAN_MAX_PARTS];
 	/* filled while writing */
 	uint64_t off, xxh3;
-	struct qc_marlin_err lay_err;   /* marlin_i4z: kernel values vs ggml values (n = 0: none) */
+	struct qc_marlin_err lay_err;   /* marlin_i4z/_i8z: kernel values vs ggml values (n = 0: none) */
 };
 
 struct qc_plan {

@@ -12,6 +12,7 @@ static const char *const layout_names[QC_LAYOUT_COUNT] = {
 	[QC_LAYOUT_MARLIN_I4] = "marlin_i4",
 	[QC_LAYOUT_MARLIN_I8] = "marlin_i8",
 	[QC_LAYOUT_MARLIN_I4Z] = "marlin_i4z",
+	[QC_LAYOUT_MARLIN_I8Z] = "marlin_i8z",
 };
 
 static const char *const target_names[QC_TARGET_COUNT] = {
@@ -85,6 +86,7 @@ int qc_layout_bytes(enum qc_layout l, enum qc_type type, const int64_t ne[4], ui
 	case QC_LAYOUT_MARLIN_I4:
 	case QC_LAYOUT_MARLIN_I8:
 	case QC_LAYOUT_MARLIN_I4Z:
+	case QC_LAYOUT_MARLIN_I8Z:
 		return qc_marlin_bytes(l, type, ne, bytes);
 	default:
 		return QC_EUNSUPPORTED;
@@ -104,6 +106,7 @@ int qc_layout_unpack_rows(enum qc_layout l, enum qc_type type, const int64_t ne[
 	case QC_LAYOUT_MARLIN_I4:
 	case QC_LAYOUT_MARLIN_I8:
 	case QC_LAYOUT_MARLIN_I4Z:
+	case QC_LAYOUT_MARLIN_I8Z:
 		return qc_marlin_unpack_rows(l, type, ne, packed, row0, n_rows, out, err);
 	default:
 		return qc_err_set(err, QC_EUNSUPPORTED, NULL, NULL, -1, "layout id %d is not known to this build",
@@ -125,6 +128,7 @@ int qc_layout_pack_slice(enum qc_layout l, enum qc_type type, const int64_t ne[4
 	case QC_LAYOUT_MARLIN_I4:
 	case QC_LAYOUT_MARLIN_I8:
 	case QC_LAYOUT_MARLIN_I4Z:
+	case QC_LAYOUT_MARLIN_I8Z:
 		if (!qc_marlin_fits(l, type, ne, 2, &why))
 			return qc_err_set(err, QC_EFORMAT, NULL, NULL, -1, "%s in layout %s: %s",
 					  qc_type_get(type)->name, qc_layout_name(l), why);

@@ -3,7 +3,7 @@
  * Owns: enum qc_layout (append-only: ids are on disk), the target list and the rule
  * that picks a layout for (target, type). Every layout can be undone back to plain
  * ggml rows, which is what `qconvert dump` and the CPU backend read.
- * cpu stores ggml blocks as-is; sm80+ store q4_0/q8_0/q4_1/q4_K/hq4 matrices in the
+ * cpu stores ggml blocks as-is; sm80+ store q4_0/q8_0/q4_1/q4_K/hq4/q5_K matrices in the
  * marlin tensor-core layouts (layout_marlin.h, docs/layout-marlin.md) when the shape fits.
  */
 #ifndef QC_LAYOUT_H
@@ -19,6 +19,7 @@ enum qc_layout {
 	QC_LAYOUT_MARLIN_I4 = 1, /* 4-bit codes in mma B-fragment order + group-32 fp16 scales */
 	QC_LAYOUT_MARLIN_I8 = 2, /* 8-bit codes, likewise */
 	QC_LAYOUT_MARLIN_I4Z = 3, /* 4-bit codes + fp16 scale and offset per group (+ exact headers) */
+	QC_LAYOUT_MARLIN_I8Z = 4, /* 8-bit codes (i8 order) + fp16 scale and offset per group (+ exact headers) */
 	QC_LAYOUT_COUNT,
 };
 

@@ -22,8 +22,8 @@ struct codec {
 	enum qc_layout layout;
 	int groups;      /* 32-element groups per ggml block: 1 or 8 */
 	int hdr_bytes;   /* bytes per ggml block kept verbatim so the unpack is exact (0: none needed) */
-	/* block -> codes as stored (i4: 0..15, i8: int8 bits), per group the fp16 scale
-	 * bits and (i4z) the fp16 offset bits, and the verbatim header */
+	/* block -> codes as stored (i4/i4z: 0..15, i8/i8z: int8 bits), per group the
+	 * fp16 scale bits and (i4z/i8z) the fp16 offset bits, and the verbatim header */
 	void (*get)(const uint8_t *blk, uint8_t *codes, uint16_t *scale, uint16_t *offs, uint8_t *hdr);
 	/* the inverse; scale/offs are what get produced, hdr what it kept */
 	void (*put)(const uint8_t *codes, const uint16_t *scale, const uint16_t *offs, const uint8_t *hdr,
@@ -109,9 +109,22 @@ static void q4_1_put(const uint8_t *codes, const uint16_t *scale, const uint16_t
 	memcpy(blk, &b, sizeof b);
 }
 
+/* double -> binary16 bits, rounded once: the float in between is rounded to odd
+ * (an inexact result takes the neighbour with an odd last bit), which keeps the
+ * sticky information float's 13 extra bits would otherwise lose, so the
+ * float -> fp16 rounding that follows is the correct rounding of v. */
+static uint16_t fp16_of_double(double v)
+{
+	float f = (float)v;
+	if (isfinite(v) && (double)f != v && !(qc_f32_to_bits(f) & 1))
+		f = nextafterf(f, v > (double)f ? INFINITY : -INFINITY);
+	return qc_f32_to_fp16(f);
+}
+
 /* q4_K: sub-block s of 32 is x = d*sc_s*q - dmin*m_s (6-bit sc, m). Scale and
  * offset are rounded to fp16 once each; d, dmin and the 12 scale bytes are kept
- * so the block comes back exactly. Same bit layout as kernels/ref/dequant_k.c. */
+ * so the block comes back exactly. Same bit layout as kernels/ref/dequant_k.c
+ * (q5_K shares the 12-byte scale field). */
 static void q4_k_scale_min(const uint8_t sc[12], int s, int *scale, int *min)
 {
 	if (s < 4) {
@@ -152,6 +165,52 @@ static void q4_k_put(const uint8_t *codes, const uint16_t *scale, const uint16_t
 	memcpy(blk, &b, sizeof b);
 }
 
+/* q5_K: as q4_K with a 5th code bit (qh bit s of byte l for element 32s+l), so
+ * x = d*sc_s*q - dmin*m_s with q in 0..31. Stored as the int8 code c = q - 16
+ * (-16..15: the i8 kernels' signed decode as it is) with scale s = fp16(d*sc_s)
+ * and offset o = fp16(16*d*sc_s - dmin*m_s): x = c*s + o. The products are exact
+ * in float and their difference in double (for any two terms within 2^36 of
+ * each other), so each of s and o is rounded to fp16 once; centring the codes
+ * halves what the rounding of s costs (|c| <= 16 instead of q <= 31) and puts o
+ * near the middle of the group's range, usually small. d, dmin and the 12 scale
+ * bytes are kept so the block comes back exactly (q is c + 16 mod 32). */
+static void q5_k_get(const uint8_t *blk, uint8_t *codes, uint16_t *scale, uint16_t *offs, uint8_t *hdr)
+{
+	struct qc_block_Q5_K b;
+	memcpy(&b, blk, sizeof b);
+	memcpy(hdr, blk, 16); /* d, dmin, scales[12] */
+	const float d = qc_fp16_to_f32(b.d), dmin = qc_fp16_to_f32(b.dmin);
+	for (int s = 0; s < 8; s++) {
+		int sc, mn;
+		q4_k_scale_min(b.scales, s, &sc, &mn);
+		const float ds = d * (float)sc, dm = dmin * (float)mn; /* exact: 11-bit times 6-bit */
+		scale[s] = qc_f32_to_fp16(ds);
+		offs[s] = fp16_of_double(16.0 * (double)ds - (double)dm);
+		for (int l = 0; l < 32; l++) {
+			int q = ((b.qs[32 * (s / 2) + l] >> (4 * (s % 2))) & 15) | ((b.qh[l] >> s) & 1) << 4;
+			codes[32 * s + l] = (uint8_t)(q - 16); /* int8 bits (two's complement) of q - 16 */
+		}
+	}
+}
+
+static void q5_k_put(const uint8_t *codes, const uint16_t *scale, const uint16_t *offs, const uint8_t *hdr,
+		     uint8_t *blk)
+{
+	struct qc_block_Q5_K b;
+	(void)scale;
+	(void)offs;
+	memcpy(&b, hdr, 16);
+	memset(b.qh, 0, sizeof b.qh);
+	memset(b.qs, 0, sizeof b.qs);
+	for (int s = 0; s < 8; s++)
+		for (int l = 0; l < 32; l++) {
+			int q = (codes[32 * s + l] + 16) & 31;
+			b.qs[32 * (s / 2) + l] |= (uint8_t)((q & 15) << (4 * (s % 2)));
+			b.qh[l] |= (uint8_t)((q >> 4) << s);
+		}
+	memcpy(blk, &b, sizeof b);
+}
+
 /* hq4 (GPTQ/AWQ/compressed-tensors int4): x = d*(q - z), f32 d, int16 z:
  * scale fp16(d), offset fp16(-d*z); d and z kept for the exact unpack. */
 static void hq4_get(const uint8_t *blk, uint8_t *codes, uint16_t *scale, uint16_t *offs, uint8_t *hdr)
@@ -177,13 +236,15 @@ static void hq4_put(const uint8_t *codes, const uint16_t *scale, const uint16_t 
 	memcpy(blk, &b, sizeof b);
 }
 
-/* The encodings that are "codes times an fp16 scale (plus an offset) per 32 along K". */
+/* The encodings that are "codes times an fp16 scale (plus an offset) per 32 along K".
+ * q5_K's rows are the only i8z ones: a 5-bit code takes a byte there. */
 static const struct codec codecs[] = {
 	{ QC_TYPE_Q4_0, QC_LAYOUT_MARLIN_I4, 1, 0, q4_0_get, q4_0_put },
 	{ QC_TYPE_Q8_0, QC_LAYOUT_MARLIN_I8, 1, 0, q8_0_get, q8_0_put },
 	{ QC_TYPE_Q4_1, QC_LAYOUT_MARLIN_I4Z, 1, 0, q4_1_get, q4_1_put },
 	{ QC_TYPE_Q4_K, QC_LAYOUT_MARLIN_I4Z, 8, 16, q4_k_get, q4_k_put },
 	{ QC_TYPE_HQ4, QC_LAYOUT_MARLIN_I4Z, 1, 6, hq4_get, hq4_put },
+	{ QC_TYPE_Q5_K, QC_LAYOUT_MARLIN_I8Z, 8, 16, q5_k_get, q5_k_put },
 };
 
 static const struct codec *codec_of(enum qc_type type)
@@ -198,7 +259,7 @@ struct geom {
 	int bits;        /* per code: 4 or 8 */
 	int stripe;      /* n columns per tile */
 	int per_lane;    /* codes per lane per tile: 16 bytes * 8 / bits */
-	int has_offs;    /* i4z: an fp16 offset region after the scales */
+	int has_offs;    /* i4z/i8z: an fp16 offset region after the scales */
 	int64_t K, N, KT, G, B;  /* B: ggml blocks per row */
 	int hdr_bytes;           /* per ggml block, verbatim */
 	uint64_t codes_bytes;    /* codes of one stripe: KT tiles */
@@ -237,10 +298,10 @@ static void slot_to_nk(int bits, int lane, int c, int *nn, int *kk)
 /* sizes only; geom_init adds the slot table */
 static void geom_sizes(struct geom *g, enum qc_layout l, const struct codec *c, const int64_t ne[4])
 {
-	g->bits = l == QC_LAYOUT_MARLIN_I8 ? 8 : 4;
+	g->bits = qc_marlin_bits(l);
 	g->stripe = qc_marlin_stripe(l);
 	g->per_lane = QC_MARLIN_LANE_BYTES * 8 / g->bits;
-	g->has_offs = l == QC_LAYOUT_MARLIN_I4Z;
+	g->has_offs = qc_marlin_has_offsets(l);
 	g->K = ne[0];
 	g->N = ne[1];
 	g->KT = g->K / QC_MARLIN_TILE_K;
@@ -266,7 +327,7 @@ static void geom_init(struct geom *g, enum qc_layout l, const struct codec *c, c
 
 /* Byte offset of the scale of (column n, group gi) inside a slice: after its
  * stripe's codes, per group a run of `stripe` fp16, lane-group r = nn%8 reading
- * its stripe/8 scales at once. The i4z offsets follow in the same order. */
+ * its stripe/8 scales at once. The i4z/i8z offsets follow in the same order. */
 static uint64_t scale_off(const struct geom *g, int64_t n, int64_t gi)
 {
 	int64_t nt = n / g->stripe, nn = n % g->stripe;
@@ -296,7 +357,19 @@ static uint64_t code_bit(const struct geom *g, int64_t n, int64_t k)
 
 bool qc_marlin_is(enum qc_layout l)
 {
-	return l == QC_LAYOUT_MARLIN_I4 || l == QC_LAYOUT_MARLIN_I8 || l == QC_LAYOUT_MARLIN_I4Z;
+	return l == QC_LAYOUT_MARLIN_I4 || l == QC_LAYOUT_MARLIN_I8 || l == QC_LAYOUT_MARLIN_I4Z ||
+	       l == QC_LAYOUT_MARLIN_I8Z;
+}
+
+int qc_marlin_bits(enum qc_layout l)
+{
+	QC_ASSERT(qc_marlin_is(l));
+	return l == QC_LAYOUT_MARLIN_I8 || l == QC_LAYOUT_MARLIN_I8Z ? 8 : 4;
+}
+
+bool qc_marlin_has_offsets(enum qc_layout l)
+{
+	return l == QC_LAYOUT_MARLIN_I4Z || l == QC_LAYOUT_MARLIN_I8Z;
 }
 
 enum qc_layout qc_marlin_layout_for(enum qc_type type)
@@ -308,7 +381,7 @@ enum qc_layout qc_marlin_layout_for(enum qc_type type)
 int qc_marlin_stripe(enum qc_layout l)
 {
 	QC_ASSERT(qc_marlin_is(l));
-	return l == QC_LAYOUT_MARLIN_I8 ? QC_MARLIN_STRIPE_I8 : QC_MARLIN_STRIPE_I4;
+	return qc_marlin_bits(l) == 8 ? QC_MARLIN_STRIPE_I8 : QC_MARLIN_STRIPE_I4;
 }
 
 bool qc_marlin_fits(enum qc_layout l, enum qc_type type, const int64_t ne[4], uint32_t n_dims, const char **why)
@@ -322,8 +395,8 @@ bool qc_marlin_fits(enum qc_layout l, enum qc_type type, const int64_t ne[4], ui
 	else if (ne[0] <= 0 || ne[0] % (QC_MARLIN_GROUP * c->groups))
 		w = "ne[0] (K) is not a positive multiple of the block length";
 	else if (ne[1] <= 0 || ne[1] % qc_marlin_stripe(l))
-		w = l == QC_LAYOUT_MARLIN_I8 ? "ne[1] (N) is not a multiple of the 32-column tile"
-					     : "ne[1] (N) is not a multiple of the 64-column tile";
+		w = qc_marlin_bits(l) == 8 ? "ne[1] (N) is not a multiple of the 32-column tile"
+					   : "ne[1] (N) is not a multiple of the 64-column tile";
 	else if (ne[2] <= 0 || ne[3] <= 0)
 		w = "empty tensor";
 	if (why)
@@ -494,11 +567,11 @@ int qc_marlin_error(enum qc_layout l, enum qc_type type, const int64_t ne[4], co
 				float q = (float)k.codes[i];
 				if (l == QC_LAYOUT_MARLIN_I4)
 					q -= 8.0f;
-				else if (l == QC_LAYOUT_MARLIN_I8)
+				else if (g.bits == 8)
 					q = (float)(int8_t)k.codes[i];
-				/* the kernel: one fp16 fma (i4z) or product (i4, i8) */
+				/* the kernel: one fp16 fma (i4z, i8z) or product (i4, i8), one rounding */
 				double v = (double)q * gs[j] + go[j];
-				float kv = qc_fp16_to_f32(qc_f32_to_fp16((float)v));
+				float kv = qc_fp16_to_f32(fp16_of_double(v));
 				double d = fabs((double)kv - (double)exact[i]);
 				if (!(d <= e->max_abs)) /* NaN sticks */
 					e->max_abs = d;

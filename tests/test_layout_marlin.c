@@ -1,12 +1,13 @@
 /* test_layout_marlin.c — the marlin layouts (formats/layout_marlin.c).
- * Random q4_0/q8_0 tensors (random bytes: any code, any scale bits, NaN too) of
+ * Random q4_0/q8_0/q4_1/q4_K/hq4/q5_K tensors (random bytes: any code, any scale bits, NaN too) of
  * several shapes: pack then unpack gives the input back byte for byte, for whole
  * tensors and arbitrary row spans; shapes that do not fit stay ggml with a reason;
  * hand-placed elements sit where docs/layout-marlin.md says (an independent
  * source: the doc's formulas, not this code); a flipped packed byte is caught; the
  * GEMM reference, reading the packed bytes by the doc's formulas, equals a matmul
- * over the ggml decoder's values; a fixture converted for sm90 holds marlin
- * tensors and dumps identical to the GGUF.
+ * over the ggml decoder's values (i4z/i8z: within their one fp16 rounding of scale
+ * and offset); a fixture converted for sm90 holds marlin tensors, unpacks to the
+ * GGUF's bytes and dumps identical to the GGUF.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -50,8 +51,8 @@ static void roundtrip(enum qc_type t, int64_t K, int64_t N, int64_t S)
 	CHECK(qc_layout_bytes(l, t, ne, &psize) == QC_OK && qc_layout_row_bytes(l, t, K, &prow) == QC_OK &&
 	      psize == prow * (uint64_t)(N * S), "packed size %llu != %llu rows of %llu", (unsigned long long)psize,
 	      (unsigned long long)(N * S), (unsigned long long)prow);
-	/* no padding: equal to ggml unless a header must be kept (q4_K, hq4) */
-	CHECK(psize == size || l == QC_LAYOUT_MARLIN_I4Z, "packed size %llu != ggml %llu", (unsigned long long)psize,
+	/* no padding: equal to ggml unless a header must be kept (q4_K, hq4, q5_K) */
+	CHECK(psize == size || qc_marlin_has_offsets(l), "packed size %llu != ggml %llu", (unsigned long long)psize,
 	      (unsigned long long)size);
 	uint64_t pslice = psize / (uint64_t)S;
 	uint8_t *src = malloc(size), *pk = malloc(psize), *back = malloc(size);
@@ -75,10 +76,11 @@ static void roundtrip(enum qc_type t, int64_t K, int64_t N, int64_t S)
 	}
 	/* a checker that can fail: one flipped packed byte changes the unpacked rows */
 	uint64_t flip;
-	do /* a byte the unpack reads: not an i4z scale or offset (the kernel's, rebuilt from headers) */
+	const uint64_t SW = (uint64_t)qc_marlin_stripe(l);
+	do /* a byte the unpack reads: not an i4z/i8z scale or offset (the kernel's, rebuilt from headers) */
 		flip = rnd() % psize;
-	while (l == QC_LAYOUT_MARLIN_I4Z && t != QC_TYPE_Q4_1 && (flip % (prow * 64)) >= (uint64_t)K / 16 * 512 &&
-	       (flip % (prow * 64)) < (uint64_t)K / 16 * 512 + (uint64_t)K / 32 * 64 * 4);
+	while (qc_marlin_has_offsets(l) && t != QC_TYPE_Q4_1 && (flip % (prow * SW)) >= (uint64_t)K / 16 * 512 &&
+	       (flip % (prow * SW)) < (uint64_t)K / 16 * 512 + (uint64_t)K / 32 * SW * 4);
 	pk[flip] ^= 0x10;
 	qc_layout_unpack_rows(l, t, ne, pk, 0, (uint64_t)(N * S), back, &err);
 	CHECK(memcmp(src, back, size) != 0, "a flipped packed byte went unnoticed");
@@ -159,6 +161,54 @@ static void doc_positions(void)
 	r8[(33 * (K / 32) + 0) * 34 + 1] = 0x77; /* n = 33 (stripe 1, nn 1), group 0, high byte of d */
 	qc_layout_pack_slice(QC_LAYOUT_MARLIN_I8, QC_TYPE_Q8_0, ne, r8, p8, NULL);
 	CHECK(p8[2176 + 2048 + 2 * (0 * 32 + 4 * 1 + 0) + 1] == 0x77, "i8 scale of (n=33, g=0) misplaced");
+}
+
+/* marlin_i8z (q5_K) from docs/layout-marlin.md: codes at the i8 positions holding
+ * q - 16 as int8; per stripe of 32 rows (K = 256: 304 bytes a row, 9728 a stripe)
+ * the codes (8192), scales (512), offsets (512), then a 16-byte header per block
+ * at 9216 + 16 * (column in stripe). Expected bytes worked out by hand. */
+static void doc_positions_i8z(void)
+{
+	enum { K = 256, N = 64, BB = 176 };
+	const int64_t ne[4] = { K, N, 1, 1 };
+	static uint8_t rows[N * BB], pk[N * 304];
+	uint64_t rb = 0;
+	CHECK(qc_layout_row_bytes(QC_LAYOUT_MARLIN_I8Z, QC_TYPE_Q5_K, K, &rb) == QC_OK && rb == 304,
+	      "q5_K i8z row bytes %llu, want 256 * 19 / 16 = 304", (unsigned long long)rb);
+	struct { int n, k, byte; } at[] = {
+		{ 0, 0, 0 }, { 0, 1, 1 }, { 0, 8, 2 }, { 0, 9, 3 }, { 8, 0, 4 }, { 1, 0, 64 }, { 0, 2, 16 },
+		{ 0, 16, 512 }, { 0, 200, 12 * 512 + 2 }, { 33, 0, 9728 + 64 }, { 31, 255, 15 * 512 + 16 * 31 + 15 },
+	};
+	for (size_t c = 0; c < sizeof at / sizeof at[0]; c++) {
+		memset(rows, 0, sizeof rows); /* every q = 0: code -16 (0xf0) */
+		uint8_t *blk = rows + at[c].n * BB;
+		int e = at[c].k, sb = e / 32, l = e % 32;
+		blk[16 + 32 + 32 * (sb / 2) + l] = (uint8_t)(5 << (4 * (sb % 2))); /* low nibble 5 */
+		blk[16 + l] = (uint8_t)(1 << sb);                                     /* qh: +16, q = 21 */
+		qc_layout_pack_slice(QC_LAYOUT_MARLIN_I8Z, QC_TYPE_Q5_K, ne, rows, pk, NULL);
+		int odd = 0, where = -1;
+		for (int st = 0; st < 2; st++)
+			for (int b = 0; b < 8192; b++)
+				if (pk[st * 9728 + b] != 0xf0) {
+					odd++;
+					where = st * 9728 + b;
+				}
+		CHECK(odd == 1 && where == at[c].byte && pk[at[c].byte] == 0x05,
+		      "i8z (n=%d,k=%d): q 21 not stored as 0x05 at byte %d (%d odd codes, last at %d)", at[c].n, at[c].k,
+		      at[c].byte, odd, where);
+	}
+	/* n = 9 (nn 9: r 1, j 1), sub-block 3: d 0.5, dmin 0.25, sc 5, m 3 ->
+	 * s = 2.5 (0x4100), o = 16 * 2.5 - 0.75 = 39.25 (0x50e8) */
+	memset(rows, 0, sizeof rows);
+	uint8_t *blk = rows + 9 * BB;
+	blk[0] = 0x00, blk[1] = 0x38, blk[2] = 0x00, blk[3] = 0x34;
+	blk[4 + 3] = 5, blk[4 + 7] = 3;
+	qc_layout_pack_slice(QC_LAYOUT_MARLIN_I8Z, QC_TYPE_Q5_K, ne, rows, pk, NULL);
+	const int sc_at = 8192 + 2 * (3 * 32 + 4 * 1 + 1);
+	CHECK(pk[sc_at] == 0x00 && pk[sc_at + 1] == 0x41, "i8z scale of (n=9, g=3) not 0x4100 at %d", sc_at);
+	CHECK(pk[sc_at + 512] == 0xe8 && pk[sc_at + 513] == 0x50, "i8z offset of (n=9, g=3) not 0x50e8 at %d",
+	      sc_at + 512);
+	CHECK(memcmp(pk + 9216 + 9 * 16, blk, 16) == 0, "i8z header of n=9 not kept verbatim at %d", 9216 + 9 * 16);
 }
 
 /* kernels/ref/marlin_gemm.c on packed W == plain double matmul on the ggml decoder's W */
@@ -279,11 +329,119 @@ static void gemm_ref_z(enum qc_type t, int64_t M, int64_t K, int64_t N)
 	CHECK(qc_marlin_error(l, t, ne, pk, &me, &err) == QC_OK && me.n == (uint64_t)(K * N) &&
 	      me.max_abs < 1e-2 * me.rms_w + 1e-6 && me.rms > 0, "%s: layout error max %g rms %g (weights %g)",
 	      qc_type_get(t)->name, me.max_abs, me.rms, me.rms_w);
+	/* the reference must notice a wrong layout (two code tiles swapped) and a bad n */
+	double *ref2 = malloc((size_t)(M * N) * sizeof(double));
+	uint8_t tile[512];
+	memcpy(tile, pk, 512);
+	memcpy(pk, pk + 512, 512);
+	memcpy(pk + 512, tile, 512);
+	qc_marlin_gemm_ref(&a, QC_MARLIN_PREC_F64, ref2, &err);
+	CHECK(memcmp(ref, ref2, (size_t)(M * N) * sizeof(double)) != 0, "%s: swapped tiles went unnoticed",
+	      qc_type_get(t)->name);
+	a.n = N + 8;
+	CHECK(qc_marlin_gemm_ref(&a, QC_MARLIN_PREC_F64, ref2, &err) == QC_EUNSUPPORTED, "%s: odd n accepted",
+	      qc_type_get(t)->name);
+	free(ref2);
 	free(src);
 	free(pk);
 	free(ah);
 	free(ref);
 	free(wf);
+}
+
+/* 6-bit scale and min of sub-block s in a q4_K/q5_K 12-byte field (ggml's
+ * get_scale_min_k4, written out from the format description in kernels/qblock.h). */
+static void k4_scale_min(const uint8_t q[12], int s, int *sc, int *m)
+{
+	*sc = s < 4 ? q[s] & 63 : (q[s + 4] & 15) | (q[s - 4] >> 6) << 4;
+	*m = s < 4 ? q[s + 4] & 63 : (q[s + 4] >> 4) | (q[s] >> 6) << 4;
+}
+
+/* q5_K in i8z: every output of the reference (code·s + o with the stored fp16 s, o)
+ * is within the bound one fp16 rounding of s = d·sc and o = 16·d·sc − dmin·m
+ * allows, Σ_k |a_k| · 2^-11 · (16·|d·sc| + |16·d·sc − dmin·m|), plus the float
+ * roundings of ggml's decoder and of the reference, of a matmul over the ggml
+ * decoder's values;
+ * a column whose offsets forgot the centring must break the bound. */
+static void gemm_ref_q5_k_bound(int64_t M, int64_t K, int64_t N)
+{
+	const int64_t ne[4] = { K, N, 1, 1 };
+	const enum qc_type t = QC_TYPE_Q5_K;
+	const enum qc_layout l = QC_LAYOUT_MARLIN_I8Z;
+	uint64_t size = ggml_size(t, ne), row = size / (uint64_t)N, psize;
+	QC_ASSERT(qc_layout_bytes(l, t, ne, &psize) == QC_OK);
+	const int64_t nb = (int64_t)(size / 176);
+	uint8_t *src = malloc(size), *pk = malloc(psize);
+	for (uint64_t i = 0; i < size; i++)
+		src[i] = (uint8_t)rnd();
+	for (int64_t b = 0; b < nb; b++) { /* d, dmin in a weight-like range; codes and 6-bit scales random */
+		uint16_t d = qc_f32_to_fp16(0.0003f * (float)(1 + rnd() % 16));
+		uint16_t m = qc_f32_to_fp16(0.0004f * (float)(rnd() % 16));
+		memcpy(src + b * 176, &d, 2);
+		memcpy(src + b * 176 + 2, &m, 2);
+	}
+	uint16_t *ah = malloc((size_t)(M * K) * 2);
+	for (int64_t i = 0; i < M * K; i++)
+		ah[i] = qc_f32_to_fp16((float)((int)(rnd() % 2001) - 1000) / 1000.0f);
+	double *ref = malloc((size_t)(M * N) * sizeof(double)), *ref2 = malloc((size_t)(M * N) * sizeof(double));
+	float *wf = malloc((size_t)K * sizeof(float));
+	double *eb = malloc((size_t)K * sizeof(double)); /* per element: the bound's weight factor */
+	struct qc_err err = {0};
+	CHECK(qc_layout_pack_slice(l, t, ne, src, pk, &err) == QC_OK, "pack: %s", err.msg);
+	struct qc_marlin_gemm_args a = { .layout = l, .type = t, .m = M, .n = N, .k = K, .a = ah, .w = pk };
+	CHECK(qc_marlin_gemm_ref(&a, QC_MARLIN_PREC_F64, ref, &err) == QC_OK, "ref: %s", err.msg);
+	/* the deliberate bug: column n = 5 with uncentred offsets (o - 16·s, as if the
+	 * codes were q, not q - 16) */
+	for (int64_t g = 0; g < K / 32; g++) {
+		const uint64_t s_at = (uint64_t)K / 16 * 512 + 2 * (uint64_t)(g * 32 + 4 * 5 + 0);
+		const uint64_t o_at = s_at + 2 * (uint64_t)(K / 32 * 32);
+		uint16_t sh, oh;
+		memcpy(&sh, pk + s_at, 2);
+		memcpy(&oh, pk + o_at, 2);
+		oh = qc_f32_to_fp16(qc_fp16_to_f32(oh) - 16.0f * qc_fp16_to_f32(sh));
+		memcpy(pk + o_at, &oh, 2);
+	}
+	CHECK(qc_marlin_gemm_ref(&a, QC_MARLIN_PREC_F64, ref2, &err) == QC_OK, "ref: %s", err.msg);
+	int64_t bad = 0, bad2 = 0;
+	double worst = 0;
+	for (int64_t n = 0; n < N; n++) {
+		const uint8_t *r = src + (uint64_t)n * row;
+		qc_type_get(t)->dequant_row(r, wf, K);
+		for (int64_t k = 0; k < K; k++) {
+			const uint8_t *blk = r + (k / 256) * 176;
+			uint16_t dh, mh;
+			memcpy(&dh, blk, 2);
+			memcpy(&mh, blk + 2, 2);
+			int sc, mn;
+			k4_scale_min(blk + 4, (int)(k % 256 / 32), &sc, &mn);
+			const double S = (double)qc_fp16_to_f32(dh) * sc, Mn = (double)qc_fp16_to_f32(mh) * mn;
+			/* fp16 rounding of s and o (half an ulp: 2^-11 relative, 2^-25 below
+			 * 2^-14), ggml's float difference and the reference's float value */
+			eb[k] = 0x1p-11 * (16 * S + fabs(16 * S - Mn)) + 0x1p-23 * (31 * S + Mn) + 0x1p-24;
+		}
+		for (int64_t m = 0; m < M; m++) {
+			double x = 0, bound = 0;
+			for (int64_t k = 0; k < K; k++) {
+				const double av = (double)qc_fp16_to_f32(ah[m * K + k]);
+				x += av * (double)wf[k];
+				bound += fabs(av) * eb[k];
+			}
+			const double e = fabs(x - ref[m * N + n]);
+			bad += !(e <= bound);
+			bad2 += !(fabs(x - ref2[m * N + n]) <= bound);
+			worst = e / bound > worst ? e / bound : worst;
+		}
+	}
+	CHECK(bad == 0, "q5_K i8z m=%lld k=%lld n=%lld: %lld outputs outside the fp16 rounding bound (worst %.2f of it)",
+	      (long long)M, (long long)K, (long long)N, (long long)bad, worst);
+	CHECK(bad2 > 0, "q5_K i8z: uncentred offsets stayed within the bound");
+	free(src);
+	free(pk);
+	free(ah);
+	free(ref);
+	free(ref2);
+	free(wf);
+	free(eb);
 }
 
 /* qc_pack_slice_par: the whole-slice packer's bytes and error, whatever the
@@ -343,9 +501,18 @@ static void targets(void)
 	      qc_target_layout_for(QC_TARGET_SM86, QC_TYPE_HQ4, ne, 2, NULL) == QC_LAYOUT_MARLIN_I4Z, "i4z types");
 	CHECK(qc_target_layout_for(QC_TARGET_SM90, QC_TYPE_Q6_K, ne, 2, &why) == QC_LAYOUT_GGML && why == NULL,
 	      "q6_K has no marlin form and that is no give-up");
+	CHECK(qc_target_layout_for(QC_TARGET_CPU, QC_TYPE_Q5_K, ne, 2, NULL) == QC_LAYOUT_GGML, "cpu keeps q5_K ggml");
+	for (int t = QC_TARGET_SM80; t < QC_TARGET_COUNT; t++)
+		CHECK(qc_target_layout_for((enum qc_target)t, QC_TYPE_Q5_K, ne, 2, NULL) == QC_LAYOUT_MARLIN_I8Z,
+		      "%s q5_K -> marlin_i8z", qc_target_name((enum qc_target)t));
+	CHECK(qc_marlin_stripe(QC_LAYOUT_MARLIN_I8Z) == 32 && qc_marlin_bits(QC_LAYOUT_MARLIN_I8Z) == 8 &&
+	      qc_marlin_has_offsets(QC_LAYOUT_MARLIN_I8Z) && !qc_marlin_has_offsets(QC_LAYOUT_MARLIN_I8),
+	      "i8z geometry: 32-column stripes of int8 codes with offsets");
 	CHECK(qc_layout_from_name("marlin_i4") == QC_LAYOUT_MARLIN_I4 &&
-	      qc_layout_from_name("marlin_i8") == QC_LAYOUT_MARLIN_I8, "layout names");
-	CHECK(QC_LAYOUT_MARLIN_I4 == 1 && QC_LAYOUT_MARLIN_I8 == 2 && QC_LAYOUT_MARLIN_I4Z == 3, "on-disk ids are frozen");
+	      qc_layout_from_name("marlin_i8") == QC_LAYOUT_MARLIN_I8 &&
+	      qc_layout_from_name("marlin_i8z") == QC_LAYOUT_MARLIN_I8Z, "layout names");
+	CHECK(QC_LAYOUT_MARLIN_I4 == 1 && QC_LAYOUT_MARLIN_I8 == 2 && QC_LAYOUT_MARLIN_I4Z == 3 &&
+	      QC_LAYOUT_MARLIN_I8Z == 4, "on-disk ids are frozen");
 }
 
 /* A real fixture through qconvert --target sm90: marlin tensors, identical dumps. */
@@ -368,8 +535,28 @@ static void fixture(const char *file, enum qc_layout want)
 		goto out;
 	}
 	int n_marlin = 0;
-	for (uint64_t i = 0; i < b->n_tensors; i++)
-		n_marlin += b->tensors[i].layout == want;
+	for (uint64_t i = 0; i < b->n_tensors; i++) {
+		const struct qc_bundle_tensor *bt = &b->tensors[i];
+		n_marlin += bt->layout == want;
+		const struct qc_gguf_tensor *gt = qc_gguf_model_find(m, bt->name);
+		if (!qc_marlin_is(bt->layout) || bt->n_parts || !gt)
+			continue;
+		/* unpacked back to ggml blocks: the GGUF's bytes exactly */
+		uint8_t *raw = malloc((size_t)gt->n_bytes);
+		int ru = qc_layout_unpack_rows(bt->layout, bt->type, bt->ne, qc_bundle_data(b, bt), 0,
+					       (uint64_t)(bt->ne[1] * bt->ne[2] * bt->ne[3]), raw, &err);
+		CHECK(ru == QC_OK && memcmp(raw, qc_gguf_model_data(m, gt), (size_t)gt->n_bytes) == 0,
+		      "%s: %s unpacks to other bytes than the GGUF's", file, bt->name);
+		free(raw);
+		/* i4z/i8z: the fp16 rounding of scale and offset was measured and is small */
+		const cJSON *le = cJSON_GetObjectItemCaseSensitive(bt->json, "layout_error");
+		const cJSON *rms = cJSON_GetObjectItemCaseSensitive(le, "rms");
+		const cJSON *rw = cJSON_GetObjectItemCaseSensitive(le, "rms_weights");
+		CHECK(!qc_marlin_has_offsets(bt->layout) ||
+		      (cJSON_IsNumber(rms) && cJSON_IsNumber(rw) && rms->valuedouble > 0 &&
+		       rms->valuedouble < 2e-3 * rw->valuedouble),
+		      "%s: %s has no sane layout_error in the manifest", file, bt->name);
+	}
 	CHECK(n_marlin >= 5, "%s: only %d tensors in %s", file, n_marlin, qc_layout_name(want));
 	for (uint64_t i = 0; i < m->n_tensors; i++) {
 		char *da = NULL, *db = NULL;
@@ -402,25 +589,35 @@ int main(void)
 	roundtrip(QC_TYPE_Q4_K, 512, 128, 1);
 	roundtrip(QC_TYPE_Q4_K, 256, 64, 3);
 	roundtrip(QC_TYPE_HQ4, 96, 192, 2);
+	roundtrip(QC_TYPE_Q5_K, 256, 32, 1);
+	roundtrip(QC_TYPE_Q5_K, 512, 96, 2);
+	roundtrip(QC_TYPE_Q5_K, 768, 64, 3);
 	rejects(QC_TYPE_Q4_0, 64, 96, 2);   /* 96 rows: not whole 64-column tiles */
 	rejects(QC_TYPE_Q4_0, 32, 40, 2);
 	rejects(QC_TYPE_Q8_0, 64, 48, 2);
 	rejects(QC_TYPE_Q8_0, 256, 1, 1);   /* a vector */
 	rejects(QC_TYPE_Q4_K, 256, 96, 2);
+	rejects(QC_TYPE_Q5_K, 256, 48, 2);  /* not whole 32-column tiles */
+	rejects(QC_TYPE_Q5_K, 256, 1, 1);   /* a vector */
 	doc_positions();
+	doc_positions_i8z();
 	row_ranges();
 	gemm_ref(QC_TYPE_Q4_0, 3, 96, 128);
 	gemm_ref(QC_TYPE_Q8_0, 5, 160, 96);
 	gemm_ref_z(QC_TYPE_Q4_K, 3, 512, 128);
 	gemm_ref_z(QC_TYPE_Q4_1, 2, 96, 64);
 	gemm_ref_z(QC_TYPE_HQ4, 4, 160, 128);
+	gemm_ref_z(QC_TYPE_Q5_K, 3, 512, 96);
+	gemm_ref_q5_k_bound(3, 768, 64);
 	parallel_pack(QC_TYPE_Q4_K, 512, 21 * 64);
 	parallel_pack(QC_TYPE_Q4_1, 96, 21 * 64);
+	parallel_pack(QC_TYPE_Q5_K, 512, 21 * 32);
 	targets();
 	fixture("tiny-llama-256-Q4_0.gguf", QC_LAYOUT_MARLIN_I4);
 	fixture("tiny-llama-256-Q8_0.gguf", QC_LAYOUT_MARLIN_I8);
 	fixture("tiny-moe-256-Q4_0.gguf", QC_LAYOUT_MARLIN_I4);
 	fixture("tiny-llama-256-Q4_K_S.gguf", QC_LAYOUT_MARLIN_I4Z);
 	fixture("tiny-llama-256-Q4_1.gguf", QC_LAYOUT_MARLIN_I4Z);
+	fixture("tiny-llama-256-Q5_K_S.gguf", QC_LAYOUT_MARLIN_I8Z);
 	return check_report("test_layout_marlin");
 }

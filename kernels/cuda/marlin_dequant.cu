@@ -3,7 +3,7 @@
  * rows cuBLAS on fp16 weights (wgmma) beats the mma.sync marlin GEMM even after
  * paying this decode (H200, 14336x4096: marlin 244 us at 512 rows; decode ~40 us
  * + cuBLAS ~93 us).
- * Values are the marlin GEMM's: fp16(d·(q−8)), fp16(d·q), fp16(q·s + o).
+ * Values are the marlin GEMM's: fp16(d·(q−8)), fp16(d·q), fp16(q·s + o) (i8z: q signed).
  * One warp per (stripe, k16 tile): lane l decodes its 16 code bytes (8 or 4
  * columns x k = 2c, 2c+1, 2c+8, 2c+9) and writes two half2 per column.
  * Reference: the layout formulas (kernels/ref/marlin_gemm.c uses the same).
@@ -56,6 +56,10 @@ template <int BITS, bool ZP> __global__ void marlin_to_f16_kernel(const dparams 
 	} else {
 		const uint2 s2 = *(const uint2 *)(sc + 2 * ((size_t)g * S + NJ * r));
 		sw[0] = s2.x, sw[1] = s2.y, sw[2] = sw[3] = 0;
+		if constexpr (ZP) {
+			const uint2 o2 = *(const uint2 *)(sc + 2 * ((size_t)p.groups * S + (size_t)g * S + NJ * r));
+			ow[0] = o2.x, ow[1] = o2.y;
+		}
 	}
 #pragma unroll
 	for (int j = 0; j < NJ; j++) {
@@ -123,6 +127,8 @@ extern "C" int qc_cuda_marlin_to_f16(enum qc_layout layout, enum qc_type type, c
 		return launch<4, true>(p, s, err);
 	case QC_LAYOUT_MARLIN_I8:
 		return launch<8, false>(p, s, err);
+	case QC_LAYOUT_MARLIN_I8Z:
+		return launch<8, true>(p, s, err);
 	default:
 		return qc_err_set(err, QC_EUNSUPPORTED, NULL, NULL, -1, "marlin_to_f16: layout %s",
 				  qc_layout_name(layout));

@@ -1,11 +1,11 @@
 /* marlin_gemm.cu — C = A·Wᵀ: fp16 activations (m, k) × marlin-packed int4/int8 weights
- * (group-32 fp16 scales, i4z offsets; docs/layout-marlin.md), fp32 or fp16 out.
+ * (group-32 fp16 scales, i4z/i8z offsets; docs/layout-marlin.md), fp32 or fp16 out.
  * A block = 4 warps × one stripe each × 16·MT tokens. A warp streams its stripe with
  * one 16-byte cp.async per lane per k16 tile and reads back one 16-byte shared load:
  * the lane's whole B operand for 8 (i4) / 4 (i8) n8 tiles. A is staged once per block
  * (XOR-swizzled rows, ldmatrix.x4); 4 cp.async stages of 64 k. Small m splits K
  * (fp32 partials summed in a fixed order by a second kernel: deterministic).
- * Weights become fp16(d·(q−8)), fp16(d·q) or fp16(q·s + o), sums fp32 (mma.sync).
+ * Weights become fp16(d·(q−8)), fp16(d·q) or fp16(q·s + o) (i8z: q signed), sums fp32.
  * C reference: kernels/ref/marlin_gemm.c. Fragment-ordered weights: IST-DASLab Marlin's
  * idea (facts only). Index grammar: m tokens, n columns, k reduction, g a 32-k group,
  * st a stage, mt an m16 tile, j an n8 tile of the stripe, ks a k16 tile of a stage.
@@ -168,7 +168,7 @@ __global__ void __launch_bounds__(THREADS) marlin_gemm_kernel(const kparams p)
 		for (int t = 0; t < 2 * n_g; t++)
 			cp_async16(sb + (warp * KS_PER_STAGE + t) * TILE_BYTES + lane * 16,
 				   wst + (2 * (size_t)g + t) * TILE_BYTES + lane * 16, true);
-		/* scales of n_g groups (and, i4z, their offsets G groups further on) */
+		/* scales of n_g groups (and, i4z/i8z, their offsets G groups further on) */
 		const int half = ZP ? lane / 16 : 0, l16 = ZP ? lane % 16 : lane;
 		if (l16 * 16 < n_g * G::WN * 2)
 			cp_async16(ss + warp * SP::SW + half * GROUPS_PER_STAGE * G::WN * 2 + l16 * 16,
@@ -209,8 +209,10 @@ __global__ void __launch_bounds__(THREADS) marlin_gemm_kernel(const kparams p)
 				*(uint4 *)sc = *(const uint4 *)sp;
 			else
 				*(uint2 *)sc = *(const uint2 *)sp;
-			if constexpr (ZP)
+			if constexpr (ZP && BITS == 4)
 				*(uint4 *)of = *(const uint4 *)(sp + GROUPS_PER_STAGE * G::WN * 2);
+			else if constexpr (ZP)
+				*(uint2 *)of = *(const uint2 *)(sp + GROUPS_PER_STAGE * G::WN * 2);
 #pragma unroll
 			for (int ks2 = 0; ks2 < 2; ks2++) {
 				const int ks = 2 * gg + ks2;
@@ -342,6 +344,7 @@ const struct config {
 	QC_MARLIN_CFG(4, 1, false), QC_MARLIN_CFG(4, 2, false), QC_MARLIN_CFG(4, 4, false),
 	QC_MARLIN_CFG(8, 1, false), QC_MARLIN_CFG(8, 2, false), QC_MARLIN_CFG(8, 4, false),
 	QC_MARLIN_CFG(4, 1, true),  QC_MARLIN_CFG(4, 2, true),  QC_MARLIN_CFG(4, 4, true),
+	QC_MARLIN_CFG(8, 1, true),  QC_MARLIN_CFG(8, 2, true),  QC_MARLIN_CFG(8, 4, true),
 #undef QC_MARLIN_CFG
 };
 
@@ -357,7 +360,7 @@ struct plan {
  * per split and the fp32 partials no larger than the weights. */
 int make_plan(const struct qc_marlin_gemm_args *a, struct plan *pl, struct qc_err *err)
 {
-	const int bits = a->layout == QC_LAYOUT_MARLIN_I8 ? 8 : 4, zp = a->layout == QC_LAYOUT_MARLIN_I4Z;
+	const int bits = qc_marlin_bits(a->layout), zp = qc_marlin_has_offsets(a->layout);
 	const int mt = a->expert || a->m <= 16 ? 1 : a->m <= 32 ? 2 : 4;
 	pl->cfg = NULL;
 	for (size_t i = 0; i < sizeof configs / sizeof configs[0]; i++)

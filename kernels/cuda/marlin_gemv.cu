@@ -8,8 +8,8 @@
  * reads bytes 16l..16l+15 of each 512-byte tile: fully coalesced), decodes the
  * 8 (i4) or 4 (i8) columns x 4 k positions its fragment slot holds, and dots
  * them with float x from shared memory; a group's sum is scaled once
- * (d·Σ(q−8)x, d·Σqx, or s·Σqx + o·Σx for i4z, float throughout: no fp16
- * rounding of weights or activations).
+ * (d·Σ(q−8)x, d·Σqx, or s·Σqx + o·Σx for i4z and i8z (q signed there), float
+ * throughout: no fp16 rounding of weights or activations).
  *
  * Partition: a block = WARPS warps on one stripe; warp w takes KT_WARP
  * consecutive k16 tiles; the block's warps are summed in shared memory in warp
@@ -110,7 +110,7 @@ __global__ void __launch_bounds__(32 * WARPS) marlin_gemv_kernel(const gparams p
 	const int kt0 = kb * KT_BLOCK, kt_end = min(KT, kt0 + KT_BLOCK);
 
 	const int wt0 = kt0 + warp * KT_WARP;
-	const uint8_t *sc = w + (size_t)KT * TILE; /* scales, then (i4z) offsets */
+	const uint8_t *sc = w + (size_t)KT * TILE; /* scales, then (i4z/i8z) offsets */
 	/* the warp's code tiles and its groups' scales in flight before anything waits */
 	uint4 v[KT_WARP], sv[KT_WARP / 2], ov[KT_WARP / 2];
 #pragma unroll
@@ -129,6 +129,10 @@ __global__ void __launch_bounds__(32 * WARPS) marlin_gemv_kernel(const gparams p
 		} else {
 			const uint2 s2 = __ldg((const uint2 *)(sc + 2 * ((size_t)g * S + NJ * r)));
 			sv[gg] = make_uint4(s2.x, s2.y, 0, 0);
+			if constexpr (ZP) {
+				const uint2 o2 = __ldg((const uint2 *)(sc + 2 * ((size_t)G32 * S + (size_t)g * S + NJ * r)));
+				ov[gg] = make_uint4(o2.x, o2.y, 0, 0);
+			}
 		}
 	}
 	/* x of this block's k range, every row */
@@ -330,8 +334,9 @@ extern "C" int qc_cuda_marlin_gemv(const struct qc_cuda_mm_args *a, cudaStream_t
 		const char *e = getenv("QC_MARLIN_GEMV_ROWS");
 		max_rows = e && *e ? strtoll(e, NULL, 10) : 0;
 	}
-	/* default: one row for int4; int8 keeps the GEMM (at 1 row: 26 us here, 21 there) */
-	const int64_t lim = max_rows ? max_rows : a->layout == QC_LAYOUT_MARLIN_I8 ? 0 : 1;
+	/* default: one row for int4; int8 (i8, i8z) keeps the GEMM (i8 at 1 row: 26 us
+	 * here, 21 there) */
+	const int64_t lim = max_rows ? max_rows : qc_marlin_is(a->layout) && qc_marlin_bits(a->layout) == 8 ? 0 : 1;
 	if (!a->d_expert && a->n_rows > lim)
 		return qc_cuda_marlin_mm(a, s, err);
 	const int S = qc_marlin_stripe(a->layout);
@@ -371,6 +376,8 @@ extern "C" int qc_cuda_marlin_gemv(const struct qc_cuda_mm_args *a, cudaStream_t
 		return k8 ? launch<4, true, 8>(p, a->n_rows, s, err) : launch<4, true, 4>(p, a->n_rows, s, err);
 	case QC_LAYOUT_MARLIN_I8:
 		return k8 ? launch<8, false, 8>(p, a->n_rows, s, err) : launch<8, false, 4>(p, a->n_rows, s, err);
+	case QC_LAYOUT_MARLIN_I8Z:
+		return k8 ? launch<8, true, 8>(p, a->n_rows, s, err) : launch<8, true, 4>(p, a->n_rows, s, err);
 	default:
 		return qc_err_set(err, QC_EUNSUPPORTED, NULL, NULL, -1, "marlin_gemv: layout %s",
 				  qc_layout_name(a->layout));

@@ -14,6 +14,10 @@
 #include "marlin_dequant.h"
 #include "matmul_dispatch.h"
 
+extern "C" {
+#include "layout_marlin.h"
+}
+
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <stdlib.h>
@@ -69,23 +73,34 @@ int blas_check(cublasStatus_t st, const char *what, struct qc_err *err)
 } /* namespace */
 
 /* Scratch for n_rows rows: fp16 activations + the largest split-K workspace the
- * GEMM picks on the current device for either marlin layout, with or without
+ * GEMM picks on the current device for any marlin layout whose encoding fits
+ * n_in x n_out (the plan depends on bits, offsets and the shape), with or without
  * experts. 0 when the device cannot be asked (the call then reports the need). */
 extern "C" uint64_t qc_cuda_marlin_mm_ws(int64_t n_in, int64_t n_out, int64_t n_rows)
 {
 	static const int32_t one_expert = 0;
+	static const struct {
+		enum qc_layout l;
+		enum qc_type t;
+	} forms[] = { { QC_LAYOUT_MARLIN_I4, QC_TYPE_Q4_0 }, { QC_LAYOUT_MARLIN_I8, QC_TYPE_Q8_0 },
+		      { QC_LAYOUT_MARLIN_I4Z, QC_TYPE_Q4_1 }, { QC_LAYOUT_MARLIN_I8Z, QC_TYPE_Q5_K } };
 	uint64_t most = 0;
-	for (int l = 0; l < 2; l++) /* i4z plans as i4 */
+	for (size_t f = 0; f < sizeof forms / sizeof forms[0]; f++)
 		for (int e = 0; e < 2; e++) {
+			const int64_t ne[4] = { n_in, n_out, 1, 1 };
+			uint64_t row;
+			if (!qc_marlin_fits(forms[f].l, forms[f].t, ne, 2, NULL) ||
+			    qc_marlin_row_bytes(forms[f].l, forms[f].t, n_in, &row))
+				continue; /* no matrix of this form has this shape */
 			struct qc_marlin_gemm_args g = {};
-			g.layout = l ? QC_LAYOUT_MARLIN_I8 : QC_LAYOUT_MARLIN_I4;
-			g.type = l ? QC_TYPE_Q8_0 : QC_TYPE_Q4_0;
+			g.layout = forms[f].l;
+			g.type = forms[f].t;
 			g.m = n_rows;
 			g.n = n_out;
 			g.k = n_in;
 			g.a = g.w = &one_expert; /* the shape check wants non-NULL; nothing is read */
 			g.expert = e ? &one_expert : NULL;
-			g.mat_stride = (uint64_t)n_out * (uint64_t)n_in * 17 / 16; /* large enough for the check */
+			g.mat_stride = (uint64_t)n_out * row; /* one slice: what the check asks */
 			size_t b;
 			if (qc_cuda_marlin_gemm_workspace(&g, &b, NULL))
 				return 0;

@@ -39,7 +39,7 @@ int qc_marlin_gemm_check(const struct qc_marlin_gemm_args *a, struct qc_err *err
 /* value of element (n, k), from the documented byte positions */
 static float weight(const struct qc_marlin_gemm_args *a, uint64_t row, const uint8_t *w, int64_t n, int64_t k)
 {
-	int bits = a->layout == QC_LAYOUT_MARLIN_I8 ? 8 : 4;
+	int bits = a->layout == QC_LAYOUT_MARLIN_I8 || a->layout == QC_LAYOUT_MARLIN_I8Z ? 8 : 4;
 	int64_t S = bits == 4 ? 64 : 32, KT = a->k / 16, G = a->k / 32;
 	int64_t nt = n / S, nn = n % S, j = nn / 8, r = nn % 8;
 	int64_t kt = k / 16, kk = k % 16, reg = kk / 8, c = (kk % 8) / 2, second = kk % 2;
@@ -50,20 +50,19 @@ static float weight(const struct qc_marlin_gemm_args *a, uint64_t row, const uin
 	uint16_t d, o;
 	memcpy(&d, w + sc, 2);
 	float q;
-	if (a->layout == QC_LAYOUT_MARLIN_I4Z) {
-		int64_t p = 2 * (j % 2) + reg + 4 * second;
-		uint8_t b = w[tile + 4 * (uint64_t)(j / 2) + (uint64_t)p / 2];
-		memcpy(&o, w + sc + (uint64_t)(G * S) * 2, 2); /* offsets follow the scales */
-		q = (float)((b >> (4 * (p % 2))) & 15);
-		return (float)((double)q * qc_fp16_to_f32(d) + qc_fp16_to_f32(o));
-	}
 	if (bits == 4) {
 		int64_t p = 2 * (j % 2) + reg + 4 * second; /* nibble in word j/2 */
 		uint8_t b = w[tile + 4 * (uint64_t)(j / 2) + (uint64_t)p / 2];
-		q = (float)((b >> (4 * (p % 2))) & 15) - 8.0f;
+		q = (float)((b >> (4 * (p % 2))) & 15);
 	} else {
 		q = (float)(int8_t)w[tile + 4 * (uint64_t)j + 2 * (uint64_t)reg + (uint64_t)second];
 	}
+	if (a->layout == QC_LAYOUT_MARLIN_I4Z || a->layout == QC_LAYOUT_MARLIN_I8Z) {
+		memcpy(&o, w + sc + (uint64_t)(G * S) * 2, 2); /* offsets follow the scales */
+		return (float)((double)q * qc_fp16_to_f32(d) + qc_fp16_to_f32(o));
+	}
+	if (a->layout == QC_LAYOUT_MARLIN_I4)
+		q -= 8.0f;
 	return qc_fp16_to_f32(d) * q; /* exact: 11-bit scale times a code of at most 8 bits */
 }
 

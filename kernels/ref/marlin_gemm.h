@@ -4,7 +4,8 @@
  * Owns: struct qc_marlin_gemm_args and the reference entry point. A is fp16 (m, k)
  * row-major activations; W is one packed slice (k = ggml ne[0], n = ne[1]); C is
  * (m, n) row-major. Value of a weight: i4: d·(code − 8) (q4_0), i8: d·code (q8_0),
- * i4z: code·s + o (q4_1, q4_K, hq4; fp16 s and o per group).
+ * i4z: code·s + o (q4_1, q4_K, hq4; fp16 s and o per group), i8z: the same with
+ * a signed int8 code (q5_K: code = q − 16).
  * The reference dequantizes straight from the packed bytes with the formulas of
  * docs/layout-marlin.md (not the packer's tables), so it also checks the layout.
  * Plain C; the CUDA side includes it too.
@@ -30,11 +31,11 @@ enum qc_marlin_split {
 };
 
 struct qc_marlin_gemm_args {
-	enum qc_layout layout;        /* QC_LAYOUT_MARLIN_I4, _I8 or _I4Z */
+	enum qc_layout layout;        /* QC_LAYOUT_MARLIN_I4, _I8, _I4Z or _I8Z */
 	enum qc_type type;            /* the packed encoding (fixes the stripe size: i4z keeps headers) */
 	int64_t m, n, k;              /* tokens; output columns; input length (multiple of 32) */
 	const void *a;                /* (m, k) fp16 bits, row-major, 16-byte aligned */
-	const void *w;                /* one packed slice, n*k*bits/8 + n*k/16 bytes, 16-byte aligned */
+	const void *w;                /* one packed slice, n * qc_marlin_row_bytes bytes, 16-byte aligned */
 	void *c;                      /* (m, ldc) row-major, c_type; columns >= n untouched */
 	int64_t ldc;                  /* elements from one row of c to the next, >= n */
 	enum qc_marlin_c_type c_type;

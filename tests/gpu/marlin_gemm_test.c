@@ -1,7 +1,8 @@
 /* marlin_gemm_test.c — kernels/cuda/marlin_gemm.cu against its C reference, then timings.
  *
  * Check (STYLE §14): fresh random q4_0/q8_0 weights (through the reference
- * quantizer) and fp16 activations per case, packed by formats/layout_marlin.c;
+ * quantizer; q4_1/q4_K/hq4 (i4z) and q5_K (i8z) as random blocks with weight-like
+ * scales) and fp16 activations per case, packed by formats/layout_marlin.c;
  * odd token counts, odd group counts, auto and forced K splits, f32 and f16 out;
  * outputs poisoned with NaN before the launch. Truth = the C reference in fp64;
  * the kernel passes if its relative error is at most 2x that of a plain fp16
@@ -43,16 +44,26 @@ static double urand(void) /* [-1, 1) */
 	return (double)(rng >> 11) / 4503599627370496.0 - 1.0;
 }
 
-/* Encoding tested for a layout: i4z runs q4_K (the GGUF headline), q4_1 and hq4 in turn. */
+/* Encoding tested for a layout: i4z runs q4_K (the GGUF headline), q4_1 and hq4 in
+ * turn; i8z holds q5_K only. */
 static int z_turn;
 static enum qc_type type_of(enum qc_layout l)
 {
 	static const enum qc_type z[3] = { QC_TYPE_Q4_K, QC_TYPE_Q4_1, QC_TYPE_HQ4 };
+	if (l == QC_LAYOUT_MARLIN_I8Z)
+		return QC_TYPE_Q5_K;
 	return l == QC_LAYOUT_MARLIN_I4 ? QC_TYPE_Q4_0 : l == QC_LAYOUT_MARLIN_I8 ? QC_TYPE_Q8_0 : z[z_turn % 3];
 }
 
+/* Whether layout l's encoding (type_of) has whole blocks in k (q4_K, q5_K: 256). */
+static int fits_k(enum qc_layout l, int64_t k)
+{
+	uint64_t row;
+	return qc_marlin_row_bytes(l, type_of(l), k, &row) == QC_OK;
+}
+
 /* Random blocks of an encoding without a reference quantizer: random codes and
- * 6-bit scales, scales/offsets in a weight-like range. */
+ * 6-bit scales, scales/offsets in a weight-like range (q4_K, q5_K: d, dmin). */
 static void random_blocks(enum qc_type t, uint8_t *g, uint64_t bytes)
 {
 	const int64_t bb = qc_type_get(t)->block_bytes;
@@ -465,6 +476,17 @@ static void check_refusals(void)
 	rc = qc_cuda_marlin_gemm(&a, 0, &err);
 	printf("%s refuses layout ggml: %s\n", rc == QC_EUNSUPPORTED ? "PASS" : "FAIL", err.msg);
 	rc == QC_EUNSUPPORTED ? n_pass++ : n_fail++;
+	a.layout = QC_LAYOUT_MARLIN_I8Z; /* holds q5_K only, in whole 256-blocks */
+	a.type = QC_TYPE_Q4_K;
+	a.k = 256;
+	rc = qc_cuda_marlin_gemm(&a, 0, &err);
+	printf("%s refuses q4_K in marlin_i8z: %s\n", rc == QC_EUNSUPPORTED ? "PASS" : "FAIL", err.msg);
+	rc == QC_EUNSUPPORTED ? n_pass++ : n_fail++;
+	a.type = QC_TYPE_Q5_K;
+	a.k = 288;
+	rc = qc_cuda_marlin_gemm(&a, 0, &err);
+	printf("%s refuses q5_K with k=288: %s\n", rc == QC_EUNSUPPORTED ? "PASS" : "FAIL", err.msg);
+	rc == QC_EUNSUPPORTED ? n_pass++ : n_fail++;
 }
 
 static int cmp_float(const void *x, const void *y)
@@ -676,8 +698,8 @@ static void bench_shape(enum qc_layout l, int64_t n, int64_t k, const int *ms, i
 			c.a.workspace_bytes = ws_max;
 			float us = median_us(run_marlin, &c, 41);
 			/* what the kernel must read: codes, scales (+ offsets); not the i4z headers */
-			double wread = (double)n * (double)k * (l == QC_LAYOUT_MARLIN_I8 ? 1.0 : 0.5) +
-				       (double)n * (double)(k / 32) * (l == QC_LAYOUT_MARLIN_I4Z ? 4.0 : 2.0);
+			double wread = (double)n * (double)k * (qc_marlin_bits(l) == 8 ? 1.0 : 0.5) +
+				       (double)n * (double)(k / 32) * (qc_marlin_has_offsets(l) ? 4.0 : 2.0);
 			double bytes = wread + (double)(m * k) * 2 + (double)(m * n) * 4;
 			double floor_us = bytes / copy_bw * 1e6;
 			double tflops = 2.0 * (double)m * (double)n * (double)k / (us * 1e-6) / 1e12;
@@ -727,28 +749,38 @@ int main(int argc, char **argv)
 		{ 17, 256, 96 },   { 33, 768, 1024 },  { 64, 256, 4096 }, { 100, 512, 800 }, { 130, 320, 96 },
 		{ 511, 1024, 1024 }, { 1000, 256, 512 },
 	};
-	static const enum qc_layout layouts[] = { QC_LAYOUT_MARLIN_I4, QC_LAYOUT_MARLIN_I8, QC_LAYOUT_MARLIN_I4Z };
-	for (int li = 0; li < 3; li++) {
+	static const enum qc_layout layouts[] = { QC_LAYOUT_MARLIN_I4, QC_LAYOUT_MARLIN_I8, QC_LAYOUT_MARLIN_I4Z,
+						  QC_LAYOUT_MARLIN_I8Z };
+	const int n_layouts = (int)(sizeof layouts / sizeof layouts[0]);
+	for (int li = 0; li < n_layouts; li++) {
 		enum qc_layout l = layouts[li];
 		for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 			enum qc_marlin_c_type ct = i % 2 ? QC_MARLIN_C_F16 : QC_MARLIN_C_F32;
 			z_turn = (int)i;
 			if (type_of(l) == QC_TYPE_Q4_K && cases[i].k % 256)
 				z_turn++; /* q4_K blocks are 256 long */
+			if (!fits_k(l, cases[i].k))
+				continue; /* q5_K: k a multiple of 256 only */
 			check_case(l, cases[i].m, cases[i].n, cases[i].k, ct, QC_MARLIN_SPLIT_AUTO, 0);
 			if (i % 3 == 0)
 				check_case(l, cases[i].m, cases[i].n, cases[i].k, ct ^ 1, QC_MARLIN_SPLIT_FIXED, 3);
 		}
 		check_case(l, 5, 512, 4096, QC_MARLIN_C_F32, QC_MARLIN_SPLIT_FIXED, 128); /* one group per split */
 	}
+	/* i8z (q5_K) on its own shapes: 3 stripes (an idle warp), odd m, 5 forced splits */
+	check_case(QC_LAYOUT_MARLIN_I8Z, 7, 96, 768, QC_MARLIN_C_F16, QC_MARLIN_SPLIT_AUTO, 0);
+	check_case(QC_LAYOUT_MARLIN_I8Z, 40, 160, 1280, QC_MARLIN_C_F32, QC_MARLIN_SPLIT_FIXED, 5);
+	check_case(QC_LAYOUT_MARLIN_I8Z, 129, 224, 2304, QC_MARLIN_C_F32, QC_MARLIN_SPLIT_AUTO, 0);
 	check_experts(QC_LAYOUT_MARLIN_I4, 9, 256, 512, 3);
 	check_experts(QC_LAYOUT_MARLIN_I8, 5, 320, 1056, 4);
 	z_turn = 0;
 	check_experts(QC_LAYOUT_MARLIN_I4Z, 6, 192, 512, 2); /* q4_K */
+	check_experts(QC_LAYOUT_MARLIN_I8Z, 7, 160, 768, 3); /* q5_K */
 	check_table_entry(QC_LAYOUT_MARLIN_I4, 3, 512, 1024, NULL);
 	check_table_entry(QC_LAYOUT_MARLIN_I8, 37, 256, 512, NULL);
 	z_turn = 1;
 	check_table_entry(QC_LAYOUT_MARLIN_I4Z, 20, 128, 256, NULL); /* q4_1 */
+	check_table_entry(QC_LAYOUT_MARLIN_I8Z, 19, 96, 512, NULL);  /* q5_K */
 	{ /* 128+ rows: the weight decoded to fp16 (marlin_dequant.cu), then cuBLAS */
 		cublasHandle_t h;
 		if (cublasCreate(&h) == CUBLAS_STATUS_SUCCESS) {
@@ -756,6 +788,7 @@ int main(int argc, char **argv)
 			check_table_entry(QC_LAYOUT_MARLIN_I8, 131, 256, 2080, h);
 			for (z_turn = 0; z_turn < 3; z_turn++) /* q4_K, q4_1, hq4 */
 				check_table_entry(QC_LAYOUT_MARLIN_I4Z, 200, 192, 512, h);
+			check_table_entry(QC_LAYOUT_MARLIN_I8Z, 140, 160, 1024, h); /* q5_K */
 			cublasDestroy(h);
 		} else {
 			printf("FAIL cublasCreate\n");
@@ -766,16 +799,19 @@ int main(int argc, char **argv)
 		{ 1, 256, 256, 1 }, { 1, 4096, 4096, 1 }, { 3, 512, 2080, 1 }, { 8, 192, 32, 1 },
 		{ 11, 320, 1536, 1 }, { 1, 1024, 14336, 1 }, { 6, 256, 512, 3 }, { 13, 128, 1056, 4 },
 	};
-	for (int li = 0; li < 3; li++)
+	for (int li = 0; li < n_layouts; li++)
 		for (size_t i = 0; i < sizeof gv / sizeof gv[0]; i++) {
 			enum qc_layout l = layouts[li];
 			z_turn = (int)i;
 			if (type_of(l) == QC_TYPE_Q4_K && gv[i].k % 256)
 				z_turn++; /* q4_K blocks are 256 long */
-			if (gv[i].n % qc_marlin_stripe(l))
+			if (gv[i].n % qc_marlin_stripe(l) || !fits_k(l, gv[i].k))
 				continue;
 			check_gemv(l, gv[i].rows, gv[i].n, gv[i].k, gv[i].e);
 		}
+	/* i8z (q5_K): several rows of 3 stripes (batch invariance), MoE rows of 4 experts */
+	check_gemv(QC_LAYOUT_MARLIN_I8Z, 5, 96, 768, 1);
+	check_gemv(QC_LAYOUT_MARLIN_I8Z, 9, 160, 512, 4);
 	check_refusals();
 	printf("marlin_gemm_test: %d passed, %d failed\n", n_pass, n_fail);
 	if (!do_bench)
@@ -820,6 +856,7 @@ int main(int argc, char **argv)
 			bench_gemv(QC_LAYOUT_MARLIN_I8, 14336, 4096, rows);
 			z_turn = 0;
 			bench_gemv(QC_LAYOUT_MARLIN_I4Z, 14336, 4096, rows);
+			bench_gemv(QC_LAYOUT_MARLIN_I8Z, 14336, 4096, rows);
 		}
 		return n_fail ? 1 : 0;
 	}
@@ -833,5 +870,6 @@ int main(int argc, char **argv)
 	bench_shape(QC_LAYOUT_MARLIN_I8, 4096, 14336, ms, 4, splits, 0);
 	z_turn = 0;
 	bench_shape(QC_LAYOUT_MARLIN_I4Z, 14336, 4096, ms, 4, splits, 0); /* q4_K */
+	bench_shape(QC_LAYOUT_MARLIN_I8Z, 14336, 4096, ms, 4, splits, 0); /* q5_K */
 	return n_fail ? 1 : 0;
 }
