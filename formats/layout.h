@@ -3,7 +3,7 @@
  * Owns: enum qc_layout (append-only: ids are on disk), the target list and the rule
  * that picks a layout for (target, type). Every layout can be undone back to plain
  * ggml rows, which is what `qconvert dump` and the CPU backend read.
- * cpu stores ggml blocks as-is; sm80+ store q4_0/q8_0/q4_1/q4_K/hq4/q5_K matrices in the
+ * cpu stores ggml blocks as-is; sm80+ store q4_0/q8_0/q4_1/q4_K/hq4/q5_K/hq8 matrices in the
  * marlin tensor-core layouts (layout_marlin.h, docs/layout-marlin.md) when the shape fits.
  */
 #ifndef QC_LAYOUT_H

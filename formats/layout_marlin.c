@@ -236,8 +236,37 @@ static void hq4_put(const uint8_t *codes, const uint16_t *scale, const uint16_t 
 	memcpy(blk, &b, sizeof b);
 }
 
+/* hq8 (GPTQ 8-bit, compressed-tensors int8): x = d*(q - z), q 0..255: int8 code
+ * c = q - 128 (the marlin_i8 kernels read signed codes), scale fp16(d), offset
+ * fp16(d*(128 - z)) (the product exact in double, rounded once); d and z kept
+ * for the exact unpack. */
+static void hq8_get(const uint8_t *blk, uint8_t *codes, uint16_t *scale, uint16_t *offs, uint8_t *hdr)
+{
+	struct qc_block_HQ8 b;
+	memcpy(&b, blk, sizeof b);
+	memcpy(hdr, blk, 6); /* f32 d, int16 z */
+	float d;
+	memcpy(&d, b.d, 4);
+	*scale = qc_f32_to_fp16(d);
+	*offs = fp16_of_double((double)d * (128.0 - (double)b.z));
+	for (int l = 0; l < 32; l++)
+		codes[l] = (uint8_t)(b.qs[l] ^ 0x80); /* int8 bits of q - 128 */
+}
+
+static void hq8_put(const uint8_t *codes, const uint16_t *scale, const uint16_t *offs, const uint8_t *hdr,
+		    uint8_t *blk)
+{
+	struct qc_block_HQ8 b;
+	(void)scale;
+	(void)offs;
+	memcpy(&b, hdr, 6);
+	for (int l = 0; l < 32; l++)
+		b.qs[l] = (uint8_t)(codes[l] ^ 0x80);
+	memcpy(blk, &b, sizeof b);
+}
+
 /* The encodings that are "codes times an fp16 scale (plus an offset) per 32 along K".
- * q5_K's rows are the only i8z ones: a 5-bit code takes a byte there. */
+ * q5_K and hq8 rows are i8z: a 5- or 8-bit code with an offset takes a byte there. */
 static const struct codec codecs[] = {
 	{ QC_TYPE_Q4_0, QC_LAYOUT_MARLIN_I4, 1, 0, q4_0_get, q4_0_put },
 	{ QC_TYPE_Q8_0, QC_LAYOUT_MARLIN_I8, 1, 0, q8_0_get, q8_0_put },
@@ -245,6 +274,7 @@ static const struct codec codecs[] = {
 	{ QC_TYPE_Q4_K, QC_LAYOUT_MARLIN_I4Z, 8, 16, q4_k_get, q4_k_put },
 	{ QC_TYPE_HQ4, QC_LAYOUT_MARLIN_I4Z, 1, 6, hq4_get, hq4_put },
 	{ QC_TYPE_Q5_K, QC_LAYOUT_MARLIN_I8Z, 8, 16, q5_k_get, q5_k_put },
+	{ QC_TYPE_HQ8, QC_LAYOUT_MARLIN_I8Z, 1, 6, hq8_get, hq8_put },
 };
 
 static const struct codec *codec_of(enum qc_type type)

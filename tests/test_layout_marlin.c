@@ -291,9 +291,9 @@ static void gemm_ref_z(enum qc_type t, int64_t M, int64_t K, int64_t N)
 		src[i] = (uint8_t)rnd();
 	for (int64_t b = 0; b < nb; b++) { /* scales in a weight-like range; codes, 6-bit scales, zeros random */
 		uint8_t *p = src + b * bb;
-		if (t == QC_TYPE_HQ4) {
+		if (t == QC_TYPE_HQ4 || t == QC_TYPE_HQ8) {
 			float d = 0.001f * (float)(1 + rnd() % 16);
-			int16_t z = (int16_t)(rnd() % 16);
+			int16_t z = (int16_t)(t == QC_TYPE_HQ4 ? rnd() % 16 : 118 + rnd() % 20);
 			memcpy(p, &d, 4);
 			memcpy(p + 4, &z, 2);
 		} else { /* q4_1: d, m; q4_K: d, dmin */
@@ -590,6 +590,8 @@ int main(void)
 	roundtrip(QC_TYPE_Q4_K, 256, 64, 3);
 	roundtrip(QC_TYPE_HQ4, 96, 192, 2);
 	roundtrip(QC_TYPE_Q5_K, 256, 32, 1);
+	roundtrip(QC_TYPE_HQ8, 96, 64, 2);
+	roundtrip(QC_TYPE_HQ8, 1056, 32, 1);
 	roundtrip(QC_TYPE_Q5_K, 512, 96, 2);
 	roundtrip(QC_TYPE_Q5_K, 768, 64, 3);
 	rejects(QC_TYPE_Q4_0, 64, 96, 2);   /* 96 rows: not whole 64-column tiles */
@@ -608,6 +610,7 @@ int main(void)
 	gemm_ref_z(QC_TYPE_Q4_1, 2, 96, 64);
 	gemm_ref_z(QC_TYPE_HQ4, 4, 160, 128);
 	gemm_ref_z(QC_TYPE_Q5_K, 3, 512, 96);
+	gemm_ref_z(QC_TYPE_HQ8, 4, 544, 64);
 	gemm_ref_q5_k_bound(3, 768, 64);
 	parallel_pack(QC_TYPE_Q4_K, 512, 21 * 64);
 	parallel_pack(QC_TYPE_Q4_1, 96, 21 * 64);

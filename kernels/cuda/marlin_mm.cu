@@ -83,7 +83,8 @@ extern "C" uint64_t qc_cuda_marlin_mm_ws(int64_t n_in, int64_t n_out, int64_t n_
 		enum qc_layout l;
 		enum qc_type t;
 	} forms[] = { { QC_LAYOUT_MARLIN_I4, QC_TYPE_Q4_0 }, { QC_LAYOUT_MARLIN_I8, QC_TYPE_Q8_0 },
-		      { QC_LAYOUT_MARLIN_I4Z, QC_TYPE_Q4_1 }, { QC_LAYOUT_MARLIN_I8Z, QC_TYPE_Q5_K } };
+		      { QC_LAYOUT_MARLIN_I4Z, QC_TYPE_Q4_1 }, { QC_LAYOUT_MARLIN_I8Z, QC_TYPE_Q5_K },
+		      { QC_LAYOUT_MARLIN_I8Z, QC_TYPE_HQ8 } };
 	uint64_t most = 0;
 	for (size_t f = 0; f < sizeof forms / sizeof forms[0]; f++)
 		for (int e = 0; e < 2; e++) {

@@ -45,13 +45,13 @@ static double urand(void) /* [-1, 1) */
 }
 
 /* Encoding tested for a layout: i4z runs q4_K (the GGUF headline), q4_1 and hq4 in
- * turn; i8z holds q5_K only. */
-static int z_turn;
+ * turn; i8z q5_K, or hq8 while i8z_hq8 is set. */
+static int z_turn, i8z_hq8;
 static enum qc_type type_of(enum qc_layout l)
 {
 	static const enum qc_type z[3] = { QC_TYPE_Q4_K, QC_TYPE_Q4_1, QC_TYPE_HQ4 };
 	if (l == QC_LAYOUT_MARLIN_I8Z)
-		return QC_TYPE_Q5_K;
+		return i8z_hq8 ? QC_TYPE_HQ8 : QC_TYPE_Q5_K;
 	return l == QC_LAYOUT_MARLIN_I4 ? QC_TYPE_Q4_0 : l == QC_LAYOUT_MARLIN_I8 ? QC_TYPE_Q8_0 : z[z_turn % 3];
 }
 
@@ -71,9 +71,9 @@ static void random_blocks(enum qc_type t, uint8_t *g, uint64_t bytes)
 		g[i] = (uint8_t)(urand() * 128.0 + 128.0);
 	for (uint64_t b = 0; b < bytes / (uint64_t)bb; b++) {
 		uint8_t *p = g + b * (uint64_t)bb;
-		if (t == QC_TYPE_HQ4) {
+		if (t == QC_TYPE_HQ4 || t == QC_TYPE_HQ8) {
 			float d = (float)(0.002 * (1.5 + urand()));
-			int16_t z = (int16_t)(8 + 7 * urand());
+			int16_t z = (int16_t)(t == QC_TYPE_HQ4 ? 8 + 7 * urand() : 118 + 20 * urand());
 			memcpy(p, &d, 4);
 			memcpy(p + 4, &z, 2);
 		} else {
@@ -771,6 +771,15 @@ int main(int argc, char **argv)
 	check_case(QC_LAYOUT_MARLIN_I8Z, 7, 96, 768, QC_MARLIN_C_F16, QC_MARLIN_SPLIT_AUTO, 0);
 	check_case(QC_LAYOUT_MARLIN_I8Z, 40, 160, 1280, QC_MARLIN_C_F32, QC_MARLIN_SPLIT_FIXED, 5);
 	check_case(QC_LAYOUT_MARLIN_I8Z, 129, 224, 2304, QC_MARLIN_C_F32, QC_MARLIN_SPLIT_AUTO, 0);
+	/* i8z with hq8 (GPTQ 8-bit, compressed-tensors int8): k any multiple of 32 */
+	i8z_hq8 = 1;
+	check_case(QC_LAYOUT_MARLIN_I8Z, 7, 96, 160, QC_MARLIN_C_F16, QC_MARLIN_SPLIT_AUTO, 0);
+	check_case(QC_LAYOUT_MARLIN_I8Z, 33, 256, 1056, QC_MARLIN_C_F32, QC_MARLIN_SPLIT_FIXED, 3);
+	check_experts(QC_LAYOUT_MARLIN_I8Z, 5, 128, 544, 3);
+	check_table_entry(QC_LAYOUT_MARLIN_I8Z, 3, 64, 320, NULL);
+	check_gemv(QC_LAYOUT_MARLIN_I8Z, 1, 256, 1056, 1);
+	check_gemv(QC_LAYOUT_MARLIN_I8Z, 6, 256, 512, 3);
+	i8z_hq8 = 0;
 	check_experts(QC_LAYOUT_MARLIN_I4, 9, 256, 512, 3);
 	check_experts(QC_LAYOUT_MARLIN_I8, 5, 320, 1056, 4);
 	z_turn = 0;
@@ -789,6 +798,9 @@ int main(int argc, char **argv)
 			for (z_turn = 0; z_turn < 3; z_turn++) /* q4_K, q4_1, hq4 */
 				check_table_entry(QC_LAYOUT_MARLIN_I4Z, 200, 192, 512, h);
 			check_table_entry(QC_LAYOUT_MARLIN_I8Z, 140, 160, 1024, h); /* q5_K */
+			i8z_hq8 = 1;
+			check_table_entry(QC_LAYOUT_MARLIN_I8Z, 150, 96, 544, h); /* hq8 */
+			i8z_hq8 = 0;
 			cublasDestroy(h);
 		} else {
 			printf("FAIL cublasCreate\n");
