@@ -26,6 +26,11 @@ CUDA_HOME ?= /usr/local/cuda
 NVCC    := $(shell command -v nvcc 2>/dev/null || (test -x $(CUDA_HOME)/bin/nvcc && echo $(CUDA_HOME)/bin/nvcc))
 NVFLAGS := -O2 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_80,code=sm_80 \
 	   -MMD -MP -Iformats -Ikernels -Iruntime -Xcompiler -Wall,-Wextra
+# nvfp4_swz.cu also gets sm_100a (Blackwell, compile-only here) when this nvcc lists
+# compute_100 (CUDA 12.8+); older nvcc: skipped, the file still builds for the above.
+SM100_GENCODE := -gencode=arch=compute_100a,code=sm_100a
+NV_SM100 := $(if $(NVCC),$(if $(shell $(NVCC) --list-gpu-arch 2>/dev/null | grep -x compute_100),$(SM100_GENCODE)))
+$(BUILD)/obj/kernels/cuda/nvfp4_swz.o: NVFLAGS += $(NV_SM100)
 # The CUDA backend: with nvcc, libqc_cuda.a = kernels/cuda/*.cu + runtime/backend_cuda.c (cc,
 # CUDA headers as system headers so -Werror sees only ours); cudart static so a binary runs
 # (and says "no CUDA device") on a machine without a GPU; cuBLAS found through the rpath.
@@ -111,7 +116,7 @@ $(BUILD)/obj/%.o: %.cu
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
 cuda-check: $(CU_OBJ)
-	@echo "cuda-check: $(words $(CU_OBJ)) CUDA source(s) compiled for sm_90a and sm_80$(if $(NVCC),, (nvcc not found: skipped))"
+	@echo "cuda-check: $(words $(CU_OBJ)) CUDA source(s) compiled for sm_90a and sm_80$(if $(NV_SM100), (+ sm_100a: nvfp4_swz.cu),)$(if $(NVCC),, (nvcc not found: skipped))"
 
 CUDA_RT_OBJ := $(BUILD)/obj/runtime/backend_cuda.o $(BUILD)/obj/runtime/backend_cuda_graph.o \
 	       $(BUILD)/obj/runtime/backend_cuda_prof.o

@@ -51,6 +51,14 @@ static void *worker(void *arg)
 int qc_pack_slice_par(enum qc_layout l, enum qc_type type, int64_t ne0, int64_t ne1, const uint8_t *in,
 		      uint64_t in_row, uint8_t *out, struct qc_marlin_err *e, int n_threads, struct qc_err *err)
 {
+	if (!qc_marlin_is(l)) { /* nvfp4_swz: one piece (its scale tiles span the slice) */
+		const int64_t ne[4] = { ne0, ne1, 1, 1 };
+		if (e)
+			memset(e, 0, sizeof *e);
+		(void)in_row;
+		(void)n_threads;
+		return qc_layout_pack_slice(l, type, ne, in, out, err);
+	}
 	const int S = qc_marlin_stripe(l);
 	uint64_t out_row;
 	int rc = qc_layout_row_bytes(l, type, ne0, &out_row);

@@ -16,6 +16,7 @@
  * stripe-aligned row ranges (each a packed matrix of its own), shared out to
  * up to n_threads threads (0: $QC_THREADS, else online CPUs), and their errors are combined in
  * range order: the bytes and the numbers do not depend on the thread count.
+ * A layout that is not marlin (nvfp4_swz) is packed in one piece on this thread.
  * QC_OK, or the packer's error (the first range's in order). */
 int qc_pack_slice_par(enum qc_layout l, enum qc_type type, int64_t ne0, int64_t ne1, const uint8_t *in,
 		      uint64_t in_row, uint8_t *out, struct qc_marlin_err *e, int n_threads, struct qc_err *err);

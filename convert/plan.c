@@ -3,6 +3,7 @@
 
 #include "gguf_meta.h"
 #include "layout_marlin.h"
+#include "layout_nvfp4.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -44,7 +45,8 @@ static bool fusable(const struct qc_gguf_tensor *g, const struct qc_gguf_tensor 
 	       g->ne[1] == u->ne[1] && g->ne[2] == u->ne[2] && g->ne[3] == 1;
 }
 
-static int finish_tensor(struct qc_plan *p, struct qc_plan_tensor *t, enum qc_target tgt, struct qc_err *err)
+static int finish_tensor(const struct qc_gguf_model *m, struct qc_plan *p, struct qc_plan_tensor *t,
+			 enum qc_target tgt, struct qc_err *err)
 {
 	const char *why = NULL;
 	t->layout = qc_target_layout_for(tgt, t->type, t->ne, t->n_dims, &why);
@@ -57,6 +59,17 @@ static int finish_tensor(struct qc_plan *p, struct qc_plan_tensor *t, enum qc_ta
 	if (qc_marlin_is(t->layout) && t->n_parts > 1 && t->parts[1].row0 % qc_marlin_stripe(t->layout)) {
 		t->layout = QC_LAYOUT_GGML;
 		why = "the fused halves do not start on a stripe boundary";
+	}
+	/* nvfp4_swz keeps e4m3 codes over a global scale: the blocks' f32 scales must be
+	 * exactly that (hfq_ct.c writes fl(e4m3/global)); nothing is re-quantized */
+	if (t->layout == QC_LAYOUT_NVFP4_SWZ && t->n_parts > 1) {
+		t->layout = QC_LAYOUT_GGML;
+		why = "fused halves (the nvfp4_swz kernels take whole matrices)";
+	} else if (t->layout == QC_LAYOUT_NVFP4_SWZ) {
+		const struct qc_gguf_tensor *s = t->parts[0].src;
+		if (!qc_nvfp4_swz_data_fits(t->type, t->ne, qc_gguf_model_data(m, s), &why))
+			t->layout = QC_LAYOUT_GGML;
+		qc_map_release(&m->files[s->file_idx]->file, s->data_off, s->n_bytes);
 	}
 	if (why && note(p, "%s (%s, [%lld, %lld]): kept in layout ggml instead of %s: %s", t->name,
 			qc_type_get(t->type)->name, (long long)t->ne[0], (long long)t->ne[1],
@@ -105,7 +118,7 @@ int qc_plan_build(const struct qc_gguf_model *m, enum qc_target tgt, unsigned fl
 		if ((flags & QC_PLAN_FUSE_MOE) && layer >= 0) {
 			snprintf(gate, sizeof gate, "blk.%ld.ffn_gate_exps.weight", layer);
 			const struct qc_gguf_tensor *g = qc_gguf_model_find(m, gate);
-			if (g && fusable(g, s))
+			if (g && fusable(g, s) && qc_target_layout(tgt, s->type, s->n_dims) != QC_LAYOUT_NVFP4_SWZ)
 				continue; /* emitted together with its gate half */
 		}
 		layer = layer_of(s->name, "ffn_gate_exps.weight");
@@ -117,6 +130,13 @@ int qc_plan_build(const struct qc_gguf_model *m, enum qc_target tgt, unsigned fl
 			if (up && !fusable(s, up)) {
 				if (note(p, "blk.%ld: ffn_gate_exps (%s) and ffn_up_exps (%s) differ in encoding or shape; kept separate",
 					 layer, qc_type_get(s->type)->name, qc_type_get(up->type)->name)) {
+					rc = qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
+					goto fail;
+				}
+				up = NULL;
+			} else if (up && qc_target_layout(tgt, s->type, s->n_dims) == QC_LAYOUT_NVFP4_SWZ) {
+				if (note(p, "blk.%ld: ffn_gate_exps and ffn_up_exps kept separate: nvfp4_swz matrices are not fused (their kernels take whole matrices)",
+					 layer)) {
 					rc = qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
 					goto fail;
 				}
@@ -136,7 +156,7 @@ int qc_plan_build(const struct qc_gguf_model *m, enum qc_target tgt, unsigned fl
 		} else {
 			snprintf(t->name, sizeof t->name, "%s", s->name);
 		}
-		rc = finish_tensor(p, t, tgt, err);
+		rc = finish_tensor(m, p, t, tgt, err);
 		if (rc)
 			goto fail;
 		p->total_bytes += t->size;

@@ -24,7 +24,7 @@
 static const char *prog = "qconvert";
 
 static const char usage_main[] =
-	"usage: qconvert MODEL --target {cpu,sm80,sm86,sm89,sm90} [-o OUT.qb] [options]\n"
+	"usage: qconvert MODEL --target {cpu,sm80,sm86,sm89,sm90,sm100} [-o OUT.qb] [options]\n"
 	"       qconvert inspect FILE [--json]\n"
 	"       qconvert verify BUNDLE [--deep]\n"
 	"       qconvert dump FILE TENSOR [-o OUT.f32]\n"
@@ -35,7 +35,8 @@ static const char usage_main[] =
 	".tar/.tar.gz/.zip of one (docs/hf.md lists the architectures).\n"
 	"\n"
 	"convert options:\n"
-	"  --target T     cpu, sm80, sm86, sm89 or sm90 (required)\n"
+	"  --target T     cpu, sm80, sm86, sm89, sm90 or sm100 (required; sm100 also stores\n"
+	"                 NVFP4 with CUTLASS block-scale tiles, docs/layout-nvfp4.md)\n"
 	"  -o, --out F    output bundle (default: MODEL.<target>.qb beside the input)\n"
 	"  --align N      tensor data alignment in bytes, a power of two >= 4096 (default 4096)\n"
 	"  --no-fuse      keep MoE gate and up experts as separate tensors\n"
@@ -147,7 +148,7 @@ static int cmd_convert(int argc, char **argv)
 				return usage_error("%s needs a value", a);
 			target = qc_target_from_name(argv[i]);
 			if (target < 0)
-				return usage_error("unknown target '%s' (cpu, sm80, sm86, sm89, sm90)", argv[i]);
+				return usage_error("unknown target '%s' (cpu, sm80, sm86, sm89, sm90, sm100)", argv[i]);
 		} else if (strcmp(a, "-o") == 0 || strcmp(a, "--out") == 0) {
 			if (++i >= argc)
 				return usage_error("%s needs a value", a);
@@ -175,7 +176,7 @@ static int cmd_convert(int argc, char **argv)
 	if (!o.in)
 		return usage_error("%s", "no input model given");
 	if (target < 0)
-		return usage_error("%s", "--target is required (cpu, sm80, sm86, sm89, sm90)");
+		return usage_error("%s", "--target is required (cpu, sm80, sm86, sm89, sm90, sm100)");
 	o.target = (enum qc_target)target;
 	struct qc_err err = {0};
 	enum input_kind k = sniff(o.in, &err);

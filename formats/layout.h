@@ -5,6 +5,8 @@
  * ggml rows, which is what `qconvert dump` and the CPU backend read.
  * cpu stores ggml blocks as-is; sm80+ store q4_0/q8_0/q4_1/q4_K/hq4/q5_K/hq8 matrices in the
  * marlin tensor-core layouts (layout_marlin.h, docs/layout-marlin.md) when the shape fits.
+ * sm100 also stores nvfp4 matrices with CUTLASS block-scale tiles (nvfp4_swz,
+ * layout_nvfp4.h, docs/layout-nvfp4.md); sm80..sm90 keep nvfp4 ggml.
  */
 #ifndef QC_LAYOUT_H
 #define QC_LAYOUT_H
@@ -20,6 +22,7 @@ enum qc_layout {
 	QC_LAYOUT_MARLIN_I8 = 2, /* 8-bit codes, likewise */
 	QC_LAYOUT_MARLIN_I4Z = 3, /* 4-bit codes + fp16 scale and offset per group (+ exact headers) */
 	QC_LAYOUT_MARLIN_I8Z = 4, /* 8-bit codes (i8 order) + fp16 scale and offset per group (+ exact headers) */
+	QC_LAYOUT_NVFP4_SWZ = 5, /* nvfp4: code rows + e4m3 scales in CUTLASS sm100 128x4 tiles + global scales */
 	QC_LAYOUT_COUNT,
 };
 
@@ -29,6 +32,7 @@ enum qc_target {
 	QC_TARGET_SM86,
 	QC_TARGET_SM89,
 	QC_TARGET_SM90,
+	QC_TARGET_SM100,           /* sm90's choices, and nvfp4 in nvfp4_swz */
 	QC_TARGET_COUNT,
 };
 
@@ -48,12 +52,16 @@ enum qc_layout qc_target_layout_for(enum qc_target tgt, enum qc_type type, const
 
 /* Bytes per row in layout l (ggml rows: the row size; marlin: a stripe's bytes over
  * its rows): a slice is ne[1] of them, row r of a stripe-aligned range starts at
- * r * row bytes. QC_EFORMAT when ne0 does not fit. */
+ * r * row bytes. nvfp4_swz: K/2, the code bytes of a row; its slice is longer (the
+ * padded scale tiles and global scales follow the codes: qc_layout_bytes of one
+ * slice) and its rows are not addressable as matrices of their own.
+ * QC_EFORMAT when ne0 does not fit. */
 int qc_layout_row_bytes(enum qc_layout l, enum qc_type type, int64_t ne0, uint64_t *bytes);
 
 /* Pack one ne[0] x ne[1] slice: rows holds its ne[1] ggml rows, out receives
- * ne[1] * qc_layout_row_bytes bytes in layout l. Caller checked the shape
- * (qc_layout_bytes). */
+ * qc_layout_bytes of that one slice (ne[1] * qc_layout_row_bytes but for nvfp4_swz)
+ * in layout l. Caller checked the shape (qc_layout_bytes); nvfp4_swz also fails
+ * (QC_EFORMAT) on scales it cannot keep exactly (qc_nvfp4_swz_data_fits says first). */
 int qc_layout_pack_slice(enum qc_layout l, enum qc_type type, const int64_t ne[4], const uint8_t *rows,
 			 uint8_t *out, struct qc_err *err);
 

@@ -261,6 +261,9 @@ static int mat_view(const struct qc_bundle *b, const char *name, int64_t n_in, i
 	if (rc)
 		return qc_err_set(err, rc, b->path, name, -1, "row of %lld elements does not fit layout %s",
 				  (long long)n_in, qc_layout_name(t->layout));
+	if (t->layout == QC_LAYOUT_NVFP4_SWZ && part) /* plan.c never fuses these */
+		return qc_err_set(err, QC_EUNSUPPORTED, b->path, name, -1,
+				  "part of a %s tensor: its kernels take whole matrices", qc_layout_name(t->layout));
 	if (t->layout != QC_LAYOUT_GGML && part) {
 		const int stripe = qc_marlin_is(t->layout) ? qc_marlin_stripe(t->layout) : 1;
 		if (row0 % stripe || rows % stripe)
@@ -273,8 +276,11 @@ static int mat_view(const struct qc_bundle *b, const char *name, int64_t n_in, i
 	w->n_in = n_in;
 	w->n_out = rows;
 	w->n_mat = n_mat;
+	/* one slice's bytes: ne[1] rows of rb, except where a layout pads (nvfp4_swz) */
+	const int64_t ne_slice[4] = { n_in, t->ne[1], 1, 1 };
+	if ((rc = qc_layout_bytes(t->layout, t->type, ne_slice, &w->mat_stride)))
+		return qc_err_set(err, rc, b->path, name, -1, "matrix does not fit layout %s", qc_layout_name(t->layout));
 	w->row_bytes = rb;
-	w->mat_stride = rb * (uint64_t)t->ne[1];
 	w->data = qc_bundle_data(b, t) + (uint64_t)row0 * rb;
 	return perm_view(b, name, t, w, err);
 }

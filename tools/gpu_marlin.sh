@@ -15,7 +15,7 @@ CFLAGS="-O2 -g -std=c11 -D_GNU_SOURCE -Wall -Wextra -Iformats -Ikernels -Ikernel
 NVFLAGS="-O2 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_80,code=sm_80 -Iformats -Ikernels -Ikernels/cuda"
 mkdir -p $BUILD/obj
 objs=""
-for f in formats/layout.c formats/layout_marlin.c formats/qtype.c formats/qc_err.c \
+for f in formats/layout.c formats/layout_marlin.c formats/layout_nvfp4.c formats/qtype.c formats/qc_err.c \
 	 kernels/ref/dequant_*.c kernels/ref/iq_tables.c kernels/ref/quant_ref.c kernels/ref/marlin_gemm.c; do
 	o=$BUILD/obj/$(echo $f | tr / _).o
 	$CC $CFLAGS -c $f -o $o

@@ -98,4 +98,20 @@ void qc_ref_moe_gemm(const uint8_t *w, enum qc_type type, int64_t n_in, int64_t 
 		     uint64_t mat_stride, int64_t n_mat, const float *x, int64_t ldx, int x_div,
 		     const int32_t *expert, int64_t n_rows, float *y, int64_t ldy);
 
+/* Precision of a matmul reference: a float running sum (the kernel's class), the
+ * fp64 truth, or weights and activations rounded to fp16 with double sums (the
+ * fp16 + cuBLAS paths'). */
+enum qc_ref_prec {
+	QC_REF_F32 = 0,
+	QC_REF_F64 = 1,
+	QC_REF_F16 = 2,
+};
+
+/* As qc_ref_gemv_q for nvfp4 weights in the nvfp4_swz layout (formats/layout_nvfp4.h):
+ * w = matrix 0's slice, n_in = K, n_out = N rows, matrices mat_stride bytes apart;
+ * weights decoded from the packed bytes by docs/layout-nvfp4.md's formulas. */
+void qc_ref_nvfp4_swz(const uint8_t *w, int64_t n_in, int64_t n_out, uint64_t mat_stride, const float *x,
+		      int64_t ldx, int x_div, const int32_t *expert, int64_t n_rows, float *y, int64_t ldy,
+		      enum qc_ref_prec prec);
+
 #endif

@@ -2,7 +2,8 @@
  *
  * Per fixture (every .gguf under $QC_FIXTURES/gguf, gguf-quant, the mkgguf
  * models in $QC_GPU_GEN, and every Hugging Face checkpoint under tests/data/hfq,
- * converted in process to a temp cpu bundle): greedy 16 tokens after a fixed
+ * converted in process to a temp cpu bundle, and again for sm90 where that
+ * gives tensor-core layouts, for sm100 where it is NVFP4): greedy 16 tokens after a fixed
  * 24-token prompt on the CPU backend (float activations, QC_ACT_ROUND_NONE) and
  * on CUDA. The ids must be
  * equal up to the first step where the CPU's top-2 logit margin is below the
@@ -228,6 +229,16 @@ static void run_fixture(const char *dir, const char *name, const char *tmp, bool
 		else if (has_gpu_layout(out90))
 			compare_gpu(name, " [sm90 layouts]", out90, prompt, n_prompt, &cpu);
 		unlink(out90);
+		/* NVFP4 checkpoints for sm100: nvfp4_swz matrices (kernels/cuda/nvfp4_swz.cu,
+		 * built for sm_90a too, so they run here) */
+		c9.target = QC_TARGET_SM100;
+		if (hf && strstr(name, "nvfp4")) {
+			if (qc_convert_hf(&c9, NULL, &err))
+				CHECK(0, "%s: convert --target sm100: %s", name, err.msg);
+			else
+				compare_gpu(name, " [sm100 nvfp4_swz]", out90, prompt, n_prompt, &cpu);
+			unlink(out90);
+		}
 	}
 	free(cpu.logits);
 	unlink(out);

@@ -27,6 +27,7 @@
 #include "cuda/gemm_f16.h"
 #include "cuda/gemv_q.h"
 #include "cuda/kv_store.h"
+#include "cuda/matmul_dispatch.h"
 #include "cuda/moe_combine.h"
 #include "cuda/moe_gemm.h"
 #include "cuda/moe_route.h"
@@ -35,6 +36,8 @@
 #include "cuda/rope.h"
 #include "cuda/silu_mul.h"
 #include "cuda/topk.h"
+#include "layout_nvfp4.h"
+#include "ref/dequant_hfq.h"
 #include "ref/fp16.h"
 #include "ref/ops.h"
 
@@ -1145,6 +1148,137 @@ static void test_moe(int n_expert, int k, int norm)
 	cudaFree(d_w2);
 }
 
+/* ---- nvfp4_swz (the sm100 layout; its kernels are built for every arch) ---- */
+
+/* n rows of nvfp4 blocks as hfq_ct.c writes them: d = fl(e4m3(s)/G), one G per
+ * matrix of rows_per_mat rows; random codes */
+static void nvfp4_rows(uint8_t *dst, int64_t n_in, int64_t rows_per_mat, int n_mat)
+{
+	for (int e = 0; e < n_mat; e++) {
+		const float G = frand(16.0f, 1024.0f);
+		for (int64_t r = 0; r < rows_per_mat; r++)
+			for (int64_t b = 0; b < n_in / 32; b++) {
+				struct qc_block_NVFP4 blk;
+				for (int j = 0; j < 2; j++)
+					qc_hfq_put_f32(blk.d + 2 * j, qc_e4m3_to_f32((uint8_t)(rnd() % 127)) / G);
+				for (int j = 0; j < 16; j++)
+					blk.qs[j] = (uint8_t)rnd();
+				memcpy(dst + (((uint64_t)e * (uint64_t)rows_per_mat + (uint64_t)r) * (uint64_t)(n_in / 32) +
+					      (uint64_t)b) * sizeof blk, &blk, sizeof blk);
+			}
+	}
+}
+
+/* qc_cuda_nvfp4_swz_gemv (dense and expert rows) and _gemm against the fp64 truth
+ * of kernels/ref/nvfp4_swz.c under the matmul rule (plain reference: F32 for the
+ * GEMV, F16 operands for the cuBLAS GEMM); outputs poisoned, the ld padding must
+ * stay NaN; each GEMV row alone must equal its batched result bit for bit. */
+static void test_nvfp4_swz(cublasHandle_t blas)
+{
+	const int64_t ins[] = {32, 96, quick ? 256 : 4096 + 64};
+	const int64_t outs[] = {1, 7, 130, quick ? 20 : 300};
+	const int64_t rows_list[] = {1, 3, 8, 9, quick ? 12 : 40};
+	const int n_mat = 3;
+	for (size_t ii = 0; ii < 3; ii++)
+		for (size_t oi = 0; oi < 4; oi++) {
+			const int64_t n_in = ins[ii], n_out = outs[oi], ne1[4] = {n_in, n_out, 1, 1};
+			struct qc_nvfp4_swz_geom g;
+			QC_ASSERT(qc_nvfp4_swz_geom(QC_TYPE_NVFP4, ne1, &g) == QC_OK);
+			const uint64_t rb = (uint64_t)(n_in / 32) * sizeof(struct qc_block_NVFP4), gms = rb * (uint64_t)n_out;
+			uint8_t *src = malloc(gms * n_mat), *pk = malloc(g.slice_bytes * n_mat);
+			nvfp4_rows(src, n_in, n_out, n_mat);
+			struct qc_err err = {0};
+			for (int e = 0; e < n_mat; e++)
+				CHECK(qc_layout_pack_slice(QC_LAYOUT_NVFP4_SWZ, QC_TYPE_NVFP4, ne1, src + e * gms,
+							   pk + e * g.slice_bytes, &err) == QC_OK, "pack: %s", err.msg);
+			uint8_t *d_w = up(pk, g.slice_bytes * n_mat);
+			for (size_t ri = 0; ri < 5; ri++)
+				for (int mode = 0; mode < 3; mode++) { /* 0 dense gemv, 1 experts gemv, 2 gemm */
+					const int64_t n_rows = rows_list[ri];
+					if (mode == 2 && n_rows < 9)
+						continue;
+					const int x_div = mode == 1 ? 2 : 1;
+					const int64_t ldx = n_in + 5, ldy = n_out + 3, xr = (n_rows + x_div - 1) / x_div;
+					const size_t ny = (size_t)(n_rows * ldy);
+					float *x = malloc(sizeof(float) * (size_t)(xr * ldx));
+					fill(x, (size_t)(xr * ldx), -1, 1);
+					int32_t ex[64];
+					for (int64_t r = 0; r < n_rows; r++)
+						ex[r] = (int32_t)(rnd() % n_mat);
+					const int32_t *exp = mode == 1 ? ex : NULL;
+					float *truth = calloc(ny, sizeof(float)), *plain = calloc(ny, sizeof(float));
+					float *got = calloc(ny, sizeof(float)), *alone = calloc(ny, sizeof(float));
+					qc_ref_nvfp4_swz(pk, n_in, n_out, g.slice_bytes, x, ldx, x_div, exp, n_rows, truth, ldy,
+							 QC_REF_F64);
+					qc_ref_nvfp4_swz(pk, n_in, n_out, g.slice_bytes, x, ldx, x_div, exp, n_rows, plain, ldy,
+							 mode == 2 ? QC_REF_F16 : QC_REF_F32);
+					float *d_x = up(x, sizeof(float) * (size_t)(xr * ldx));
+					int32_t *d_ex = up(ex, sizeof ex);
+					float *d_y = poisoned(sizeof(float) * ny);
+					const uint64_t wsb = qc_cuda_nvfp4_swz_ws(n_in, n_out, n_rows);
+					void *d_ws = poisoned(wsb);
+					struct qc_cuda_mm_args a = {
+						.d_w = d_w, .type = QC_TYPE_NVFP4, .layout = QC_LAYOUT_NVFP4_SWZ, .n_in = n_in,
+						.n_out = n_out, .row_bytes = g.row_bytes, .mat_stride = g.slice_bytes, .d_x = d_x,
+						.ldx = ldx, .x_div = x_div, .d_expert = exp ? d_ex : NULL, .n_rows = n_rows,
+						.d_y = d_y, .ldy = ldy, .d_ws = d_ws, .ws_bytes = wsb, .blas = blas,
+					};
+					int rc = mode == 2 ? qc_cuda_nvfp4_swz_gemm(&a, 0, &err) : qc_cuda_nvfp4_swz_gemv(&a, 0, &err);
+					CHECK(rc == QC_OK, "nvfp4_swz: %s", err.msg);
+					down(got, d_y, sizeof(float) * ny);
+					bool pad_nan = true; /* the ld padding is not output: still poisoned */
+					for (int64_t r = 0; r < n_rows; r++)
+						for (int64_t o = n_out; o < ldy; o++) {
+							pad_nan = pad_nan && isnan(got[r * ldy + o]);
+							got[r * ldy + o] = truth[r * ldy + o] = plain[r * ldy + o] = 0.0f;
+						}
+					CHECK(pad_nan, "nvfp4_swz mode %d wrote past n_out", mode);
+					const double mag = abs_mag(src, QC_TYPE_NVFP4, n_in, n_out, rb, gms, x, ldx, x_div, exp, n_rows);
+					const double tol = 2 * compare(plain, truth, ny, INFINITY).max_abs + (double)n_in * 0x1p-24 * mag;
+					char what[96];
+					snprintf(what, sizeof what, "nvfp4_swz %s %lldx%lld rows %lld",
+						 mode == 0 ? "gemv" : mode == 1 ? "gemv experts" : "gemm", (long long)n_out,
+						 (long long)n_in, (long long)n_rows);
+					CHECK(report(what, compare(got, truth, ny, tol), tol), "%s", what);
+					for (int64_t r = 0; mode < 2 && n_rows > 1 && r < n_rows; r++) { /* batch-invariant */
+						struct qc_cuda_mm_args one = a;
+						one.d_x = d_x + (r / x_div) * ldx;
+						one.x_div = 1;
+						one.d_expert = exp ? d_ex + r : NULL;
+						one.n_rows = 1;
+						one.d_y = d_y + r * ldy;
+						rc = qc_cuda_nvfp4_swz_gemv(&one, 0, &err);
+						CHECK(rc == QC_OK, "nvfp4_swz alone: %s", err.msg);
+					}
+					if (mode < 2 && n_rows > 1) {
+						down(alone, d_y, sizeof(float) * ny);
+						for (int64_t r = 0; r < n_rows; r++)
+							for (int64_t o = n_out; o < ldy; o++)
+								alone[r * ldy + o] = 0.0f;
+						CHECK(memcmp(alone, got, sizeof(float) * ny) == 0, "%s: a row alone differs from batched",
+						      what);
+					}
+					free(x);
+					free(truth);
+					free(plain);
+					free(got);
+					free(alone);
+					cudaFree(d_x);
+					cudaFree(d_ex);
+					cudaFree(d_y);
+					cudaFree(d_ws);
+				}
+			/* the GEMM refuses experts (the table's contract) */
+			struct qc_cuda_mm_args bad = {.d_w = d_w, .type = QC_TYPE_NVFP4, .layout = QC_LAYOUT_NVFP4_SWZ,
+						      .n_in = n_in, .n_out = n_out, .mat_stride = g.slice_bytes,
+						      .x_div = 1, .d_expert = (const int32_t *)d_w, .n_rows = 1, .blas = blas};
+			CHECK(qc_cuda_nvfp4_swz_gemm(&bad, 0, &err) == QC_EUNSUPPORTED, "nvfp4_swz_gemm took experts");
+			free(src);
+			free(pk);
+			cudaFree(d_w);
+		}
+}
+
 int main(void)
 {
 	int n_dev = 0;
@@ -1169,6 +1303,8 @@ int main(void)
 	for (int t = 0; t < QC_TYPE_COUNT; t++)
 		if (has_decoder((enum qc_type)t))
 			test_matmul_type((enum qc_type)t, blas);
+	printf("nvfp4_swz (CUTLASS block-scale tiles) vs fp64 truth (same rule):\n");
+	test_nvfp4_swz(blas);
 	printf("grouped MoE GEMM vs fp64 truth (same rule, plain reference with fp16 operands):\n");
 	test_moe_gemm();
 	printf("other ops:\n");
