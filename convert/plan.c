@@ -55,6 +55,14 @@ static int finish_tensor(const struct qc_gguf_model *m, struct qc_plan *p, struc
 		t->layout = QC_LAYOUT_GGML;
 		why = "rows are gathered by token id";
 	}
+	/* stacked experts: the grouped MoE GEMM (kernels/cuda/moe_gemm.cu) reads ggml
+	 * blocks; in a marlin layout they ran as per-row GEMV (H200, 4 Mixtral-shape
+	 * layers, Q4_0: prefill 2.6k vs 12.7k tok/s, decode at 64 2.6k vs 4.3k; batch-1
+	 * decode 1.2k vs 0.8k: docs/bench.md) */
+	if (qc_marlin_is(t->layout) && t->n_dims == 3 && t->ne[2] > 1) {
+		t->layout = QC_LAYOUT_GGML;
+		why = "stacked experts: the grouped MoE GEMM reads ggml blocks";
+	}
 	/* a fused half is addressed as rows row0.. of each slice: it must start on a stripe */
 	if (qc_marlin_is(t->layout) && t->n_parts > 1 && t->parts[1].row0 % qc_marlin_stripe(t->layout)) {
 		t->layout = QC_LAYOUT_GGML;
