@@ -204,7 +204,7 @@ static int upload_file(struct cu *c, struct qc_err *err)
 
 	tensor_region(b, &c->file_lo, &c->file_hi);
 	const uint64_t n = c->file_hi - c->file_lo;
-	if ((rc = dalloc(c, n, &d, err)))
+	if ((rc = dalloc(c, n + QC_CUDA_MM_PAD, &d, err))) /* the matmuls' 16-byte loads may pass the end */
 		return rc;
 	c->d_file = d;
 	const double t0 = now_s();

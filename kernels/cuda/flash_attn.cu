@@ -25,6 +25,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "cp_async.cuh"
+
 #define FT 128    /* threads of an attention block: 4 warps x 16 query rows */
 #define FM 64     /* query rows (token, head) per block */
 #define RT 1024   /* threads of runs_kernel */
@@ -169,24 +171,6 @@ static __device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4],
 		     "{%8, %9}, {%0, %1, %2, %3};\n"
 		     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
 		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-/* 16 bytes global -> shared, or 16 zero bytes when !ok (src is then not read) */
-static __device__ __forceinline__ void cp_async16(__half *dst, const void *src, bool ok)
-{
-	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
-		     "r"(ok ? 16 : 0)
-		     : "memory");
-}
-
-static __device__ __forceinline__ void cp_async_commit(void)
-{
-	asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-
-template <int N> static __device__ __forceinline__ void cp_async_wait(void)
-{
-	asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 /* binary16 pair of (x, y) as an mma operand register; *sum += the rounded values */

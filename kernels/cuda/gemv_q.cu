@@ -4,20 +4,33 @@
  * warp per output row; lane l decodes 32-element chunks l, l+32, ... once and
  * dots each with up to G activation rows staged in shared memory (G = 8 for
  * one matrix, 1 for a single row or when every row picks its own expert);
- * plain float rows of any length get a per-element tail; a fixed shuffle tree
- * sums the lanes. A row's result never depends on the other rows of the batch
- * (same partition, same order): batched == alone, bit for bit.
- * Non-goals (yet): 16-byte loads of ggml blocks, int8 dot products, split-K.
- * Index grammar: o output row, r activation row, j chunk along the row.
+ * a fixed shuffle tree sums the lanes. A row's result never depends on the
+ * other rows of the batch (same partition, same order): batched == alone, bit
+ * for bit.
+ * Weight loads: ggml blocks (18, 34, 210... bytes, 2-byte aligned) reach the
+ * decoders through shared memory: per warp, each span of 32 chunks (one chunk
+ * per lane) is copied with coalesced 16-byte cp.async loads of the aligned
+ * 16-byte window around it, STAGES spans in flight, then every lane decodes
+ * its chunk from there. Plain float rows (F32/F16/BF16) are read directly
+ * with 16-byte loads, plus a per-element tail for rows of any length.
+ * Contract (matmul_dispatch.h): the 15 bytes after the last matrix of a block
+ * type must be readable (the window's last 16-byte load; allocations are padded
+ * by QC_CUDA_MM_PAD), and so must the bytes from the start of the 16-byte unit
+ * holding d_w.
+ * Non-goals (yet): int8 dot products, split-K.
+ * Index grammar: o output row, r activation row, j chunk along the row,
+ * s span (32 chunks) along the row.
  * Reference: kernels/ref/gemv_q.c (decode a row with qc_dequant_row_*, dot).
  */
 #include "gemv_q.h"
 
 #include <cuda_runtime.h>
 
+#include "cp_async.cuh"
 #include "decode.cuh"
 
 #define WARPS 16 /* output rows per block; they share the staged activations */
+#define STAGES 4 /* spans of a block-type row in flight per warp */
 
 /* Activations are staged through shared memory 1024 * U elements (U chunks
  * per lane) at a time, chunk q's element i at xs[q * 33 + i]: lane l reading
@@ -26,66 +39,44 @@
  * each lane's 32 floats sat on their own cache line: 32-way replays). U = 8
  * for one activation row (a 4096-wide row is one tile: one sync, 8 chunks in
  * flight per lane), 1 for eight. A lane still takes its chunks in increasing
- * order, so every U and G give the same sums. */
-template <int T, int G, int U>
-static __global__ void __launch_bounds__(32 * WARPS) gemv_q_kernel(const struct qc_cuda_mm_args a)
+ * order, so every U and G give the same sums. Call with the whole block: it
+ * syncs before (the previous tile is consumed) and after. */
+template <int G, int U>
+static __device__ __forceinline__ void stage_x(float (*xs)[32 * U * 33], const float *const xr[G], int nr,
+					       int64_t base, int64_t n_chunks)
 {
-	__shared__ float xs[G][32 * U * 33];
-	const int lane = threadIdx.x & 31;
-	const int64_t o = (int64_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
-	const int64_t r0 = (int64_t)blockIdx.y * G;
-	const bool live = o < a.n_out; /* dead warps still help stage and sync */
-	const int64_t e = a.d_expert ? a.d_expert[r0] : 0;
-	const uint8_t *row = a.d_w + (uint64_t)e * a.mat_stride + (uint64_t)(live ? o : 0) * a.row_bytes;
-	const int64_t n_chunks = a.n_in / 32;
-	const int nr = (int)(a.n_rows - r0 < G ? a.n_rows - r0 : G);
-	const float *xr[G];
-	float acc[G];
+	const int64_t n_el = (n_chunks - base < 32 * U ? n_chunks - base : 32 * U) * 32;
+	__syncthreads();
+#pragma unroll
+	for (int t = 0; t < G; t++) /* t unrolled: xr stays in registers */
+		for (int el = threadIdx.x; el < 1024 * U; el += blockDim.x)
+			xs[t][(el >> 5) * 33 + (el & 31)] = t < nr && el < n_el ? xr[t][base * 32 + el] : 0.0f;
+	__syncthreads();
+}
+
+/* acc[t] += w . (chunk q of staged row t), each chunk summed from 0 in order */
+template <int G, int U>
+static __device__ __forceinline__ void dot_chunk(const float w[32], const float (*xs)[32 * U * 33], int q, int nr,
+						 float acc[G])
+{
 #pragma unroll
 	for (int t = 0; t < G; t++) {
-		xr[t] = a.d_x + ((r0 + (t < nr ? t : 0)) / a.x_div) * a.ldx;
-		acc[t] = 0.0f;
-	}
-	for (int64_t base = 0; base < n_chunks; base += 32 * U) {
-		const int64_t n_el = (n_chunks - base < 32 * U ? n_chunks - base : 32 * U) * 32;
-		__syncthreads(); /* the previous tile is consumed */
-		for (int idx = threadIdx.x; idx < G * 1024 * U; idx += blockDim.x) {
-			const int t = idx / (1024 * U), el = idx % (1024 * U);
-			xs[t][(el >> 5) * 33 + (el & 31)] = t < nr && el < n_el ? xr[t][base * 32 + el] : 0.0f;
-		}
-		__syncthreads();
+		if (t < nr) {
+			const float *x = &xs[t][q * 33];
+			float s = 0.0f;
 #pragma unroll
-		for (int u = 0; u < U; u++) {
-			const int64_t j = base + lane + 32 * u;
-			if (!live || j >= n_chunks)
-				break;
-			float w[32];
-			int c;
-			qc_dev<T>::dec32(chunk_ptr<T>(row, j, &c), c, w);
-#pragma unroll
-			for (int t = 0; t < G; t++) {
-				if (t < nr) {
-					const float *x = &xs[t][(lane + 32 * u) * 33];
-					float s = 0.0f;
-#pragma unroll
-					for (int i = 0; i < 32; i++)
-						s = fmaf(w[i], x[i], s);
-					acc[t] += s;
-				}
-			}
+			for (int i = 0; i < 32; i++)
+				s = fmaf(w[i], x[i], s);
+			acc[t] += s;
 		}
 	}
-	if (!live)
-		return;
-	if constexpr (qc_dev<T>::PLAIN) { /* rows of any length: the last n_in % 32 elements */
-		for (int64_t i = n_chunks * 32 + lane; i < a.n_in; i += 32) {
-			const float w = qc_dev<T>::dec1(row, i);
-#pragma unroll
-			for (int t = 0; t < G; t++)
-				if (t < nr)
-					acc[t] = fmaf(w, xr[t][i], acc[t]);
-		}
-	}
+}
+
+/* Lane sums of each activation row through a fixed shuffle tree; lane 0 stores. */
+template <int G>
+static __device__ __forceinline__ void store_rows(const float acc[G], const struct qc_cuda_mm_args &a, int64_t r0,
+						  int nr, int64_t o, int lane)
+{
 #pragma unroll
 	for (int t = 0; t < G; t++) {
 		float v = acc[t];
@@ -96,20 +87,170 @@ static __global__ void __launch_bounds__(32 * WARPS) gemv_q_kernel(const struct 
 	}
 }
 
+/* What both kernels derive from the launch: this warp's row, the activation rows. */
+template <int G> struct gemv_ctx {
+	int lane;
+	int64_t o, r0;
+	bool live; /* dead warps (o >= n_out) still help stage and sync */
+	const uint8_t *row;
+	int nr;
+	const float *xr[G];
+	float acc[G];
+
+	__device__ __forceinline__ gemv_ctx(const struct qc_cuda_mm_args &a)
+	{
+		lane = threadIdx.x & 31;
+		o = (int64_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
+		r0 = (int64_t)blockIdx.y * G;
+		live = o < a.n_out;
+		const int64_t e = a.d_expert ? a.d_expert[r0] : 0;
+		row = a.d_w + (uint64_t)e * a.mat_stride + (uint64_t)(live ? o : 0) * a.row_bytes;
+		nr = (int)(a.n_rows - r0 < G ? a.n_rows - r0 : G);
+#pragma unroll
+		for (int t = 0; t < G; t++) {
+			xr[t] = a.d_x + ((r0 + (t < nr ? t : 0)) / a.x_div) * a.ldx;
+			acc[t] = 0.0f;
+		}
+	}
+};
+
+/* Plain float rows: 16-byte loads straight from global memory (dec32), then
+ * the last n_in % 32 elements of rows of any length. */
+template <int T, int G, int U>
+static __global__ void __launch_bounds__(32 * WARPS) gemv_plain_kernel(const struct qc_cuda_mm_args a)
+{
+	__shared__ float xs[G][32 * U * 33];
+	gemv_ctx<G> c(a);
+	const int64_t n_chunks = a.n_in / 32;
+	for (int64_t base = 0; base < n_chunks; base += 32 * U) {
+		stage_x<G, U>(xs, c.xr, c.nr, base, n_chunks);
+#pragma unroll
+		for (int u = 0; u < U; u++) {
+			const int64_t j = base + c.lane + 32 * u;
+			if (!c.live || j >= n_chunks)
+				break;
+			float w[32];
+			qc_dev<T>::dec32(c.row + j * qc_dev<T>::BYTES, 0, w);
+			dot_chunk<G, U>(w, xs, c.lane + 32 * u, c.nr, c.acc);
+		}
+	}
+	if (!c.live)
+		return;
+	for (int64_t i = n_chunks * 32 + c.lane; i < a.n_in; i += 32) {
+		const float w = qc_dev<T>::dec1(c.row, i);
+#pragma unroll
+		for (int t = 0; t < G; t++)
+			if (t < c.nr)
+				c.acc[t] = fmaf(w, c.xr[t][i], c.acc[t]);
+	}
+	store_rows<G>(c.acc, a, c.r0, c.nr, c.o, c.lane);
+}
+
+/* Block types: a span is 32 chunks (one per lane), whole blocks since QK
+ * divides 1024; its bytes go through a per-warp ring of STAGES windows placed
+ * after the G * 32 * U * 33 staged activation floats. */
+template <int T> struct span_of {
+	static constexpr int CPB = qc_dev<T>::QK / 32; /* chunks per block */
+	static_assert(qc_dev<T>::QK % 32 == 0 && 32 % CPB == 0, "a span is whole blocks");
+	static constexpr int BYTES = 32 / CPB * qc_dev<T>::BYTES;  /* a full span */
+	static constexpr int STAGE = (BYTES + 15) / 16 * 16 + 16; /* its 16-byte window, any skew */
+};
+
+template <int T, int G, int U> static constexpr size_t blk_smem(void)
+{
+	return sizeof(float) * G * 32 * U * 33 + (size_t)WARPS * STAGES * span_of<T>::STAGE;
+}
+
+/* Address of span s of row. */
+template <int T> static __device__ __forceinline__ uintptr_t span_at(const uint8_t *row, int64_t s)
+{
+	return (uintptr_t)(row + s * 32 / span_of<T>::CPB * qc_dev<T>::BYTES);
+}
+
+/* Copy the 16-byte window [span start rounded down, span end rounded up) of span s
+ * to dst with lane-strided cp.async (coalesced); commits nothing. */
+template <int T>
+static __device__ __forceinline__ void span_issue(const uint8_t *row, int64_t s, int64_t n_chunks, uint8_t *dst,
+						  int lane)
+{
+	const int64_t nc = n_chunks - s * 32 < 32 ? n_chunks - s * 32 : 32;
+	const uintptr_t p = span_at<T>(row, s);
+	const uintptr_t a0 = p & ~(uintptr_t)15;
+	const uintptr_t a1 = (p + (uintptr_t)(nc / span_of<T>::CPB * qc_dev<T>::BYTES) + 15) & ~(uintptr_t)15;
+	const int nv = (int)((a1 - a0) >> 4);
+	for (int v = lane; v < nv; v += 32)
+		cp_async16(dst + 16 * v, (const void *)(a0 + 16 * (uintptr_t)v), true);
+}
+
+template <int T, int G, int U>
+static __global__ void __launch_bounds__(32 * WARPS) gemv_blk_kernel(const struct qc_cuda_mm_args a)
+{
+	using S = span_of<T>;
+	extern __shared__ __align__(16) unsigned char smem[];
+	float(*xs)[32 * U * 33] = (float(*)[32 * U * 33])(void *)smem;
+	gemv_ctx<G> c(a);
+	uint8_t *ring = smem + sizeof(float) * G * 32 * U * 33 + (size_t)(threadIdx.x >> 5) * STAGES * S::STAGE;
+	const int64_t n_chunks = a.n_in / 32, n_spans = (n_chunks + 31) / 32;
+#pragma unroll
+	for (int k = 0; k < STAGES - 1; k++) { /* prologue: spans 0 .. STAGES - 2 in flight */
+		if (c.live && k < n_spans)
+			span_issue<T>(c.row, k, n_chunks, ring + k * S::STAGE, c.lane);
+		cp_async_commit();
+	}
+	for (int64_t s = 0; s < n_spans; s++) {
+		if (s % U == 0)
+			stage_x<G, U>(xs, c.xr, c.nr, s * 32, n_chunks);
+		const int64_t next = s + STAGES - 1; /* into the slot span s - 1 left */
+		if (c.live && next < n_spans)
+			span_issue<T>(c.row, next, n_chunks, ring + (next % STAGES) * S::STAGE, c.lane);
+		cp_async_commit();
+		cp_async_wait<STAGES - 1>(); /* span s landed: this lane's copies */
+		__syncwarp();                /* ... and every lane's */
+		const int64_t j = s * 32 + c.lane;
+		if (c.live && j < n_chunks) {
+			const uint8_t *win = ring + (s % STAGES) * S::STAGE + (span_at<T>(c.row, s) & 15);
+			float w[32];
+			qc_dev<T>::dec32(win + c.lane / S::CPB * qc_dev<T>::BYTES, c.lane % S::CPB, w);
+			dot_chunk<G, U>(w, xs, (int)(s % U) * 32 + c.lane, c.nr, c.acc);
+		}
+		__syncwarp(); /* every lane is done with slot s % STAGES */
+	}
+	if (c.live)
+		store_rows<G>(c.acc, a, c.r0, c.nr, c.o, c.lane);
+}
+
 typedef int (*launch_fn)(const struct qc_cuda_mm_args *a, cudaStream_t s, struct qc_err *err);
+
+/* One (G, U) instance of the kernel for T on grid g. */
+template <int T, int G, int U>
+static int launch_one(const struct qc_cuda_mm_args *a, dim3 g, cudaStream_t s, struct qc_err *err)
+{
+	if constexpr (qc_dev<T>::PLAIN) {
+		gemv_plain_kernel<T, G, U><<<g, 32 * WARPS, 0, s>>>(*a);
+		return qc_cuda_check(cudaGetLastError(), "gemv_plain_kernel", err);
+	} else {
+		constexpr size_t smem = blk_smem<T, G, U>();
+		static bool raised; /* the opt-in above 48 KiB, once per instance */
+		int rc;
+		if (smem > 48 * 1024 && !raised) {
+			if ((rc = qc_cuda_check(cudaFuncSetAttribute(gemv_blk_kernel<T, G, U>,
+								     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+						"cudaFuncSetAttribute(gemv_blk_kernel)", err)))
+				return rc;
+			raised = true;
+		}
+		gemv_blk_kernel<T, G, U><<<g, 32 * WARPS, smem, s>>>(*a);
+		return qc_cuda_check(cudaGetLastError(), "gemv_blk_kernel", err);
+	}
+}
 
 template <int T>
 static int launch(const struct qc_cuda_mm_args *a, cudaStream_t s, struct qc_err *err)
 {
-	const dim3 block(32 * WARPS);
 	const unsigned gx = (unsigned)((a->n_out + WARPS - 1) / WARPS);
-	if (a->d_expert || a->n_rows == 1) { /* same sums as G = 8: batch-invariant */
-		gemv_q_kernel<T, 1, 8><<<dim3(gx, (unsigned)a->n_rows), block, 0, s>>>(*a);
-	} else {
-		const unsigned gy = (unsigned)((a->n_rows + 7) / 8);
-		gemv_q_kernel<T, 8, 1><<<dim3(gx, gy), block, 0, s>>>(*a);
-	}
-	return qc_cuda_check(cudaGetLastError(), "gemv_q_kernel", err);
+	if (a->d_expert || a->n_rows == 1) /* same sums as G = 8: batch-invariant */
+		return launch_one<T, 1, 8>(a, dim3(gx, (unsigned)a->n_rows), s, err);
+	return launch_one<T, 8, 1>(a, dim3(gx, (unsigned)((a->n_rows + 7) / 8)), s, err);
 }
 
 template <int T> static launch_fn pick()

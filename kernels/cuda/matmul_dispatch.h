@@ -8,6 +8,9 @@
  * kernels/cuda/matmul_layouts.def (e.g. Marlin tiles), nothing else changes.
  * Contract of every kernel: y[r * ldy + o] = W_{e(r)}[o] . x[(r / x_div) * ldx]
  * for r < n_rows, o < n_out, e(r) = d_expert ? d_expert[r] : 0, float sums.
+ * Weights may be read in aligned 16-byte units: the unit holding d_w's first
+ * byte and QC_CUDA_MM_PAD bytes past the last matrix must be readable (device
+ * allocations are 256-byte aligned; the backend pads its weight region).
  * A kernel that cannot do a case (experts, a shape) returns QC_EUNSUPPORTED.
  * Non-goals: choosing between gemv and gemm (the backend does), activation
  * quantization, epilogues.
@@ -22,6 +25,8 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+#define QC_CUDA_MM_PAD 16 /* readable bytes after a weight stack's end */
 
 struct qc_cuda_mm_args {
 	const uint8_t *d_w;        /* matrix 0 in its layout's bytes */

@@ -199,17 +199,24 @@ static void test_matmul_type(enum qc_type t, cublasHandle_t blas)
 	const struct qc_type_traits *tt = &qc_types[t];
 	const int64_t be = tt->block_elems < 32 ? 32 : tt->block_elems;
 	const bool odd = tt->block_elems == 1; /* float rows of any length: odd sizes */
-	const int64_t ins[] = {odd ? 8 : be, odd ? 172 : 3 * be, quick ? 2 * be : (be == 32 ? 4096 + 32 : 2304)};
+	/* the last: rows longer than one staged activation tile (8192 elements) */
+	const int64_t ins[] = {odd ? 8 : be, odd ? 172 : 3 * be, quick ? 2 * be : (be == 32 ? 4096 + 32 : 2304),
+			       odd ? 8192 + 45 : (be == 32 ? 8192 + 96 : 8448)};
 	const int64_t outs[] = {1, 7, 33, quick ? 20 : 130};
 	const int64_t rows_list[] = {1, 3, 8, 9, quick ? 12 : 40};
-	for (size_t ii = 0; ii < 3; ii++)
-		for (size_t oi = 0; oi < 4; oi++) {
+	for (size_t ii = 0; ii < (quick ? 3u : 4u); ii++)
+		for (size_t oi = 0; oi < (ii == 3 ? 2u : 4u); oi++) {
 			const int64_t n_in = ins[ii], n_out = outs[oi], n_mat = 3;
 			const uint64_t rb = (uint64_t)(n_in / tt->block_elems) * (uint64_t)tt->block_bytes;
 			const uint64_t ms = rb * (uint64_t)n_out;
 			uint8_t *w = malloc(ms * (uint64_t)n_mat);
 			rand_blocks(t, w, n_in * n_out * n_mat);
-			uint8_t *d_w = up(w, ms * (uint64_t)n_mat);
+			/* the matrices start skew bytes into their allocation (0, 4, 8, 12: rows
+			 * of every 16-byte alignment) and end QC_CUDA_MM_PAD bytes before its end,
+			 * the least the matmul contract allows (matmul_dispatch.h) */
+			const size_t skew = 4 * ((ii + oi) % 4);
+			uint8_t *d_alloc = up(NULL, skew + ms * (uint64_t)n_mat + QC_CUDA_MM_PAD), *d_w = d_alloc + skew;
+			cudaMemcpy(d_w, w, ms * (uint64_t)n_mat, cudaMemcpyHostToDevice);
 			for (size_t ri = 0; ri < 5; ri++) {
 				const int64_t n_rows = rows_list[ri];
 				for (int mode = 0; mode < 3; mode++) { /* 0 dense gemv, 1 experts gemv, 2 gemm */
@@ -271,7 +278,7 @@ static void test_matmul_type(enum qc_type t, cublasHandle_t blas)
 				}
 			}
 			free(w);
-			cudaFree(d_w);
+			cudaFree(d_alloc);
 		}
 }
 
