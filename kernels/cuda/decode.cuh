@@ -14,7 +14,9 @@
  * (ok = false): the backend dequantizes them on the host at load (logged once).
  * Loads: plain float rows use 16-byte vector loads when the chunk is 16-byte
  * aligned; ggml blocks (2-byte aligned, except MXFP4's 17 bytes) are read
- * bytewise for now.
+ * bytewise from wherever the caller put them (gemv_q.cu first copies them to
+ * shared memory with 16-byte loads). Integers become floats through qc_i2f and
+ * binary16 through qc_dev_f16: both exact, both cheaper than the plain casts.
  * Invariant: bit-exact with kernels/ref/dequant_*.c (llama.cpp's to_float):
  * the same roundings in the same order, written with __fmul_rn/__fsub_rn so
  * nvcc cannot fuse them into an fma.
@@ -23,6 +25,7 @@
 #ifndef QC_CUDA_DECODE_CUH
 #define QC_CUDA_DECODE_CUH
 
+#include <cuda_fp16.h>
 #include <stdint.h>
 
 #include "qblock.h"
@@ -35,9 +38,26 @@ template <int T> struct qc_dev {
 	static constexpr bool PLAIN = false;
 };
 
+/* binary16 bits -> float in one conversion instruction: exact, the value of
+ * qc_fp16_to_f32 (the bit-twiddling version costs ~10 integer ops, and it was
+ * what held F16 rows at half of BF16's GEMV rate). NaN payloads may differ;
+ * weights are finite. */
+static __device__ __forceinline__ float qc_dev_f16(uint16_t h)
+{
+	return __half2float(__ushort_as_half(h));
+}
+
+/* (float)v, exact for |v| < 2^22, in two full-rate ops (integer-to-float
+ * conversion issues at a quarter of the FMA rate, and every decoder does one
+ * per weight): the float 1.5 * 2^23 + v carries v in its low mantissa bits. */
+static __device__ __forceinline__ float qc_i2f(int v)
+{
+	return __int_as_float(0x4B400000 + v) - 12582912.0f;
+}
+
 static __device__ __forceinline__ float ld_f16(const uint8_t *p)
 {
-	return qc_fp16_to_f32((uint16_t)(p[0] | p[1] << 8));
+	return qc_dev_f16((uint16_t)(p[0] | p[1] << 8));
 }
 
 /* K-quant 6-bit scale/min of sub-block s (see dequant_k.c scale_min_k4). */
@@ -56,7 +76,7 @@ static __device__ __forceinline__ void scale_min_k4(const uint8_t *sc, int s, in
  * at p (VEC elements) with one vector load. The two 2-byte types share their
  * code through the element conversion CV. */
 struct qc_cv_f16 {
-	static __device__ __forceinline__ float cv(uint16_t h) { return qc_fp16_to_f32(h); }
+	static __device__ __forceinline__ float cv(uint16_t h) { return qc_dev_f16(h); }
 };
 struct qc_cv_bf16 {
 	static __device__ __forceinline__ float cv(uint16_t h) { return qc_bf16_to_f32(h); }
@@ -136,8 +156,8 @@ template <> struct qc_dev<QC_TYPE_Q4_0> {
 	{
 		const float d = ld_f16(b);
 		for (int j = 0; j < 16; j++) {
-			o[j] = (float)((b[2 + j] & 0xf) - 8) * d;
-			o[j + 16] = (float)((b[2 + j] >> 4) - 8) * d;
+			o[j] = qc_i2f((b[2 + j] & 0xf) - 8) * d;
+			o[j + 16] = qc_i2f((b[2 + j] >> 4) - 8) * d;
 		}
 	}
 };
@@ -151,8 +171,8 @@ template <> struct qc_dev<QC_TYPE_Q4_1> {
 	{
 		const float d = ld_f16(b), m = ld_f16(b + 2);
 		for (int j = 0; j < 16; j++) {
-			o[j] = __fadd_rn(__fmul_rn((float)(b[4 + j] & 0xf), d), m);
-			o[j + 16] = __fadd_rn(__fmul_rn((float)(b[4 + j] >> 4), d), m);
+			o[j] = __fadd_rn(__fmul_rn(qc_i2f(b[4 + j] & 0xf), d), m);
+			o[j + 16] = __fadd_rn(__fmul_rn(qc_i2f(b[4 + j] >> 4), d), m);
 		}
 	}
 };
@@ -169,8 +189,8 @@ template <> struct qc_dev<QC_TYPE_Q5_0> {
 		for (int j = 0; j < 16; j++) {
 			const int q0 = (b[6 + j] & 0xf) | ((hi >> j) & 1) << 4;
 			const int q1 = (b[6 + j] >> 4) | ((hi >> (j + 16)) & 1) << 4;
-			o[j] = (float)(q0 - 16) * d;
-			o[j + 16] = (float)(q1 - 16) * d;
+			o[j] = qc_i2f(q0 - 16) * d;
+			o[j + 16] = qc_i2f(q1 - 16) * d;
 		}
 	}
 };
@@ -187,8 +207,8 @@ template <> struct qc_dev<QC_TYPE_Q5_1> {
 		for (int j = 0; j < 16; j++) {
 			const uint32_t q0 = (b[8 + j] & 0xfu) | ((hi >> j) & 1) << 4;
 			const uint32_t q1 = (b[8 + j] >> 4) | ((hi >> (j + 16)) & 1) << 4;
-			o[j] = __fadd_rn(__fmul_rn((float)q0, d), m);
-			o[j + 16] = __fadd_rn(__fmul_rn((float)q1, d), m);
+			o[j] = __fadd_rn(__fmul_rn(qc_i2f((int)q0), d), m);
+			o[j + 16] = __fadd_rn(__fmul_rn(qc_i2f((int)q1), d), m);
 		}
 	}
 };
@@ -202,7 +222,7 @@ template <> struct qc_dev<QC_TYPE_Q8_0> {
 	{
 		const float d = ld_f16(b);
 		for (int j = 0; j < 32; j++)
-			o[j] = (float)(int8_t)b[2 + j] * d;
+			o[j] = qc_i2f((int8_t)b[2 + j]) * d;
 	}
 };
 
@@ -220,7 +240,7 @@ template <> struct qc_dev<QC_TYPE_Q2_K> {
 			const float dl = d * (float)(sc & 0xf), ml = dmin * (float)(sc >> 4);
 			for (int l = 16 * h; l < 16 * h + 16; l++) {
 				const int q = (b[16 + 32 * (c / 4) + l] >> (2 * (c % 4))) & 3;
-				o[l] = __fsub_rn(__fmul_rn((float)q, dl), ml);
+				o[l] = __fsub_rn(__fmul_rn(qc_i2f(q), dl), ml);
 			}
 		}
 	}
@@ -242,7 +262,7 @@ template <> struct qc_dev<QC_TYPE_Q3_K> {
 			for (int l = 16 * h; l < 16 * h + 16; l++) {
 				const int q = (b[32 + 32 * (c / 4) + l] >> (2 * (c % 4))) & 3;
 				const int high = (b[l] >> c) & 1;
-				o[l] = dl * (float)(q - (high ? 0 : 4));
+				o[l] = dl * qc_i2f(q - (high ? 0 : 4));
 			}
 		}
 	}
@@ -261,7 +281,7 @@ template <> struct qc_dev<QC_TYPE_Q4_K> {
 		const uint8_t *q = b + 16 + 32 * (c / 2);
 		const int shift = 4 * (c % 2);
 		for (int l = 0; l < 32; l++)
-			o[l] = __fsub_rn(__fmul_rn((float)((q[l] >> shift) & 0xf), dl), ml);
+			o[l] = __fsub_rn(__fmul_rn(qc_i2f((q[l] >> shift) & 0xf), dl), ml);
 	}
 };
 
@@ -279,7 +299,7 @@ template <> struct qc_dev<QC_TYPE_Q5_K> {
 		const int shift = 4 * (c % 2);
 		for (int l = 0; l < 32; l++) {
 			const int v = ((q[l] >> shift) & 0xf) | ((b[16 + l] >> c) & 1) << 4;
-			o[l] = __fsub_rn(__fmul_rn((float)v, dl), ml);
+			o[l] = __fsub_rn(__fmul_rn(qc_i2f(v), dl), ml);
 		}
 	}
 };
@@ -296,8 +316,8 @@ template <> struct qc_dev<QC_TYPE_Q6_K> {
 		for (int l = 0; l < 32; l++) {
 			const int lo = (b[64 * h + 32 * (k % 2) + l] >> (4 * (k / 2))) & 0xf;
 			const int hi = (b[128 + 32 * h + l] >> (2 * k)) & 3;
-			const float dl = d * (float)(int8_t)b[192 + (32 * c + l) / 16];
-			o[l] = dl * (float)((lo | hi << 4) - 32);
+			const float dl = d * qc_i2f((int8_t)b[192 + (32 * c + l) / 16]);
+			o[l] = dl * qc_i2f((lo | hi << 4) - 32);
 		}
 	}
 };
@@ -340,8 +360,8 @@ template <> struct qc_dev<QC_TYPE_HQ4> {
 		const float d = ld_f32_2x16(b);
 		const int z = *(const int16_t *)(b + 4);
 		for (int j = 0; j < 16; j++) {
-			o[j] = d * (float)((b[6 + j] & 0xf) - z);
-			o[j + 16] = d * (float)((b[6 + j] >> 4) - z);
+			o[j] = d * qc_i2f((b[6 + j] & 0xf) - z);
+			o[j + 16] = d * qc_i2f((b[6 + j] >> 4) - z);
 		}
 	}
 };
@@ -356,7 +376,7 @@ template <> struct qc_dev<QC_TYPE_HQ8> {
 		const float d = ld_f32_2x16(b);
 		const int z = *(const int16_t *)(b + 4);
 		for (int j = 0; j < 32; j++)
-			o[j] = d * (float)(b[6 + j] - z);
+			o[j] = d * qc_i2f(b[6 + j] - z);
 	}
 };
 

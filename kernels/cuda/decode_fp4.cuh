@@ -26,8 +26,8 @@ template <> struct qc_dev<QC_TYPE_MXFP4> {
 		const float d = qc_e8m0_to_f32_half(b[0]);
 #pragma unroll
 		for (int j = 0; j < 16; j++) {
-			o[j] = __fmul_rn((float)qc_iq_level(qc_mxfp4_values, b[1 + j] & 0xfu), d);
-			o[j + 16] = __fmul_rn((float)qc_iq_level(qc_mxfp4_values, b[1 + j] >> 4), d);
+			o[j] = __fmul_rn(qc_i2f(qc_iq_level(qc_mxfp4_values, b[1 + j] & 0xfu)), d);
+			o[j + 16] = __fmul_rn(qc_i2f(qc_iq_level(qc_mxfp4_values, b[1 + j] >> 4)), d);
 		}
 	}
 };

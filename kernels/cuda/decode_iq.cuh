@@ -37,7 +37,7 @@ static __device__ __forceinline__ void iq_put_signed(float *o, float db, const i
 {
 #pragma unroll
 	for (int j = 0; j < 8; j++)
-		o[j] = __fmul_rn(__fmul_rn(db, (float)v[j]), (signs >> j) & 1 ? -1.0f : 1.0f);
+		o[j] = __fmul_rn(__fmul_rn(db, qc_i2f(v[j])), (signs >> j) & 1 ? -1.0f : 1.0f);
 }
 
 /* o[j] = dl * (iq1s grid value + delta), the sum rounded first (put_iq1) */
@@ -47,7 +47,7 @@ static __device__ __forceinline__ void iq1_put(float *o, float dl, unsigned idx,
 	qc_iq_row8(qc_dev_grid(qc_iq1s_grid, idx), qc_iq1s_levels, row);
 #pragma unroll
 	for (int j = 0; j < 8; j++)
-		o[j] = __fmul_rn(dl, __fadd_rn((float)row[j], delta));
+		o[j] = __fmul_rn(dl, __fadd_rn(qc_i2f(row[j]), delta));
 }
 
 /* iq2_xxs: d 0; sub-block c at 2 + 8c: 4 grid-row bytes, then an LE u32 of
@@ -180,7 +180,7 @@ template <> struct qc_dev<QC_TYPE_IQ1_M> {
 	static __device__ void dec32(const uint8_t *b, int c, float *o)
 	{
 		const unsigned s0 = iq_le16(b + 48), s1 = iq_le16(b + 50), s2 = iq_le16(b + 52), s3 = iq_le16(b + 54);
-		const float d = qc_fp16_to_f32((uint16_t)((s0 >> 12) | (s1 >> 8 & 0x00f0) | (s2 >> 4 & 0x0f00) | (s3 & 0xf000)));
+		const float d = qc_dev_f16((uint16_t)((s0 >> 12) | (s1 >> 8 & 0x00f0) | (s2 >> 4 & 0x0f00) | (s3 & 0xf000)));
 		const unsigned sc = iq_le16(b + 48 + 2 * (c / 2)); /* scales 2c, 2c + 1 */
 #pragma unroll
 		for (int l = 0; l < 4; l++) {
@@ -202,8 +202,8 @@ template <> struct qc_dev<QC_TYPE_IQ4_NL> {
 		const float d = ld_f16(b);
 #pragma unroll
 		for (int j = 0; j < 16; j++) {
-			o[j] = __fmul_rn(d, (float)qc_iq_level(qc_iq4nl_values, b[2 + j] & 0xfu));
-			o[j + 16] = __fmul_rn(d, (float)qc_iq_level(qc_iq4nl_values, b[2 + j] >> 4));
+			o[j] = __fmul_rn(d, qc_i2f(qc_iq_level(qc_iq4nl_values, b[2 + j] & 0xfu)));
+			o[j + 16] = __fmul_rn(d, qc_i2f(qc_iq_level(qc_iq4nl_values, b[2 + j] >> 4)));
 		}
 	}
 };
@@ -221,8 +221,8 @@ template <> struct qc_dev<QC_TYPE_IQ4_XS> {
 		const uint8_t *q = b + 8 + 16 * c;
 #pragma unroll
 		for (int j = 0; j < 16; j++) {
-			o[j] = __fmul_rn(dl, (float)qc_iq_level(qc_iq4nl_values, q[j] & 0xfu));
-			o[j + 16] = __fmul_rn(dl, (float)qc_iq_level(qc_iq4nl_values, q[j] >> 4));
+			o[j] = __fmul_rn(dl, qc_i2f(qc_iq_level(qc_iq4nl_values, q[j] & 0xfu)));
+			o[j + 16] = __fmul_rn(dl, qc_i2f(qc_iq_level(qc_iq4nl_values, q[j] >> 4)));
 		}
 	}
 };

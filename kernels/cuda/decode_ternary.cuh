@@ -18,7 +18,7 @@
 static __device__ __forceinline__ float tq1_val(unsigned byte, int n, float d)
 {
 	const unsigned pow3 = n == 0 ? 1 : n == 1 ? 3 : n == 2 ? 9 : n == 3 ? 27 : 81;
-	return (float)((int)((((byte * pow3) & 0xffu) * 3) >> 8) - 1) * d;
+	return qc_i2f((int)((((byte * pow3) & 0xffu) * 3) >> 8) - 1) * d;
 }
 
 /* tq1_0: qs 0 (48, 5 trits per byte), qh 48 (4, 4 trits), d 52 */
@@ -57,7 +57,7 @@ template <> struct qc_dev<QC_TYPE_TQ2_0> {
 		const uint8_t *q = b + 32 * (c / 4);
 		const int shift = 2 * (c % 4);
 		for (int l = 0; l < 32; l++)
-			o[l] = (float)(((q[l] >> shift) & 3) - 1) * d;
+			o[l] = qc_i2f(((q[l] >> shift) & 3) - 1) * d;
 	}
 };
 
