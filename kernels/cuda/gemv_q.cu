@@ -2,8 +2,9 @@
  *
  * Owns: the small-batch matmul of every type with a decode.cuh decoder. One
  * warp per output row; lane l decodes 32-element chunks l, l+32, ... once and
- * dots each with up to G activation rows staged in shared memory (G = 8 for
- * one matrix, 1 for a single row or when every row picks its own expert);
+ * dots each with up to G activation rows staged in shared memory (G = 2 or
+ * 4, the fewest that hold the rows of one matrix, in groups of 4 past that;
+ * 1 for a single row or when every row picks its own expert);
  * a fixed shuffle tree sums the lanes. A row's result never depends on the
  * other rows of the batch (same partition, same order): batched == alone, bit
  * for bit.
@@ -38,8 +39,10 @@
  * global loads that fill it are coalesced (read straight from global memory,
  * each lane's 32 floats sat on their own cache line: 32-way replays). U = 8
  * for one activation row (a 4096-wide row is one tile: one sync, 8 chunks in
- * flight per lane), 1 for eight. A lane still takes its chunks in increasing
- * order, so every U and G give the same sums. Call with the whole block: it
+ * flight per lane), 8 / G for G rows. A lane still takes its chunks in
+ * increasing order, so every U and G give the same sums. (Float4 reads of a
+ * XOR-swizzled copy, 8 instead of 32 shared loads per chunk, measured slower
+ * on an H200: 311 -> 387 us for a 128256x4096 F16 row; not kept.) Call with the whole block: it
  * syncs before (the previous tile is consumed) and after. */
 template <int G, int U>
 static __device__ __forceinline__ void stage_x(float (*xs)[32 * U * 33], const float *const xr[G], int nr,
@@ -100,8 +103,8 @@ template <int G> struct gemv_ctx {
 	__device__ __forceinline__ gemv_ctx(const struct qc_cuda_mm_args &a)
 	{
 		lane = threadIdx.x & 31;
-		o = (int64_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
-		r0 = (int64_t)blockIdx.y * G;
+		o = (int64_t)blockIdx.y * WARPS + (threadIdx.x >> 5);
+		r0 = (int64_t)blockIdx.x * G;
 		live = o < a.n_out;
 		const int64_t e = a.d_expert ? a.d_expert[r0] : 0;
 		row = a.d_w + (uint64_t)e * a.mat_stride + (uint64_t)(live ? o : 0) * a.row_bytes;
@@ -247,10 +250,20 @@ static int launch_one(const struct qc_cuda_mm_args *a, dim3 g, cudaStream_t s, s
 template <int T>
 static int launch(const struct qc_cuda_mm_args *a, cudaStream_t s, struct qc_err *err)
 {
-	const unsigned gx = (unsigned)((a->n_out + WARPS - 1) / WARPS);
-	if (a->d_expert || a->n_rows == 1) /* same sums as G = 8: batch-invariant */
-		return launch_one<T, 1, 8>(a, dim3(gx, (unsigned)a->n_rows), s, err);
-	return launch_one<T, 8, 1>(a, dim3(gx, (unsigned)((a->n_rows + 7) / 8)), s, err);
+	/* G activation rows per block, the fewest that hold n_rows (staging and
+	 * reading rows that do not exist costs as much as real ones), at most 4:
+	 * more rows take several row groups, and since blockIdx.x (the row group)
+	 * varies fastest, the blocks reading the same weights run together and
+	 * share them through the L2. (G = 8 with U = 1 syncs every span: on an
+	 * H200 two groups of 4 measured faster at 8 rows for F16 and Q4_0, 240 ->
+	 * 165 us and 175 -> 156 us at 14336x4096, equal for Q6_K.) G * U = 8, and
+	 * every (G, U) gives the same sums: the GEMV stays batch-invariant. */
+	const unsigned gy = (unsigned)((a->n_out + WARPS - 1) / WARPS);
+	if (a->d_expert || a->n_rows == 1)
+		return launch_one<T, 1, 8>(a, dim3((unsigned)a->n_rows, gy), s, err);
+	if (a->n_rows == 2)
+		return launch_one<T, 2, 4>(a, dim3(1, gy), s, err);
+	return launch_one<T, 4, 2>(a, dim3((unsigned)((a->n_rows + 3) / 4), gy), s, err);
 }
 
 template <int T> static launch_fn pick()
@@ -284,7 +297,7 @@ extern "C" int qc_cuda_gemv_q(const struct qc_cuda_mm_args *a, cudaStream_t s, s
 		return qc_err_set(err, QC_EUNSUPPORTED, NULL, NULL, -1, "gemv_q: no device decoder for %s",
 				  qc_types[a->type].name ? qc_types[a->type].name : "?");
 	if ((a->n_in % 32 && qc_types[a->type].block_elems != 1) || a->n_in < 1 || a->n_out < 1 || a->n_rows < 1 || a->x_div < 1 ||
-	    a->n_rows > 65535 * 8 || (a->d_expert && a->n_rows > 65535))
+	    a->n_out > (int64_t)65535 * WARPS || a->n_rows > INT32_MAX)
 		return qc_err_set(err, QC_EUNSUPPORTED, NULL, NULL, -1,
 				  "gemv_q: shape n_in %lld, n_out %lld, n_rows %lld, x_div %d not supported",
 				  (long long)a->n_in, (long long)a->n_out, (long long)a->n_rows, a->x_div);

@@ -1,10 +1,10 @@
 /* bench_gemv.c — timings of the GGML-layout GEMV (kernels/cuda/gemv_q.cu) on a GPU.
  *
  * A benchmark, not a test (test_kernels checks the results): for each weight
- * type and each Llama-3-8B matrix shape, the time of one y = W x with 1 and 8
- * activation rows, as the median over 7 replays of a CUDA graph of launches
- * that rotate over enough copies of the weights to keep them out of the L2
- * (>= 256 MB in all), and the weight bytes over that time.
+ * type and each Llama-3-8B matrix shape, the time of one y = W x with 1, 2,
+ * 4 and 8 activation rows, as the median over 7 replays of a CUDA graph of
+ * launches that rotate over enough copies of the weights to keep them out of
+ * the L2 (>= 256 MB in all), and the weight bytes over that time.
  *   bench_gemv [TYPE ...]     (default: the types a GGUF keeps in ggml blocks
  *                              on --target sm90, plus q4_0 and q8_0)
  * Weights are random bytes with bit 6 of every byte cleared, so fp16 scales
@@ -157,7 +157,7 @@ int main(int argc, char **argv)
 				continue;
 			const double bytes = (double)(n_in / qc_types[t].block_elems) * qc_types[t].block_bytes * (double)n_out;
 			printf("%-8s %6lldx%-6lld", qc_types[t].name, (long long)n_out, (long long)n_in);
-			for (int64_t rows = 1; rows <= 8; rows *= 8) {
+			for (int64_t rows = 1; rows <= 8; rows *= 2) {
 				const double us = time_one(t, n_out, n_in, rows, st);
 				printf("  rows %lld: %8.2f us %5.2f TB/s", (long long)rows, us, bytes / us * 1e-6);
 			}

@@ -203,7 +203,7 @@ static void test_matmul_type(enum qc_type t, cublasHandle_t blas)
 	const int64_t ins[] = {odd ? 8 : be, odd ? 172 : 3 * be, quick ? 2 * be : (be == 32 ? 4096 + 32 : 2304),
 			       odd ? 8192 + 45 : (be == 32 ? 8192 + 96 : 8448)};
 	const int64_t outs[] = {1, 7, 33, quick ? 20 : 130};
-	const int64_t rows_list[] = {1, 3, 8, 9, quick ? 12 : 40};
+	const int64_t rows_list[] = {1, 2, 3, 8, 9, quick ? 12 : 40}; /* every G of gemv_q: 1, 2, 4, groups of 4 */
 	for (size_t ii = 0; ii < (quick ? 3u : 4u); ii++)
 		for (size_t oi = 0; oi < (ii == 3 ? 2u : 4u); oi++) {
 			const int64_t n_in = ins[ii], n_out = outs[oi], n_mat = 3;
@@ -217,7 +217,7 @@ static void test_matmul_type(enum qc_type t, cublasHandle_t blas)
 			const size_t skew = 4 * ((ii + oi) % 4);
 			uint8_t *d_alloc = up(NULL, skew + ms * (uint64_t)n_mat + QC_CUDA_MM_PAD), *d_w = d_alloc + skew;
 			cudaMemcpy(d_w, w, ms * (uint64_t)n_mat, cudaMemcpyHostToDevice);
-			for (size_t ri = 0; ri < 5; ri++) {
+			for (size_t ri = 0; ri < sizeof rows_list / sizeof rows_list[0]; ri++) {
 				const int64_t n_rows = rows_list[ri];
 				for (int mode = 0; mode < 3; mode++) { /* 0 dense gemv, 1 experts gemv, 2 gemm */
 					if (mode == 2 && n_rows < 9)
