@@ -147,8 +147,8 @@ test-gpu:
 # Llama-3-8B-shape GPU benchmark (docs/bench.md, GPU section): run on the device.
 bench-gpu:
 	@test -n "$(NVCC)" || { echo "bench-gpu: nvcc not found"; exit 1; }
-	@$(MAKE) --no-print-directory $(BINS)
-	@QC_BIN=$(BUILD)/bin sh tools/gpu_bench.sh
+	@$(MAKE) --no-print-directory $(BINS) $(BUILD)/tests/gpu/bench_gemv
+	@QC_BIN=$(BUILD)/bin QC_BENCH_GEMV=$(BUILD)/tests/gpu/bench_gemv sh tools/gpu_bench.sh
 
 FUZZ_SECONDS ?= 60
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)

@@ -11,12 +11,16 @@
 # bench-gpu) or the unpacked payload (tools/gpu_check.sh). Type q4_k_m is made
 # from the F16 GGUF by llama.cpp's llama-quantize ($LLAMA_QUANTIZE; built from a
 # fetched snapshot, never committed): without it that type is skipped, saying so.
+# First, tests/gpu/bench_gemv ($QC_BENCH_GEMV) times the GGML-layout GEMV alone.
 set -u
 BIN=${QC_BIN:-/tmp/qc-payload/bin}
 D=${QC_BENCH_DIR:-/tmp/qc-bench}
 OUT=${OUT:-gpu-logs}
 mkdir -p "$D" "$OUT"
 [ -d /tmp/qc-payload/lib ] && export LD_LIBRARY_PATH="/tmp/qc-payload/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# the GGML-layout GEMV per type and shape first (tests/gpu/bench_gemv; ~30 s)
+GEMV=${QC_BENCH_GEMV:-$BIN/bench_gemv}
+if [ -x "$GEMV" ]; then "$GEMV" | tee "$OUT/bench_gemv.txt"; else echo "bench_gemv not found ($GEMV): skipped"; fi
 for t in ${QC_BENCH_TYPES:-q4_0 q8_0 f16}; do
 	echo "== llama3-8b $t"
 	s=$(date +%s)
