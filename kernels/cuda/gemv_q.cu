@@ -42,8 +42,9 @@
  * flight per lane), 8 / G for G rows. A lane still takes its chunks in
  * increasing order, so every U and G give the same sums. (Float4 reads of a
  * XOR-swizzled copy, 8 instead of 32 shared loads per chunk, measured slower
- * on an H200: 311 -> 387 us for a 128256x4096 F16 row; not kept.) Call with the whole block: it
- * syncs before (the previous tile is consumed) and after. */
+ * on an H200: 311 -> 387 us for a 128256x4096 F16 row; not kept.)
+ * Call with the whole block: it syncs before (the previous tile is consumed)
+ * and after. */
 template <int G, int U>
 static __device__ __forceinline__ void stage_x(float (*xs)[32 * U * 33], const float *const xr[G], int nr,
 					       int64_t base, int64_t n_chunks)
