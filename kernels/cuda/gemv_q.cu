@@ -32,6 +32,7 @@
 
 #define WARPS 16 /* output rows per block; they share the staged activations */
 #define STAGES 4 /* spans of a block-type row in flight per warp */
+#define XS(U) (32 * (U) * 33) /* staged floats per activation row: 32 * U chunks of 32, padded to 33 */
 
 /* Activations are staged through shared memory 1024 * U elements (U chunks
  * per lane) at a time, chunk q's element i at xs[q * 33 + i]: lane l reading
@@ -46,7 +47,7 @@
  * Call with the whole block: it syncs before (the previous tile is consumed)
  * and after. */
 template <int G, int U>
-static __device__ __forceinline__ void stage_x(float (*xs)[32 * U * 33], const float *const xr[G], int nr,
+static __device__ __forceinline__ void stage_x(float (*xs)[XS(U)], const float *const xr[G], int nr,
 					       int64_t base, int64_t n_chunks)
 {
 	const int64_t n_el = (n_chunks - base < 32 * U ? n_chunks - base : 32 * U) * 32;
@@ -60,7 +61,7 @@ static __device__ __forceinline__ void stage_x(float (*xs)[32 * U * 33], const f
 
 /* acc[t] += w . (chunk q of staged row t), each chunk summed from 0 in order */
 template <int G, int U>
-static __device__ __forceinline__ void dot_chunk(const float w[32], const float (*xs)[32 * U * 33], int q, int nr,
+static __device__ __forceinline__ void dot_chunk(const float w[32], const float (*xs)[XS(U)], int q, int nr,
 						 float acc[G])
 {
 #pragma unroll
@@ -123,7 +124,7 @@ template <int G> struct gemv_ctx {
 template <int T, int G, int U>
 static __global__ void __launch_bounds__(32 * WARPS) gemv_plain_kernel(const struct qc_cuda_mm_args a)
 {
-	__shared__ float xs[G][32 * U * 33];
+	__shared__ float xs[G][XS(U)];
 	gemv_ctx<G> c(a);
 	const int64_t n_chunks = a.n_in / 32;
 	for (int64_t base = 0; base < n_chunks; base += 32 * U) {
@@ -152,7 +153,7 @@ static __global__ void __launch_bounds__(32 * WARPS) gemv_plain_kernel(const str
 
 /* Block types: a span is 32 chunks (one per lane), whole blocks since QK
  * divides 1024; its bytes go through a per-warp ring of STAGES windows placed
- * after the G * 32 * U * 33 staged activation floats. */
+ * after the G * XS(U) staged activation floats. */
 template <int T> struct span_of {
 	static constexpr int CPB = qc_dev<T>::QK / 32; /* chunks per block */
 	static_assert(qc_dev<T>::QK % 32 == 0 && 32 % CPB == 0, "a span is whole blocks");
@@ -162,7 +163,7 @@ template <int T> struct span_of {
 
 template <int T, int G, int U> static constexpr size_t blk_smem(void)
 {
-	return sizeof(float) * G * 32 * U * 33 + (size_t)WARPS * STAGES * span_of<T>::STAGE;
+	return sizeof(float) * G * XS(U) + (size_t)WARPS * STAGES * span_of<T>::STAGE;
 }
 
 /* Address of span s of row. */
@@ -191,9 +192,9 @@ static __global__ void __launch_bounds__(32 * WARPS) gemv_blk_kernel(const struc
 {
 	using S = span_of<T>;
 	extern __shared__ __align__(16) unsigned char smem[];
-	float(*xs)[32 * U * 33] = (float(*)[32 * U * 33])(void *)smem;
+	float(*xs)[XS(U)] = (float(*)[XS(U)])(void *)smem;
 	gemv_ctx<G> c(a);
-	uint8_t *ring = smem + sizeof(float) * G * 32 * U * 33 + (size_t)(threadIdx.x >> 5) * STAGES * S::STAGE;
+	uint8_t *ring = smem + sizeof(float) * G * XS(U) + (size_t)(threadIdx.x >> 5) * STAGES * S::STAGE;
 	const int64_t n_chunks = a.n_in / 32, n_spans = (n_chunks + 31) / 32;
 #pragma unroll
 	for (int k = 0; k < STAGES - 1; k++) { /* prologue: spans 0 .. STAGES - 2 in flight */
