@@ -18,20 +18,27 @@ WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wformat=2 -Wcast-qual -Wn
 # the C reference is the ground truth for every kernel.
 CFLAGS  ?= -O2 -g
 # project flags stay even when CFLAGS is given on the command line (make asan does)
-QCFLAGS := -std=c11 -D_GNU_SOURCE -MMD -MP $(WARN) $(WERROR) -Iformats -Ikernels -Iconvert -Iruntime
+QCFLAGS  = -std=c11 -D_GNU_SOURCE -MMD -MP $(WARN) $(WERROR) $(INC)
 LDLIBS  := -lcjson -lxxhash -larchive -lpcre2-8 -licuuc -lmicrohttpd -lm -lpthread
+
+# The floors (floors.mk): each room compiles with -I for its own folder and the rooms
+# below it only, so an include that goes up a floor fails to compile. Tests see all.
+include floors.mk
+room_inc = $(foreach r,$(1) $(USE_$(1)),-I$(DIR_$(r)))
+INC := $(foreach r,$(ROOMS),-I$(DIR_$(r)))
+$(foreach r,$(ROOMS),$(eval $(BUILD)/obj/$(DIR_$(r))/%.o: INC := $$(call room_inc,$(r))))
 
 # CUDA: built whenever nvcc is found. sm_90a for Hopper (wgmma/TMA), sm_80 for Ampere.
 CUDA_HOME ?= /usr/local/cuda
 NVCC    := $(shell command -v nvcc 2>/dev/null || (test -x $(CUDA_HOME)/bin/nvcc && echo $(CUDA_HOME)/bin/nvcc))
 NVFLAGS := -O2 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_80,code=sm_80 \
-	   -MMD -MP -Iformats -Ikernels -Iruntime -Xcompiler -Wall,-Wextra
+	   -MMD -MP -Xcompiler -Wall,-Wextra
 # nvfp4_swz.cu also gets sm_100a (Blackwell, compile-only here) when this nvcc lists
 # compute_100 (CUDA 12.8+); older nvcc: skipped, the file still builds for the above.
 SM100_GENCODE := -gencode=arch=compute_100a,code=sm_100a
 NV_SM100 := $(if $(NVCC),$(if $(shell $(NVCC) --list-gpu-arch 2>/dev/null | grep -x compute_100),$(SM100_GENCODE)))
-$(BUILD)/obj/kernels/cuda/nvfp4_swz.o: NVFLAGS += $(NV_SM100)
-# The CUDA backend: with nvcc, libqc_cuda.a = kernels/cuda/*.cu + runtime/backend_cuda.c (cc,
+$(BUILD)/obj/runtime/cuda/kernels/nvfp4_swz.o: NVFLAGS += $(NV_SM100)
+# The CUDA backend: with nvcc, libqc_cuda.a = runtime/cuda/kernels/*.cu + runtime/cuda/backend_cuda*.c (cc,
 # CUDA headers as system headers so -Werror sees only ours); cudart static so a binary runs
 # (and says "no CUDA device") on a machine without a GPU; cuBLAS found through the rpath.
 # Without nvcc, libqc_nocuda.a holds the stub whose create says the build has no CUDA.
@@ -45,9 +52,9 @@ CUDA_LIB    := $(BUILD)/libqc_nocuda.a
 CUDA_LDLIBS :=
 endif
 
-LIB_SRC := $(wildcard formats/*.c kernels/ref/*.c) \
+LIB_SRC := $(wildcard base/*.c quant/*.c formats/*.c runtime/ops/*.c) \
 	   $(filter-out convert/qconvert.c,$(wildcard convert/*.c)) \
-	   $(filter-out %_main.c runtime/backend_cuda%.c runtime/engine_cli.c,$(wildcard runtime/*.c))
+	   $(wildcard runtime/text/*.c runtime/engine/*.c runtime/cpu/*.c runtime/serve/*.c)
 # engine_cli.o names the CUDA backend, so it links before $(CUDA_LIB), not inside libqc.a
 CLI_OBJ := $(BUILD)/obj/runtime/engine_cli.o
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
@@ -55,7 +62,7 @@ LIB     := $(BUILD)/libqc.a
 
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
-CU_SRC   := $(wildcard kernels/cuda/*.cu)
+CU_SRC   := $(wildcard runtime/cuda/kernels/*.cu)
 CU_OBJ   := $(CU_SRC:%.cu=$(BUILD)/obj/%.o)
 
 BINS := $(BUILD)/bin/qconvert $(BUILD)/bin/mkgguf $(BUILD)/bin/qrun $(BUILD)/bin/qserve
@@ -113,20 +120,20 @@ check: test asan
 
 $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVFLAGS) -c $< -o $@
+	$(NVCC) $(NVFLAGS) $(INC) -c $< -o $@
 
 cuda-check: $(CU_OBJ)
 	@echo "cuda-check: $(words $(CU_OBJ)) CUDA source(s) compiled for sm_90a and sm_80$(if $(NV_SM100), (+ sm_100a: nvfp4_swz.cu),)$(if $(NVCC),, (nvcc not found: skipped))"
 
-CUDA_RT_OBJ := $(BUILD)/obj/runtime/backend_cuda.o $(BUILD)/obj/runtime/backend_cuda_graph.o \
-	       $(BUILD)/obj/runtime/backend_cuda_prof.o
+CUDA_RT_OBJ := $(BUILD)/obj/runtime/cuda/backend_cuda.o $(BUILD)/obj/runtime/cuda/backend_cuda_graph.o \
+	       $(BUILD)/obj/runtime/cuda/backend_cuda_prof.o
 $(CUDA_RT_OBJ) $(BUILD)/obj/tests/gpu/%.o: QCFLAGS += -isystem $(CUDA_ROOT)/include
 
 $(BUILD)/libqc_cuda.a: $(CU_OBJ) $(CUDA_RT_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/libqc_nocuda.a: $(BUILD)/obj/runtime/backend_cuda_stub.o
+$(BUILD)/libqc_nocuda.a: $(BUILD)/obj/runtime/cuda/backend_cuda_stub.o
 	@rm -f $@
 	ar rcs $@ $^
 

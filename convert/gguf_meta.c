@@ -1,7 +1,7 @@
 /* gguf_meta.c — GGUF key/values into manifest JSON (see gguf_meta.h).
  * config: the typed model hyper-parameters every runtime path needs, read with
  * llama.cpp's key names and defaults (src/llama-model.cpp load_hparams).
- * tokenizer: tokenizer.ggml.* in the schema runtime/vocab_json.c reads.
+ * tokenizer: tokenizer.ggml.* in the schema runtime/text/vocab_json.c reads.
  * metadata: every other key verbatim, so arch-specific extras survive. */
 #include "gguf_meta.h"
 

@@ -1,5 +1,5 @@
 /* gguf_meta.h — GGUF metadata to the bundle manifest's "config", "tokenizer" and
- * "metadata" objects. The tokenizer object's schema is the one runtime/vocab_json.c
+ * "metadata" objects. The tokenizer object's schema is the one runtime/text/vocab_json.c
  * reads (docs/bundle.md lists it). */
 #ifndef QC_GGUF_META_H
 #define QC_GGUF_META_H

@@ -1,6 +1,6 @@
 /* hf_quant.h — quantization schemes of Hugging Face checkpoints (GPTQ, AWQ,
  * bitsandbytes, compressed-tensors), decoded once at convert time into encodings
- * of the traits table (formats/qtype.def), so nothing downstream knows the scheme.
+ * of the traits table (quant/qtype.def), so nothing downstream knows the scheme.
  *
  * Owns: parsing "quantization_config" (config.json) / quantize_config.json, deciding
  * which linear modules are quantized (ignore lists, skip modules, "re:" targets), and

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../kernels/ref/dequant_hfq.h"
+#include "dequant_hfq.h"
 #include "cursor.h"
 #include "hfq_scheme.h"
 

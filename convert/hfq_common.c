@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../kernels/ref/dequant_hfq.h"
-#include "../kernels/ref/fp16.h"
+#include "dequant_hfq.h"
+#include "fp16.h"
 #include "cursor.h"
 
 int qc_hfq_int(const cJSON *o, const char *key, int64_t def, int64_t lo, int64_t hi, int64_t *v,

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../kernels/ref/dequant_hfq.h"
+#include "dequant_hfq.h"
 #include "cursor.h"
 
 int qc_hfq_dense_new(struct qc_hfq_dense *dn, int64_t n, int64_t k, int per, bool zeros, const char *file,

@@ -55,7 +55,7 @@ static int finish_tensor(const struct qc_gguf_model *m, struct qc_plan *p, struc
 		t->layout = QC_LAYOUT_GGML;
 		why = "rows are gathered by token id";
 	}
-	/* stacked experts: the grouped MoE GEMM (kernels/cuda/moe_gemm.cu) reads ggml
+	/* stacked experts: the grouped MoE GEMM (runtime/cuda/kernels/moe_gemm.cu) reads ggml
 	 * blocks; in a marlin layout they ran as per-row GEMV (H200, 4 Mixtral-shape
 	 * layers, Q4_0: prefill 2.6k vs 12.7k tok/s, decode at 64 2.6k vs 4.3k; batch-1
 	 * decode 1.2k vs 0.8k: docs/bench.md) */

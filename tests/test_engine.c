@@ -28,10 +28,10 @@
 #include "convert.h"
 #include "engine.h"
 #include "plan.h"
-#include "ref/ops.h"
+#include "ops.h"
 
 /* reach the backend's statics (rope); this TU then provides qc_backend_cpu */
-#include "../runtime/backend_cpu.c"
+#include "../runtime/cpu/backend_cpu.c"
 
 #define N_GEN 32
 #define N_PROMPTS 4
@@ -458,7 +458,7 @@ static void batched_equals_alone(const char *fx, const char *tmpdir)
  * logit rows the engine did not ask for are overwritten with NaN (it must not
  * read them), and every third row it wanted the best ids of is reported as bad
  * (-1) with its row intact (the engine must then sample from the row). The
- * selection comes from kernels/ref (argmax, topk). */
+ * selection comes from runtime/ops (argmax, topk). */
 static struct {
 	long rows_taken, rows_topk, rows_wanted, rows_flagged;
 } wrap;

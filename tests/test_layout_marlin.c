@@ -21,8 +21,8 @@
 #include "layout_marlin.h"
 #include "pack_par.h"
 #include "plan.h"
-#include "ref/fp16.h"
-#include "ref/marlin_gemm.h"
+#include "fp16.h"
+#include "marlin_gemm.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static uint32_t rnd(void)
@@ -211,7 +211,7 @@ static void doc_positions_i8z(void)
 	CHECK(memcmp(pk + 9216 + 9 * 16, blk, 16) == 0, "i8z header of n=9 not kept verbatim at %d", 9216 + 9 * 16);
 }
 
-/* kernels/ref/marlin_gemm.c on packed W == plain double matmul on the ggml decoder's W */
+/* runtime/ops/marlin_gemm.c on packed W == plain double matmul on the ggml decoder's W */
 static void gemm_ref(enum qc_type t, int64_t M, int64_t K, int64_t N)
 {
 	const int64_t ne[4] = { K, N, 1, 1 };

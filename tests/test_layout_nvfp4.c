@@ -1,5 +1,5 @@
 /* test_layout_nvfp4.c — the nvfp4_swz layout (formats/layout_nvfp4.c) and its C
- * reference GEMV (kernels/ref/nvfp4_swz.c).
+ * reference GEMV (runtime/ops/nvfp4_swz.c).
  * - The scale offset against two independent index computations: vLLM's
  *   swizzle_blockscale done literally (pad, reshape to (B, Np/128, 4, 32, Kgp/4, 4),
  *   permute (0, 1, 4, 3, 2, 5), walk the output in order) and CUTLASS's
@@ -28,8 +28,8 @@
 #include "hf_convert.h"
 #include "layout_nvfp4.h"
 #include "plan.h"
-#include "ref/dequant_hfq.h"
-#include "ref/ops.h"
+#include "dequant_hfq.h"
+#include "ops.h"
 #include "safetensors.h"
 #include "verify.h"
 

@@ -21,7 +21,7 @@
 #include "engine.h"
 #include "plan.h"
 
-#include "../runtime/matmul_cpu.c"
+#include "../runtime/cpu/matmul_cpu.c"
 
 static uint64_t rng = 88172645463325252u;
 

@@ -1,4 +1,4 @@
-/* test_quant_ref.c — the reference encoders/decoders in kernels/ref/.
+/* test_quant_ref.c — the reference encoders/decoders in runtime/ops/.
  *
  * Checks: every type in qtype.def decodes a zero block to zeros from an odd
  * address and its struct in qblock.h has the table's size; every type with an
@@ -18,8 +18,8 @@
 #include "check.h"
 #include "qblock.h"
 #include "qtype.h"
-#include "ref/dequant.h"
-#include "ref/fp16.h"
+#include "dequant.h"
+#include "fp16.h"
 
 /* ---- deterministic random numbers (splitmix64) ---- */
 

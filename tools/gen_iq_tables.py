@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
-"""gen_iq_tables.py — write kernels/ref/iq_tables.c from llama.cpp's ggml-common.h.
+"""gen_iq_tables.py — write quant/iq_tables.c from llama.cpp's ggml-common.h.
 
 The i-quant grids use 3 to 8 distinct byte values each, so each row is
 re-encoded as a uint16 of level indices (8 x 2 bits or 4 x 3 bits) plus a
-per-grid level table; kernels/ref/iq_tables.h expands rows at decode time.
+per-grid level table; runtime/ops/iq_tables.h expands rows at decode time.
 ksigns_iq2xs is only checked (index + even-parity bit), never emitted.
 iq4_nl values are copied; MXFP4 values come from the OCP E2M1 definition.
 Fails loudly if a table does not fit or does not expand back exactly.
 
-usage: gen_iq_tables.py PATH/TO/ggml-common.h [-o kernels/ref/iq_tables.c]
+usage: gen_iq_tables.py PATH/TO/ggml-common.h [-o quant/iq_tables.c]
 """
 import argparse
 import hashlib

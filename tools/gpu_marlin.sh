@@ -11,25 +11,25 @@ CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 NVCC=${NVCC:-$(command -v nvcc || echo $CUDA_HOME/bin/nvcc)}
 CC=${CC:-cc}
 # same strictness as the Makefile; no fast-math: the C reference is the ground truth
-CFLAGS="-O2 -g -std=c11 -D_GNU_SOURCE -Wall -Wextra -Iformats -Ikernels -Ikernels/cuda -I$CUDA_HOME/include"
-NVFLAGS="-O2 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_80,code=sm_80 -Iformats -Ikernels -Ikernels/cuda"
+CFLAGS="-O2 -g -std=c11 -D_GNU_SOURCE -Wall -Wextra -Ibase -Iquant -Iruntime/ops -Iruntime/cuda/kernels -I$CUDA_HOME/include"
+NVFLAGS="-O2 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_80,code=sm_80 -Ibase -Iquant -Iruntime/ops -Iruntime/cuda/kernels"
 mkdir -p $BUILD/obj
 objs=""
-for f in formats/layout.c formats/layout_marlin.c formats/layout_nvfp4.c formats/qtype.c formats/qc_err.c \
-	 kernels/ref/dequant_*.c kernels/ref/iq_tables.c kernels/ref/quant_ref.c kernels/ref/marlin_gemm.c; do
+for f in quant/layout.c quant/layout_marlin.c quant/layout_nvfp4.c quant/qtype.c base/qc_err.c \
+	 quant/dequant_*.c quant/iq_tables.c quant/quant_ref.c runtime/ops/dequant_f16.c runtime/ops/marlin_gemm.c; do
 	o=$BUILD/obj/$(echo $f | tr / _).o
 	$CC $CFLAGS -c $f -o $o
 	objs="$objs $o"
 done
 rm -f $BUILD/libmrl.a
 ar rcs $BUILD/libmrl.a $objs
-$NVCC $NVFLAGS -Xptxas -v -c kernels/cuda/marlin_gemm.cu -o $BUILD/obj/marlin_gemm_cu.o 2> $BUILD/ptxas.txt || { cat $BUILD/ptxas.txt; exit 1; }
+$NVCC $NVFLAGS -Xptxas -v -c runtime/cuda/kernels/marlin_gemm.cu -o $BUILD/obj/marlin_gemm_cu.o 2> $BUILD/ptxas.txt || { cat $BUILD/ptxas.txt; exit 1; }
 grep -E "registers|spill" $BUILD/ptxas.txt | sort | uniq -c | head -20
 # marlin_mm.cu: the backend's table entry; cuda_err.cu: qc_cuda_check
-$NVCC $NVFLAGS -c kernels/cuda/cuda_err.cu -o $BUILD/obj/cuda_err_cu.o
-$NVCC $NVFLAGS -c kernels/cuda/marlin_mm.cu -o $BUILD/obj/marlin_mm_cu.o
-$NVCC $NVFLAGS -c kernels/cuda/marlin_gemv.cu -o $BUILD/obj/marlin_gemv_cu.o
-$NVCC $NVFLAGS -c kernels/cuda/marlin_dequant.cu -o $BUILD/obj/marlin_dequant_cu.o
+$NVCC $NVFLAGS -c runtime/cuda/kernels/cuda_err.cu -o $BUILD/obj/cuda_err_cu.o
+$NVCC $NVFLAGS -c runtime/cuda/kernels/marlin_mm.cu -o $BUILD/obj/marlin_mm_cu.o
+$NVCC $NVFLAGS -c runtime/cuda/kernels/marlin_gemv.cu -o $BUILD/obj/marlin_gemv_cu.o
+$NVCC $NVFLAGS -c runtime/cuda/kernels/marlin_dequant.cu -o $BUILD/obj/marlin_dequant_cu.o
 if $CC $CFLAGS -DQC_WITH_CUBLAS -c tests/gpu/marlin_gemm_test.c -o $BUILD/obj/test_cublas.o &&
    $NVCC -o $BUILD/marlin_gemm_test $BUILD/obj/test_cublas.o $BUILD/obj/marlin_gemm_cu.o $BUILD/obj/marlin_mm_cu.o $BUILD/obj/marlin_gemv_cu.o $BUILD/obj/marlin_dequant_cu.o $BUILD/obj/cuda_err_cu.o \
 	$BUILD/libmrl.a -lcublas -lm 2>/dev/null; then

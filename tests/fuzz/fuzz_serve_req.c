@@ -1,5 +1,5 @@
 /* fuzz_serve_req.c — libFuzzer entry for qserve's request-body parser
- * (runtime/serve_req.c serve_req_parse, chat rendering through chat_template.c).
+ * (runtime/serve/serve_req.c serve_req_parse, chat rendering through chat_template.c).
  *
  * Byte 0 picks the schema (completions or chat), the chat family and a wrapper:
  * the rest is the body as is, or spliced into a valid request ({"prompt":"x", ...}
@@ -15,10 +15,10 @@
 #include <string.h>
 
 /* the modules under test are not in the fuzz library: compile them in */
-#include "../../runtime/chat_template.c"
-#include "../../runtime/sampler.c"
-#include "../../runtime/serve_buf.c"
-#include "../../runtime/serve_req.c"
+#include "../../runtime/text/chat_template.c"
+#include "../../runtime/engine/sampler.c"
+#include "../../runtime/serve/serve_buf.c"
+#include "../../runtime/serve/serve_req.c"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

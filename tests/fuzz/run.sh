@@ -1,7 +1,7 @@
 #!/bin/sh
 # tests/fuzz/run.sh SECONDS fuzz_a.c [fuzz_b.c ...] — build and run libFuzzer harnesses.
 #
-# Builds the library sources (formats/, kernels/ref/) and each harness with
+# Builds the library sources (base/, quant/, formats/, runtime/ops/, runtime/text/) and each harness with
 # clang -fsanitize=fuzzer,address,undefined into build-fuzz/, makes a seed corpus
 # from the fixtures (a few whole small GGUFs, truncated prefixes, bundles converted
 # by build/bin/qconvert), replays tests/fuzz/regress/*, then runs every harness for
@@ -20,7 +20,7 @@ BIN=${QC_BIN:-build/bin}
 JOBS=${FUZZ_JOBS:-$(nproc 2>/dev/null || echo 1)}
 # -fsanitize=fuzzer-no-link: coverage instrumentation for library objects; the harness link adds libFuzzer's main.
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
-CFLAGS="-O1 -g -std=c11 -D_GNU_SOURCE -Iformats -Ikernels -Iconvert -Iruntime -Wall -Wextra -Wno-unused-parameter $SAN"
+CFLAGS="-O1 -g -std=c11 -D_GNU_SOURCE -Ibase -Iquant -Iformats -Iconvert -Iruntime/ops -Iruntime/text -Iruntime/engine -Iruntime/serve -Wall -Wextra -Wno-unused-parameter $SAN"
 LIBS="-lcjson -lxxhash -larchive -lpcre2-8 -licuuc -lm -lpthread"
 MAX_LEN=3145728
 
@@ -30,11 +30,11 @@ mkdir -p "$OUT/obj" "$OUT/seeds" "$OUT/corpus" "$OUT/crashes" || exit 1
 # ---- library, instrumented -----------------------------------------------------------
 objs=
 # the tokenizer files too (fuzz_tokenizer), not the engine
-for c in formats/*.c kernels/ref/*.c runtime/vocab*.c runtime/tokenize*.c runtime/detok.c \
+for c in base/*.c quant/*.c formats/*.c runtime/ops/*.c runtime/text/vocab*.c runtime/text/tokenize*.c runtime/text/detok.c \
 	 convert/hf_quant.c convert/hfq_*.c convert/hf_config.c convert/hf_names.c convert/hf_tokenizer.c; do
 	o="$OUT/obj/$(echo "$c" | tr / _ | sed 's/\.c$/.o/')"
 	if [ ! -f "$o" ] || [ "$c" -nt "$o" ] ||
-	   [ -n "$(find formats kernels runtime \( -name '*.h' -o -name '*.def' \) -newer "$o" 2>/dev/null | head -n 1)" ]; then
+	   [ -n "$(find base quant formats runtime \( -name '*.h' -o -name '*.def' \) -newer "$o" 2>/dev/null | head -n 1)" ]; then
 		$CC $CFLAGS -fsanitize=fuzzer-no-link -c "$c" -o "$o" || { echo "fuzz: cannot compile $c" >&2; exit 1; }
 	fi
 	objs="$objs $o"

@@ -1,4 +1,4 @@
-/* bench_gemv.c — timings of the GGML-layout GEMV (kernels/cuda/gemv_q.cu) on a GPU.
+/* bench_gemv.c — timings of the GGML-layout GEMV (runtime/cuda/kernels/gemv_q.cu) on a GPU.
  *
  * A benchmark, not a test (test_kernels checks the results): for each weight
  * type and each Llama-3-8B matrix shape, the time of one y = W x with 1, 2,
@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda/gemv_q.h"
+#include "kernels/gemv_q.h"
 #include "qtype.h"
 
 #define CK(x) \

@@ -1,4 +1,4 @@
-/* marlin_gemm_test.c — kernels/cuda/marlin_gemm.cu against its C reference, then timings.
+/* marlin_gemm_test.c — runtime/cuda/kernels/marlin_gemm.cu against its C reference, then timings.
  *
  * Check (STYLE §14): fresh random q4_0/q8_0 weights (through the reference
  * quantizer; q4_1/q4_K/hq4 (i4z) and q5_K (i8z) as random blocks with weight-like
@@ -22,7 +22,7 @@
 #include "layout_marlin.h"
 #include "marlin_gemm.cuh"
 #include "matmul_dispatch.h"
-#include "ref/fp16.h"
+#include "fp16.h"
 
 static int n_pass, n_fail;
 
@@ -283,7 +283,7 @@ static void check_experts(enum qc_layout l, int64_t m, int64_t n, int64_t k, int
 	free(base);
 }
 
-/* The backend's entry (the matmul_layouts.def row, kernels/cuda/marlin_mm.cu):
+/* The backend's entry (the matmul_layouts.def row, runtime/cuda/kernels/marlin_mm.cu):
  * float rows with ldx and x_div, strided y; checked against the reference on
  * the fp16-rounded rows. (Called directly: the table itself links every
  * backend kernel, which `make test-gpu` covers.) */
@@ -354,7 +354,7 @@ static void check_table_entry(enum qc_layout l, int64_t rows, int64_t n, int64_t
 	free(y);
 }
 
-/* The decode GEMV (kernels/cuda/marlin_gemv.cu, the table's gemv entry): float
+/* The decode GEMV (runtime/cuda/kernels/marlin_gemv.cu, the table's gemv entry): float
  * rows (on the fp16 grid, so the reference's fp16 A is the same numbers) with
  * a row stride, strided y, E > 1: an expert per row. Error against the F64
  * truth within 2x a plain fp16 GEMM's; nothing written past n; without

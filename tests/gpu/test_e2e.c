@@ -229,7 +229,7 @@ static void run_fixture(const char *dir, const char *name, const char *tmp, bool
 		else if (has_gpu_layout(out90))
 			compare_gpu(name, " [sm90 layouts]", out90, prompt, n_prompt, &cpu);
 		unlink(out90);
-		/* NVFP4 checkpoints for sm100: nvfp4_swz matrices (kernels/cuda/nvfp4_swz.cu,
+		/* NVFP4 checkpoints for sm100: nvfp4_swz matrices (runtime/cuda/kernels/nvfp4_swz.cu,
 		 * built for sm_90a too, so they run here) */
 		c9.target = QC_TARGET_SM100;
 		if (hf && strstr(name, "nvfp4")) {

@@ -1,5 +1,5 @@
-/* test_kernels.c — every CUDA op in kernels/cuda/ against its same-named C
- * reference in kernels/ref/, on fresh random inputs of several shapes (odd ones
+/* test_kernels.c — every CUDA op in runtime/cuda/kernels/ against its same-named C
+ * reference in runtime/ops/, on fresh random inputs of several shapes (odd ones
  * included), device outputs poisoned with NaN before every launch.
  * Rules: decoders (embed, dequant_f16), kv_store and moe_combine must match bit
  * for bit; matmuls must satisfy FA2's rule against an fp64 truth:
@@ -18,28 +18,28 @@
 #include <string.h>
 
 #include "../check.h"
-#include "cuda/act_gather.h"
-#include "cuda/add.h"
-#include "cuda/argmax.h"
-#include "cuda/dequant_f16.h"
-#include "cuda/embed.h"
-#include "cuda/flash_attn.h"
-#include "cuda/gemm_f16.h"
-#include "cuda/gemv_q.h"
-#include "cuda/kv_store.h"
-#include "cuda/matmul_dispatch.h"
-#include "cuda/moe_combine.h"
-#include "cuda/moe_gemm.h"
-#include "cuda/moe_route.h"
-#include "cuda/paged_attn.h"
-#include "cuda/rms_norm.h"
-#include "cuda/rope.h"
-#include "cuda/silu_mul.h"
-#include "cuda/topk.h"
+#include "kernels/act_gather.h"
+#include "kernels/add.h"
+#include "kernels/argmax.h"
+#include "kernels/dequant_f16.h"
+#include "kernels/embed.h"
+#include "kernels/flash_attn.h"
+#include "kernels/gemm_f16.h"
+#include "kernels/gemv_q.h"
+#include "kernels/kv_store.h"
+#include "kernels/matmul_dispatch.h"
+#include "kernels/moe_combine.h"
+#include "kernels/moe_gemm.h"
+#include "kernels/moe_route.h"
+#include "kernels/paged_attn.h"
+#include "kernels/rms_norm.h"
+#include "kernels/rope.h"
+#include "kernels/silu_mul.h"
+#include "kernels/topk.h"
 #include "layout_nvfp4.h"
-#include "ref/dequant_hfq.h"
-#include "ref/fp16.h"
-#include "ref/ops.h"
+#include "dequant_hfq.h"
+#include "fp16.h"
+#include "ops.h"
 
 #include <cublas_v2.h>
 
@@ -1177,7 +1177,7 @@ static void nvfp4_rows(uint8_t *dst, int64_t n_in, int64_t rows_per_mat, int n_m
 }
 
 /* qc_cuda_nvfp4_swz_gemv (dense and expert rows) and _gemm against the fp64 truth
- * of kernels/ref/nvfp4_swz.c under the matmul rule (plain reference: F32 for the
+ * of runtime/ops/nvfp4_swz.c under the matmul rule (plain reference: F32 for the
  * GEMV, F16 operands for the cuBLAS GEMM); outputs poisoned, the ld padding must
  * stay NaN; each GEMV row alone must equal its batched result bit for bit. */
 static void test_nvfp4_swz(cublasHandle_t blas)

@@ -1,0 +1,774 @@
+/* backend_cpu.c — the plain-C backend: llama/Qwen forward over a scheduler plan.
+ *
+ * Owns: the float K/V pool (n_blocks blocks, each [layer][K,V][token][kv_dim]
+ * floats, values rounded through binary16 as llama.cpp's f16 cache stores them)
+ * and the activation buffers, all sized once at create.
+ * Matmul: matmul_cpu.c (tiled kernels; activations rounded as ggml's x86 CPU
+ * path does with QC_ACT_ROUND_GGML). Attention: Q.K uses f16-rounded Q and
+ * the softmax weights are f16-rounded before .V, as ggml's mul_mat does with an
+ * f16 cache.
+ * Threads: each matmul's output rows are split into n_threads contiguous ranges,
+ * one per thread of a pool made at create (the caller runs range 0); every
+ * output is computed by exactly the same code whatever thread runs it, so
+ * results are bit-identical for any thread count. Attention of a batch is split
+ * the same way by tokens (each with its thread's scratch); everything else runs
+ * on the caller's thread.
+ * Act-order weights (qc_mat.act_perm) get their activations gathered first.
+ * MoE: softmax router, top-k, optional renormalization, expert outputs summed
+ * in rank order then the sigmoid-gated shared expert, then the residual, in
+ * build_moe_ffn's order of float additions.
+ * Non-goals: flash attention.
+ * Reference: llama.cpp c392e50 build_llama, llm_build_kqv, llm_build_moe_ffn,
+ * build_qwen2moe; ggml rms_norm (double sum), rope NORM/NEOX cache (theta *=
+ * base^(-2/n_rot), rope_yarn, freq_factors), silu.
+ */
+#include "backend.h"
+#include "matmul_cpu.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qblock.h"
+#include "fp16.h"
+
+struct cpu;
+
+struct worker {
+	struct cpu *c;
+	int idx;                      /* 1..n_threads-1; range 0 is the caller's */
+	pthread_t th;
+	bool started;
+};
+
+struct cpu {
+	const struct qc_model *m;
+	struct qc_backend_params p;
+	int64_t kv_dim, q_dim, max_in;
+	size_t block_floats;          /* floats per K/V block */
+	float *kv;                    /* (n_blocks, n_layer, 2, block_tokens, kv_dim) */
+	float *x, *xn;                /* (max_tokens, n_embd) residual / normed */
+	float *q, *k, *v, *att;       /* (max_tokens, q_dim | kv_dim) */
+	float *fa, *fb;               /* (max_tokens * max(1, n_expert_used), max(n_ff, n_ff_shexp)) gate / up */
+	float *xperm;                 /* (max_tokens * max(1, n_expert_used), max_in) act-order gathered x */
+	float *shg;                   /* (max_tokens) shared expert gate */
+	/* pool: workers spin a while, then sleep on go, until gen changes; run
+	 * their range of job; count pending down. The caller spins (yielding after
+	 * a while) until pending is 0. A wake through the condition variable alone
+	 * cost ~70 us per matmul on the development VM. */
+	struct worker *workers;       /* (n_threads - 1) */
+	pthread_mutex_t mu;           /* guards n_sleep and the sleep/wake handshake */
+	pthread_cond_t go;
+	bool pool_init;
+	int n_sleep;                  /* workers blocked on go */
+	_Atomic uint64_t gen;         /* bumped once per dispatched job (and at quit) */
+	_Atomic int pending;          /* ranges not yet finished */
+	_Atomic bool quit;
+	struct qc_matmul *mm;         /* activation buffers, kernels, the current job */
+	int64_t job_rows;             /* output rows of the current job (0: attention job) */
+	const struct qc_sched_plan *job_plan; /* attention job: plan, layer */
+	int job_il;
+	float *scores;                /* (n_threads, max_ctx) attention weights */
+	float *qh;                    /* (n_threads, head_dim) rounded query */
+	/* MoE */
+	float *router;                /* (max_tokens, n_expert) */
+	int32_t *sel;                 /* (max_tokens, n_expert_used) */
+	float *selw;                  /* (max_tokens, n_expert_used) */
+	int32_t *etok;                /* (max_tokens * n_expert_used) token of each gathered row */
+	int32_t *eslot;
+	float *ex, *eout;             /* (max_tokens, n_embd) gathered input / expert output */
+	float *moe;                   /* (max_tokens, n_expert_used, n_embd) */
+	float *lx;                    /* (max_logits, n_embd) rows that need logits */
+};
+
+/* ---- leaf math ----------------------------------------------------------- */
+
+/* Double accumulation: ggml's quantized dots sum exact integer products per
+ * block, so its results sit closer to the exact sum than a float running sum;
+ * with float sums, one-ulp differences flip later 8-bit activation roundings
+ * and a random tiny model amplifies that to 0.1 logits (measured). */
+static double dot(const float *a, const float *b, int64_t n)
+{
+	double acc[4] = {0};
+	int64_t i = 0;
+	for (; i + 4 <= n; i += 4)
+		for (int j = 0; j < 4; j++)
+			acc[j] += (double)a[i + j] * (double)b[i + j];
+	for (; i < n; i++)
+		acc[0] += (double)a[i] * (double)b[i];
+	return (acc[0] + acc[1]) + (acc[2] + acc[3]);
+}
+
+static float f16_round(float x)
+{
+	return qc_fp16_to_f32(qc_f32_to_fp16(x));
+}
+
+/* Range k of n_threads over the job's output rows, cut at multiples of 16 (the
+ * int8 kernel's row tile; any cut gives the same bits, this one no partial tiles). */
+static void attend_range(struct cpu *c, int k);
+
+static void run_range(struct cpu *c, int k)
+{
+	const int64_t n = c->job_rows, nt = c->p.n_threads;
+	if (!n) {
+		attend_range(c, k);
+		return;
+	}
+	const int64_t r0 = k ? (n * k / nt) & ~(int64_t)15 : 0;
+	const int64_t r1 = k + 1 < nt ? (n * (k + 1) / nt) & ~(int64_t)15 : n;
+	qc_matmul_rows(c->mm, k, r0, r1);
+}
+
+#define SPIN_ITERS 20000
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#endif
+}
+
+static void *worker_main(void *arg)
+{
+	struct worker *wk = arg;
+	struct cpu *c = wk->c;
+	uint64_t seen = 0;
+
+	for (;;) {
+		uint64_t g;
+		int spins = 0;
+		while ((g = atomic_load_explicit(&c->gen, memory_order_acquire)) == seen) {
+			if (++spins < SPIN_ITERS) {
+				cpu_relax();
+				continue;
+			}
+			pthread_mutex_lock(&c->mu);
+			c->n_sleep++;
+			while (atomic_load_explicit(&c->gen, memory_order_acquire) == seen)
+				pthread_cond_wait(&c->go, &c->mu);
+			c->n_sleep--;
+			pthread_mutex_unlock(&c->mu);
+			spins = 0;
+		}
+		seen = g;
+		if (atomic_load_explicit(&c->quit, memory_order_acquire))
+			break;
+		run_range(c, wk->idx);
+		atomic_fetch_sub_explicit(&c->pending, 1, memory_order_release);
+	}
+	return NULL;
+}
+
+/* Bump gen (publishing job / quit) and wake sleeping workers. */
+static void pool_kick(struct cpu *c)
+{
+	atomic_fetch_add_explicit(&c->gen, 1, memory_order_release);
+	pthread_mutex_lock(&c->mu);
+	if (c->n_sleep)
+		pthread_cond_broadcast(&c->go);
+	pthread_mutex_unlock(&c->mu);
+}
+
+/* x[act_perm] for weights converted with act-order (GPTQ desc_act): the weight's
+ * columns are stored in that order. Returns x itself when w has no permutation. */
+static const float *act_gather(struct cpu *c, const struct qc_mat *w, int64_t e, const float *x,
+			       int64_t n_rows)
+{
+	if (!w->act_perm)
+		return x;
+	const int32_t *perm = w->act_perm + e * w->perm_stride;
+	const int64_t K = w->n_in;
+	for (int64_t t = 0; t < n_rows; t++)
+		for (int64_t i = 0; i < K; i++)
+			c->xperm[t * K + i] = x[t * K + perm[i]];
+	return c->xperm;
+}
+
+/* Runs the published job's n_threads ranges (the caller takes range 0) and
+ * waits for all of them. */
+static void pool_run(struct cpu *c)
+{
+	atomic_store_explicit(&c->pending, c->p.n_threads - 1, memory_order_relaxed);
+	pool_kick(c);
+	run_range(c, 0);
+	for (int spins = 0; atomic_load_explicit(&c->pending, memory_order_acquire) > 0;) {
+		if (++spins < SPIN_ITERS)
+			cpu_relax();
+		else
+			sched_yield();
+	}
+}
+
+/* Below this many multiply-adds a matmul stays on the caller's thread: waking
+ * the pool costs more (the split does not change any result either way). */
+#define MT_MIN_MACS (1 << 16)
+
+/* y[t*ldy + r] = W_e[r] . x[t] for n_rows tokens (x rows are w->n_in long). */
+static void matmul(struct cpu *c, const struct qc_mat *w, int64_t e, const float *x,
+		   int64_t n_rows, float *y, int64_t ldy)
+{
+	x = act_gather(c, w, e, x, n_rows);
+	qc_matmul_prepare(c->mm, w, e, x, n_rows, y, ldy);
+	c->job_rows = w->n_out;
+	if (c->p.n_threads < 2 || w->n_out < c->p.n_threads ||
+	    w->n_out * w->n_in * n_rows < MT_MIN_MACS) {
+		qc_matmul_rows(c->mm, 0, 0, w->n_out);
+		return;
+	}
+	pool_run(c);
+}
+
+/* ggml rms_norm (sum of squares in double) then multiply by the weight. */
+static void rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps)
+{
+	double sum = 0.0;
+	for (int64_t i = 0; i < n; i++)
+		sum += (double)(x[i] * x[i]);
+	const float scale = 1.0f / sqrtf((float)(sum / (double)n) + eps);
+	for (int64_t i = 0; i < n; i++)
+		y[i] = (x[i] * scale) * w[i];
+}
+
+/* Everything RoPE needs besides the position (ggml_rope_ext's arguments). */
+struct rope_args {
+	int n_rot;
+	enum qc_rope_mode mode;
+	float base, scale;            /* freq_base, freq_scale */
+	float ext_factor, mscale;     /* YaRN ramp mix (0: off), attn_factor */
+	float corr[2];                /* YaRN ramp bounds */
+	const float *ff;              /* (n_rot / 2) frequency divisors, or NULL */
+};
+
+/* ggml rope_yarn_ramp: 1 below corr[0], 0 above corr[1], linear between. */
+static float yarn_ramp(const float corr[2], int i0)
+{
+	const float y = (float)(i0 / 2 - corr[0]) / fmaxf(0.001f, corr[1] - corr[0]);
+	return 1.0f - fminf(1.0f, fmaxf(0.0f, y));
+}
+
+/* RoPE: rotate pairs of the first n_rot dims of each of n_heads heads by
+ * pos * scale * base^(-2i/n_rot) / ff[i], the angle advanced by repeated
+ * multiplication as ggml's rope cache does; with YaRN the angle blends the
+ * scaled and unscaled ones by the ramp and cos/sin carry mscale * (1 + 0.1 ln
+ * (1/scale)) (ggml rope_yarn). NORM pairs (x[2i], x[2i+1]); NEOX pairs
+ * (x[i], x[i + n_rot/2]). */
+static void rope_ext(float *x, int n_heads, int hd, int32_t pos, const struct rope_args *r)
+{
+	const int n_rot = r->n_rot;
+	const float theta_scale = powf(r->base, -2.0f / (float)n_rot);
+	const int stride = r->mode == QC_ROPE_NEOX ? n_rot / 2 : 1;
+	float theta = (float)pos;
+	for (int i0 = 0; i0 < n_rot; i0 += 2) {
+		const float extrap = theta / (r->ff ? r->ff[i0 / 2] : 1.0f);
+		const float interp = r->scale * extrap;
+		float th = interp, ms = r->mscale;
+		if (r->ext_factor != 0.0f) {
+			const float mix = yarn_ramp(r->corr, i0) * r->ext_factor;
+			th = interp * (1 - mix) + extrap * mix;
+			ms *= 1.0f + 0.1f * logf(1.0f / r->scale);
+		}
+		const float cs = cosf(th) * ms, sn = sinf(th) * ms;
+		const int j = r->mode == QC_ROPE_NEOX ? i0 / 2 : i0;
+		for (int h = 0; h < n_heads; h++) {
+			float *p = x + (int64_t)h * hd + j;
+			const float x0 = p[0], x1 = p[stride];
+			p[0] = x0 * cs - x1 * sn;
+			p[stride] = x0 * sn + x1 * cs;
+		}
+		theta *= theta_scale;
+	}
+}
+
+/* Plain RoPE (no YaRN, no factors): what tests/test_engine.c checks against the
+ * published formula; the forward calls rope_ext. */
+__attribute__((unused)) static void rope(float *x, int n_heads, int hd, int n_rot, int32_t pos, float base, float scale,
+		 enum qc_rope_mode mode)
+{
+	const struct rope_args r = {.n_rot = n_rot, .mode = mode, .base = base, .scale = scale,
+				    .mscale = 1.0f};
+	rope_ext(x, n_heads, hd, pos, &r);
+}
+
+static float silu(float x)
+{
+	return x / (1.0f + expf(-x));
+}
+
+/* ggml soft_max: max, exp(x - max) summed in double, scaled by 1/sum. */
+static void softmax(float *x, int64_t n)
+{
+	float mx = -INFINITY;
+	for (int64_t i = 0; i < n; i++)
+		mx = x[i] > mx ? x[i] : mx;
+	double sum = 0.0;
+	for (int64_t i = 0; i < n; i++) {
+		x[i] = expf(x[i] - mx);
+		sum += (double)x[i];
+	}
+	const float inv = (float)(1.0 / sum);
+	for (int64_t i = 0; i < n; i++)
+		x[i] *= inv;
+}
+
+/* ---- K/V pool ------------------------------------------------------------ */
+
+static float *kv_at(struct cpu *c, int32_t block, int il, int which, int32_t off)
+{
+	const int32_t bt = c->p.block_tokens;
+	return c->kv + (size_t)block * c->block_floats +
+	       (((size_t)il * 2 + (size_t)which) * (size_t)bt + (size_t)off) * (size_t)c->kv_dim;
+}
+
+static void kv_copy(struct cpu *c, int32_t src, int32_t dst, int32_t n_tokens)
+{
+	for (int il = 0; il < c->m->cfg.n_layer; il++)
+		for (int w = 0; w < 2; w++)
+			memcpy(kv_at(c, dst, il, w, 0), kv_at(c, src, il, w, 0),
+			       (size_t)n_tokens * (size_t)c->kv_dim * sizeof(float));
+}
+
+/* ---- layer pieces -------------------------------------------------------- */
+
+static void add_bias(float *y, const float *b, int64_t n_rows, int64_t n)
+{
+	if (!b)
+		return;
+	for (int64_t t = 0; t < n_rows; t++)
+		for (int64_t i = 0; i < n; i++)
+			y[t * n + i] += b[i];
+}
+
+static void head_norm(float *x, const float *w, int n_heads, int hd, float eps)
+{
+	if (!w)
+		return;
+	for (int h = 0; h < n_heads; h++)
+		rmsnorm(x + (int64_t)h * hd, x + (int64_t)h * hd, w, hd, eps);
+}
+
+/* Attention of token t (entry i) over its sequence's cached positions 0..pos,
+ * with thread k's scratch. */
+static void attend(struct cpu *c, const struct qc_sched_plan *plan, int il, int32_t i, int32_t t,
+		   int k)
+{
+	float *qh = c->qh + (size_t)k * (size_t)c->m->cfg.head_dim;
+	float *scores = c->scores + (size_t)k * (size_t)c->p.max_ctx;
+	const struct qc_model_config *cfg = &c->m->cfg;
+	const int hd = cfg->head_dim, group = cfg->n_head / cfg->n_head_kv;
+	const int32_t bt = plan->block_tokens, n_ctx = plan->positions[t] + 1;
+	const int32_t *table = plan->block_tables + (size_t)i * (size_t)plan->table_stride;
+	const float scale = 1.0f / sqrtf((float)hd);
+	const bool r16 = c->p.act_round == QC_ACT_ROUND_GGML;
+
+	for (int h = 0; h < cfg->n_head; h++) {
+		const float *q = c->q + (int64_t)t * c->q_dim + (int64_t)h * hd;
+		const int64_t kvo = (int64_t)(h / group) * hd;
+		float *out = c->att + (int64_t)t * c->q_dim + (int64_t)h * hd;
+
+		for (int d = 0; d < hd; d++)
+			qh[d] = r16 ? f16_round(q[d]) : q[d];
+		for (int32_t j = 0; j < n_ctx; j++) {
+			const float *kj = kv_at(c, table[j / bt], il, 0, j % bt) + kvo;
+			scores[j] = (float)dot(qh, kj, hd) * scale;
+		}
+		softmax(scores, n_ctx);
+		memset(out, 0, (size_t)hd * sizeof *out);
+		for (int32_t j = 0; j < n_ctx; j++) {
+			const float pj = r16 ? f16_round(scores[j]) : scores[j];
+			const float *vj = kv_at(c, table[j / bt], il, 1, j % bt) + kvo;
+			for (int d = 0; d < hd; d++)
+				out[d] += pj * vj[d];
+		}
+	}
+}
+
+/* Thread k's share of an attention job: tokens t with t mod n_threads == k
+ * (interleaved: a token's cost grows with its position). Each token's result
+ * is computed by the same code whichever thread runs it. */
+static void attend_range(struct cpu *c, int k)
+{
+	const struct qc_sched_plan *plan = c->job_plan;
+	for (int32_t i = 0; i < plan->n_seqs; i++)
+		for (int32_t t = plan->tok_start[i]; t < plan->tok_start[i + 1]; t++)
+			if (t % c->p.n_threads == k)
+				attend(c, plan, c->job_il, i, t, k);
+}
+
+static void attend_all(struct cpu *c, const struct qc_sched_plan *plan, int il)
+{
+	if (c->p.n_threads < 2 || plan->n_tokens < 2) {
+		for (int32_t i = 0; i < plan->n_seqs; i++)
+			for (int32_t t = plan->tok_start[i]; t < plan->tok_start[i + 1]; t++)
+				attend(c, plan, il, i, t, 0);
+		return;
+	}
+	c->job_rows = 0;
+	c->job_plan = plan;
+	c->job_il = il;
+	pool_run(c);
+}
+
+static void attention_block(struct cpu *c, const struct qc_sched_plan *plan, int il)
+{
+	const struct qc_model_config *cfg = &c->m->cfg;
+	const struct qc_layer *L = &c->m->layers[il];
+	const int32_t T = plan->n_tokens;
+	const int64_t E = cfg->n_embd;
+	const struct rope_args ra = {.n_rot = cfg->rope_dim, .mode = cfg->rope_mode,
+				     .base = cfg->rope_freq_base, .scale = cfg->rope_freq_scale,
+				     .ext_factor = cfg->rope_ext_factor,
+				     .mscale = cfg->rope_attn_factor,
+				     .corr = {cfg->rope_corr_dims[0], cfg->rope_corr_dims[1]},
+				     .ff = c->m->rope_freqs};
+
+	for (int32_t t = 0; t < T; t++)
+		rmsnorm(c->xn + t * E, c->x + t * E, L->attn_norm, E, cfg->norm_eps);
+	matmul(c, &L->wq, 0, c->xn, T, c->q, c->q_dim);
+	matmul(c, &L->wk, 0, c->xn, T, c->k, c->kv_dim);
+	matmul(c, &L->wv, 0, c->xn, T, c->v, c->kv_dim);
+	add_bias(c->q, L->bq, T, c->q_dim);
+	add_bias(c->k, L->bk, T, c->kv_dim);
+	add_bias(c->v, L->bv, T, c->kv_dim);
+	for (int32_t t = 0; t < T; t++) {
+		float *q = c->q + t * c->q_dim, *k = c->k + t * c->kv_dim, *v = c->v + t * c->kv_dim;
+		head_norm(q, L->q_norm, cfg->n_head, cfg->head_dim, cfg->norm_eps);
+		head_norm(k, L->k_norm, cfg->n_head_kv, cfg->head_dim, cfg->norm_eps);
+		rope_ext(q, cfg->n_head, cfg->head_dim, plan->positions[t], &ra);
+		rope_ext(k, cfg->n_head_kv, cfg->head_dim, plan->positions[t], &ra);
+		const int32_t slot = plan->slots[t];
+		float *kd = kv_at(c, slot / plan->block_tokens, il, 0, slot % plan->block_tokens);
+		float *vd = kv_at(c, slot / plan->block_tokens, il, 1, slot % plan->block_tokens);
+		for (int64_t d = 0; d < c->kv_dim; d++) {
+			kd[d] = f16_round(k[d]);
+			vd[d] = f16_round(v[d]);
+		}
+	}
+	attend_all(c, plan, il);
+	matmul(c, &L->wo, 0, c->att, T, c->xn, E);
+	for (int64_t n = 0; n < (int64_t)T * E; n++)
+		c->x[n] += c->xn[n];
+}
+
+/* SiLU(gate) * up -> down for n rows of in (n_embd each) with expert e. */
+static void ffn_swiglu(struct cpu *c, const struct qc_mat *gate, const struct qc_mat *up,
+		       const struct qc_mat *down, int64_t e, const float *in, int64_t n, float *out)
+{
+	const int64_t F = gate->n_out;
+	matmul(c, gate, e, in, n, c->fa, F);
+	matmul(c, up, e, in, n, c->fb, F);
+	for (int64_t i = 0; i < n * F; i++)
+		c->fa[i] = silu(c->fa[i]) * c->fb[i];
+	matmul(c, down, e, c->fa, n, out, down->n_out);
+}
+
+/* Routing as llm_build_moe_ffn(softmax gating): softmax over all experts, top-k
+ * by probability, weights renormalized over the k when the arch says so
+ * (Mixtral, Qwen3-MoE; not Qwen2-MoE), then the weighted expert outputs summed
+ * in rank order, plus the shared expert scaled by sigmoid(gate . x) (Qwen2-MoE,
+ * sigmoid as ggml's silu(g) / g), and only then added to the residual. */
+static void moe_block(struct cpu *c, const struct qc_layer *L, int32_t T)
+{
+	const struct qc_model_config *cfg = &c->m->cfg;
+	const int64_t E = cfg->n_embd, X = cfg->n_expert, K = cfg->n_expert_used;
+
+	matmul(c, &L->gate_inp, 0, c->xn, T, c->router, X);
+	for (int32_t t = 0; t < T; t++) {
+		float *pr = c->router + t * X;
+		int32_t *sel = c->sel + t * K;
+		float *w = c->selw + t * K;
+		softmax(pr, X);
+		for (int64_t s = 0; s < K; s++) { /* k passes of selection: X is small */
+			int32_t best = -1;
+			for (int32_t e = 0; e < X; e++) {
+				bool taken = false;
+				for (int64_t u = 0; u < s; u++)
+					taken |= sel[u] == e;
+				if (!taken && (best < 0 || pr[e] > pr[best]))
+					best = e;
+			}
+			sel[s] = best;
+			w[s] = pr[best];
+		}
+		if (!cfg->expert_norm_w)
+			continue;
+		double sum = 0.0; /* ggml sum_rows: double accumulation */
+		for (int64_t s = 0; s < K; s++)
+			sum += (double)w[s];
+		/* llama.cpp clamps the sum to the smallest normal f16 against division by 0 */
+		const float fs = fmaxf((float)sum, 6.103515625e-5f);
+		for (int64_t s = 0; s < K; s++)
+			w[s] /= fs;
+	}
+	for (int32_t e = 0; e < X; e++) {
+		int64_t n = 0;
+		for (int32_t t = 0; t < T; t++)
+			for (int64_t s = 0; s < K; s++)
+				if (c->sel[t * K + s] == e) {
+					memcpy(c->ex + n * E, c->xn + t * E, (size_t)E * sizeof(float));
+					c->etok[n] = t;
+					c->eslot[n] = (int32_t)s;
+					n++;
+				}
+		if (!n)
+			continue;
+		ffn_swiglu(c, &L->gate_exps, &L->up_exps, &L->down_exps, e, c->ex, n, c->eout);
+		for (int64_t r = 0; r < n; r++) {
+			const int64_t t = c->etok[r], s = c->eslot[r];
+			const float w = c->selw[t * K + s];
+			float *dst = c->moe + (t * K + s) * E;
+			for (int64_t d = 0; d < E; d++)
+				dst[d] = c->eout[r * E + d] * w;
+		}
+	}
+	const bool shexp = L->gate_shexp.data != NULL;
+	if (shexp) {
+		ffn_swiglu(c, &L->gate_shexp, &L->up_shexp, &L->down_shexp, 0, c->xn, T, c->att);
+		matmul(c, &L->gate_inp_shexp, 0, c->xn, T, c->shg, 1);
+		for (int32_t t = 0; t < T; t++)
+			c->shg[t] = silu(c->shg[t]) / c->shg[t];
+	}
+	for (int32_t t = 0; t < T; t++)
+		for (int64_t d = 0; d < E; d++) {
+			float acc = c->moe[t * K * E + d];
+			for (int64_t s = 1; s < K; s++)
+				acc += c->moe[(t * K + s) * E + d];
+			if (shexp)
+				acc += c->att[t * E + d] * c->shg[t];
+			c->x[t * E + d] += acc;
+		}
+}
+
+static void ffn_block(struct cpu *c, const struct qc_sched_plan *plan, int il)
+{
+	const struct qc_model_config *cfg = &c->m->cfg;
+	const struct qc_layer *L = &c->m->layers[il];
+	const int32_t T = plan->n_tokens;
+	const int64_t E = cfg->n_embd;
+
+	for (int32_t t = 0; t < T; t++)
+		rmsnorm(c->xn + t * E, c->x + t * E, L->ffn_norm, E, cfg->norm_eps);
+	if (cfg->n_expert) {
+		moe_block(c, L, T);
+		return;
+	}
+	ffn_swiglu(c, &L->ffn_gate, &L->ffn_up, &L->ffn_down, 0, c->xn, T, c->att);
+	for (int64_t n = 0; n < (int64_t)T * E; n++)
+		c->x[n] += c->att[n];
+}
+
+/* ---- ops ----------------------------------------------------------------- */
+
+static int cpu_forward(void *state, const struct qc_sched_plan *plan, float *logits,
+		       struct qc_err *err)
+{
+	struct cpu *c = state;
+	const struct qc_model *m = c->m;
+	const struct qc_model_config *cfg = &m->cfg;
+	const int32_t T = plan->n_tokens;
+	const int64_t E = cfg->n_embd;
+
+	if (T > c->p.max_tokens || plan->n_logits > c->p.max_logits ||
+	    plan->block_tokens != c->p.block_tokens)
+		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1,
+				  "plan of %d tokens / %d logits / block %d exceeds the backend's %d / %d / %d",
+				  T, plan->n_logits, plan->block_tokens, c->p.max_tokens,
+				  c->p.max_logits, c->p.block_tokens);
+	for (int32_t k = 0; k < plan->n_cow; k++)
+		kv_copy(c, plan->cow_src[k], plan->cow_dst[k], plan->cow_n_tokens[k]);
+	for (int32_t t = 0; t < T; t++) {
+		const int32_t pos = plan->positions[t], id = plan->tokens[t];
+		if (id < 0 || id >= cfg->n_vocab || pos < 0 || pos >= c->p.max_ctx ||
+		    plan->slots[t] < 0 || plan->slots[t] / plan->block_tokens >= c->p.n_blocks)
+			return qc_err_set(err, QC_EINVAL, NULL, NULL, -1,
+					  "token %d: id %d, position %d or slot %d out of range", t, id,
+					  pos, plan->slots[t]);
+		qc_types[m->token_embd.type].dequant_row(qc_mat_row(&m->token_embd, 0, id),
+							 c->x + t * E, E);
+	}
+	if (!T)
+		return QC_OK;
+	for (int il = 0; il < cfg->n_layer; il++) {
+		attention_block(c, plan, il);
+		ffn_block(c, plan, il);
+	}
+	int32_t n = 0;
+	for (int32_t i = 0; i < plan->n_seqs; i++) {
+		if (!plan->need_logits[i])
+			continue;
+		const int32_t t = plan->tok_start[i + 1] - 1;
+		rmsnorm(c->lx + n * E, c->x + t * E, m->output_norm, E, cfg->norm_eps);
+		n++;
+	}
+	matmul(c, &m->output, 0, c->lx, n, logits, cfg->n_vocab);
+	return QC_OK;
+}
+
+static void cpu_destroy(void *state)
+{
+	struct cpu *c = state;
+	if (!c)
+		return;
+	if (c->pool_init) {
+		atomic_store_explicit(&c->quit, true, memory_order_release);
+		pool_kick(c);
+		for (int k = 0; c->workers && k < c->p.n_threads - 1; k++)
+			if (c->workers[k].started)
+				pthread_join(c->workers[k].th, NULL);
+		pthread_cond_destroy(&c->go);
+		pthread_mutex_destroy(&c->mu);
+	}
+	free(c->workers);
+	free(c->kv);
+	free(c->x);
+	free(c->xn);
+	free(c->q);
+	free(c->k);
+	free(c->v);
+	free(c->att);
+	free(c->fa);
+	free(c->fb);
+	free(c->xperm);
+	free(c->shg);
+	qc_matmul_free(c->mm);
+	free(c->scores);
+	free(c->qh);
+	free(c->router);
+	free(c->sel);
+	free(c->selw);
+	free(c->etok);
+	free(c->eslot);
+	free(c->ex);
+	free(c->eout);
+	free(c->moe);
+	free(c->lx);
+	free(c);
+}
+
+static void *falloc(size_t n)
+{
+	return malloc((n ? n : 1) * sizeof(float));
+}
+
+static int cpu_create(const struct qc_model *m, const struct qc_backend_params *p, void **state,
+		      struct qc_err *err)
+{
+	const struct qc_model_config *cfg = &m->cfg;
+	struct cpu *c;
+
+	*state = NULL;
+	if (p->n_blocks < 1 || p->block_tokens < 1 || p->max_tokens < 1 || p->max_logits < 1 ||
+	    p->max_ctx < 1)
+		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "backend parameters must be positive");
+	/* the CPU reads ggml rows in place; a GPU target's tensor-core tiles it cannot */
+	for (uint64_t i = 0; i < m->bundle->n_tensors; i++)
+		if (m->bundle->tensors[i].layout != QC_LAYOUT_GGML)
+			return qc_err_set(err, QC_EUNSUPPORTED, m->bundle->path, m->bundle->tensors[i].name, -1,
+					  "layout %s is for the GPU (bundle converted for %s): the CPU backend reads "
+					  "ggml blocks only (convert with --target cpu, or run with --device cuda)",
+					  qc_layout_name(m->bundle->tensors[i].layout),
+					  m->bundle->target ? m->bundle->target : "a GPU");
+	c = calloc(1, sizeof *c);
+	if (!c)
+		return qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
+	c->m = m;
+	c->p = *p;
+	if (c->p.n_threads < 1)
+		c->p.n_threads = 1;
+	c->kv_dim = (int64_t)cfg->n_head_kv * cfg->head_dim;
+	c->q_dim = (int64_t)cfg->n_head * cfg->head_dim;
+	c->max_in = cfg->n_embd;
+	if (c->q_dim > c->max_in)
+		c->max_in = c->q_dim;
+	if (cfg->n_ff > c->max_in)
+		c->max_in = cfg->n_ff;
+	if (cfg->n_ff_shexp > c->max_in)
+		c->max_in = cfg->n_ff_shexp;
+	c->block_floats = (size_t)cfg->n_layer * 2 * (size_t)p->block_tokens * (size_t)c->kv_dim;
+
+	const size_t T = (size_t)p->max_tokens, E = (size_t)cfg->n_embd;
+	const size_t F = (size_t)(cfg->n_ff > cfg->n_ff_shexp ? cfg->n_ff : cfg->n_ff_shexp);
+	const size_t X = (size_t)cfg->n_expert, K = (size_t)cfg->n_expert_used;
+	const size_t wide = c->q_dim > cfg->n_embd ? (size_t)c->q_dim : E;
+	c->kv = falloc((size_t)p->n_blocks * c->block_floats);
+	c->x = falloc(T * E);
+	c->xn = falloc(T * wide);
+	c->q = falloc(T * (size_t)c->q_dim);
+	c->k = falloc(T * (size_t)c->kv_dim);
+	c->v = falloc(T * (size_t)c->kv_dim);
+	c->att = falloc(T * wide);
+	c->fa = falloc(T * (K ? K : 1) * F);
+	c->fb = falloc(T * (K ? K : 1) * F);
+	c->xperm = falloc(T * (K ? K : 1) * (size_t)c->max_in);
+	c->shg = falloc(T);
+	c->scores = falloc((size_t)c->p.n_threads * (size_t)p->max_ctx);
+	c->qh = falloc((size_t)c->p.n_threads * (size_t)cfg->head_dim);
+	c->router = falloc(T * X);
+	c->sel = malloc(sizeof(int32_t) * (T * K + 1));
+	c->selw = falloc(T * K);
+	c->etok = malloc(sizeof(int32_t) * (T * K + 1));
+	c->eslot = malloc(sizeof(int32_t) * (T * K + 1));
+	c->ex = falloc(T * K * E);
+	c->eout = falloc(T * K * E);
+	c->moe = falloc(T * K * E);
+	c->lx = falloc((size_t)p->max_logits * E);
+	if (!c->kv || !c->x || !c->xn || !c->q || !c->k || !c->v || !c->att || !c->fa || !c->fb ||
+	    !c->xperm || !c->shg ||
+	    !c->scores ||
+	    !c->qh || !c->router || !c->sel ||
+	    !c->selw || !c->etok || !c->eslot || !c->ex || !c->eout || !c->moe || !c->lx) {
+		const size_t bb = c->block_floats * sizeof(float);
+		cpu_destroy(c);
+		return qc_err_set(err, QC_ENOMEM, NULL, NULL, -1,
+				  "out of memory for the CPU backend (%d K/V blocks of %zu bytes)",
+				  p->n_blocks, bb);
+	}
+	int rc = qc_matmul_new(c->max_in, (int64_t)(T * (K ? K : 1)), c->p.n_threads, p->act_round,
+			       &c->mm, err);
+	if (rc) {
+		cpu_destroy(c);
+		return rc;
+	}
+	if (c->p.n_threads > 1) {
+		c->workers = calloc((size_t)c->p.n_threads - 1, sizeof *c->workers);
+		if (!c->workers || pthread_mutex_init(&c->mu, NULL))
+			goto out_threads;
+		if (pthread_cond_init(&c->go, NULL)) {
+			pthread_mutex_destroy(&c->mu);
+			goto out_threads;
+		}
+		c->pool_init = true;
+		for (int k = 0; k < c->p.n_threads - 1; k++) {
+			c->workers[k].c = c;
+			c->workers[k].idx = k + 1;
+			if (pthread_create(&c->workers[k].th, NULL, worker_main, &c->workers[k]))
+				goto out_threads;
+			c->workers[k].started = true;
+		}
+	}
+	*state = c;
+	return QC_OK;
+
+out_threads:
+	cpu_destroy(c);
+	return qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "cannot start %d CPU worker threads",
+			  p->n_threads - 1);
+}
+
+const struct qc_backend_ops qc_backend_cpu = {
+	.name = "cpu",
+	.create = cpu_create,
+	.forward = cpu_forward,
+	.destroy = cpu_destroy,
+};
+
+int qc_backend_block_bytes(const struct qc_model *m, int32_t block_tokens, uint64_t *out,
+			   struct qc_err *err)
+{
+	return qc_kv_block_bytes(m->cfg.n_layer, m->cfg.n_head_kv, m->cfg.head_dim, sizeof(float),
+				 block_tokens, out, err);
+}

@@ -1,0 +1,68 @@
+/* embed.cu — token embedding: decode row ids[t] of the embedding matrix.
+ * One thread per 32-element chunk, through the same decode.cuh decoders as the
+ * matmuls (bit-exact with qc_dequant_row_*). Non-goals: scaling (gemma).
+ * Reference: runtime/ops/embed.c.
+ */
+#include "embed.h"
+
+#include <cuda_runtime.h>
+
+#include "decode.cuh"
+
+template <int T> static __global__ void embed_kernel(const struct qc_cuda_embed_args a)
+{
+	const int64_t n_chunks = (a.n_embd + 31) / 32;
+	const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	if (i >= a.n_tok * n_chunks)
+		return;
+	const int64_t t = i / n_chunks, j = i % n_chunks;
+	const uint8_t *row = a.d_w + (uint64_t)a.d_ids[t] * a.row_bytes;
+	float *out = a.d_out + t * a.n_embd;
+	if constexpr (qc_dev<T>::PLAIN) {
+		if (32 * j + 32 > a.n_embd) { /* the short last chunk of a plain row */
+			for (int64_t k = 32 * j; k < a.n_embd; k++)
+				out[k] = qc_dev<T>::dec1(row, k);
+			return;
+		}
+	}
+	int c;
+	qc_dev<T>::dec32(chunk_ptr<T>(row, j, &c), c, out + j * 32);
+}
+
+typedef void (*launch_fn)(const struct qc_cuda_embed_args *a, cudaStream_t s);
+
+template <int T> static void launch(const struct qc_cuda_embed_args *a, cudaStream_t s)
+{
+	const int64_t n = a->n_tok * ((a->n_embd + 31) / 32);
+	embed_kernel<T><<<(unsigned)((n + 127) / 128), 128, 0, s>>>(*a);
+}
+
+template <int T> static launch_fn pick()
+{
+	if constexpr (qc_dev<T>::ok)
+		return launch<T>;
+	else
+		return nullptr;
+}
+
+static launch_fn find(enum qc_type t)
+{
+#define QC_TYPE(E, ...) \
+	if (t == QC_TYPE_##E) \
+		return pick<QC_TYPE_##E>();
+#include "qtype.def"
+#undef QC_TYPE
+	return nullptr;
+}
+
+extern "C" int qc_cuda_embed(const struct qc_cuda_embed_args *a, cudaStream_t s, struct qc_err *err)
+{
+	const launch_fn f = find(a->type);
+	if (!f || (a->n_embd % 32 && qc_types[a->type].block_elems != 1) || a->n_embd < 1 || a->n_tok < 0)
+		return qc_err_set(err, QC_EUNSUPPORTED, NULL, NULL, -1, "embed: type %s, n_embd %lld not supported",
+				  qc_types[a->type].name ? qc_types[a->type].name : "?", (long long)a->n_embd);
+	if (!a->n_tok)
+		return QC_OK;
+	f(a, s);
+	return qc_cuda_check(cudaGetLastError(), "embed_kernel", err);
+}

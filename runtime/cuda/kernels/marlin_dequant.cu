@@ -1,0 +1,136 @@
+/* marlin_dequant.cu — a marlin-packed slice (docs/layout-marlin.md) to a row-major
+ * fp16 matrix W[n][k], for the large-batch path of marlin_mm.cu: at a few hundred
+ * rows cuBLAS on fp16 weights (wgmma) beats the mma.sync marlin GEMM even after
+ * paying this decode (H200, 14336x4096: marlin 244 us at 512 rows; decode ~40 us
+ * + cuBLAS ~93 us).
+ * Values are the marlin GEMM's: fp16(d·(q−8)), fp16(d·q), fp16(q·s + o) (i8z: q signed).
+ * One warp per (stripe, k16 tile): lane l decodes its 16 code bytes (8 or 4
+ * columns x k = 2c, 2c+1, 2c+8, 2c+9) and writes two half2 per column.
+ * Reference: the layout formulas (runtime/ops/marlin_gemm.c uses the same).
+ */
+#include "marlin_dequant.h"
+
+extern "C" {
+#include "layout_marlin.h"
+}
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+namespace {
+
+struct dparams {
+	const uint8_t *w;
+	__half *out;
+	uint64_t stripe_bytes;
+	int64_t n_tiles; /* stripes x KT */
+	int k, kt_per_stripe, groups;
+};
+
+__device__ __forceinline__ float h2f(uint32_t w, int hi)
+{
+	return __half2float(__ushort_as_half((unsigned short)(hi ? w >> 16 : w & 0xffff)));
+}
+
+template <int BITS, bool ZP> __global__ void marlin_to_f16_kernel(const dparams p)
+{
+	constexpr int S = BITS == 4 ? 64 : 32, NJ = S / 8;
+	const int64_t tile = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+	if (tile >= p.n_tiles)
+		return;
+	const int lane = threadIdx.x & 31, r = lane / 4, c = lane % 4;
+	const int64_t stripe = tile / p.kt_per_stripe;
+	const int kt = (int)(tile % p.kt_per_stripe), g = kt / 2;
+	const uint8_t *w = p.w + (uint64_t)stripe * p.stripe_bytes;
+	const uint8_t *sc = w + (size_t)p.kt_per_stripe * 512;
+	const uint4 v = ((const uint4 *)(w + (size_t)kt * 512))[lane];
+	const uint32_t wd[4] = {v.x, v.y, v.z, v.w};
+	uint32_t sw[4], ow[4] = {0, 0, 0, 0};
+	if constexpr (BITS == 4) {
+		const uint4 s4 = *(const uint4 *)(sc + 2 * ((size_t)g * S + NJ * r));
+		sw[0] = s4.x, sw[1] = s4.y, sw[2] = s4.z, sw[3] = s4.w;
+		if constexpr (ZP) {
+			const uint4 o4 = *(const uint4 *)(sc + 2 * ((size_t)p.groups * S + (size_t)g * S + NJ * r));
+			ow[0] = o4.x, ow[1] = o4.y, ow[2] = o4.z, ow[3] = o4.w;
+		}
+	} else {
+		const uint2 s2 = *(const uint2 *)(sc + 2 * ((size_t)g * S + NJ * r));
+		sw[0] = s2.x, sw[1] = s2.y, sw[2] = sw[3] = 0;
+		if constexpr (ZP) {
+			const uint2 o2 = *(const uint2 *)(sc + 2 * ((size_t)p.groups * S + (size_t)g * S + NJ * r));
+			ow[0] = o2.x, ow[1] = o2.y;
+		}
+	}
+#pragma unroll
+	for (int j = 0; j < NJ; j++) {
+		float q[4]; /* k = 2c, 2c+1, 2c+8, 2c+9 */
+		if constexpr (BITS == 4) {
+			const uint32_t word = wd[j / 2] >> (8 * (j % 2));
+			q[0] = (float)(word & 15);
+			q[1] = (float)((word >> 16) & 15);
+			q[2] = (float)((word >> 4) & 15);
+			q[3] = (float)((word >> 20) & 15);
+		} else {
+			q[0] = (float)(int8_t)(wd[j] & 0xff);
+			q[1] = (float)(int8_t)((wd[j] >> 8) & 0xff);
+			q[2] = (float)(int8_t)((wd[j] >> 16) & 0xff);
+			q[3] = (float)(int8_t)(wd[j] >> 24);
+		}
+		const float d = h2f(sw[j / 2], j % 2);
+		float x[4];
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			if constexpr (ZP)
+				x[e] = fmaf(q[e], d, h2f(ow[j / 2], j % 2));
+			else
+				x[e] = d * (BITS == 4 ? q[e] - 8.0f : q[e]);
+		}
+		const int64_t n = stripe * S + 8 * j + r;
+		__half2 *o = (__half2 *)(p.out + n * p.k + (int64_t)kt * 16 + 2 * c);
+		o[0] = __floats2half2_rn(x[0], x[1]);
+		o[4] = __floats2half2_rn(x[2], x[3]); /* k + 8 */
+	}
+}
+
+template <int BITS, bool ZP> int launch(const dparams &p, cudaStream_t s, struct qc_err *err)
+{
+	const int64_t threads = p.n_tiles * 32;
+	marlin_to_f16_kernel<BITS, ZP><<<(unsigned)((threads + 255) / 256), 256, 0, s>>>(p);
+	return qc_cuda_check(cudaGetLastError(), "marlin_to_f16_kernel", err);
+}
+
+} /* namespace */
+
+extern "C" int qc_cuda_marlin_to_f16(enum qc_layout layout, enum qc_type type, const uint8_t *d_w, int64_t n,
+				     int64_t k, uint16_t *d_out, cudaStream_t s, struct qc_err *err)
+{
+	const int S = qc_marlin_stripe(layout);
+	uint64_t row;
+	if (S <= 0 || qc_marlin_row_bytes(layout, type, k, &row) != QC_OK || k % 32 || n % S || k > INT32_MAX ||
+	    (n / S) * (k / 16) * 32 / 256 > INT32_MAX || (uintptr_t)d_w % 16 || (uintptr_t)d_out % 4)
+		return qc_err_set(err, QC_EUNSUPPORTED, NULL, NULL, -1, "marlin_to_f16: %s %s %lld x %lld not supported",
+				  qc_layout_name(layout), qc_types[type].name, (long long)n, (long long)k);
+	dparams p;
+	p.w = d_w;
+	p.out = (__half *)d_out;
+	p.stripe_bytes = (uint64_t)S * row;
+	p.kt_per_stripe = (int)(k / 16);
+	p.n_tiles = (n / S) * (k / 16);
+	p.k = (int)k;
+	p.groups = (int)(k / 32);
+	if (!p.n_tiles)
+		return QC_OK;
+	switch (layout) {
+	case QC_LAYOUT_MARLIN_I4:
+		return launch<4, false>(p, s, err);
+	case QC_LAYOUT_MARLIN_I4Z:
+		return launch<4, true>(p, s, err);
+	case QC_LAYOUT_MARLIN_I8:
+		return launch<8, false>(p, s, err);
+	case QC_LAYOUT_MARLIN_I8Z:
+		return launch<8, true>(p, s, err);
+	default:
+		return qc_err_set(err, QC_EUNSUPPORTED, NULL, NULL, -1, "marlin_to_f16: layout %s",
+				  qc_layout_name(layout));
+	}
+}

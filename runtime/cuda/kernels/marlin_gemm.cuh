@@ -1,0 +1,37 @@
+/* marlin_gemm.cuh — entry point of runtime/cuda/kernels/marlin_gemm.cu: C = A · Wᵀ, fp16
+ * activations times marlin-packed int4/int8 weights (group-32 fp16 scales),
+ * fp32 or fp16 out, any token count. Arguments and the C reference:
+ * runtime/ops/marlin_gemm.h. Layout: docs/layout-marlin.md.
+ */
+#ifndef QC_MARLIN_GEMM_CUH
+#define QC_MARLIN_GEMM_CUH
+
+#include "qc_cuda.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+#include "marlin_gemm.h"
+
+/* *bytes = device workspace a call with these arguments needs on the current
+ * device (0 when K is not split); the split depends on the SM count and the
+ * blocks one SM holds. The shape check's codes, or QC_ECUDA. */
+int qc_cuda_marlin_gemm_workspace(const struct qc_marlin_gemm_args *a, size_t *bytes, struct qc_err *err);
+
+/* Launch on stream s. Device pointers; a->workspace must hold
+ * qc_cuda_marlin_gemm_workspace bytes.
+ * QC_EUNSUPPORTED / QC_EINVAL (shape, alignment, workspace) before any launch;
+ * QC_ECUDA naming the kernel if a launch fails. */
+int qc_cuda_marlin_gemm(const struct qc_marlin_gemm_args *a, cudaStream_t s, struct qc_err *err);
+
+/* Scratch of the backend's table entries (matmul_layouts.def): marlin_mm.cu
+ * (fp16 rows + the GEMM's split-K partials), marlin_gemv.cu (its K partials),
+ * and the larger of the two. */
+uint64_t qc_cuda_marlin_mm_ws(int64_t n_in, int64_t n_out, int64_t n_rows);
+uint64_t qc_cuda_marlin_gemv_ws(int64_t n_in, int64_t n_out, int64_t n_rows);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,113 @@
+/* model.h — model config and weight views over an open bundle (no compute).
+ *
+ * Owns: struct qc_model: the manifest "config" hyper-parameters and per-layer weight
+ * views (bundle pointer + encoding + shape + optional act-order permutation), built
+ * once at open; small vectors (norms, biases, rope factors) decoded to float.
+ * Supported, each checked against llama.cpp (tests/test_engine*.c): "llama" (Llama
+ * 2/3, Mistral, TinyLlama, stories; Mixtral MoE), "qwen2" (q/k/v biases), "qwen3"
+ * (q/k RMSNorm), "qwen2moe" (top-k not renormalized, sigmoid-gated shared expert),
+ * "qwen3moe" (top-k renormalized); GQA, tied embeddings, RoPE NORM/NEOX with linear,
+ * YaRN or llama3 (rope_freqs.weight) scaling.
+ * Non-goals: sliding window, MLA, expert groups/bias, longrope, other archs.
+ * Reference: llama.cpp llama-model.cpp, build_moe_ffn, ggml rope_yarn (facts only).
+ */
+#ifndef QC_MODEL_H
+#define QC_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "bundle.h"
+#include "layout.h"
+#include "ops.h"      /* enum qc_rope_mode */
+#include "qc_err.h"
+#include "qtype.h"
+
+/* A weight matrix view: n_out rows of n_in elements, ggml row encoding; for an
+ * expert stack, n_mat matrices mat_stride bytes apart. data is NULL when absent.
+ * act_perm (GPTQ act-order): y = W . x[act_perm]; one permutation shared by all
+ * matrices (perm_stride 0) or one per matrix (perm_stride n_in). */
+struct qc_mat {
+	const uint8_t *data;   /* first row of matrix 0; valid until qc_model_close */
+	const int32_t *act_perm; /* (n_mat or 1, n_in) indices into x, checked; NULL: none */
+	int64_t perm_stride;   /* elements from matrix e's permutation to e+1's */
+	enum qc_type type;
+	enum qc_layout layout; /* how the bytes are arranged; the CPU backend reads GGML only */
+	int64_t n_in;          /* elements per row (ne[0]) */
+	int64_t n_out;         /* rows per matrix */
+	int64_t n_mat;         /* matrices (experts), 1 for dense */
+	uint64_t row_bytes;    /* bytes per row */
+	uint64_t mat_stride;   /* bytes from matrix e to e+1 */
+};
+
+/* RoPE frequency scaling (llama.cpp rope.scaling.type). */
+enum qc_rope_scaling {
+	QC_ROPE_SCALING_NONE = 0,
+	QC_ROPE_SCALING_LINEAR = 1,
+	QC_ROPE_SCALING_YARN = 2,
+};
+
+struct qc_model_config {
+	int32_t n_embd, n_layer, n_head, n_head_kv, head_dim, n_vocab;
+	int32_t n_ff;              /* dense FFN width, or per-expert width for MoE */
+	int32_t n_expert, n_expert_used;
+	int32_t rope_dim;          /* rotated leading dims of each head */
+	enum qc_rope_mode rope_mode;
+	float rope_freq_base;
+	float rope_freq_scale;     /* 1 / scaling factor; 1 when none */
+	enum qc_rope_scaling rope_scaling;
+	float rope_ext_factor;     /* YaRN ramp mix: 1 for yarn, else 0 */
+	float rope_attn_factor;    /* ggml's mscale input (rope.scaling.attn_factor, 1) */
+	float rope_corr_dims[2];   /* YaRN ramp bounds in rotated pairs (ggml corr_dims) */
+	int32_t n_ctx_orig;        /* YaRN original context */
+	bool expert_norm_w;        /* renormalize the top-k expert weights to sum 1 */
+	int32_t n_ff_shexp;        /* shared expert width, 0 when none */
+	float norm_eps;            /* RMSNorm epsilon */
+	int32_t n_ctx_train;
+	bool tied_embeddings;      /* output weight is token_embd */
+};
+
+struct qc_layer {
+	const float *attn_norm;    /* (n_embd) */
+	const float *ffn_norm;     /* (n_embd) */
+	const float *bq, *bk, *bv; /* (n_head*hd), (n_head_kv*hd) x2; NULL when absent */
+	const float *q_norm, *k_norm; /* (head_dim) per-head RMSNorm weights; NULL when absent */
+	struct qc_mat wq, wk, wv, wo;
+	struct qc_mat ffn_gate, ffn_up, ffn_down;          /* dense FFN */
+	struct qc_mat gate_inp;                            /* (n_expert, n_embd) router */
+	struct qc_mat gate_exps, up_exps, down_exps;       /* (n_expert) x (n_ff, n_embd) */
+	struct qc_mat gate_inp_shexp;                      /* (1, n_embd) shared expert gate */
+	struct qc_mat gate_shexp, up_shexp, down_shexp;    /* (n_ff_shexp, n_embd) etc. */
+};
+
+struct qc_model {
+	struct qc_model_config cfg;
+	struct qc_bundle *bundle;  /* owned when opened by qc_model_open */
+	bool own_bundle;
+	struct qc_mat token_embd;  /* (n_vocab, n_embd) */
+	struct qc_mat output;      /* (n_vocab, n_embd); token_embd's view when tied */
+	const float *output_norm;  /* (n_embd) */
+	const float *rope_freqs;   /* (rope_dim / 2) frequency divisors (llama3); NULL when absent */
+	struct qc_layer *layers;   /* (n_layer) */
+	float *vec_store;          /* owns every decoded vector above */
+};
+
+/* Open the bundle at path and build the model over it (the model owns it).
+ * Returns QC_OK and *out, or the bundle's error, QC_EFORMAT (missing/mis-shaped
+ * tensor or config key, naming it), QC_EUNSUPPORTED (architecture or feature),
+ * QC_ENOMEM. *out is NULL on failure. */
+int qc_model_open(const char *path, struct qc_model **out, struct qc_err *err);
+
+/* Same over an open bundle, borrowed: it must outlive the model. */
+int qc_model_from_bundle(struct qc_bundle *b, struct qc_model **out, struct qc_err *err);
+
+/* Accepts NULL; closes the bundle when the model owns it. */
+void qc_model_close(struct qc_model *m);
+
+/* Pointer to row r of matrix e of w. */
+static inline const uint8_t *qc_mat_row(const struct qc_mat *w, int64_t e, int64_t r)
+{
+	return w->data + (uint64_t)e * w->mat_stride + (uint64_t)r * w->row_bytes;
+}
+
+#endif

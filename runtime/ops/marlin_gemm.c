@@ -1,0 +1,114 @@
+/* marlin_gemm.c — C reference of runtime/cuda/kernels/marlin_gemm.cu (see marlin_gemm.h).
+ *
+ * Dequantizes W from the packed bytes with the element -> byte formulas written
+ * out in docs/layout-marlin.md §"Where element (n, k) lives" (the packer in
+ * formats/layout_marlin.c goes the other way, from lane slots to elements, so the
+ * two are independent), then a plain matmul. Non-goals: speed.
+ */
+#include "marlin_gemm.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "fp16.h"
+#include "layout_marlin.h"
+
+int qc_marlin_gemm_check(const struct qc_marlin_gemm_args *a, struct qc_err *err)
+{
+	if (!qc_marlin_is(a->layout) || !qc_type_valid((uint32_t)a->type) ||
+	    qc_marlin_layout_for(a->type) != a->layout)
+		return qc_err_set(err, QC_EUNSUPPORTED, NULL, NULL, -1,
+				  "marlin_gemm: layout %s does not hold encoding id %d", qc_layout_name(a->layout),
+				  (int)a->type);
+	int64_t stripe = qc_marlin_stripe(a->layout);
+	uint64_t row;
+	if (a->m < 1 || a->k < 32 || a->k % 32 || a->n < stripe || a->n % stripe || a->m > (1 << 24) ||
+	    a->k > (1 << 24) || a->n > (1 << 24) || qc_marlin_row_bytes(a->layout, a->type, a->k, &row))
+		return qc_err_set(err, QC_EUNSUPPORTED, NULL, NULL, -1,
+				  "marlin_gemm: shape m=%lld n=%lld k=%lld not supported (%s needs k %% 32 == 0, n %% %lld == 0)",
+				  (long long)a->m, (long long)a->n, (long long)a->k, qc_layout_name(a->layout),
+				  (long long)stripe);
+	if (!a->a || !a->w)
+		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "marlin_gemm: NULL input");
+	if (a->expert && a->mat_stride < (uint64_t)a->n * row)
+		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "marlin_gemm: mat_stride %llu is shorter than a slice",
+				  (unsigned long long)a->mat_stride);
+	return QC_OK;
+}
+
+/* value of element (n, k), from the documented byte positions */
+static float weight(const struct qc_marlin_gemm_args *a, uint64_t row, const uint8_t *w, int64_t n, int64_t k)
+{
+	int bits = a->layout == QC_LAYOUT_MARLIN_I8 || a->layout == QC_LAYOUT_MARLIN_I8Z ? 8 : 4;
+	int64_t S = bits == 4 ? 64 : 32, KT = a->k / 16, G = a->k / 32;
+	int64_t nt = n / S, nn = n % S, j = nn / 8, r = nn % 8;
+	int64_t kt = k / 16, kk = k % 16, reg = kk / 8, c = (kk % 8) / 2, second = kk % 2;
+	int64_t lane = 4 * r + c;
+	uint64_t codes = (uint64_t)KT * 512, stripe = row * (uint64_t)S; /* codes, scales[, offsets, headers] */
+	uint64_t tile = (uint64_t)nt * stripe + (uint64_t)kt * 512 + (uint64_t)lane * 16;
+	uint64_t sc = (uint64_t)nt * stripe + codes + 2 * (uint64_t)((k / 32) * S + (S / 8) * r + j);
+	uint16_t d, o;
+	memcpy(&d, w + sc, 2);
+	float q;
+	if (bits == 4) {
+		int64_t p = 2 * (j % 2) + reg + 4 * second; /* nibble in word j/2 */
+		uint8_t b = w[tile + 4 * (uint64_t)(j / 2) + (uint64_t)p / 2];
+		q = (float)((b >> (4 * (p % 2))) & 15);
+	} else {
+		q = (float)(int8_t)w[tile + 4 * (uint64_t)j + 2 * (uint64_t)reg + (uint64_t)second];
+	}
+	if (a->layout == QC_LAYOUT_MARLIN_I4Z || a->layout == QC_LAYOUT_MARLIN_I8Z) {
+		memcpy(&o, w + sc + (uint64_t)(G * S) * 2, 2); /* offsets follow the scales */
+		return (float)((double)q * qc_fp16_to_f32(d) + qc_fp16_to_f32(o));
+	}
+	if (a->layout == QC_LAYOUT_MARLIN_I4)
+		q -= 8.0f;
+	return qc_fp16_to_f32(d) * q; /* exact: 11-bit scale times a code of at most 8 bits */
+}
+
+int qc_marlin_gemm_ref(const struct qc_marlin_gemm_args *a, enum qc_marlin_prec prec, double *out,
+		       struct qc_err *err)
+{
+	int rc = qc_marlin_gemm_check(a, err);
+	if (rc)
+		return rc;
+	float *w = malloc((size_t)(a->n * a->k) * sizeof(float));
+	float *x = malloc((size_t)a->k * sizeof(float));
+	if (!w || !x) {
+		free(w);
+		free(x);
+		return qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "marlin_gemm_ref: out of memory");
+	}
+	const uint16_t *ah = a->a;
+	uint64_t row; /* the layout's bytes per row: a stripe is S of them */
+	QC_ASSERT(qc_marlin_row_bytes(a->layout, a->type, a->k, &row) == QC_OK); /* checked above */
+	int64_t have = -1; /* slice now decoded in w */
+	for (int64_t m = 0; m < a->m; m++) {
+		int64_t e = a->expert ? a->expert[m] : 0;
+		for (int64_t n = 0; e != have && n < a->n; n++)
+			for (int64_t k = 0; k < a->k; k++) {
+				float v = weight(a, row, (const uint8_t *)a->w + (uint64_t)e * a->mat_stride, n, k);
+				w[n * a->k + k] = prec == QC_MARLIN_PREC_F16 ? qc_fp16_to_f32(qc_f32_to_fp16(v)) : v;
+			}
+		have = e;
+		for (int64_t k = 0; k < a->k; k++)
+			x[k] = qc_fp16_to_f32(ah[m * a->k + k]);
+		for (int64_t n = 0; n < a->n; n++) {
+			const float *wr = w + n * a->k;
+			if (prec == QC_MARLIN_PREC_F16) {
+				float s = 0; /* fp16 products are exact in float; the sum rounds as a GPU's would */
+				for (int64_t k = 0; k < a->k; k++)
+					s += x[k] * wr[k];
+				out[m * a->n + n] = s;
+			} else {
+				double s = 0;
+				for (int64_t k = 0; k < a->k; k++)
+					s += (double)x[k] * (double)wr[k];
+				out[m * a->n + n] = s;
+			}
+		}
+	}
+	free(w);
+	free(x);
+	return QC_OK;
+}

@@ -1,0 +1,66 @@
+/* marlin_gemm.h — C = A · Wᵀ with W in a marlin layout: the argument struct shared by
+ * the CUDA kernel (runtime/cuda/kernels/marlin_gemm.cu) and its C reference (marlin_gemm.c).
+ *
+ * Owns: struct qc_marlin_gemm_args and the reference entry point. A is fp16 (m, k)
+ * row-major activations; W is one packed slice (k = ggml ne[0], n = ne[1]); C is
+ * (m, n) row-major. Value of a weight: i4: d·(code − 8) (q4_0), i8: d·code (q8_0),
+ * i4z: code·s + o (q4_1, q4_K, hq4; fp16 s and o per group), i8z: the same with
+ * a signed int8 code (q5_K: code = q − 16).
+ * The reference dequantizes straight from the packed bytes with the formulas of
+ * docs/layout-marlin.md (not the packer's tables), so it also checks the layout.
+ * Plain C; the CUDA side includes it too.
+ */
+#ifndef QC_MARLIN_GEMM_H
+#define QC_MARLIN_GEMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "layout.h"
+#include "qtype.h"
+
+enum qc_marlin_c_type {
+	QC_MARLIN_C_F32 = 0,
+	QC_MARLIN_C_F16 = 1,
+};
+
+/* How the kernel splits K across blocks (partials summed in a fixed order). */
+enum qc_marlin_split {
+	QC_MARLIN_SPLIT_AUTO = 0,  /* chosen from the shape and the SM count */
+	QC_MARLIN_SPLIT_FIXED = 1, /* exactly split_k parts (clamped to the group count) */
+};
+
+struct qc_marlin_gemm_args {
+	enum qc_layout layout;        /* QC_LAYOUT_MARLIN_I4, _I8, _I4Z or _I8Z */
+	enum qc_type type;            /* the packed encoding (fixes the stripe size: i4z keeps headers) */
+	int64_t m, n, k;              /* tokens; output columns; input length (multiple of 32) */
+	const void *a;                /* (m, k) fp16 bits, row-major, 16-byte aligned */
+	const void *w;                /* one packed slice, n * qc_marlin_row_bytes bytes, 16-byte aligned */
+	void *c;                      /* (m, ldc) row-major, c_type; columns >= n untouched */
+	int64_t ldc;                  /* elements from one row of c to the next, >= n */
+	enum qc_marlin_c_type c_type;
+	const int32_t *expert;        /* (m) slice used by each row (MoE), NULL: every row uses w */
+	uint64_t mat_stride;          /* bytes from slice e to e + 1 when expert is set */
+	enum qc_marlin_split split;
+	int split_k;                  /* parts when split == QC_MARLIN_SPLIT_FIXED */
+	void *workspace;              /* device only: fp32 partials, qc_cuda_marlin_gemm_workspace bytes */
+	size_t workspace_bytes;
+};
+
+/* Precision of the reference: F64 is the truth (exact weights, double sums);
+ * F16 is a plain fp16 GEMM (weights rounded to fp16, products summed in float). */
+enum qc_marlin_prec {
+	QC_MARLIN_PREC_F64 = 0,
+	QC_MARLIN_PREC_F16 = 1,
+};
+
+/* Shape/layout checks shared by the kernel and the reference; QC_EINVAL or
+ * QC_EUNSUPPORTED with the shape in err. */
+int qc_marlin_gemm_check(const struct qc_marlin_gemm_args *a, struct qc_err *err);
+
+/* out (m, n) doubles = A · Wᵀ from host pointers a->a, a->w and a->expert (c, ldc,
+ * c_type and the workspace are ignored). QC_ENOMEM, or the check's codes. */
+int qc_marlin_gemm_ref(const struct qc_marlin_gemm_args *a, enum qc_marlin_prec prec, double *out,
+		       struct qc_err *err);
+
+#endif

@@ -1,0 +1,44 @@
+/* moe_route.c — reference of runtime/cuda/kernels/moe_route.cu: softmax over experts
+ * (sum in double), k passes of arg-max (first index wins ties), weights
+ * renormalized by their float sum when norm: llm_build_moe_ffn's softmax (+ norm_w). */
+#include <math.h>
+#include <stdbool.h>
+
+#include "ops.h"
+
+void qc_ref_moe_route(const float *logits, int64_t n_tok, int n_expert, int k, int norm, int32_t *sel,
+		      float *w)
+{
+	for (int64_t t = 0; t < n_tok; t++) {
+		const float *l = logits + t * n_expert;
+		float p[n_expert];
+		float mx = -INFINITY;
+		for (int e = 0; e < n_expert; e++)
+			mx = l[e] > mx ? l[e] : mx;
+		double sum = 0.0;
+		for (int e = 0; e < n_expert; e++) {
+			p[e] = expf(l[e] - mx);
+			sum += (double)p[e];
+		}
+		const float inv = (float)(1.0 / sum);
+		for (int e = 0; e < n_expert; e++)
+			p[e] *= inv;
+		int32_t *s = sel + t * k;
+		float *ws = w + t * k, wsum = 0.0f;
+		for (int i = 0; i < k; i++) {
+			int best = -1;
+			for (int e = 0; e < n_expert; e++) {
+				bool taken = false;
+				for (int u = 0; u < i; u++)
+					taken |= s[u] == e;
+				if (!taken && (best < 0 || p[e] > p[best]))
+					best = e;
+			}
+			s[i] = best;
+			ws[i] = p[best];
+			wsum += p[best];
+		}
+		for (int i = 0; norm && i < k; i++)
+			ws[i] /= wsum;
+	}
+}

@@ -1,0 +1,123 @@
+/* ops.h — plain-C references of the CUDA ops in runtime/cuda/kernels/ (same names).
+ *
+ * Each qc_ref_<op> computes what qc_cuda_<op> computes, on host arrays, in the
+ * simplest order: tests/gpu checks every kernel against it on random inputs.
+ * Shapes and layouts are the ones the kernel's args struct documents.
+ * Precision: float data, float math, with the sums the CPU backend uses
+ * (double where it sums in double); gemv_q/gemm_f16 also have a double
+ * variant ("truth") for the 2x-error rule. No allocation, no failure.
+ */
+#ifndef QC_REF_OPS_H
+#define QC_REF_OPS_H
+
+#include <stdint.h>
+
+#include "qtype.h"
+
+/* Rotary embedding pairing (llama.cpp LLAMA_ROPE_TYPE_NORM / _NEOX). */
+enum qc_rope_mode {
+	QC_ROPE_NORM = 0,  /* rotate adjacent pairs (x[2i], x[2i+1]): llama */
+	QC_ROPE_NEOX = 2,  /* rotate (x[i], x[i + n_rot/2]): qwen2, qwen3 */
+};
+
+/* y[r] = rmsnorm(x[rows ? rows[r] : r]) * w, sum of squares in double. */
+void qc_ref_rms_norm(const float *x, int64_t ldx, const int32_t *rows, const float *w, float *y,
+		     int64_t ldy, int64_t n_rows, int64_t n, float eps);
+
+/* YaRN / llama3 extras of RoPE (NULL: plain RoPE). */
+struct qc_ref_rope_ext {
+	float ext_factor;          /* YaRN ramp mix, 0: off */
+	float mscale;              /* cos/sin multiplier */
+	float corr[2];             /* YaRN ramp bounds in rotated pairs */
+	const float *ff;           /* (n_rot / 2) frequency divisors, or NULL */
+};
+
+/* In place, NORM (mode 0) or NEOX (mode 2) pairing, theta by repeated products. */
+void qc_ref_rope(float *x, const int32_t *pos, int64_t n_tok, int n_heads, int hd, int n_rot,
+		 int mode, float theta_scale, float freq_scale, const struct qc_ref_rope_ext *ext);
+
+void qc_ref_silu_mul(const float *g, const float *u, float *y, int64_t n);
+
+void qc_ref_add(float *y, const float *x, int64_t n, int64_t n_x);
+
+/* out[r][i] = x[(r / x_div) * ldx + perm_e(r)[i]] (act-order activations). */
+void qc_ref_act_gather(const float *x, int64_t ldx, int32_t x_div, const int32_t *expert, const int32_t *perm,
+		       int64_t perm_stride, int64_t n_rows, int64_t k, float *out);
+
+/* out[r]: lowest index of the largest value of row r; -1 if the row has a NaN
+ * or +inf, or only -inf. */
+void qc_ref_argmax(const float *x, int64_t n_rows, int32_t n, int32_t *out);
+
+/* Rows with k[r] >= 2: the k[r] best (larger, then lower id) at ids/vals + r *
+ * stride, best first; ids[r * stride] = -1 for a NaN/+inf/all -inf row. */
+void qc_ref_topk(const float *x, int64_t n_rows, int32_t n, const int32_t *k, int32_t stride, int32_t *ids,
+		 float *vals);
+
+/* pool: (n_blocks, n_layer, 2, bt, kv_dim) binary16 bits. */
+void qc_ref_kv_store(const float *k, const float *v, const int32_t *slots, int64_t n_tok,
+		     uint16_t *pool, int layer, int n_layer, int bt, int kv_dim);
+
+/* out (n_tok, n_head * hd); tables (n_seqs, stride). Dots and softmax sum in double. */
+void qc_ref_paged_attn(const float *q, float *out, const uint16_t *pool, int layer, int n_layer,
+		       int bt, int n_head, int n_head_kv, int hd, const int32_t *pos,
+		       const int32_t *tok_seq, const int32_t *tables, int stride, int64_t n_tok,
+		       float scale);
+
+/* qc_ref_paged_attn for the tokens of runs of min_run+ consecutive plan tokens of
+ * one sequence at consecutive positions in 0..max_ctx-1 (done (n_tok): 1 for
+ * those, 0 else); other rows of out are not written. */
+void qc_ref_flash_attn(const float *q, float *out, int32_t *done, const uint16_t *pool, int layer, int n_layer,
+		       int bt, int n_head, int n_head_kv, int hd, const int32_t *pos, const int32_t *tok_seq,
+		       const int32_t *tables, int stride, int64_t n_tok, int32_t max_ctx, float scale,
+		       int32_t min_run);
+
+void qc_ref_embed(const uint8_t *w, enum qc_type type, uint64_t row_bytes, int64_t n_embd,
+		  const int32_t *ids, int64_t n_tok, float *out);
+
+void qc_ref_moe_route(const float *logits, int64_t n_tok, int n_expert, int k, int norm, int32_t *sel,
+		      float *w);
+
+void qc_ref_moe_combine(float *x, const float *eout, const float *w, int64_t n_tok, int64_t n, int k,
+			const float *sh, const float *shg);
+
+/* y[r*ldy + o] = W_{e(r)}[o] . x[(r / x_div) * ldx]; e(r) = expert ? expert[r] : 0.
+ * truth != 0: products and sums in double (the fp64 truth); else a float
+ * running sum (a plain same-precision reference). */
+void qc_ref_gemv_q(const uint8_t *w, enum qc_type type, int64_t n_in, int64_t n_out,
+		   uint64_t row_bytes, uint64_t mat_stride, const float *x, int64_t ldx, int x_div,
+		   const int32_t *expert, int64_t n_rows, float *y, int64_t ldy, int truth);
+
+/* dst = fp16 bits of decode(src rows). */
+void qc_ref_dequant_f16(const uint8_t *src, enum qc_type type, uint64_t row_bytes, int64_t n_rows,
+			int64_t n, uint16_t *dst);
+
+/* As qc_ref_gemv_q for one matrix with weights and activations rounded to
+ * fp16 first (F32 weights: not rounded), products summed in double. */
+void qc_ref_gemm_f16(const uint8_t *w, enum qc_type type, int64_t n_in, int64_t n_out,
+		     uint64_t row_bytes, const float *x, int64_t ldx, int64_t n_rows, float *y,
+		     int64_t ldy);
+
+/* As qc_ref_gemv_q with experts (n_mat matrices, mat_stride bytes apart),
+ * every weight (F32 too) and activation rounded to fp16 first, products summed
+ * in double; a row whose expert is outside [0, n_mat) gets NaN. */
+void qc_ref_moe_gemm(const uint8_t *w, enum qc_type type, int64_t n_in, int64_t n_out, uint64_t row_bytes,
+		     uint64_t mat_stride, int64_t n_mat, const float *x, int64_t ldx, int x_div,
+		     const int32_t *expert, int64_t n_rows, float *y, int64_t ldy);
+
+/* Precision of a matmul reference: a float running sum (the kernel's class), the
+ * fp64 truth, or weights and activations rounded to fp16 with double sums (the
+ * fp16 + cuBLAS paths'). */
+enum qc_ref_prec {
+	QC_REF_F32 = 0,
+	QC_REF_F64 = 1,
+	QC_REF_F16 = 2,
+};
+
+/* As qc_ref_gemv_q for nvfp4 weights in the nvfp4_swz layout (quant/layout_nvfp4.h):
+ * w = matrix 0's slice, n_in = K, n_out = N rows, matrices mat_stride bytes apart;
+ * weights decoded from the packed bytes by docs/layout-nvfp4.md's formulas. */
+void qc_ref_nvfp4_swz(const uint8_t *w, int64_t n_in, int64_t n_out, uint64_t mat_stride, const float *x,
+		      int64_t ldx, int x_div, const int32_t *expert, int64_t n_rows, float *y, int64_t ldy,
+		      enum qc_ref_prec prec);
+
+#endif
