@@ -1,5 +1,5 @@
 # qconvert — one plain Makefile, one target per deliverable.
-#   make            build/bin/{qconvert,qrun,mkgguf} (+ CUDA objects when nvcc exists)
+#   make            build/bin/{qconvert,qrun,qserve,mkgguf} (+ CUDA objects when nvcc exists)
 #   make test       every CPU test; ends with "N passed, N failed"
 #   make asan       the same tests under AddressSanitizer + UBSan
 #   make fuzz       libFuzzer harnesses (clang), FUZZ_SECONDS each
@@ -8,6 +8,10 @@
 #   make cuda-check compile the CUDA sources only (no GPU needed)
 #   make test-gpu   every CUDA kernel vs its C reference + end to end vs the CPU (needs a GPU)
 #   make bench-gpu  Llama-3-8B-shape decode/prefill benchmark (needs a GPU; docs/bench.md)
+#   make help       this text
+# Sources, by floor (floors.mk; docs/house.md): base/ quant/ formats/ convert/ (qconvert)
+#   runtime/{ops,text,engine,cpu,cuda,cuda/kernels,serve}/ and runtime/*_main.c (qrun, qserve),
+#   samples/ (mkgguf); tests in tests/ (CPU), tests/gpu/ (CUDA), tests/fuzz/ (libFuzzer).
 
 CC      ?= cc
 BUILD   ?= build
@@ -67,8 +71,11 @@ CU_OBJ   := $(CU_SRC:%.cu=$(BUILD)/obj/%.o)
 
 BINS := $(BUILD)/bin/qconvert $(BUILD)/bin/mkgguf $(BUILD)/bin/qrun $(BUILD)/bin/qserve
 
-.PHONY: all deps test check asan fuzz bench bench-cpu cuda-check clean sample tests-build loadtest test-gpu bench-gpu
+.PHONY: all help deps test check asan fuzz bench bench-cpu cuda-check clean sample tests-build loadtest test-gpu bench-gpu
 all: $(BINS) $(if $(NVCC),cuda-check)
+
+help:
+	@sed -n '2,/^$$/p' Makefile | sed -e 's/^# \{0,1\}//' -e '/^$$/d'
 
 # Installs missing Debian packages (no-op when present).
 deps:

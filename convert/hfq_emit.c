@@ -1,6 +1,6 @@
 /* hfq_emit.c — the dense intermediate of hfq_scheme.h into rows of the qtype.def
  * encodings the HF schemes normalize to (hq4, hq8, bnb_nf4, bnb_fp4, f8_e4m3,
- * nvfp4; layouts in kernels/qblock.h). Codes are copied bit for bit, scales stored
+ * nvfp4; layouts in quant/qblock.h). Codes are copied bit for bit, scales stored
  * as f32: nothing is re-quantized here.
  * Non-goals: deciding codes or scales (the scheme decoders do).
  */

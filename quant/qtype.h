@@ -3,7 +3,7 @@
  * Owns: enum qc_type (frozen GGML ids), struct qc_type_traits and the table.
  * Everything that depends on an encoding (sizes, names, decoding) reads this
  * table; no other file switches on a type. Adding a type = one qtype.def line,
- * its block struct in kernels/qblock.h and its decoder in runtime/ops/.
+ * its block struct in quant/qblock.h and its decoder in runtime/ops/.
  */
 #ifndef QC_QTYPE_H
 #define QC_QTYPE_H

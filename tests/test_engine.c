@@ -12,7 +12,7 @@
  * Matmul threads: every logit bit-identical for 1, 2 and 3 threads (the SIMD
  * kernels against the portable ones: test_matmul_cpu.c).
  * Each checker also gets a deliberately wrong expectation that must fail.
- * Includes runtime/backend_cpu.c to test its RoPE against the formula.
+ * Includes runtime/cpu/backend_cpu.c to test its RoPE against the formula.
  */
 #include <dirent.h>
 #include <math.h>

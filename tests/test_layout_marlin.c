@@ -1,4 +1,4 @@
-/* test_layout_marlin.c — the marlin layouts (formats/layout_marlin.c).
+/* test_layout_marlin.c — the marlin layouts (quant/layout_marlin.c).
  * Random q4_0/q8_0/q4_1/q4_K/hq4/q5_K tensors (random bytes: any code, any scale bits, NaN too) of
  * several shapes: pack then unpack gives the input back byte for byte, for whole
  * tensors and arbitrary row spans; shapes that do not fit stay ggml with a reason;
@@ -350,7 +350,7 @@ static void gemm_ref_z(enum qc_type t, int64_t M, int64_t K, int64_t N)
 }
 
 /* 6-bit scale and min of sub-block s in a q4_K/q5_K 12-byte field (ggml's
- * get_scale_min_k4, written out from the format description in kernels/qblock.h). */
+ * get_scale_min_k4, written out from the format description in quant/qblock.h). */
 static void k4_scale_min(const uint8_t q[12], int s, int *sc, int *m)
 {
 	*sc = s < 4 ? q[s] & 63 : (q[s + 4] & 15) | (q[s - 4] >> 6) << 4;

@@ -1,4 +1,4 @@
-/* test_layout_nvfp4.c — the nvfp4_swz layout (formats/layout_nvfp4.c) and its C
+/* test_layout_nvfp4.c — the nvfp4_swz layout (quant/layout_nvfp4.c) and its C
  * reference GEMV (runtime/ops/nvfp4_swz.c).
  * - The scale offset against two independent index computations: vLLM's
  *   swizzle_blockscale done literally (pad, reshape to (B, Np/128, 4, 32, Kgp/4, 4),

@@ -8,7 +8,7 @@
  * slots, each token alone and the portable kernels all give the same bits.
  * Engine: the logits of every step are bit-identical whether the 100-token
  * prompt runs as one prefill or one token per forward (decode-shaped).
- * Includes runtime/matmul_cpu.c to force its portable kernels.
+ * Includes runtime/cpu/matmul_cpu.c to force its portable kernels.
  */
 #include <math.h>
 #include <stdio.h>

@@ -3,7 +3,7 @@
 
 The i-quant grids use 3 to 8 distinct byte values each, so each row is
 re-encoded as a uint16 of level indices (8 x 2 bits or 4 x 3 bits) plus a
-per-grid level table; runtime/ops/iq_tables.h expands rows at decode time.
+per-grid level table; quant/iq_tables.h expands rows at decode time.
 ksigns_iq2xs is only checked (index + even-parity bit), never emitted.
 iq4_nl values are copied; MXFP4 values come from the OCP E2M1 definition.
 Fails loudly if a table does not fit or does not expand back exactly.
@@ -141,7 +141,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("header", help="path of llama.cpp's ggml/src/ggml-common.h")
     ap.add_argument("-o", "--output", default=os.path.join(
-        os.path.dirname(os.path.abspath(__file__)), "..", "kernels", "ref", "iq_tables.c"))
+        os.path.dirname(os.path.abspath(__file__)), "..", "quant", "iq_tables.c"))
     args = ap.parse_args()
 
     with open(args.header, "rb") as f:

@@ -2,7 +2,7 @@
  *
  * Dequantizes W from the packed bytes with the element -> byte formulas written
  * out in docs/layout-marlin.md §"Where element (n, k) lives" (the packer in
- * formats/layout_marlin.c goes the other way, from lane slots to elements, so the
+ * quant/layout_marlin.c goes the other way, from lane slots to elements, so the
  * two are independent), then a plain matmul. Non-goals: speed.
  */
 #include "marlin_gemm.h"

@@ -2,7 +2,7 @@
  *
  * Check (STYLE §14): fresh random q4_0/q8_0 weights (through the reference
  * quantizer; q4_1/q4_K/hq4 (i4z) and q5_K (i8z) as random blocks with weight-like
- * scales) and fp16 activations per case, packed by formats/layout_marlin.c;
+ * scales) and fp16 activations per case, packed by quant/layout_marlin.c;
  * odd token counts, odd group counts, auto and forced K splits, f32 and f16 out;
  * outputs poisoned with NaN before the launch. Truth = the C reference in fp64;
  * the kernel passes if its relative error is at most 2x that of a plain fp16

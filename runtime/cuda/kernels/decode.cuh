@@ -17,10 +17,10 @@
  * bytewise from wherever the caller put them (gemv_q.cu first copies them to
  * shared memory with 16-byte loads). Integers become floats through qc_i2f and
  * binary16 through qc_dev_f16: both exact, both cheaper than the plain casts.
- * Invariant: bit-exact with runtime/ops/dequant_*.c (llama.cpp's to_float):
+ * Invariant: bit-exact with quant/dequant_*.c (llama.cpp's to_float):
  * the same roundings in the same order, written with __fmul_rn/__fsub_rn so
  * nvcc cannot fuse them into an fma.
- * Reference: kernels/qblock.h (layouts), runtime/ops/dequant_*.c.
+ * Reference: quant/qblock.h (layouts), quant/dequant_*.c.
  */
 #ifndef QC_CUDA_DECODE_CUH
 #define QC_CUDA_DECODE_CUH

@@ -8,7 +8,7 @@
  * -1/+1 for the sign) in __fadd_rn/__fmul_rn; grids from iq_tables.c
  * (decode_tables.cuh) expanded by iq_tables.h's shared helpers; blocks read
  * bytewise (words assembled little-endian), any alignment.
- * Reference: llama.cpp dequantize_row_iq* (ggml-quants.c); kernels/qblock.h.
+ * Reference: llama.cpp dequantize_row_iq* (ggml-quants.c); quant/qblock.h.
  */
 #ifndef QC_CUDA_DECODE_IQ_CUH
 #define QC_CUDA_DECODE_IQ_CUH

@@ -9,7 +9,7 @@
  * of qs[m] (m < 32), 160 + 16n + m from qs[32 + m] (m < 16), 240 + 4n + m from
  * qh[m]. tq2_0 chunk c is plane c % 4 of the 32-byte half c / 4.
  * Reference: llama.cpp dequantize_row_tq1_0 / dequantize_row_tq2_0
- * (ggml-quants.c), block layouts in kernels/qblock.h.
+ * (ggml-quants.c), block layouts in quant/qblock.h.
  */
 #ifndef QC_CUDA_DECODE_TERNARY_CUH
 #define QC_CUDA_DECODE_TERNARY_CUH

@@ -5,7 +5,7 @@
  * Every op's entry point follows STYLE §12: int qc_cuda_<op>(const struct
  * qc_cuda_<op>_args *a, cudaStream_t s, struct qc_err *err), validating shapes
  * (QC_EINVAL / QC_EUNSUPPORTED with the shape in the message) before launching.
- * Non-goals: device selection, memory management (runtime/backend_cuda.c).
+ * Non-goals: device selection, memory management (runtime/cuda/backend_cuda.c).
  */
 #ifndef QC_CUDA_H
 #define QC_CUDA_H
