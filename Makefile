@@ -8,6 +8,7 @@
 #   make cuda-check compile the CUDA sources only (no GPU needed)
 #   make test-gpu   every CUDA kernel vs its C reference + end to end vs the CPU (needs a GPU)
 #   make bench-gpu  Llama-3-8B-shape decode/prefill benchmark (needs a GPU; docs/bench.md)
+#   make bench-gpu-compare LLAMA_SRC=DIR  ours vs llama.cpp built from DIR, one table (GPU)
 #   make help       this text
 # Sources, by floor (floors.mk; docs/house.md): base/ quant/ formats/ convert/ (qconvert)
 #   runtime/{ops,text,engine,cpu,cuda,cuda/kernels,serve}/ and runtime/*_main.c (qrun, qserve),
@@ -71,7 +72,7 @@ CU_OBJ   := $(CU_SRC:%.cu=$(BUILD)/obj/%.o)
 
 BINS := $(BUILD)/bin/qconvert $(BUILD)/bin/mkgguf $(BUILD)/bin/qrun $(BUILD)/bin/qserve
 
-.PHONY: all help deps test check asan fuzz bench bench-cpu cuda-check clean sample tests-build loadtest test-gpu bench-gpu
+.PHONY: all help deps test check asan fuzz bench bench-cpu cuda-check clean sample tests-build loadtest test-gpu bench-gpu bench-gpu-compare
 all: $(BINS) $(if $(NVCC),cuda-check)
 
 help:
@@ -163,6 +164,14 @@ bench-gpu:
 	@test -n "$(NVCC)" || { echo "bench-gpu: nvcc not found"; exit 1; }
 	@$(MAKE) --no-print-directory $(BINS) $(BUILD)/tests/gpu/bench_gemv
 	@QC_BIN=$(BUILD)/bin QC_BENCH_GEMV=$(BUILD)/tests/gpu/bench_gemv sh tools/gpu_bench.sh
+
+# Ours vs llama.cpp (built from $(LLAMA_SRC), a snapshot never committed) side by side:
+# pp512, tg128, decode at 64/256 requests, % of the measured copy-rate roofline.
+bench-gpu-compare:
+	@test -n "$(NVCC)" || { echo "bench-gpu-compare: nvcc not found"; exit 1; }
+	@$(MAKE) --no-print-directory $(BINS) $(BUILD)/tests/gpu/bench_copy
+	@mkdir -p $(BUILD)/cmp-bin && cp $(BINS) $(BUILD)/tests/gpu/bench_copy $(BUILD)/cmp-bin/
+	@QC_BIN=$(BUILD)/cmp-bin LLAMA_SRC=$(LLAMA_SRC) sh tools/gpu_compare.sh
 
 FUZZ_SECONDS ?= 60
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)

@@ -2,7 +2,7 @@
 # tools/gpu_pack.sh — build here, pack what a GPU machine without this project's
 # Debian libraries needs into .gpu/payload.tgz (git-ignored; carried by the device
 # tool, unpacked by tools/gpu_check.sh): qrun, the tests/gpu binaries and
-# bench_gemv (stripped),
+# bench_gemv and bench_copy (stripped),
 # the shared libraries they load (all but glibc, libstdc++ and CUDA's: a CUDA image
 # lacks cJSON, xxHash, PCRE2, ICU 72, libarchive), and the fixtures (gguf,
 # gguf-quant). BUILD defaults to build-cuda.
@@ -10,10 +10,10 @@ set -eu
 B=${BUILD:-build-cuda}
 FX=${QC_FIXTURES:-../shared/fixtures}
 make BUILD="$B" -j"$(nproc)" "$B/bin/qrun" "$B/bin/qconvert" "$B/bin/mkgguf" "$B/tests/gpu/test_kernels" "$B/tests/gpu/test_e2e" \
-	"$B/tests/gpu/bench_gemv" >/dev/null
+	"$B/tests/gpu/bench_gemv" "$B/tests/gpu/bench_copy" >/dev/null
 d=$(mktemp -d)
 mkdir -p "$d/bin" "$d/lib" "$d/fixtures"
-cp "$B/bin/qrun" "$B/tests/gpu/test_kernels" "$B/tests/gpu/test_e2e" "$B/tests/gpu/bench_gemv" "$d/bin/"
+cp "$B/bin/qrun" "$B/tests/gpu/test_kernels" "$B/tests/gpu/test_e2e" "$B/tests/gpu/bench_gemv" "$B/tests/gpu/bench_copy" "$d/bin/"
 # extra binaries to carry (A/B comparisons): $QC_PACK_EXTRA, space-separated paths
 [ -z "${QC_PACK_EXTRA:-}" ] || cp $QC_PACK_EXTRA "$d/bin/"
 cp "$B/bin/mkgguf" "$B/bin/qconvert" "$d/bin/"
@@ -27,4 +27,18 @@ cp -r "$FX/gguf" "$FX/gguf-quant" "$d/fixtures/"
 mkdir -p .gpu
 tar czf .gpu/payload.tgz -C "$d" bin lib fixtures
 rm -rf "$d"
+# llama.cpp's source for tools/gpu_compare.sh, when $LLAMA_GIT names a clone of it:
+# its HEAD without the vocab models, docs and web UI (~20 MB unpacked, ~4 MB packed;
+# a mirror may lack those blobs), its short hash in .snapshot. Never committed.
+if [ -n "${LLAMA_GIT:-}" ]; then
+	l=$(mktemp -d)
+	git -C "$LLAMA_GIT" archive --format=tar HEAD -- ':(exclude)models' ':(exclude)docs' \
+		':(exclude)examples/server/public' ':(exclude)media' ':(exclude)ggml/src/ggml-kompute/kompute' \
+		2>/dev/null | tar -x -C "$l"
+	[ -f "$l/CMakeLists.txt" ] && [ -d "$l/src" ] || { echo "gpu_pack: $LLAMA_GIT: archive incomplete"; exit 1; }
+	git -C "$LLAMA_GIT" rev-parse --short HEAD >"$l/.snapshot"
+	tar czf .gpu/llama.tgz -C "$l" .
+	rm -rf "$l"
+	ls -la .gpu/llama.tgz
+fi
 ls -la .gpu/payload.tgz
