@@ -94,7 +94,9 @@ $(BUILD)/bin/qconvert: $(BUILD)/obj/convert/qconvert.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(QCFLAGS) $^ -o $@ $(LDLIBS)
 
-$(BUILD)/bin/mkgguf: $(BUILD)/obj/samples/mkgguf.o $(LIB)
+# mkgguf: every samples/*.c (command line, presets, plan, weights, vocab, keys, files)
+MKGGUF_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard samples/*.c))
+$(BUILD)/bin/mkgguf: $(MKGGUF_OBJ) $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(QCFLAGS) $^ -o $@ $(LDLIBS)
 

@@ -8,7 +8,7 @@
  * slots, each token alone and the portable kernels all give the same bits.
  * Engine: the logits of every step are bit-identical whether the 100-token
  * prompt runs as one prefill or one token per forward (decode-shaped).
- * Includes runtime/cpu/matmul_cpu.c to force its portable kernels.
+ * Includes runtime/cpu/matmul_cpu_int.h to force the portable kernels and read the job.
  */
 #include <math.h>
 #include <stdio.h>
@@ -21,7 +21,7 @@
 #include "engine.h"
 #include "plan.h"
 
-#include "../runtime/cpu/matmul_cpu.c"
+#include "matmul_cpu_int.h"
 
 static uint64_t rng = 88172645463325252u;
 
@@ -120,10 +120,10 @@ static double err_ratio(const struct qc_matmul *mm, const float *dec, const floa
 static void force_portable(struct qc_matmul *mm)
 {
 	mm->avx2 = false;
-	mm->ftile = ftile_generic;
-	mm->itile = itile_generic;
-	mm->dot_dd = dot_dd_generic;
-	mm->dot_fd = dot_fd_generic;
+	mm->ftile = qc_matmul_ftile_generic;
+	mm->itile = qc_matmul_itile_generic;
+	mm->dot_dd = qc_matmul_dot_dd_generic;
+	mm->dot_fd = qc_matmul_dot_fd_generic;
 }
 
 struct shape {
