@@ -14,11 +14,21 @@
 
 #include "qc_err.h"
 
+/* One member of id + 1 bytes per type: the union's size is one past the largest
+ * id, so QC_TYPE_COUNT follows qtype.def (char arrays: no padding). Never used
+ * as an object. */
+union qc_type_id_span {
+#define QC_TYPE(E, id, name, be, bb, fam, q, tol) char E[(id) + 1];
+#include "qtype.def"
+#undef QC_TYPE
+};
+
 enum qc_type {
 #define QC_TYPE(E, id, name, be, bb, fam, q, tol) QC_TYPE_##E = id,
 #include "qtype.def"
 #undef QC_TYPE
-	QC_TYPE_COUNT = 134, /* one past the largest id; ids with block_elems 0 are holes */
+	/* one past the largest id; ids with block_elems 0 are holes */
+	QC_TYPE_COUNT = (int)sizeof(union qc_type_id_span),
 };
 
 enum qc_family {

@@ -12,7 +12,7 @@
  * Matmul threads: every logit bit-identical for 1, 2 and 3 threads (the SIMD
  * kernels against the portable ones: test_matmul_cpu.c).
  * Each checker also gets a deliberately wrong expectation that must fail.
- * Includes runtime/cpu/backend_cpu.c to test its RoPE against the formula.
+ * RoPE: the CPU backend's (runtime/ops qc_ref_rope) against the formula.
  */
 #include <dirent.h>
 #include <math.h>
@@ -30,8 +30,10 @@
 #include "plan.h"
 #include "ops.h"
 
-/* reach the backend's statics (rope); this TU then provides qc_backend_cpu */
+/* reach the backend's statics (cpu_forward, struct cpu) for the forward_top
+ * wrapper; this TU then provides qc_backend_cpu */
 #include "../runtime/cpu/backend_cpu.c"
+
 
 #define N_GEN 32
 #define N_PROMPTS 4
@@ -668,7 +670,7 @@ static void rope_matches_formula(void)
 	for (int i = 0; i < NH * HD; i++)
 		a[i] = (float)sin(1.7 * i + 0.3);
 	memcpy(b, a, sizeof a);
-	rope(b, NH, HD, HD, pos, (float)base, (float)scale, QC_ROPE_NORM);
+	qc_ref_rope(b, &pos, 1, NH, HD, HD, QC_ROPE_NORM, powf((float)base, -2.0f / HD), (float)scale, NULL);
 	for (int h = 0; h < NH; h++)
 		for (int i = 0; i < HD / 2; i++) {
 			double th = pos * scale * pow(base, -2.0 * i / HD);
@@ -683,7 +685,7 @@ static void rope_matches_formula(void)
 			c[h * HD + i] = a[h * HD + 2 * i];
 			c[h * HD + i + HD / 2] = a[h * HD + 2 * i + 1];
 		}
-	rope(c, NH, HD, HD, pos, (float)base, (float)scale, QC_ROPE_NEOX);
+	qc_ref_rope(c, &pos, 1, NH, HD, HD, QC_ROPE_NEOX, powf((float)base, -2.0f / HD), (float)scale, NULL);
 	int same = 1;
 	for (int h = 0; h < NH; h++)
 		for (int i = 0; i < HD / 2; i++)
@@ -691,7 +693,7 @@ static void rope_matches_formula(void)
 				c[h * HD + i + HD / 2] == b[h * HD + 2 * i + 1];
 	CHECK(same, "rope NEOX != NORM under the pairing permutation");
 	memcpy(c, a, sizeof a);
-	rope(c, NH, HD, HD, pos, (float)base, (float)scale, QC_ROPE_NEOX);
+	qc_ref_rope(c, &pos, 1, NH, HD, HD, QC_ROPE_NEOX, powf((float)base, -2.0f / HD), (float)scale, NULL);
 	CHECK(memcmp(c, b, sizeof b) != 0, "NEOX applied to the interleaved vector must differ");
 }
 

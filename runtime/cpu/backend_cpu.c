@@ -4,9 +4,11 @@
  * floats, values rounded through binary16 as llama.cpp's f16 cache stores them)
  * and the activation buffers, all sized once at create.
  * Matmul: matmul_cpu.c (tiled kernels; activations rounded as ggml's x86 CPU
- * path does with QC_ACT_ROUND_GGML). Attention: Q.K uses f16-rounded Q and
- * the softmax weights are f16-rounded before .V, as ggml's mul_mat does with an
- * f16 cache.
+ * path does with QC_ACT_ROUND_GGML). Everything else is the plain-C op of
+ * runtime/ops (ops.h), the same code the CUDA kernels are tested against:
+ * norms, RoPE, SiLU, adds, embedding, routing, expert combine and attention
+ * (Q.K with f16-rounded Q and f16-rounded softmax weights before .V under
+ * QC_ACT_ROUND_GGML, as ggml's mul_mat does with an f16 cache).
  * Threads: each matmul's output rows are split into n_threads contiguous ranges,
  * one per thread of a pool made at create (the caller runs range 0); every
  * output is computed by exactly the same code whatever thread runs it, so
@@ -19,8 +21,7 @@
  * build_moe_ffn's order of float additions.
  * Non-goals: flash attention.
  * Reference: llama.cpp c392e50 build_llama, llm_build_kqv, llm_build_moe_ffn,
- * build_qwen2moe; ggml rms_norm (double sum), rope NORM/NEOX cache (theta *=
- * base^(-2/n_rot), rope_yarn, freq_factors), silu.
+ * build_qwen2moe (the op-level references are named in runtime/ops/).
  */
 #include "backend.h"
 #include "matmul_cpu.h"
@@ -33,8 +34,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "qblock.h"
 #include "fp16.h"
+#include "ops.h"
 
 struct cpu;
 
@@ -72,8 +73,8 @@ struct cpu {
 	int64_t job_rows;             /* output rows of the current job (0: attention job) */
 	const struct qc_sched_plan *job_plan; /* attention job: plan, layer */
 	int job_il;
-	float *scores;                /* (n_threads, max_ctx) attention weights */
-	float *qh;                    /* (n_threads, head_dim) rounded query */
+	float *scratch;               /* (n_threads, 2 * head_dim + max_ctx) qc_ref_attn_token scratch */
+	int32_t *lrows;               /* (max_logits) token of each logits row */
 	/* MoE */
 	float *router;                /* (max_tokens, n_expert) */
 	int32_t *sel;                 /* (max_tokens, n_expert_used) */
@@ -86,22 +87,6 @@ struct cpu {
 };
 
 /* ---- leaf math ----------------------------------------------------------- */
-
-/* Double accumulation: ggml's quantized dots sum exact integer products per
- * block, so its results sit closer to the exact sum than a float running sum;
- * with float sums, one-ulp differences flip later 8-bit activation roundings
- * and a random tiny model amplifies that to 0.1 logits (measured). */
-static double dot(const float *a, const float *b, int64_t n)
-{
-	double acc[4] = {0};
-	int64_t i = 0;
-	for (; i + 4 <= n; i += 4)
-		for (int j = 0; j < 4; j++)
-			acc[j] += (double)a[i + j] * (double)b[i + j];
-	for (; i < n; i++)
-		acc[0] += (double)a[i] * (double)b[i];
-	return (acc[0] + acc[1]) + (acc[2] + acc[3]);
-}
 
 static float f16_round(float x)
 {
@@ -181,11 +166,7 @@ static const float *act_gather(struct cpu *c, const struct qc_mat *w, int64_t e,
 {
 	if (!w->act_perm)
 		return x;
-	const int32_t *perm = w->act_perm + e * w->perm_stride;
-	const int64_t K = w->n_in;
-	for (int64_t t = 0; t < n_rows; t++)
-		for (int64_t i = 0; i < K; i++)
-			c->xperm[t * K + i] = x[t * K + perm[i]];
+	qc_ref_act_gather(x, w->n_in, 1, NULL, w->act_perm + e * w->perm_stride, 0, n_rows, w->n_in, c->xperm);
 	return c->xperm;
 }
 
@@ -223,98 +204,6 @@ static void matmul(struct cpu *c, const struct qc_mat *w, int64_t e, const float
 	pool_run(c);
 }
 
-/* ggml rms_norm (sum of squares in double) then multiply by the weight. */
-static void rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps)
-{
-	double sum = 0.0;
-	for (int64_t i = 0; i < n; i++)
-		sum += (double)(x[i] * x[i]);
-	const float scale = 1.0f / sqrtf((float)(sum / (double)n) + eps);
-	for (int64_t i = 0; i < n; i++)
-		y[i] = (x[i] * scale) * w[i];
-}
-
-/* Everything RoPE needs besides the position (ggml_rope_ext's arguments). */
-struct rope_args {
-	int n_rot;
-	enum qc_rope_mode mode;
-	float base, scale;            /* freq_base, freq_scale */
-	float ext_factor, mscale;     /* YaRN ramp mix (0: off), attn_factor */
-	float corr[2];                /* YaRN ramp bounds */
-	const float *ff;              /* (n_rot / 2) frequency divisors, or NULL */
-};
-
-/* ggml rope_yarn_ramp: 1 below corr[0], 0 above corr[1], linear between. */
-static float yarn_ramp(const float corr[2], int i0)
-{
-	const float y = (float)(i0 / 2 - corr[0]) / fmaxf(0.001f, corr[1] - corr[0]);
-	return 1.0f - fminf(1.0f, fmaxf(0.0f, y));
-}
-
-/* RoPE: rotate pairs of the first n_rot dims of each of n_heads heads by
- * pos * scale * base^(-2i/n_rot) / ff[i], the angle advanced by repeated
- * multiplication as ggml's rope cache does; with YaRN the angle blends the
- * scaled and unscaled ones by the ramp and cos/sin carry mscale * (1 + 0.1 ln
- * (1/scale)) (ggml rope_yarn). NORM pairs (x[2i], x[2i+1]); NEOX pairs
- * (x[i], x[i + n_rot/2]). */
-static void rope_ext(float *x, int n_heads, int hd, int32_t pos, const struct rope_args *r)
-{
-	const int n_rot = r->n_rot;
-	const float theta_scale = powf(r->base, -2.0f / (float)n_rot);
-	const int stride = r->mode == QC_ROPE_NEOX ? n_rot / 2 : 1;
-	float theta = (float)pos;
-	for (int i0 = 0; i0 < n_rot; i0 += 2) {
-		const float extrap = theta / (r->ff ? r->ff[i0 / 2] : 1.0f);
-		const float interp = r->scale * extrap;
-		float th = interp, ms = r->mscale;
-		if (r->ext_factor != 0.0f) {
-			const float mix = yarn_ramp(r->corr, i0) * r->ext_factor;
-			th = interp * (1 - mix) + extrap * mix;
-			ms *= 1.0f + 0.1f * logf(1.0f / r->scale);
-		}
-		const float cs = cosf(th) * ms, sn = sinf(th) * ms;
-		const int j = r->mode == QC_ROPE_NEOX ? i0 / 2 : i0;
-		for (int h = 0; h < n_heads; h++) {
-			float *p = x + (int64_t)h * hd + j;
-			const float x0 = p[0], x1 = p[stride];
-			p[0] = x0 * cs - x1 * sn;
-			p[stride] = x0 * sn + x1 * cs;
-		}
-		theta *= theta_scale;
-	}
-}
-
-/* Plain RoPE (no YaRN, no factors): what tests/test_engine.c checks against the
- * published formula; the forward calls rope_ext. */
-__attribute__((unused)) static void rope(float *x, int n_heads, int hd, int n_rot, int32_t pos, float base, float scale,
-		 enum qc_rope_mode mode)
-{
-	const struct rope_args r = {.n_rot = n_rot, .mode = mode, .base = base, .scale = scale,
-				    .mscale = 1.0f};
-	rope_ext(x, n_heads, hd, pos, &r);
-}
-
-static float silu(float x)
-{
-	return x / (1.0f + expf(-x));
-}
-
-/* ggml soft_max: max, exp(x - max) summed in double, scaled by 1/sum. */
-static void softmax(float *x, int64_t n)
-{
-	float mx = -INFINITY;
-	for (int64_t i = 0; i < n; i++)
-		mx = x[i] > mx ? x[i] : mx;
-	double sum = 0.0;
-	for (int64_t i = 0; i < n; i++) {
-		x[i] = expf(x[i] - mx);
-		sum += (double)x[i];
-	}
-	const float inv = (float)(1.0 / sum);
-	for (int64_t i = 0; i < n; i++)
-		x[i] *= inv;
-}
-
 /* ---- K/V pool ------------------------------------------------------------ */
 
 static float *kv_at(struct cpu *c, int32_t block, int il, int which, int32_t off)
@@ -334,21 +223,19 @@ static void kv_copy(struct cpu *c, int32_t src, int32_t dst, int32_t n_tokens)
 
 /* ---- layer pieces -------------------------------------------------------- */
 
+/* y[t * n + i] += b[i] for n_rows rows; no bias: nothing. */
 static void add_bias(float *y, const float *b, int64_t n_rows, int64_t n)
 {
-	if (!b)
-		return;
-	for (int64_t t = 0; t < n_rows; t++)
-		for (int64_t i = 0; i < n; i++)
-			y[t * n + i] += b[i];
+	if (b)
+		qc_ref_add(y, b, n_rows * n, n);
 }
 
-static void head_norm(float *x, const float *w, int n_heads, int hd, float eps)
+/* Per-head RMS norm (Qwen3 q_norm / k_norm) of n_tok rows of n_heads heads, in
+ * place; no weight: nothing. */
+static void head_norm(float *x, const float *w, int64_t n_tok, int n_heads, int hd, float eps)
 {
-	if (!w)
-		return;
-	for (int h = 0; h < n_heads; h++)
-		rmsnorm(x + (int64_t)h * hd, x + (int64_t)h * hd, w, hd, eps);
+	if (w)
+		qc_ref_rms_norm(x, hd, NULL, w, x, hd, n_tok * n_heads, hd, eps);
 }
 
 /* Attention of token t (entry i) over its sequence's cached positions 0..pos,
@@ -356,35 +243,17 @@ static void head_norm(float *x, const float *w, int n_heads, int hd, float eps)
 static void attend(struct cpu *c, const struct qc_sched_plan *plan, int il, int32_t i, int32_t t,
 		   int k)
 {
-	float *qh = c->qh + (size_t)k * (size_t)c->m->cfg.head_dim;
-	float *scores = c->scores + (size_t)k * (size_t)c->p.max_ctx;
 	const struct qc_model_config *cfg = &c->m->cfg;
-	const int hd = cfg->head_dim, group = cfg->n_head / cfg->n_head_kv;
-	const int32_t bt = plan->block_tokens, n_ctx = plan->positions[t] + 1;
-	const int32_t *table = plan->block_tables + (size_t)i * (size_t)plan->table_stride;
-	const float scale = 1.0f / sqrtf((float)hd);
-	const bool r16 = c->p.act_round == QC_ACT_ROUND_GGML;
-
-	for (int h = 0; h < cfg->n_head; h++) {
-		const float *q = c->q + (int64_t)t * c->q_dim + (int64_t)h * hd;
-		const int64_t kvo = (int64_t)(h / group) * hd;
-		float *out = c->att + (int64_t)t * c->q_dim + (int64_t)h * hd;
-
-		for (int d = 0; d < hd; d++)
-			qh[d] = r16 ? f16_round(q[d]) : q[d];
-		for (int32_t j = 0; j < n_ctx; j++) {
-			const float *kj = kv_at(c, table[j / bt], il, 0, j % bt) + kvo;
-			scores[j] = (float)dot(qh, kj, hd) * scale;
-		}
-		softmax(scores, n_ctx);
-		memset(out, 0, (size_t)hd * sizeof *out);
-		for (int32_t j = 0; j < n_ctx; j++) {
-			const float pj = r16 ? f16_round(scores[j]) : scores[j];
-			const float *vj = kv_at(c, table[j / bt], il, 1, j % bt) + kvo;
-			for (int d = 0; d < hd; d++)
-				out[d] += pj * vj[d];
-		}
-	}
+	const int hd = cfg->head_dim;
+	const struct qc_ref_attn_args a = {
+		.pool = {.f32 = c->kv, .n_layer = cfg->n_layer, .bt = plan->block_tokens, .kv_dim = (int)c->kv_dim},
+		.layer = il, .n_head = cfg->n_head, .n_head_kv = cfg->n_head_kv, .hd = hd,
+		.scale = 1.0f / sqrtf((float)hd),
+		.round = c->p.act_round == QC_ACT_ROUND_GGML ? QC_REF_ATTN_F16 : QC_REF_ATTN_F32,
+	};
+	float *scratch = c->scratch + (size_t)k * (size_t)(2 * hd + c->p.max_ctx);
+	qc_ref_attn_token(&a, c->q + (int64_t)t * c->q_dim, c->att + (int64_t)t * c->q_dim, plan->positions[t],
+			  plan->block_tables + (size_t)i * (size_t)plan->table_stride, scratch);
 }
 
 /* Thread k's share of an attention job: tokens t with t mod n_threads == k
@@ -419,27 +288,30 @@ static void attention_block(struct cpu *c, const struct qc_sched_plan *plan, int
 	const struct qc_layer *L = &c->m->layers[il];
 	const int32_t T = plan->n_tokens;
 	const int64_t E = cfg->n_embd;
-	const struct rope_args ra = {.n_rot = cfg->rope_dim, .mode = cfg->rope_mode,
-				     .base = cfg->rope_freq_base, .scale = cfg->rope_freq_scale,
-				     .ext_factor = cfg->rope_ext_factor,
-				     .mscale = cfg->rope_attn_factor,
-				     .corr = {cfg->rope_corr_dims[0], cfg->rope_corr_dims[1]},
-				     .ff = c->m->rope_freqs};
+	/* ggml rope_yarn: with YaRN, cos/sin also carry 1 + 0.1 ln(1/freq_scale) */
+	float ms = cfg->rope_attn_factor;
+	if (cfg->rope_ext_factor != 0.0f)
+		ms *= 1.0f + 0.1f * logf(1.0f / cfg->rope_freq_scale);
+	const struct qc_ref_rope_ext re = {.ext_factor = cfg->rope_ext_factor, .mscale = ms,
+					   .corr = {cfg->rope_corr_dims[0], cfg->rope_corr_dims[1]},
+					   .ff = c->m->rope_freqs};
+	const float theta_scale = powf(cfg->rope_freq_base, -2.0f / (float)cfg->rope_dim);
 
-	for (int32_t t = 0; t < T; t++)
-		rmsnorm(c->xn + t * E, c->x + t * E, L->attn_norm, E, cfg->norm_eps);
+	qc_ref_rms_norm(c->x, E, NULL, L->attn_norm, c->xn, E, T, E, cfg->norm_eps);
 	matmul(c, &L->wq, 0, c->xn, T, c->q, c->q_dim);
 	matmul(c, &L->wk, 0, c->xn, T, c->k, c->kv_dim);
 	matmul(c, &L->wv, 0, c->xn, T, c->v, c->kv_dim);
 	add_bias(c->q, L->bq, T, c->q_dim);
 	add_bias(c->k, L->bk, T, c->kv_dim);
 	add_bias(c->v, L->bv, T, c->kv_dim);
+	head_norm(c->q, L->q_norm, T, cfg->n_head, cfg->head_dim, cfg->norm_eps);
+	head_norm(c->k, L->k_norm, T, cfg->n_head_kv, cfg->head_dim, cfg->norm_eps);
+	qc_ref_rope(c->q, plan->positions, T, cfg->n_head, cfg->head_dim, cfg->rope_dim, cfg->rope_mode,
+		    theta_scale, cfg->rope_freq_scale, &re);
+	qc_ref_rope(c->k, plan->positions, T, cfg->n_head_kv, cfg->head_dim, cfg->rope_dim, cfg->rope_mode,
+		    theta_scale, cfg->rope_freq_scale, &re);
 	for (int32_t t = 0; t < T; t++) {
-		float *q = c->q + t * c->q_dim, *k = c->k + t * c->kv_dim, *v = c->v + t * c->kv_dim;
-		head_norm(q, L->q_norm, cfg->n_head, cfg->head_dim, cfg->norm_eps);
-		head_norm(k, L->k_norm, cfg->n_head_kv, cfg->head_dim, cfg->norm_eps);
-		rope_ext(q, cfg->n_head, cfg->head_dim, plan->positions[t], &ra);
-		rope_ext(k, cfg->n_head_kv, cfg->head_dim, plan->positions[t], &ra);
+		const float *k = c->k + t * c->kv_dim, *v = c->v + t * c->kv_dim;
 		const int32_t slot = plan->slots[t];
 		float *kd = kv_at(c, slot / plan->block_tokens, il, 0, slot % plan->block_tokens);
 		float *vd = kv_at(c, slot / plan->block_tokens, il, 1, slot % plan->block_tokens);
@@ -450,8 +322,7 @@ static void attention_block(struct cpu *c, const struct qc_sched_plan *plan, int
 	}
 	attend_all(c, plan, il);
 	matmul(c, &L->wo, 0, c->att, T, c->xn, E);
-	for (int64_t n = 0; n < (int64_t)T * E; n++)
-		c->x[n] += c->xn[n];
+	qc_ref_add(c->x, c->xn, (int64_t)T * E, (int64_t)T * E);
 }
 
 /* SiLU(gate) * up -> down for n rows of in (n_embd each) with expert e. */
@@ -461,8 +332,7 @@ static void ffn_swiglu(struct cpu *c, const struct qc_mat *gate, const struct qc
 	const int64_t F = gate->n_out;
 	matmul(c, gate, e, in, n, c->fa, F);
 	matmul(c, up, e, in, n, c->fb, F);
-	for (int64_t i = 0; i < n * F; i++)
-		c->fa[i] = silu(c->fa[i]) * c->fb[i];
+	qc_ref_silu_mul(c->fa, c->fb, c->fa, n * F);
 	matmul(c, down, e, c->fa, n, out, down->n_out);
 }
 
@@ -477,33 +347,7 @@ static void moe_block(struct cpu *c, const struct qc_layer *L, int32_t T)
 	const int64_t E = cfg->n_embd, X = cfg->n_expert, K = cfg->n_expert_used;
 
 	matmul(c, &L->gate_inp, 0, c->xn, T, c->router, X);
-	for (int32_t t = 0; t < T; t++) {
-		float *pr = c->router + t * X;
-		int32_t *sel = c->sel + t * K;
-		float *w = c->selw + t * K;
-		softmax(pr, X);
-		for (int64_t s = 0; s < K; s++) { /* k passes of selection: X is small */
-			int32_t best = -1;
-			for (int32_t e = 0; e < X; e++) {
-				bool taken = false;
-				for (int64_t u = 0; u < s; u++)
-					taken |= sel[u] == e;
-				if (!taken && (best < 0 || pr[e] > pr[best]))
-					best = e;
-			}
-			sel[s] = best;
-			w[s] = pr[best];
-		}
-		if (!cfg->expert_norm_w)
-			continue;
-		double sum = 0.0; /* ggml sum_rows: double accumulation */
-		for (int64_t s = 0; s < K; s++)
-			sum += (double)w[s];
-		/* llama.cpp clamps the sum to the smallest normal f16 against division by 0 */
-		const float fs = fmaxf((float)sum, 6.103515625e-5f);
-		for (int64_t s = 0; s < K; s++)
-			w[s] /= fs;
-	}
+	qc_ref_moe_route(c->router, T, (int)X, (int)K, cfg->expert_norm_w, c->sel, c->selw);
 	for (int32_t e = 0; e < X; e++) {
 		int64_t n = 0;
 		for (int32_t t = 0; t < T; t++)
@@ -517,30 +361,15 @@ static void moe_block(struct cpu *c, const struct qc_layer *L, int32_t T)
 		if (!n)
 			continue;
 		ffn_swiglu(c, &L->gate_exps, &L->up_exps, &L->down_exps, e, c->ex, n, c->eout);
-		for (int64_t r = 0; r < n; r++) {
-			const int64_t t = c->etok[r], s = c->eslot[r];
-			const float w = c->selw[t * K + s];
-			float *dst = c->moe + (t * K + s) * E;
-			for (int64_t d = 0; d < E; d++)
-				dst[d] = c->eout[r * E + d] * w;
-		}
+		for (int64_t r = 0; r < n; r++) /* to (token, rank) order, unweighted */
+			memcpy(c->moe + (c->etok[r] * K + c->eslot[r]) * E, c->eout + r * E, (size_t)E * sizeof(float));
 	}
 	const bool shexp = L->gate_shexp.data != NULL;
 	if (shexp) {
 		ffn_swiglu(c, &L->gate_shexp, &L->up_shexp, &L->down_shexp, 0, c->xn, T, c->att);
 		matmul(c, &L->gate_inp_shexp, 0, c->xn, T, c->shg, 1);
-		for (int32_t t = 0; t < T; t++)
-			c->shg[t] = silu(c->shg[t]) / c->shg[t];
 	}
-	for (int32_t t = 0; t < T; t++)
-		for (int64_t d = 0; d < E; d++) {
-			float acc = c->moe[t * K * E + d];
-			for (int64_t s = 1; s < K; s++)
-				acc += c->moe[(t * K + s) * E + d];
-			if (shexp)
-				acc += c->att[t * E + d] * c->shg[t];
-			c->x[t * E + d] += acc;
-		}
+	qc_ref_moe_combine(c->x, c->moe, c->selw, T, E, (int)K, shexp ? c->att : NULL, shexp ? c->shg : NULL);
 }
 
 static void ffn_block(struct cpu *c, const struct qc_sched_plan *plan, int il)
@@ -550,15 +379,13 @@ static void ffn_block(struct cpu *c, const struct qc_sched_plan *plan, int il)
 	const int32_t T = plan->n_tokens;
 	const int64_t E = cfg->n_embd;
 
-	for (int32_t t = 0; t < T; t++)
-		rmsnorm(c->xn + t * E, c->x + t * E, L->ffn_norm, E, cfg->norm_eps);
+	qc_ref_rms_norm(c->x, E, NULL, L->ffn_norm, c->xn, E, T, E, cfg->norm_eps);
 	if (cfg->n_expert) {
 		moe_block(c, L, T);
 		return;
 	}
 	ffn_swiglu(c, &L->ffn_gate, &L->ffn_up, &L->ffn_down, 0, c->xn, T, c->att);
-	for (int64_t n = 0; n < (int64_t)T * E; n++)
-		c->x[n] += c->att[n];
+	qc_ref_add(c->x, c->att, (int64_t)T * E, (int64_t)T * E);
 }
 
 /* ---- ops ----------------------------------------------------------------- */
@@ -587,23 +414,20 @@ static int cpu_forward(void *state, const struct qc_sched_plan *plan, float *log
 			return qc_err_set(err, QC_EINVAL, NULL, NULL, -1,
 					  "token %d: id %d, position %d or slot %d out of range", t, id,
 					  pos, plan->slots[t]);
-		qc_types[m->token_embd.type].dequant_row(qc_mat_row(&m->token_embd, 0, id),
-							 c->x + t * E, E);
 	}
 	if (!T)
 		return QC_OK;
+	qc_ref_embed(qc_mat_row(&m->token_embd, 0, 0), m->token_embd.type, m->token_embd.row_bytes, E, plan->tokens, T,
+		     c->x);
 	for (int il = 0; il < cfg->n_layer; il++) {
 		attention_block(c, plan, il);
 		ffn_block(c, plan, il);
 	}
 	int32_t n = 0;
-	for (int32_t i = 0; i < plan->n_seqs; i++) {
-		if (!plan->need_logits[i])
-			continue;
-		const int32_t t = plan->tok_start[i + 1] - 1;
-		rmsnorm(c->lx + n * E, c->x + t * E, m->output_norm, E, cfg->norm_eps);
-		n++;
-	}
+	for (int32_t i = 0; i < plan->n_seqs; i++)
+		if (plan->need_logits[i])
+			c->lrows[n++] = plan->tok_start[i + 1] - 1;
+	qc_ref_rms_norm(c->x, E, c->lrows, m->output_norm, c->lx, E, n, E, cfg->norm_eps);
 	matmul(c, &m->output, 0, c->lx, n, logits, cfg->n_vocab);
 	return QC_OK;
 }
@@ -635,8 +459,8 @@ static void cpu_destroy(void *state)
 	free(c->xperm);
 	free(c->shg);
 	qc_matmul_free(c->mm);
-	free(c->scores);
-	free(c->qh);
+	free(c->scratch);
+	free(c->lrows);
 	free(c->router);
 	free(c->sel);
 	free(c->selw);
@@ -705,8 +529,8 @@ static int cpu_create(const struct qc_model *m, const struct qc_backend_params *
 	c->fb = falloc(T * (K ? K : 1) * F);
 	c->xperm = falloc(T * (K ? K : 1) * (size_t)c->max_in);
 	c->shg = falloc(T);
-	c->scores = falloc((size_t)c->p.n_threads * (size_t)p->max_ctx);
-	c->qh = falloc((size_t)c->p.n_threads * (size_t)cfg->head_dim);
+	c->scratch = falloc((size_t)c->p.n_threads * (size_t)(2 * cfg->head_dim + p->max_ctx));
+	c->lrows = malloc(sizeof(int32_t) * (size_t)p->max_logits);
 	c->router = falloc(T * X);
 	c->sel = malloc(sizeof(int32_t) * (T * K + 1));
 	c->selw = falloc(T * K);
@@ -718,8 +542,8 @@ static int cpu_create(const struct qc_model *m, const struct qc_backend_params *
 	c->lx = falloc((size_t)p->max_logits * E);
 	if (!c->kv || !c->x || !c->xn || !c->q || !c->k || !c->v || !c->att || !c->fa || !c->fb ||
 	    !c->xperm || !c->shg ||
-	    !c->scores ||
-	    !c->qh || !c->router || !c->sel ||
+	    !c->scratch ||
+	    !c->lrows || !c->router || !c->sel ||
 	    !c->selw || !c->etok || !c->eslot || !c->ex || !c->eout || !c->moe || !c->lx) {
 		const size_t bb = c->block_floats * sizeof(float);
 		cpu_destroy(c);

@@ -1,6 +1,8 @@
-/* moe_route.c — reference of runtime/cuda/kernels/moe_route.cu: softmax over experts
- * (sum in double), k passes of arg-max (first index wins ties), weights
- * renormalized by their float sum when norm: llm_build_moe_ffn's softmax (+ norm_w). */
+/* moe_route.c — reference of runtime/cuda/kernels/moe_route.cu, and the CPU
+ * backend's router: softmax over experts (sum in double), k passes of arg-max
+ * (first index wins ties), weights renormalized when norm by their sum taken in
+ * double (ggml sum_rows) and clamped to the smallest normal binary16 (llama.cpp
+ * clamps it against a division by 0): llm_build_moe_ffn's softmax (+ norm_w). */
 #include <math.h>
 #include <stdbool.h>
 
@@ -24,7 +26,8 @@ void qc_ref_moe_route(const float *logits, int64_t n_tok, int n_expert, int k, i
 		for (int e = 0; e < n_expert; e++)
 			p[e] *= inv;
 		int32_t *s = sel + t * k;
-		float *ws = w + t * k, wsum = 0.0f;
+		float *ws = w + t * k;
+		double wsum = 0.0;
 		for (int i = 0; i < k; i++) {
 			int best = -1;
 			for (int e = 0; e < n_expert; e++) {
@@ -36,9 +39,10 @@ void qc_ref_moe_route(const float *logits, int64_t n_tok, int n_expert, int k, i
 			}
 			s[i] = best;
 			ws[i] = p[best];
-			wsum += p[best];
+			wsum += (double)p[best];
 		}
+		const float fs = fmaxf((float)wsum, 6.103515625e-5f);
 		for (int i = 0; norm && i < k; i++)
-			ws[i] /= wsum;
+			ws[i] /= fs;
 	}
 }

@@ -3,9 +3,13 @@
  * Each qc_ref_<op> computes what qc_cuda_<op> computes, on host arrays, in the
  * simplest order: tests/gpu checks every kernel against it on random inputs.
  * Shapes and layouts are the ones the kernel's args struct documents.
- * Precision: float data, float math, with the sums the CPU backend uses
- * (double where it sums in double); gemv_q/gemm_f16 also have a double
- * variant ("truth") for the 2x-error rule. No allocation, no failure.
+ * The CPU backend (runtime/cpu/backend_cpu.c) runs these same functions for
+ * everything but its matmuls (matmul_cpu.c): norms, RoPE, SiLU, adds,
+ * act-order gather, embedding, MoE routing and combine, attention. So their
+ * numbers are the ones tests/test_engine*.c compare with llama.cpp's.
+ * Precision: float data, float math, double where ggml sums in double;
+ * gemv_q/gemm_f16 also have a double variant ("truth") for the 2x-error rule.
+ * No allocation, no failure.
  */
 #ifndef QC_REF_OPS_H
 #define QC_REF_OPS_H
@@ -20,7 +24,8 @@ enum qc_rope_mode {
 	QC_ROPE_NEOX = 2,  /* rotate (x[i], x[i + n_rot/2]): qwen2, qwen3 */
 };
 
-/* y[r] = rmsnorm(x[rows ? rows[r] : r]) * w, sum of squares in double. */
+/* y[r] = rmsnorm(x[rows ? rows[r] : r]) * w, sum of squares in double; rows of
+ * n floats, ldx / ldy apart; y may be x (in place, ldy == ldx). */
 void qc_ref_rms_norm(const float *x, int64_t ldx, const int32_t *rows, const float *w, float *y,
 		     int64_t ldy, int64_t n_rows, int64_t n, float eps);
 
@@ -32,12 +37,16 @@ struct qc_ref_rope_ext {
 	const float *ff;           /* (n_rot / 2) frequency divisors, or NULL */
 };
 
-/* In place, NORM (mode 0) or NEOX (mode 2) pairing, theta by repeated products. */
+/* In place on x (n_tok, n_heads * hd): token t rotated for position pos[t];
+ * NORM (mode 0) or NEOX (mode 2) pairing, theta by repeated products;
+ * theta_scale = base^(-2/n_rot) (the caller's powf). */
 void qc_ref_rope(float *x, const int32_t *pos, int64_t n_tok, int n_heads, int hd, int n_rot,
 		 int mode, float theta_scale, float freq_scale, const struct qc_ref_rope_ext *ext);
 
+/* y[i] = silu(g[i]) * u[i]; y may be g or u. */
 void qc_ref_silu_mul(const float *g, const float *u, float *y, int64_t n);
 
+/* y[i] += x[i % n_x] (a residual with n_x == n, a bias with n_x = row length). */
 void qc_ref_add(float *y, const float *x, int64_t n, int64_t n_x);
 
 /* out[r][i] = x[(r / x_div) * ldx + perm_e(r)[i]] (act-order activations). */
@@ -57,7 +66,39 @@ void qc_ref_topk(const float *x, int64_t n_rows, int32_t n, const int32_t *k, in
 void qc_ref_kv_store(const float *k, const float *v, const int32_t *slots, int64_t n_tok,
 		     uint16_t *pool, int layer, int n_layer, int bt, int kv_dim);
 
-/* out (n_tok, n_head * hd); tables (n_seqs, stride). Dots and softmax sum in double. */
+/* A paged K/V pool: the K (which 0) or V (1) row of slot off of block b in layer
+ * il starts at element (((b * n_layer + il) * 2 + which) * bt + off) * kv_dim.
+ * Exactly one of f16 (binary16 bits: the CUDA backend's pool) and f32 (floats
+ * holding binary16 values: the CPU backend's) is set. */
+struct qc_ref_kv_pool {
+	const uint16_t *f16;       /* (n_blocks, n_layer, 2, bt, kv_dim) binary16 bits, or NULL */
+	const float *f32;          /* the same shape in floats, or NULL */
+	int n_layer, bt, kv_dim;
+};
+
+/* What q and the softmax weights are rounded to before their products. */
+enum qc_ref_attn_round {
+	QC_REF_ATTN_F32 = 0,       /* kept as floats (the CUDA kernels' class) */
+	QC_REF_ATTN_F16 = 1,       /* rounded to binary16: ggml's mul_mat on an f16 cache */
+};
+
+struct qc_ref_attn_args {
+	struct qc_ref_kv_pool pool;
+	int layer;
+	int n_head, n_head_kv, hd; /* GQA: head h reads kv head h / (n_head / n_head_kv) */
+	float scale;               /* applied to q . k */
+	enum qc_ref_attn_round round;
+};
+
+/* Causal attention of one token at position pos over positions 0..pos of its
+ * sequence: q, out (n_head * hd) floats; table: the sequence's block ids
+ * (pos / bt + 1 used); scratch: (2 * hd + pos + 1) floats of the caller's.
+ * Dots in double (four partial sums), softmax sum in double, ·V in float. */
+void qc_ref_attn_token(const struct qc_ref_attn_args *a, const float *q, float *out, int32_t pos,
+		       const int32_t *table, float *scratch);
+
+/* out (n_tok, n_head * hd); tables (n_seqs, stride): qc_ref_attn_token per
+ * token on a binary16 pool, QC_REF_ATTN_F32. */
 void qc_ref_paged_attn(const float *q, float *out, const uint16_t *pool, int layer, int n_layer,
 		       int bt, int n_head, int n_head_kv, int hd, const int32_t *pos,
 		       const int32_t *tok_seq, const int32_t *tables, int stride, int64_t n_tok,
@@ -71,12 +112,18 @@ void qc_ref_flash_attn(const float *q, float *out, int32_t *done, const uint16_t
 		       const int32_t *tables, int stride, int64_t n_tok, int32_t max_ctx, float scale,
 		       int32_t min_run);
 
+/* out (n_tok, n_embd): row ids[t] of w (rows row_bytes apart) decoded. */
 void qc_ref_embed(const uint8_t *w, enum qc_type type, uint64_t row_bytes, int64_t n_embd,
 		  const int32_t *ids, int64_t n_tok, float *out);
 
+/* Per token: softmax of the n_expert logits (sum in double), the k best
+ * (larger, then lower id) in sel (n_tok, k) and their probabilities in w
+ * (n_tok, k); norm: w divided by its double sum, clamped to 2^-14. */
 void qc_ref_moe_route(const float *logits, int64_t n_tok, int n_expert, int k, int norm, int32_t *sel,
 		      float *w);
 
+/* x[t] += sum over s in order of w[t,s] * eout[t*k+s] (each product rounded),
+ * then + sh[t] * silu(shg[t]) / shg[t] when sh is given (NULL: no shared expert). */
 void qc_ref_moe_combine(float *x, const float *eout, const float *w, int64_t n_tok, int64_t n, int k,
 			const float *sh, const float *shg);
 

@@ -1,51 +1,107 @@
-/* paged_attn.c — reference of runtime/cuda/kernels/paged_attn.cu: for each token and
- * head, softmax(q . k_j * scale) over positions 0..pos of its sequence (K/V
- * found through the block table), times V. Dots and the softmax sum in double,
- * as the CPU backend; the ·V sum in float. */
+/* paged_attn.c — reference of runtime/cuda/kernels/paged_attn.cu, and the CPU
+ * backend's attention: for each token and head, softmax(q . k_j * scale) over
+ * positions 0..pos of its sequence (K/V found through the block table), times V.
+ * Dots in double with four partial sums (the CPU backend's order, which its
+ * llama.cpp comparisons were measured with), softmax sum in double, the ·V sum
+ * in float. QC_REF_ATTN_F16 rounds q and the softmax weights to binary16 first,
+ * as ggml's mul_mat does against an f16 cache (llama.cpp's CPU numbers).
+ * Reference: ggml soft_max (double sum), llama.cpp llm_build_kqv. */
 #include <math.h>
 
 #include "fp16.h"
 #include "ops.h"
+
+/* Exact products (24-bit x 24-bit mantissas fit a double) in four running sums,
+ * combined pairwise. */
+static double dot(const float *a, const float *b, int64_t n)
+{
+	double acc[4] = {0};
+	int64_t i = 0;
+	for (; i + 4 <= n; i += 4)
+		for (int j = 0; j < 4; j++)
+			acc[j] += (double)a[i + j] * (double)b[i + j];
+	for (; i < n; i++)
+		acc[0] += (double)a[i] * (double)b[i];
+	return (acc[0] + acc[1]) + (acc[2] + acc[3]);
+}
+
+static float f16_round(float x)
+{
+	return qc_fp16_to_f32(qc_f32_to_fp16(x));
+}
+
+/* The hd values of the K (which 0) or V (1) row of position j, kv head offset
+ * kvo, as floats in dst (binary16 pool) or in place (float pool). */
+static const float *kv_row(const struct qc_ref_kv_pool *p, int layer, const int32_t *table, int32_t j,
+			   int which, int64_t kvo, int hd, float *dst)
+{
+	const int64_t b = table[j / p->bt], off = j % p->bt;
+	const int64_t at = (((b * p->n_layer + layer) * 2 + which) * p->bt + off) * p->kv_dim + kvo;
+	if (p->f32)
+		return p->f32 + at;
+	for (int d = 0; d < hd; d++)
+		dst[d] = qc_fp16_to_f32(p->f16[at + d]);
+	return dst;
+}
+
+/* ggml soft_max: max, exp(x - max) summed in double, scaled by 1/sum. */
+static void softmax(float *x, int64_t n)
+{
+	float mx = -INFINITY;
+	for (int64_t i = 0; i < n; i++)
+		mx = x[i] > mx ? x[i] : mx;
+	double sum = 0.0;
+	for (int64_t i = 0; i < n; i++) {
+		x[i] = expf(x[i] - mx);
+		sum += (double)x[i];
+	}
+	const float inv = (float)(1.0 / sum);
+	for (int64_t i = 0; i < n; i++)
+		x[i] *= inv;
+}
+
+void qc_ref_attn_token(const struct qc_ref_attn_args *a, const float *q, float *out, int32_t pos,
+		       const int32_t *table, float *scratch)
+{
+	const int hd = a->hd, group = a->n_head / a->n_head_kv;
+	const int32_t n_ctx = pos + 1;
+	const int r16 = a->round == QC_REF_ATTN_F16;
+	float *qh = scratch, *row = scratch + hd, *sc = scratch + 2 * hd;
+
+	for (int h = 0; h < a->n_head; h++) {
+		const float *qs = q + (int64_t)h * hd;
+		float *o = out + (int64_t)h * hd;
+		const int64_t kvo = (int64_t)(h / group) * hd;
+		for (int d = 0; d < hd; d++)
+			qh[d] = r16 ? f16_round(qs[d]) : qs[d];
+		for (int32_t j = 0; j < n_ctx; j++)
+			sc[j] = (float)dot(qh, kv_row(&a->pool, a->layer, table, j, 0, kvo, hd, row), hd) * a->scale;
+		softmax(sc, n_ctx);
+		for (int d = 0; d < hd; d++)
+			o[d] = 0.0f;
+		for (int32_t j = 0; j < n_ctx; j++) {
+			const float p = r16 ? f16_round(sc[j]) : sc[j];
+			const float *v = kv_row(&a->pool, a->layer, table, j, 1, kvo, hd, row);
+			for (int d = 0; d < hd; d++)
+				o[d] += p * v[d];
+		}
+	}
+}
 
 void qc_ref_paged_attn(const float *q, float *out, const uint16_t *pool, int layer, int n_layer,
 		       int bt, int n_head, int n_head_kv, int hd, const int32_t *pos,
 		       const int32_t *tok_seq, const int32_t *tables, int stride, int64_t n_tok,
 		       float scale)
 {
-	const int group = n_head / n_head_kv;
-	const int64_t kv_dim = (int64_t)n_head_kv * hd, q_dim = (int64_t)n_head * hd;
+	const struct qc_ref_attn_args a = {
+		.pool = {.f16 = pool, .n_layer = n_layer, .bt = bt, .kv_dim = n_head_kv * hd},
+		.layer = layer, .n_head = n_head, .n_head_kv = n_head_kv, .hd = hd, .scale = scale,
+		.round = QC_REF_ATTN_F32,
+	};
+	const int64_t q_dim = (int64_t)n_head * hd;
 	for (int64_t t = 0; t < n_tok; t++) {
-		const int32_t n_ctx = pos[t] + 1, *table = tables + (int64_t)tok_seq[t] * stride;
-		for (int h = 0; h < n_head; h++) {
-			const float *qh = q + t * q_dim + (int64_t)h * hd;
-			float *o = out + t * q_dim + (int64_t)h * hd;
-			const int64_t kvo = (int64_t)(h / group) * hd;
-			float mx = -INFINITY;
-			float sc[n_ctx];
-			for (int32_t j = 0; j < n_ctx; j++) {
-				const int64_t b = table[j / bt], off = j % bt;
-				const uint16_t *k = pool + (((b * n_layer + layer) * 2) * bt + off) * kv_dim + kvo;
-				double s = 0.0;
-				for (int d = 0; d < hd; d++)
-					s += (double)qh[d] * (double)qc_fp16_to_f32(k[d]);
-				sc[j] = (float)s * scale;
-				mx = sc[j] > mx ? sc[j] : mx;
-			}
-			double sum = 0.0;
-			for (int32_t j = 0; j < n_ctx; j++) {
-				sc[j] = expf(sc[j] - mx);
-				sum += (double)sc[j];
-			}
-			const float inv = (float)(1.0 / sum);
-			for (int d = 0; d < hd; d++)
-				o[d] = 0.0f;
-			for (int32_t j = 0; j < n_ctx; j++) {
-				const int64_t b = table[j / bt], off = j % bt;
-				const uint16_t *v = pool + (((b * n_layer + layer) * 2 + 1) * bt + off) * kv_dim + kvo;
-				const float p = sc[j] * inv;
-				for (int d = 0; d < hd; d++)
-					o[d] += p * qc_fp16_to_f32(v[d]);
-			}
-		}
+		float scratch[2 * hd + pos[t] + 1];
+		qc_ref_attn_token(&a, q + t * q_dim, out + t * q_dim, pos[t], tables + (int64_t)tok_seq[t] * stride,
+				  scratch);
 	}
 }

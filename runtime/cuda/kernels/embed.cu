@@ -7,7 +7,7 @@
 
 #include <cuda_runtime.h>
 
-#include "decode.cuh"
+#include "decode_dispatch.cuh"
 
 template <int T> static __global__ void embed_kernel(const struct qc_cuda_embed_args a)
 {
@@ -37,22 +37,10 @@ template <int T> static void launch(const struct qc_cuda_embed_args *a, cudaStre
 	embed_kernel<T><<<(unsigned)((n + 127) / 128), 128, 0, s>>>(*a);
 }
 
-template <int T> static launch_fn pick()
-{
-	if constexpr (qc_dev<T>::ok)
-		return launch<T>;
-	else
-		return nullptr;
-}
-
+/* The launcher for t, nullptr when t has no device decoder (decode_dispatch.cuh). */
 static launch_fn find(enum qc_type t)
 {
-#define QC_TYPE(E, ...) \
-	if (t == QC_TYPE_##E) \
-		return pick<QC_TYPE_##E>();
-#include "qtype.def"
-#undef QC_TYPE
-	return nullptr;
+	return qc_dev_find<launch_fn>(t, [](auto tag) { return launch<decltype(tag)::value>; });
 }
 
 extern "C" int qc_cuda_embed(const struct qc_cuda_embed_args *a, cudaStream_t s, struct qc_err *err)

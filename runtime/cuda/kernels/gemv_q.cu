@@ -28,7 +28,7 @@
 #include <cuda_runtime.h>
 
 #include "cp_async.cuh"
-#include "decode.cuh"
+#include "decode_dispatch.cuh"
 
 #define WARPS 16 /* output rows per block; they share the staged activations */
 #define STAGES 4 /* spans of a block-type row in flight per warp */
@@ -268,23 +268,10 @@ static int launch(const struct qc_cuda_mm_args *a, cudaStream_t s, struct qc_err
 	return launch_one<T, 4, 2>(a, dim3((unsigned)((a->n_rows + 3) / 4), gy), s, err);
 }
 
-template <int T> static launch_fn pick()
-{
-	if constexpr (qc_dev<T>::ok)
-		return launch<T>;
-	else
-		return nullptr;
-}
-
-/* Per-type launcher, generated from qtype.def (no hand-written type list). */
+/* The launcher for t, nullptr when t has no device decoder (decode_dispatch.cuh). */
 static launch_fn find(enum qc_type t)
 {
-#define QC_TYPE(E, ...) \
-	if (t == QC_TYPE_##E) \
-		return pick<QC_TYPE_##E>();
-#include "qtype.def"
-#undef QC_TYPE
-	return nullptr;
+	return qc_dev_find<launch_fn>(t, [](auto tag) { return launch<decltype(tag)::value>; });
 }
 
 extern "C" bool qc_cuda_gemv_q_supports(enum qc_type t)

@@ -32,7 +32,7 @@
 #include <mma.h>
 #include <string.h>
 
-#include "decode.cuh"
+#include "decode_dispatch.cuh"
 
 #define SORT_ROWS 256     /* rows per sort chunk: threads of hist_kernel and scatter_kernel */
 #define SCAN_THREADS 1024 /* scan_kernel: one thread per expert */
@@ -326,23 +326,10 @@ template <int T> static void launch(const struct qc_cuda_mm_args *a, const struc
 	gemm_kernel<T><<<grid, THREADS, 0, s>>>(*a, *v);
 }
 
-template <int T> static launch_fn pick()
-{
-	if constexpr (qc_dev<T>::ok)
-		return launch<T>;
-	else
-		return nullptr;
-}
-
-/* Per-type launcher, generated from qtype.def (no hand-written type list). */
+/* The launcher for t, nullptr when t has no device decoder (decode_dispatch.cuh). */
 static launch_fn find(enum qc_type t)
 {
-#define QC_TYPE(E, ...) \
-	if (t == QC_TYPE_##E) \
-		return pick<QC_TYPE_##E>();
-#include "qtype.def"
-#undef QC_TYPE
-	return nullptr;
+	return qc_dev_find<launch_fn>(t, [](auto tag) { return launch<decltype(tag)::value>; });
 }
 
 extern "C" bool qc_cuda_moe_gemm_supports(enum qc_type t)

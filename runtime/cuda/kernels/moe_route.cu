@@ -2,8 +2,9 @@
  * top-k by probability (first index wins ties), weights renormalized over the
  * k when asked, as llm_build_moe_ffn(softmax gating, norm_w).
  * One thread per token (n_expert <= 256 fits in its registers/local memory);
- * routing is a sliver of a MoE layer's work. The softmax sum is in double, as
- * the CPU backend and ggml's soft_max do. Reference: runtime/ops/moe_route.c.
+ * routing is a sliver of a MoE layer's work. The softmax sum and the
+ * renormalizing sum are in double, as ggml's soft_max and sum_rows (and the CPU
+ * backend, which runs the reference) do. Reference: runtime/ops/moe_route.c.
  */
 #include "moe_route.h"
 
@@ -32,7 +33,7 @@ static __global__ void moe_route_kernel(const struct qc_cuda_moe_route_args a)
 	int32_t *sel = a.d_sel + t * a.k;
 	float *w = a.d_w + t * a.k;
 	uint32_t taken[MAX_EXPERTS / 32] = {0};
-	float wsum = 0.0f;
+	double wsum = 0.0; /* ggml sum_rows: double, clamped as llama.cpp does */
 	for (int s = 0; s < a.k; s++) {
 		int best = -1;
 		for (int e = 0; e < a.n_expert; e++)
@@ -41,10 +42,11 @@ static __global__ void moe_route_kernel(const struct qc_cuda_moe_route_args a)
 		taken[best / 32] |= 1u << (best % 32);
 		sel[s] = best;
 		w[s] = p[best];
-		wsum += p[best];
+		wsum += (double)p[best];
 	}
+	const float fs = fmaxf((float)wsum, 6.103515625e-5f);
 	for (int s = 0; a.norm && s < a.k; s++)
-		w[s] /= wsum;
+		w[s] /= fs;
 }
 
 extern "C" int qc_cuda_moe_route(const struct qc_cuda_moe_route_args *a, cudaStream_t s, struct qc_err *err)
