@@ -149,7 +149,7 @@ static bool has_kind(const struct qc_layout_traits *t, enum qc_kernel_kind k)
 enum qc_kernel_kind qc_layout_kernel(enum qc_layout l, int64_t n_rows, bool experts, int64_t n_in, int64_t n_out,
 				     const struct qc_kernel_rows *r)
 {
-	if ((unsigned)l >= QC_LAYOUT_COUNT || n_rows < 1)
+	if ((unsigned)l >= QC_LAYOUT_COUNT || n_rows < 0)
 		return QC_KERNEL_NONE;
 	const struct qc_layout_traits *t = &qc_layouts[l];
 	if (experts) {
@@ -165,9 +165,9 @@ enum qc_kernel_kind qc_layout_kernel(enum qc_layout l, int64_t n_rows, bool expe
 		big = t->kernel[QC_ROWS_9_127];
 	if (n_rows > r->gemv_max_rows)
 		return big;
-	if (r->mma_gemv_rows > 0 && has_kind(t, QC_KERNEL_MMA))
+	if (r->mma_gemv_rows != 0 && has_kind(t, QC_KERNEL_MMA))
 		return n_rows <= r->mma_gemv_rows ? QC_KERNEL_GEMV : big;
-	return t->kernel[n_rows == 1 ? QC_ROWS_1 : QC_ROWS_2_8] == QC_KERNEL_GEMV ? QC_KERNEL_GEMV : big;
+	return t->kernel[n_rows <= 1 ? QC_ROWS_1 : QC_ROWS_2_8] == QC_KERNEL_GEMV ? QC_KERNEL_GEMV : big;
 }
 
 /* The ggml layout: rows as GGUF has them. */

@@ -90,8 +90,9 @@ extern const struct qc_layout_traits qc_layouts[QC_LAYOUT_COUNT];
 struct qc_kernel_rows {
 	int64_t gemv_max_rows;     /* last row count of the 2-8 column (8) */
 	int64_t blas_min_rows;     /* first row count of the >= 128 column (128) */
-	int64_t mma_gemv_rows;     /* 0: the table; N > 0: layouts with a tensor-core GEMM run the GEMV up
-				      to min(N, gemv_max_rows) rows and their larger-batch kernel past N */
+	int64_t mma_gemv_rows;     /* 0: the table; N != 0: layouts with a tensor-core GEMM run the GEMV
+				      up to min(N, gemv_max_rows) rows and their larger-batch kernel past
+				      N (N < 0: never the GEMV) */
 	int64_t f16_max_elems;     /* a matrix of more elements keeps its 9-127 kernel at >= 128 rows
 				      when that differs (its fp16 copy would not fit the scratch: the
 				      vocabulary matrix); 2^27 */
@@ -101,12 +102,13 @@ struct qc_kernel_rows {
 /* "gemv", "mma", "f16+cublas", "moe_gemm" ("none"; "unknown" out of range). */
 const char *qc_kernel_kind_name(enum qc_kernel_kind k);
 
-/* The column n_rows falls in under r. n_rows >= 1. */
+/* The column n_rows falls in under r (0 rows: the 1-row column). */
 enum qc_rows_class qc_kernel_rows_class(int64_t n_rows, const struct qc_kernel_rows *r);
 
 /* The kernel kind for n_rows activation rows of one matrix (experts false) or of a
  * stack of n_in x n_out experts picked per row (experts true), from the table and r.
- * The one place that decides; QC_KERNEL_NONE for a bad layout id or n_rows < 1. */
+ * The one place that decides; 0 rows take the 1-row column (a no-op call);
+ * QC_KERNEL_NONE for a bad layout id or n_rows < 0. */
 enum qc_kernel_kind qc_layout_kernel(enum qc_layout l, int64_t n_rows, bool experts, int64_t n_in, int64_t n_out,
 				     const struct qc_kernel_rows *r);
 
