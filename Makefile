@@ -135,8 +135,8 @@ $(BUILD)/obj/%.o: %.cu
 cuda-check: $(CU_OBJ)
 	@echo "cuda-check: $(words $(CU_OBJ)) CUDA source(s) compiled for sm_90a and sm_80$(if $(NV_SM100), (+ sm_100a: nvfp4_swz.cu),)$(if $(NVCC),, (nvcc not found: skipped))"
 
-CUDA_RT_OBJ := $(BUILD)/obj/runtime/cuda/backend_cuda.o $(BUILD)/obj/runtime/cuda/backend_cuda_graph.o \
-	       $(BUILD)/obj/runtime/cuda/backend_cuda_prof.o
+CUDA_RT_SRC := $(filter-out runtime/cuda/backend_cuda_stub.c,$(wildcard runtime/cuda/backend_cuda*.c))
+CUDA_RT_OBJ := $(CUDA_RT_SRC:%.c=$(BUILD)/obj/%.o)
 $(CUDA_RT_OBJ) $(BUILD)/obj/tests/gpu/%.o: QCFLAGS += -isystem $(CUDA_ROOT)/include
 
 $(BUILD)/libqc_cuda.a: $(CU_OBJ) $(CUDA_RT_OBJ)

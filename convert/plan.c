@@ -63,17 +63,18 @@ static int finish_tensor(const struct qc_gguf_model *m, struct qc_plan *p, struc
 		t->layout = QC_LAYOUT_GGML;
 		why = "stacked experts: the grouped MoE GEMM reads ggml blocks";
 	}
-	/* a fused half is addressed as rows row0.. of each slice: it must start on a stripe */
-	if (qc_marlin_is(t->layout) && t->n_parts > 1 && t->parts[1].row0 % qc_marlin_stripe(t->layout)) {
+	/* a fused half is addressed as rows row0.. of each slice: it must start on a stripe
+	 * (the layout table's row alignment); a layout without fused halves stays ggml */
+	if (t->n_parts > 1 && !qc_layout_fusable(t->layout)) {
+		t->layout = QC_LAYOUT_GGML;
+		why = "fused halves (the nvfp4_swz kernels take whole matrices)"; /* the one such layout */
+	} else if (t->n_parts > 1 && t->parts[1].row0 % qc_layout_row_align(t->layout)) {
 		t->layout = QC_LAYOUT_GGML;
 		why = "the fused halves do not start on a stripe boundary";
 	}
 	/* nvfp4_swz keeps e4m3 codes over a global scale: the blocks' f32 scales must be
 	 * exactly that (hfq_ct.c writes fl(e4m3/global)); nothing is re-quantized */
-	if (t->layout == QC_LAYOUT_NVFP4_SWZ && t->n_parts > 1) {
-		t->layout = QC_LAYOUT_GGML;
-		why = "fused halves (the nvfp4_swz kernels take whole matrices)";
-	} else if (t->layout == QC_LAYOUT_NVFP4_SWZ) {
+	if (t->layout == QC_LAYOUT_NVFP4_SWZ) {
 		const struct qc_gguf_tensor *s = t->parts[0].src;
 		if (!qc_nvfp4_swz_data_fits(t->type, t->ne, qc_gguf_model_data(m, s), &why))
 			t->layout = QC_LAYOUT_GGML;
@@ -126,7 +127,7 @@ int qc_plan_build(const struct qc_gguf_model *m, enum qc_target tgt, unsigned fl
 		if ((flags & QC_PLAN_FUSE_MOE) && layer >= 0) {
 			snprintf(gate, sizeof gate, "blk.%ld.ffn_gate_exps.weight", layer);
 			const struct qc_gguf_tensor *g = qc_gguf_model_find(m, gate);
-			if (g && fusable(g, s) && qc_target_layout(tgt, s->type, s->n_dims) != QC_LAYOUT_NVFP4_SWZ)
+			if (g && fusable(g, s) && qc_layout_fusable(qc_target_layout(tgt, s->type, s->n_dims)))
 				continue; /* emitted together with its gate half */
 		}
 		layer = layer_of(s->name, "ffn_gate_exps.weight");
@@ -142,7 +143,7 @@ int qc_plan_build(const struct qc_gguf_model *m, enum qc_target tgt, unsigned fl
 					goto fail;
 				}
 				up = NULL;
-			} else if (up && qc_target_layout(tgt, s->type, s->n_dims) == QC_LAYOUT_NVFP4_SWZ) {
+			} else if (up && !qc_layout_fusable(qc_target_layout(tgt, s->type, s->n_dims))) {
 				if (note(p, "blk.%ld: ffn_gate_exps and ffn_up_exps kept separate: nvfp4_swz matrices are not fused (their kernels take whole matrices)",
 					 layer)) {
 					rc = qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");

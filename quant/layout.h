@@ -7,10 +7,14 @@
  * marlin tensor-core layouts (layout_marlin.h, docs/layout-marlin.md) when the shape fits.
  * sm100 also stores nvfp4 matrices with CUTLASS block-scale tiles (nvfp4_swz,
  * layout_nvfp4.h, docs/layout-nvfp4.md); sm80..sm90 keep nvfp4 ggml.
+ * The layout table (qc_layouts, layout.c) is the one place per-layout facts live:
+ * sizes, alignment, pack/unpack, fusing, and which kernel kind runs for how many
+ * activation rows (qc_layout_kernel). Code elsewhere asks it instead of switching.
  */
 #ifndef QC_LAYOUT_H
 #define QC_LAYOUT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "qc_err.h"
@@ -35,6 +39,84 @@ enum qc_target {
 	QC_TARGET_SM100,           /* sm90's choices, and nvfp4 in nvfp4_swz */
 	QC_TARGET_COUNT,
 };
+
+/* What runs a matmul on weights of a layout, by the number of activation rows.
+ * The CUDA side maps each kind to its functions (runtime/cuda/kernels/matmul_dispatch.h);
+ * docs/cuda.md "Which kernel runs" repeats the table and tests/test_layout_table.c
+ * checks that the two agree. Append-only like the layouts. */
+enum qc_kernel_kind {
+	QC_KERNEL_NONE = 0,        /* no kernel (the table says so; never chosen for a matmul) */
+	QC_KERNEL_GEMV,            /* float activations on CUDA cores, the layout read directly; experts allowed */
+	QC_KERNEL_MMA,             /* tensor-core GEMM on the layout itself (activations rounded to fp16) */
+	QC_KERNEL_F16_BLAS,        /* weights decoded to fp16 (every call) + cuBLAS GemmEx, fp32 accumulation */
+	QC_KERNEL_MOE_GEMM,        /* grouped GEMM over rows sorted by expert (moe_gemm.cu) */
+	QC_KERNEL_COUNT,
+};
+
+/* The row-count columns of the table; the boundaries are struct qc_kernel_rows'. */
+enum qc_rows_class {
+	QC_ROWS_1 = 0,             /* one activation row: a decode step of one sequence */
+	QC_ROWS_2_8,               /* 2 .. gemv_max_rows */
+	QC_ROWS_9_127,             /* gemv_max_rows + 1 .. blas_min_rows - 1 */
+	QC_ROWS_128,               /* blas_min_rows and more */
+	QC_ROWS_COUNT,
+};
+
+/* One row of the layout table: everything that depends on the layout alone. The
+ * functions take the layout id so one function can serve several layouts (marlin). */
+struct qc_layout_traits {
+	const char *name;          /* on-disk manifest name */
+	int row_align;             /* rows per addressable unit: a row range [r0, r1) on multiples of it is
+				      a matrix of its own at r0 * row bytes; 0: row ranges are not addressable */
+	bool fusable;              /* MoE gate|up halves may be stored as one tensor (each half then starts
+				      on row_align) */
+	bool (*fits)(enum qc_layout l, enum qc_type type, const int64_t ne[4], uint32_t n_dims, const char **why);
+	int (*row_bytes)(enum qc_layout l, enum qc_type type, int64_t ne0, uint64_t *bytes);
+	int (*bytes)(enum qc_layout l, enum qc_type type, const int64_t ne[4], uint64_t *bytes);
+	int (*pack_slice)(enum qc_layout l, enum qc_type type, const int64_t ne[4], const uint8_t *rows,
+			  uint8_t *out, struct qc_err *err);
+	int (*unpack_rows)(enum qc_layout l, enum qc_type type, const int64_t ne[4], const uint8_t *packed,
+			   uint64_t row0, uint64_t n_rows, uint8_t *out, struct qc_err *err);
+	enum qc_kernel_kind kernel[QC_ROWS_COUNT]; /* one matrix, by activation rows */
+	enum qc_kernel_kind experts;               /* stacked experts (a matrix per row) past gemv_max_rows
+						      rows; up to there, the GEMV */
+};
+
+extern const struct qc_layout_traits qc_layouts[QC_LAYOUT_COUNT];
+
+/* Where the row columns split, and the overrides of the table. Defaults:
+ * QC_KERNEL_ROWS_DEFAULT; the CUDA backend reads its environment block once at create
+ * (runtime/cuda/backend_cuda_env.c, docs/cuda.md). */
+struct qc_kernel_rows {
+	int64_t gemv_max_rows;     /* last row count of the 2-8 column (8) */
+	int64_t blas_min_rows;     /* first row count of the >= 128 column (128) */
+	int64_t mma_gemv_rows;     /* 0: the table; N != 0: layouts with a tensor-core GEMM run the GEMV
+				      up to min(N, gemv_max_rows) rows and their larger-batch kernel past
+				      N (N < 0: never the GEMV) */
+	int64_t f16_max_elems;     /* a matrix of more elements keeps its 9-127 kernel at >= 128 rows
+				      when that differs (its fp16 copy would not fit the scratch: the
+				      vocabulary matrix); 2^27 */
+};
+#define QC_KERNEL_ROWS_DEFAULT { 8, 128, 0, (int64_t)1 << 27 }
+
+/* "gemv", "mma", "f16+cublas", "moe_gemm" ("none"; "unknown" out of range). */
+const char *qc_kernel_kind_name(enum qc_kernel_kind k);
+
+/* The column n_rows falls in under r (0 rows: the 1-row column). */
+enum qc_rows_class qc_kernel_rows_class(int64_t n_rows, const struct qc_kernel_rows *r);
+
+/* The kernel kind for n_rows activation rows of one matrix (experts false) or of a
+ * stack of n_in x n_out experts picked per row (experts true), from the table and r.
+ * The one place that decides; 0 rows take the 1-row column (a no-op call);
+ * QC_KERNEL_NONE for a bad layout id or n_rows < 0. */
+enum qc_kernel_kind qc_layout_kernel(enum qc_layout l, int64_t n_rows, bool experts, int64_t n_in, int64_t n_out,
+				     const struct qc_kernel_rows *r);
+
+/* Rows per addressable unit of layout l (qc_layouts[l].row_align; 0 for a bad id). */
+int qc_layout_row_align(enum qc_layout l);
+
+/* Whether MoE gate|up halves may be fused into one tensor in layout l. */
+bool qc_layout_fusable(enum qc_layout l);
 
 const char *qc_layout_name(enum qc_layout l);
 int qc_layout_from_name(const char *name);            /* -1 when unknown */

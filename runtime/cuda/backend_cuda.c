@@ -1,26 +1,24 @@
 /* backend_cuda.c — the CUDA backend: llama forward over a scheduler plan on one GPU.
  *
- * Owns: the device weights (the bundle's tensor bytes uploaded as one region
- * through pinned staging buffers, load rate printed; types without a device
- * decoder dequantized to f16 on the host, logged once per type), the binary16
- * K/V pool in the CPU backend's layout (the CPU rounds its cache through
- * binary16 too) and every activation buffer, all sized at create.
+ * Owns: create/destroy, the binary16 K/V pool in the CPU backend's layout (the
+ * CPU rounds its cache through binary16 too) and every activation buffer, all
+ * sized at create.
+ * Weights: backend_cuda_weights.c; matmuls: backend_cuda_mm.c (the layout table
+ * picks the kernel kind); knobs: backend_cuda_env.c, read once here.
  * Forward: plan arrays up in one copy, kernels of runtime/cuda/kernels/ on one stream
- * (MoE routing on the device; experts as per-row GEMV up to gemv_max_rows
- * rows, beyond as the grouped GEMM of moe_gemm.cu), logits down in one
- * copy: the step's only host sync. Matmuls through matmul_dispatch.h. Decode
- * steps (every row wants logits, at most GRAPH_MAX_ROWS rows) replay a CUDA graph
+ * (MoE routing on the device), logits down in one copy: the step's only host
+ * sync. Decode steps (every row wants logits, at most GRAPH_MAX_ROWS rows) replay a CUDA graph
  * per shape (backend_cuda_graph.h); QC_PROFILE=1 times the phases instead
  * (backend_cuda_prof.h).
  * Sampling: forward_top brings back the argmax (greedy rows) or the top-k
  * candidates (topk.cu) instead of the row where the sampler allows.
  * Non-goals (yet): a grouped MoE GEMM for the marlin layouts, device sampling
  * of rows without a top-k cut. (Flash prefill attention is chosen inside
- * qc_cuda_paged_attn, flash_attn.cu; QC_CUDA_FLASH=0 turns it off.)
+ * qc_cuda_paged_attn, flash_attn.cu; QC_CUDA_FLASH=0 turns it off, docs/cuda.md.)
  * Act-order weights get their activations gathered first (act_gather.cu);
  * YaRN, llama3 rope_freqs and sigmoid-gated shared experts as the CPU backend.
  */
-#include "backend_cuda.h"
+#include "backend_cuda_int.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -48,296 +46,8 @@
 #include "backend_cuda_graph.h"
 #include "backend_cuda_prof.h"
 
-#define STAGE_BYTES ((size_t)64 << 20) /* each of the two pinned staging buffers */
 #define GRAPH_MAX_ROWS 256             /* steps of more rows run eagerly (launches amortized) */
 #define GRAPH_CACHE 64                 /* step shapes kept as instantiated graphs */
-
-/* A weight on the device. */
-struct dmat {
-	const uint8_t *d_w;        /* NULL when the model has no such weight */
-	enum qc_type type;
-	enum qc_layout layout;
-	int64_t n_in, n_out, n_mat;
-	uint64_t row_bytes, mat_stride;
-	const struct qc_cuda_mm_kernels *k;
-	const int32_t *d_perm;     /* act-order permutation(s) in the uploaded file, or NULL */
-	int64_t perm_stride;
-};
-
-struct dlayer {
-	struct dmat wq, wk, wv, wo, gate, up, down, gate_inp, gate_exps, up_exps, down_exps;
-	struct dmat gate_inp_sh, gate_sh, up_sh, down_sh; /* shared expert (Qwen2-MoE), or absent */
-	const float *d_attn_norm, *d_ffn_norm, *d_bq, *d_bk, *d_bv, *d_q_norm, *d_k_norm;
-};
-
-/* A host-converted (f16) copy, shared by views of the same host bytes. */
-struct conv {
-	const uint8_t *h_src;
-	const uint8_t *d_w;
-};
-
-struct cu {
-	const struct qc_model *m;
-	struct qc_backend_params p;
-	cudaStream_t st;
-	cublasHandle_t blas;
-	void **allocs;             /* (n_allocs) every cudaMalloc, freed at destroy */
-	int n_allocs, cap_allocs;
-	const uint8_t *d_file;     /* the bundle bytes [file_lo, file_hi) */
-	uint64_t file_lo, file_hi;
-	struct conv *convs;
-	int n_convs;
-	struct dlayer *L;          /* (n_layer) */
-	struct dmat tok, out;
-	const float *d_out_norm;
-	const float *d_rope_ff;    /* (rope_dim / 2) llama3 frequency divisors, or NULL */
-	uint16_t *d_kv;            /* (n_blocks, block_elems) binary16 */
-	size_t block_elems;
-	int64_t q_dim, kv_dim, wide, n_exp_rows;
-	float *d_x, *d_xn;         /* (T, E) residual, (T, wide) normed / matmul out */
-	float *d_q, *d_k, *d_v;    /* (T, q_dim | kv_dim) */
-	float *d_att;              /* (T, wide) */
-	float *d_fa, *d_fb;        /* (T, max(max(1, K) * F, F_shexp)) */
-	float *d_shg;              /* (T) shared expert gate logits, or NULL */
-	float *d_router, *d_selw;  /* (T, X), (T, K) */
-	int32_t *d_sel;            /* (T, K) */
-	float *d_eout;             /* (T * K, E) */
-	float *d_lx, *d_logits;    /* (max_logits, E), (max_logits, V) */
-	int32_t *d_plan, *h_plan;  /* packed plan arrays (plan_cap int32) */
-	size_t plan_cap;
-	float *h_logits;           /* pinned (max_logits, V) */
-	bool any_perm;             /* some weight has an act-order permutation */
-	float *d_xperm;            /* (max_tokens * max(1, n_expert_used), max n_in) gathered x, or NULL */
-	int64_t xperm_cap;         /* floats of d_xperm */
-	int32_t *d_argmax, *h_argmax; /* (max_logits) greedy choice per logit row; host side pinned */
-	int32_t *d_top_ids, *h_top_ids; /* (max_logits, QC_BACKEND_TOP_MAX) top-k rows' ids; host pinned */
-	float *d_top_vals, *h_top_vals; /* (max_logits, QC_BACKEND_TOP_MAX) and their logits */
-	void *d_ws;                /* gemm scratch */
-	uint64_t ws_bytes;
-	int64_t gemv_max_rows;
-	int32_t table_stride;      /* block-table entries per sequence on the device: fixed, so a
-				      captured graph stays valid as sequences grow */
-	struct qc_cuda_graphs *graphs; /* NULL: graphs off (QC_CUDA_GRAPHS=0, or profiling) */
-	struct qc_cuda_prof *prof;     /* NULL unless QC_PROFILE */
-};
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int ck(cudaError_t e, const char *what, struct qc_err *err)
-{
-	return qc_cuda_check(e, what, err);
-}
-
-/* cudaMalloc tracked for destroy. */
-static int dalloc(struct cu *c, size_t bytes, void **out, struct qc_err *err)
-{
-	void *p = NULL;
-	int rc;
-	if (c->n_allocs == c->cap_allocs) {
-		int cap = c->cap_allocs ? 2 * c->cap_allocs : 64;
-		void **a = realloc(c->allocs, sizeof *a * (size_t)cap);
-		if (!a)
-			return qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
-		c->allocs = a;
-		c->cap_allocs = cap;
-	}
-	if ((rc = ck(cudaMalloc(&p, bytes ? bytes : 16), "cudaMalloc", err))) {
-		char msg[QC_ERR_MSG_MAX];
-		snprintf(msg, sizeof msg, "%s", err ? err->msg : "");
-		return qc_err_set(err, QC_ECUDA, NULL, NULL, -1, "device allocation of %zu bytes: %s", bytes, msg);
-	}
-	c->allocs[c->n_allocs++] = p;
-	*out = p;
-	return QC_OK;
-}
-
-static int dfloats(struct cu *c, size_t n, float **out, struct qc_err *err)
-{
-	return dalloc(c, n * sizeof(float), (void **)out, err);
-}
-
-/* A small host vector to the device (NULL stays NULL). */
-static int upload_vec(struct cu *c, const float *h, int64_t n, const float **d, struct qc_err *err)
-{
-	float *p;
-	int rc;
-	*d = NULL;
-	if (!h)
-		return QC_OK;
-	if ((rc = dfloats(c, (size_t)n, &p, err)) ||
-	    (rc = ck(cudaMemcpy(p, h, (size_t)n * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy", err)))
-		return rc;
-	*d = p;
-	return QC_OK;
-}
-
-/* Bytes of the bundle the tensors occupy: [lo, hi). */
-static void tensor_region(const struct qc_bundle *b, uint64_t *lo, uint64_t *hi)
-{
-	*lo = UINT64_MAX;
-	*hi = 0;
-	for (uint64_t i = 0; i < b->n_tensors; i++) {
-		const struct qc_bundle_tensor *t = &b->tensors[i];
-		if (t->off < *lo)
-			*lo = t->off;
-		if (t->off + t->size > *hi)
-			*hi = t->off + t->size;
-	}
-	if (*lo > *hi)
-		*lo = *hi = 0;
-}
-
-/* The whole region through two pinned staging buffers (copy i+1 is filled
- * while copy i is in flight); prints the rate. */
-static int upload_file(struct cu *c, struct qc_err *err)
-{
-	const struct qc_bundle *b = c->m->bundle;
-	uint8_t *h_stage[2] = {NULL, NULL};
-	cudaEvent_t done[2] = {NULL, NULL};
-	void *d;
-	int rc;
-
-	tensor_region(b, &c->file_lo, &c->file_hi);
-	const uint64_t n = c->file_hi - c->file_lo;
-	if ((rc = dalloc(c, n + QC_CUDA_MM_PAD, &d, err))) /* the matmuls' 16-byte loads may pass the end */
-		return rc;
-	c->d_file = d;
-	const double t0 = now_s();
-	for (int i = 0; i < 2; i++)
-		if ((rc = ck(cudaMallocHost((void **)&h_stage[i], STAGE_BYTES), "cudaMallocHost", err)) ||
-		    (rc = ck(cudaEventCreateWithFlags(&done[i], cudaEventDisableTiming), "cudaEventCreate", err)))
-			goto out;
-	for (uint64_t off = 0, k = 0; off < n; off += STAGE_BYTES, k++) {
-		const size_t len = n - off < STAGE_BYTES ? (size_t)(n - off) : STAGE_BYTES;
-		const int s = (int)(k % 2);
-		if (k >= 2 && (rc = ck(cudaEventSynchronize(done[s]), "cudaEventSynchronize", err)))
-			goto out;
-		memcpy(h_stage[s], b->map + c->file_lo + off, len);
-		if ((rc = ck(cudaMemcpyAsync((uint8_t *)d + off, h_stage[s], len, cudaMemcpyHostToDevice, c->st),
-			     "cudaMemcpyAsync (weights)", err)) ||
-		    (rc = ck(cudaEventRecord(done[s], c->st), "cudaEventRecord", err)))
-			goto out;
-	}
-	if ((rc = ck(cudaStreamSynchronize(c->st), "cudaStreamSynchronize (weights)", err)))
-		goto out;
-	const double dt = now_s() - t0;
-	fprintf(stderr, "cuda: weights %.3f GB to the device in %.3f s (%.2f GB/s)\n", (double)n / 1e9, dt,
-		dt > 0 ? (double)n / 1e9 / dt : 0.0);
-out:
-	for (int i = 0; i < 2; i++) {
-		if (done[i])
-			cudaEventDestroy(done[i]);
-		if (h_stage[i])
-			cudaFreeHost(h_stage[i]);
-	}
-	return rc;
-}
-
-/* Layout of the bundle tensor holding host pointer p. */
-static enum qc_layout layout_of(const struct qc_bundle *b, const uint8_t *p)
-{
-	const uint64_t off = (uint64_t)(p - b->map);
-	for (uint64_t i = 0; i < b->n_tensors; i++)
-		if (off >= b->tensors[i].off && off < b->tensors[i].off + b->tensors[i].size)
-			return b->tensors[i].layout;
-	return QC_LAYOUT_GGML;
-}
-
-/* Decode every matrix of w on the host to f16 and upload it (the slow path). */
-static int convert_f16(struct cu *c, const struct qc_mat *w, const uint8_t **d_out, struct qc_err *err)
-{
-	for (int i = 0; i < c->n_convs; i++)
-		if (c->convs[i].h_src == w->data) {
-			*d_out = c->convs[i].d_w;
-			return QC_OK;
-		}
-	const size_t n_rows = (size_t)w->n_mat * (size_t)w->n_out, n_in = (size_t)w->n_in;
-	float *row = malloc(n_in * sizeof(float));
-	uint16_t *h = malloc(n_rows * n_in * sizeof(uint16_t));
-	struct conv *cv = realloc(c->convs, sizeof *cv * (size_t)(c->n_convs + 1));
-	void *d = NULL;
-	int rc = QC_OK;
-	if (cv)
-		c->convs = cv;
-	if (!row || !h || !cv) {
-		rc = qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory converting %s weights",
-				qc_types[w->type].name);
-		goto out;
-	}
-	for (int64_t e = 0; e < w->n_mat; e++)
-		for (int64_t r = 0; r < w->n_out; r++) {
-			qc_types[w->type].dequant_row(qc_mat_row(w, e, r), row, w->n_in);
-			uint16_t *dst = h + ((size_t)e * (size_t)w->n_out + (size_t)r) * n_in;
-			for (size_t i = 0; i < n_in; i++)
-				dst[i] = qc_f32_to_fp16(row[i]);
-		}
-	if ((rc = dalloc(c, n_rows * n_in * 2, &d, err)) ||
-	    (rc = ck(cudaMemcpy(d, h, n_rows * n_in * 2, cudaMemcpyHostToDevice), "cudaMemcpy (f16 weights)", err)))
-		goto out;
-	c->convs[c->n_convs].h_src = w->data;
-	c->convs[c->n_convs].d_w = d;
-	c->n_convs++;
-	*d_out = d;
-out:
-	free(row);
-	free(h);
-	return rc;
-}
-
-/* The device view of w: a slice of the uploaded file, or an f16 conversion
- * when no kernel reads its (layout, type): in the GGML layout only F64, Q8_1,
- * Q8_K and the integer types (every other type has a decode.cuh decoder). */
-static int make_dmat(struct cu *c, const struct qc_mat *w, const char *what, struct dmat *d,
-		     bool warned[QC_TYPE_COUNT], struct qc_err *err)
-{
-	const struct qc_bundle *b = c->m->bundle;
-	memset(d, 0, sizeof *d);
-	if (!w->data)
-		return QC_OK;
-	if (w->act_perm) { /* the permutation is a bundle tensor: it came up with the file */
-		const uint64_t po = (uint64_t)((const uint8_t *)w->act_perm - b->map);
-		const uint64_t pb = (uint64_t)(w->perm_stride ? w->n_mat : 1) * (uint64_t)w->n_in * 4;
-		if (po < c->file_lo || po + pb > c->file_hi)
-			return qc_err_set(err, QC_EINVAL, b->path, what, -1, "act-order permutation outside the tensor region");
-		d->d_perm = (const int32_t *)(const void *)(c->d_file + (po - c->file_lo));
-		d->perm_stride = w->perm_stride;
-		c->any_perm = true;
-	}
-	d->type = w->type;
-	d->layout = layout_of(b, w->data);
-	d->n_in = w->n_in;
-	d->n_out = w->n_out;
-	d->n_mat = w->n_mat;
-	d->row_bytes = w->row_bytes;
-	d->mat_stride = w->mat_stride;
-	d->d_w = c->d_file + ((uint64_t)(w->data - b->map) - c->file_lo);
-	d->k = qc_cuda_mm_find(d->layout, d->type);
-	if (d->k)
-		return QC_OK;
-	if (d->layout != QC_LAYOUT_GGML)
-		return qc_err_set(err, QC_EUNSUPPORTED, b->path, what, -1,
-				  "no CUDA kernel for layout %s of %s", qc_layout_name(d->layout),
-				  qc_types[d->type].name);
-	if (!warned[d->type]) {
-		warned[d->type] = true;
-		qc_warn_prefix();
-		fprintf(stderr, "cuda: no device decoder for %s weights: dequantized to f16 on the host "
-				"at load (slow path, f16-rounded values)\n", qc_types[d->type].name);
-	}
-	int rc = convert_f16(c, w, &d->d_w, err);
-	if (rc)
-		return rc;
-	d->type = QC_TYPE_F16;
-	d->row_bytes = (uint64_t)w->n_in * 2;
-	d->mat_stride = d->row_bytes * (uint64_t)w->n_out;
-	d->k = qc_cuda_mm_find(QC_LAYOUT_GGML, QC_TYPE_F16);
-	return QC_OK;
-}
 
 /* Floats of every activation buffer create allocates (kv_limits subtracts them). */
 static uint64_t buffer_floats(const struct qc_model_config *cfg, const struct qc_backend_params *p)
@@ -356,47 +66,6 @@ static uint64_t plan_ints(const struct qc_backend_params *p)
 {
 	const uint64_t stride = ((uint64_t)p->max_ctx + (uint64_t)p->block_tokens - 1) / (uint64_t)p->block_tokens + 1;
 	return 4 * (uint64_t)p->max_tokens + 2 * (uint64_t)p->max_logits + (uint64_t)p->max_logits * stride + 64;
-}
-
-/* Largest gemm scratch over the model's matrices. */
-static uint64_t ws_need(const struct cu *c)
-{
-	const struct qc_model_config *cfg = &c->m->cfg;
-	uint64_t need = 0;
-	const struct dmat *all[16]; /* a layer's dense matrices, or the output */
-	for (int il = 0; il <= cfg->n_layer; il++) {
-		int n = 0;
-		if (il < cfg->n_layer) {
-			const struct dlayer *L = &c->L[il];
-			const struct dmat *v[] = {&L->wq,    &L->wk,     &L->wv,      &L->wo,    &L->gate,    &L->up,
-						  &L->down,  &L->gate_inp, &L->gate_sh, &L->up_sh, &L->down_sh,
-						  &L->gate_inp_sh};
-			for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
-				all[n++] = v[i];
-		} else {
-			all[n++] = &c->out;
-		}
-		for (int i = 0; i < n; i++) {
-			const struct dmat *w = all[i];
-			if (!w->d_w || !w->k || !w->k->ws_bytes)
-				continue;
-			const int64_t rows = w == &c->out ? c->p.max_logits : c->p.max_tokens;
-			const uint64_t b = w->k->ws_bytes(w->n_in, w->n_out, rows);
-			need = b > need ? b : need;
-		}
-	}
-	/* MoE experts past gemv_max_rows rows: the grouped GEMM's row sort (mm()) */
-	const int64_t exp_rows = c->p.max_tokens * (cfg->n_expert ? cfg->n_expert_used : 1);
-	for (int il = 0; cfg->n_expert && il < cfg->n_layer; il++) {
-		const struct dmat *x[] = {&c->L[il].gate_exps, &c->L[il].up_exps, &c->L[il].down_exps};
-		for (size_t i = 0; i < sizeof x / sizeof x[0]; i++) {
-			if (!x[i]->d_w || x[i]->layout != QC_LAYOUT_GGML)
-				continue;
-			const uint64_t b = qc_cuda_moe_gemm_ws_bytes(exp_rows, x[i]->n_mat);
-			need = b > need ? b : need;
-		}
-	}
-	return need;
 }
 
 static void cuda_destroy(void *state)
@@ -460,14 +129,13 @@ static int cuda_create(const struct qc_model *m, const struct qc_backend_params 
 		return qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
 	c->m = m;
 	c->p = *p;
-	const char *env = getenv("QC_CUDA_GEMV_MAX_ROWS");
-	c->gemv_max_rows = env && *env ? strtoll(env, NULL, 10) : 8;
+	qc_cuda_env_read(&c->env);
 	c->L = calloc((size_t)cfg->n_layer, sizeof *c->L);
 	if (!c->L) {
 		rc = qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
 		goto fail;
 	}
-	if ((rc = ck(cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking), "cudaStreamCreate", err)))
+	if ((rc = qc_cuda_be_ck(cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking), "cudaStreamCreate", err)))
 		goto fail;
 	if (cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS) {
 		c->blas = NULL;
@@ -476,21 +144,21 @@ static int cuda_create(const struct qc_model *m, const struct qc_backend_params 
 	}
 	/* a workspace of its own: cuBLAS then allocates nothing inside a graph capture */
 	void *blas_ws = NULL;
-	if ((rc = dalloc(c, (size_t)32 << 20, &blas_ws, err)))
+	if ((rc = qc_cuda_be_dalloc(c, (size_t)32 << 20, &blas_ws, err)))
 		goto fail;
 	if (cublasSetStream(c->blas, c->st) != CUBLAS_STATUS_SUCCESS ||
 	    cublasSetWorkspace(c->blas, blas_ws, (size_t)32 << 20) != CUBLAS_STATUS_SUCCESS) {
 		rc = qc_err_set(err, QC_ECUDA, NULL, NULL, -1, "cublasSetWorkspace failed");
 		goto fail;
 	}
-	if ((rc = upload_file(c, err)))
+	if ((rc = qc_cuda_be_upload_file(c, err)))
 		goto fail;
 
 	/* weights and small vectors */
-	if ((rc = make_dmat(c, &m->token_embd, "token_embd.weight", &c->tok, warned, err)) ||
-	    (rc = make_dmat(c, &m->output, "output.weight", &c->out, warned, err)) ||
-	    (rc = upload_vec(c, m->output_norm, cfg->n_embd, &c->d_out_norm, err)) ||
-	    (rc = upload_vec(c, m->rope_freqs, cfg->rope_dim / 2, &c->d_rope_ff, err)))
+	if ((rc = qc_cuda_be_make_dmat(c, &m->token_embd, "token_embd.weight", &c->tok, warned, err)) ||
+	    (rc = qc_cuda_be_make_dmat(c, &m->output, "output.weight", &c->out, warned, err)) ||
+	    (rc = qc_cuda_be_upload_vec(c, m->output_norm, cfg->n_embd, &c->d_out_norm, err)) ||
+	    (rc = qc_cuda_be_upload_vec(c, m->rope_freqs, cfg->rope_dim / 2, &c->d_rope_ff, err)))
 		goto fail;
 	c->q_dim = (int64_t)cfg->n_head * cfg->head_dim;
 	c->kv_dim = (int64_t)cfg->n_head_kv * cfg->head_dim;
@@ -500,28 +168,28 @@ static int cuda_create(const struct qc_model *m, const struct qc_backend_params 
 		struct dlayer *L = &c->L[il];
 		char nm[64];
 		snprintf(nm, sizeof nm, "blk.%d", il);
-		if ((rc = make_dmat(c, &ml->wq, nm, &L->wq, warned, err)) ||
-		    (rc = make_dmat(c, &ml->wk, nm, &L->wk, warned, err)) ||
-		    (rc = make_dmat(c, &ml->wv, nm, &L->wv, warned, err)) ||
-		    (rc = make_dmat(c, &ml->wo, nm, &L->wo, warned, err)) ||
-		    (rc = make_dmat(c, &ml->ffn_gate, nm, &L->gate, warned, err)) ||
-		    (rc = make_dmat(c, &ml->ffn_up, nm, &L->up, warned, err)) ||
-		    (rc = make_dmat(c, &ml->ffn_down, nm, &L->down, warned, err)) ||
-		    (rc = make_dmat(c, &ml->gate_inp, nm, &L->gate_inp, warned, err)) ||
-		    (rc = make_dmat(c, &ml->gate_exps, nm, &L->gate_exps, warned, err)) ||
-		    (rc = make_dmat(c, &ml->up_exps, nm, &L->up_exps, warned, err)) ||
-		    (rc = make_dmat(c, &ml->down_exps, nm, &L->down_exps, warned, err)) ||
-		    (rc = make_dmat(c, &ml->gate_inp_shexp, nm, &L->gate_inp_sh, warned, err)) ||
-		    (rc = make_dmat(c, &ml->gate_shexp, nm, &L->gate_sh, warned, err)) ||
-		    (rc = make_dmat(c, &ml->up_shexp, nm, &L->up_sh, warned, err)) ||
-		    (rc = make_dmat(c, &ml->down_shexp, nm, &L->down_sh, warned, err)) ||
-		    (rc = upload_vec(c, ml->attn_norm, cfg->n_embd, &L->d_attn_norm, err)) ||
-		    (rc = upload_vec(c, ml->ffn_norm, cfg->n_embd, &L->d_ffn_norm, err)) ||
-		    (rc = upload_vec(c, ml->bq, c->q_dim, &L->d_bq, err)) ||
-		    (rc = upload_vec(c, ml->bk, c->kv_dim, &L->d_bk, err)) ||
-		    (rc = upload_vec(c, ml->bv, c->kv_dim, &L->d_bv, err)) ||
-		    (rc = upload_vec(c, ml->q_norm, cfg->head_dim, &L->d_q_norm, err)) ||
-		    (rc = upload_vec(c, ml->k_norm, cfg->head_dim, &L->d_k_norm, err)))
+		if ((rc = qc_cuda_be_make_dmat(c, &ml->wq, nm, &L->wq, warned, err)) ||
+		    (rc = qc_cuda_be_make_dmat(c, &ml->wk, nm, &L->wk, warned, err)) ||
+		    (rc = qc_cuda_be_make_dmat(c, &ml->wv, nm, &L->wv, warned, err)) ||
+		    (rc = qc_cuda_be_make_dmat(c, &ml->wo, nm, &L->wo, warned, err)) ||
+		    (rc = qc_cuda_be_make_dmat(c, &ml->ffn_gate, nm, &L->gate, warned, err)) ||
+		    (rc = qc_cuda_be_make_dmat(c, &ml->ffn_up, nm, &L->up, warned, err)) ||
+		    (rc = qc_cuda_be_make_dmat(c, &ml->ffn_down, nm, &L->down, warned, err)) ||
+		    (rc = qc_cuda_be_make_dmat(c, &ml->gate_inp, nm, &L->gate_inp, warned, err)) ||
+		    (rc = qc_cuda_be_make_dmat(c, &ml->gate_exps, nm, &L->gate_exps, warned, err)) ||
+		    (rc = qc_cuda_be_make_dmat(c, &ml->up_exps, nm, &L->up_exps, warned, err)) ||
+		    (rc = qc_cuda_be_make_dmat(c, &ml->down_exps, nm, &L->down_exps, warned, err)) ||
+		    (rc = qc_cuda_be_make_dmat(c, &ml->gate_inp_shexp, nm, &L->gate_inp_sh, warned, err)) ||
+		    (rc = qc_cuda_be_make_dmat(c, &ml->gate_shexp, nm, &L->gate_sh, warned, err)) ||
+		    (rc = qc_cuda_be_make_dmat(c, &ml->up_shexp, nm, &L->up_sh, warned, err)) ||
+		    (rc = qc_cuda_be_make_dmat(c, &ml->down_shexp, nm, &L->down_sh, warned, err)) ||
+		    (rc = qc_cuda_be_upload_vec(c, ml->attn_norm, cfg->n_embd, &L->d_attn_norm, err)) ||
+		    (rc = qc_cuda_be_upload_vec(c, ml->ffn_norm, cfg->n_embd, &L->d_ffn_norm, err)) ||
+		    (rc = qc_cuda_be_upload_vec(c, ml->bq, c->q_dim, &L->d_bq, err)) ||
+		    (rc = qc_cuda_be_upload_vec(c, ml->bk, c->kv_dim, &L->d_bk, err)) ||
+		    (rc = qc_cuda_be_upload_vec(c, ml->bv, c->kv_dim, &L->d_bv, err)) ||
+		    (rc = qc_cuda_be_upload_vec(c, ml->q_norm, cfg->head_dim, &L->d_q_norm, err)) ||
+		    (rc = qc_cuda_be_upload_vec(c, ml->k_norm, cfg->head_dim, &L->d_k_norm, err)))
 			goto fail;
 	}
 
@@ -539,86 +207,48 @@ static int cuda_create(const struct qc_model *m, const struct qc_backend_params 
 	c->table_stride = (int32_t)(((int64_t)p->max_ctx + p->block_tokens - 1) / p->block_tokens + 1);
 	c->prof = qc_cuda_prof_new();
 	c->graphs = c->prof ? NULL : qc_cuda_graphs_new(GRAPH_CACHE);
-	c->ws_bytes = ws_need(c);
+	c->ws_bytes = qc_cuda_be_ws_need(c);
 	{ /* the split-K attention shares the scratch (it runs between matmuls, on one stream):
 	     room for a step of max_logits tokens at once, larger steps go in slices */
 		const uint64_t aw = qc_cuda_paged_attn_ws_bytes(p->max_logits, cfg->n_head, cfg->head_dim, p->max_ctx);
 		c->ws_bytes = aw > c->ws_bytes ? aw : c->ws_bytes;
 	}
-	if ((rc = dalloc(c, (size_t)p->n_blocks * c->block_elems * 2, (void **)&c->d_kv, err)) ||
-	    (rc = dfloats(c, T * E, &c->d_x, err)) || (rc = dfloats(c, T * (size_t)c->wide, &c->d_xn, err)) ||
-	    (rc = dfloats(c, T * (size_t)c->q_dim, &c->d_q, err)) ||
-	    (rc = dfloats(c, T * (size_t)c->kv_dim, &c->d_k, err)) ||
-	    (rc = dfloats(c, T * (size_t)c->kv_dim, &c->d_v, err)) ||
-	    (rc = dfloats(c, T * (size_t)c->wide, &c->d_att, err)) || (rc = dfloats(c, T * KF, &c->d_fa, err)) ||
-	    (rc = dfloats(c, T * KF, &c->d_fb, err)) || (FSH && (rc = dfloats(c, T, &c->d_shg, err))) || (rc = dfloats(c, T * (X ? X : 1), &c->d_router, err)) ||
-	    (rc = dfloats(c, T * K, &c->d_selw, err)) ||
-	    (rc = dalloc(c, T * K * sizeof(int32_t), (void **)&c->d_sel, err)) ||
-	    (rc = dfloats(c, (X ? T * K : 1) * E, &c->d_eout, err)) || (rc = dfloats(c, LG * E, &c->d_lx, err)) ||
-	    (rc = dfloats(c, LG * V, &c->d_logits, err)) ||
-	    (rc = dalloc(c, c->plan_cap * sizeof(int32_t), (void **)&c->d_plan, err)) ||
-	    (rc = dalloc(c, c->ws_bytes, &c->d_ws, err)) ||
-	    (rc = ck(cudaMallocHost((void **)&c->h_plan, c->plan_cap * sizeof(int32_t)), "cudaMallocHost", err)) ||
-	    (rc = dalloc(c, LG * sizeof(int32_t), (void **)&c->d_argmax, err)) ||
-	    (c->any_perm && (rc = dfloats(c, (size_t)(c->xperm_cap = (int64_t)(T * K * max_in)),
+	if ((rc = qc_cuda_be_dalloc(c, (size_t)p->n_blocks * c->block_elems * 2, (void **)&c->d_kv, err)) ||
+	    (rc = qc_cuda_be_dfloats(c, T * E, &c->d_x, err)) || (rc = qc_cuda_be_dfloats(c, T * (size_t)c->wide, &c->d_xn, err)) ||
+	    (rc = qc_cuda_be_dfloats(c, T * (size_t)c->q_dim, &c->d_q, err)) ||
+	    (rc = qc_cuda_be_dfloats(c, T * (size_t)c->kv_dim, &c->d_k, err)) ||
+	    (rc = qc_cuda_be_dfloats(c, T * (size_t)c->kv_dim, &c->d_v, err)) ||
+	    (rc = qc_cuda_be_dfloats(c, T * (size_t)c->wide, &c->d_att, err)) || (rc = qc_cuda_be_dfloats(c, T * KF, &c->d_fa, err)) ||
+	    (rc = qc_cuda_be_dfloats(c, T * KF, &c->d_fb, err)) || (FSH && (rc = qc_cuda_be_dfloats(c, T, &c->d_shg, err))) || (rc = qc_cuda_be_dfloats(c, T * (X ? X : 1), &c->d_router, err)) ||
+	    (rc = qc_cuda_be_dfloats(c, T * K, &c->d_selw, err)) ||
+	    (rc = qc_cuda_be_dalloc(c, T * K * sizeof(int32_t), (void **)&c->d_sel, err)) ||
+	    (rc = qc_cuda_be_dfloats(c, (X ? T * K : 1) * E, &c->d_eout, err)) || (rc = qc_cuda_be_dfloats(c, LG * E, &c->d_lx, err)) ||
+	    (rc = qc_cuda_be_dfloats(c, LG * V, &c->d_logits, err)) ||
+	    (rc = qc_cuda_be_dalloc(c, c->plan_cap * sizeof(int32_t), (void **)&c->d_plan, err)) ||
+	    (rc = qc_cuda_be_dalloc(c, c->ws_bytes, &c->d_ws, err)) ||
+	    (rc = qc_cuda_be_ck(cudaMallocHost((void **)&c->h_plan, c->plan_cap * sizeof(int32_t)), "cudaMallocHost", err)) ||
+	    (rc = qc_cuda_be_dalloc(c, LG * sizeof(int32_t), (void **)&c->d_argmax, err)) ||
+	    (c->any_perm && (rc = qc_cuda_be_dfloats(c, (size_t)(c->xperm_cap = (int64_t)(T * K * max_in)),
 					  &c->d_xperm, err))) ||
-	    (rc = ck(cudaMallocHost((void **)&c->h_logits, LG * V * sizeof(float)), "cudaMallocHost", err)) ||
-	    (rc = ck(cudaMallocHost((void **)&c->h_argmax, LG * sizeof(int32_t)), "cudaMallocHost", err)) ||
-	    (rc = dalloc(c, LG * QC_BACKEND_TOP_MAX * sizeof(int32_t), (void **)&c->d_top_ids, err)) ||
-	    (rc = dfloats(c, LG * QC_BACKEND_TOP_MAX, &c->d_top_vals, err)) ||
-	    (rc = ck(cudaMallocHost((void **)&c->h_top_ids, LG * QC_BACKEND_TOP_MAX * sizeof(int32_t)),
+	    (rc = qc_cuda_be_ck(cudaMallocHost((void **)&c->h_logits, LG * V * sizeof(float)), "cudaMallocHost", err)) ||
+	    (rc = qc_cuda_be_ck(cudaMallocHost((void **)&c->h_argmax, LG * sizeof(int32_t)), "cudaMallocHost", err)) ||
+	    (rc = qc_cuda_be_dalloc(c, LG * QC_BACKEND_TOP_MAX * sizeof(int32_t), (void **)&c->d_top_ids, err)) ||
+	    (rc = qc_cuda_be_dfloats(c, LG * QC_BACKEND_TOP_MAX, &c->d_top_vals, err)) ||
+	    (rc = qc_cuda_be_ck(cudaMallocHost((void **)&c->h_top_ids, LG * QC_BACKEND_TOP_MAX * sizeof(int32_t)),
 		     "cudaMallocHost", err)) ||
-	    (rc = ck(cudaMallocHost((void **)&c->h_top_vals, LG * QC_BACKEND_TOP_MAX * sizeof(float)),
+	    (rc = qc_cuda_be_ck(cudaMallocHost((void **)&c->h_top_vals, LG * QC_BACKEND_TOP_MAX * sizeof(float)),
 		     "cudaMallocHost", err)))
 		goto fail;
 	/* poison: a kernel reading K/V it never wrote shows up as NaN, not as plausible zeros */
-	if ((rc = ck(cudaMemsetAsync(c->d_kv, 0xff, (size_t)p->n_blocks * c->block_elems * 2, c->st),
+	if ((rc = qc_cuda_be_ck(cudaMemsetAsync(c->d_kv, 0xff, (size_t)p->n_blocks * c->block_elems * 2, c->st),
 		     "cudaMemset (K/V)", err)) ||
-	    (rc = ck(cudaStreamSynchronize(c->st), "cudaStreamSynchronize", err)))
+	    (rc = qc_cuda_be_ck(cudaStreamSynchronize(c->st), "cudaStreamSynchronize", err)))
 		goto fail;
 	*state = c;
 	return QC_OK;
 fail:
 	cuda_destroy(c);
 	return rc;
-}
-
-/* y = W x for n_rows activation rows (see matmul_dispatch.h). */
-static int mm(struct cu *c, const struct dmat *w, const float *d_x, int64_t ldx, int32_t x_div,
-	      const int32_t *d_expert, int64_t n_rows, float *d_y, int64_t ldy, struct qc_err *err)
-{
-	if (w->d_perm) { /* act-order: x gathered into the order of the weight's columns */
-		if (n_rows * w->n_in > c->xperm_cap)
-			return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "act_gather: %lld rows of %lld exceed the buffer",
-					  (long long)n_rows, (long long)w->n_in);
-		const struct qc_cuda_act_gather_args g = {d_x, ldx, x_div, d_expert, w->d_perm, w->perm_stride,
-							  n_rows, w->n_in, c->d_xperm};
-		int rc = qc_cuda_act_gather(&g, c->st, err);
-		if (rc)
-			return rc;
-		d_x = c->d_xperm;
-		ldx = w->n_in;
-		x_div = 1;
-	}
-	const struct qc_cuda_mm_args a = {
-		.d_w = w->d_w, .type = w->type, .layout = w->layout, .n_in = w->n_in, .n_out = w->n_out,
-		.row_bytes = w->row_bytes, .mat_stride = w->mat_stride, .d_x = d_x, .ldx = ldx,
-		.x_div = x_div, .d_expert = d_expert, .n_rows = n_rows, .d_y = d_y, .ldy = ldy,
-		.d_ws = c->d_ws, .ws_bytes = c->ws_bytes, .blas = c->blas,
-	};
-	if (n_rows > c->gemv_max_rows) {
-		if (!d_expert && w->k->gemm)
-			return w->k->gemm(&a, c->st, err);
-		if (d_expert && w->layout == QC_LAYOUT_GGML && w->n_in % 32 == 0) {
-			const struct qc_cuda_moe_gemm_args g = {a, w->n_mat};
-			return qc_cuda_moe_gemm(&g, c->st, err);
-		}
-		if (d_expert)
-			QC_WARN_ONCE("cuda: MoE experts in the %s layout (n_in %lld) run as per-row GEMV: the "
-				     "grouped GEMM (moe_gemm.cu) reads only GGML layouts with n_in a multiple of 32; "
-				     "prefill of this model is slow", qc_layout_name(w->layout), (long long)w->n_in);
-	}
-	return w->k->gemv(&a, c->st, err);
 }
 
 static int rms(struct cu *c, const float *d_x, int64_t ldx, const int32_t *d_rows, const float *d_w,
@@ -653,9 +283,9 @@ static int attention_block(struct cu *c, const struct qc_sched_plan *plan, const
 	if ((rc = rms(c, c->d_x, E, NULL, L->d_attn_norm, c->d_xn, E, T, E, err)))
 		return rc;
 	qc_cuda_prof_mark(c->prof, c->st, QC_PROF_NORM);
-	if ((rc = mm(c, &L->wq, c->d_xn, E, 1, NULL, T, c->d_q, c->q_dim, err)) ||
-	    (rc = mm(c, &L->wk, c->d_xn, E, 1, NULL, T, c->d_k, c->kv_dim, err)) ||
-	    (rc = mm(c, &L->wv, c->d_xn, E, 1, NULL, T, c->d_v, c->kv_dim, err)) ||
+	if ((rc = qc_cuda_be_mm(c, &L->wq, c->d_xn, E, 1, NULL, T, c->d_q, c->q_dim, err)) ||
+	    (rc = qc_cuda_be_mm(c, &L->wk, c->d_xn, E, 1, NULL, T, c->d_k, c->kv_dim, err)) ||
+	    (rc = qc_cuda_be_mm(c, &L->wv, c->d_xn, E, 1, NULL, T, c->d_v, c->kv_dim, err)) ||
 	    (rc = add(c, c->d_q, L->d_bq, T * c->q_dim, c->q_dim, err)) ||
 	    (rc = add(c, c->d_k, L->d_bk, T * c->kv_dim, c->kv_dim, err)) ||
 	    (rc = add(c, c->d_v, L->d_bv, T * c->kv_dim, c->kv_dim, err)))
@@ -687,13 +317,13 @@ static int attention_block(struct cu *c, const struct qc_sched_plan *plan, const
 		.block_tokens = plan->block_tokens, .n_head = cfg->n_head, .n_head_kv = cfg->n_head_kv,
 		.hd = hd, .d_pos = dp->pos, .d_tok_seq = dp->tok_seq, .d_tables = dp->tables,
 		.table_stride = dp->stride, .n_tok = T, .max_ctx = c->p.max_ctx,
-		.scale = 1.0f / sqrtf((float)hd), .d_ws = c->d_ws, .ws_bytes = c->ws_bytes,
+		.scale = 1.0f / sqrtf((float)hd), .d_ws = c->d_ws, .ws_bytes = c->ws_bytes, .flash = c->env.flash,
 	};
 	if ((rc = qc_cuda_rope(&rq, c->st, err)) || (rc = qc_cuda_rope(&rk, c->st, err)) ||
 	    (rc = qc_cuda_kv_store(&ks, c->st, err)) || (rc = qc_cuda_paged_attn(&pa, c->st, err)))
 		return rc;
 	qc_cuda_prof_mark(c->prof, c->st, QC_PROF_ATTN);
-	if ((rc = mm(c, &L->wo, c->d_att, c->q_dim, 1, NULL, T, c->d_xn, E, err)))
+	if ((rc = qc_cuda_be_mm(c, &L->wo, c->d_att, c->q_dim, 1, NULL, T, c->d_xn, E, err)))
 		return rc;
 	qc_cuda_prof_mark(c->prof, c->st, QC_PROF_WO);
 	rc = add(c, c->d_x, c->d_xn, T * E, T * E, err);
@@ -713,14 +343,14 @@ static int ffn_block(struct cu *c, int64_t T, int il, struct qc_err *err)
 	qc_cuda_prof_mark(c->prof, c->st, QC_PROF_NORM);
 	if (!cfg->n_expert) {
 		const struct qc_cuda_silu_mul_args sm = {c->d_fa, c->d_fb, c->d_fa, T * F};
-		if ((rc = mm(c, &L->gate, c->d_xn, E, 1, NULL, T, c->d_fa, F, err)) ||
-		    (rc = mm(c, &L->up, c->d_xn, E, 1, NULL, T, c->d_fb, F, err)))
+		if ((rc = qc_cuda_be_mm(c, &L->gate, c->d_xn, E, 1, NULL, T, c->d_fa, F, err)) ||
+		    (rc = qc_cuda_be_mm(c, &L->up, c->d_xn, E, 1, NULL, T, c->d_fb, F, err)))
 			return rc;
 		qc_cuda_prof_mark(c->prof, c->st, QC_PROF_FFN_UP);
 		if ((rc = qc_cuda_silu_mul(&sm, c->st, err)))
 			return rc;
 		qc_cuda_prof_mark(c->prof, c->st, QC_PROF_NORM);
-		if ((rc = mm(c, &L->down, c->d_fa, F, 1, NULL, T, c->d_att, E, err)) ||
+		if ((rc = qc_cuda_be_mm(c, &L->down, c->d_fa, F, 1, NULL, T, c->d_att, E, err)) ||
 		    (rc = add(c, c->d_x, c->d_att, T * E, T * E, err)))
 			return rc;
 		qc_cuda_prof_mark(c->prof, c->st, QC_PROF_FFN_DOWN);
@@ -734,21 +364,21 @@ static int ffn_block(struct cu *c, int64_t T, int il, struct qc_err *err)
 	const bool sh = L->gate_sh.d_w != NULL;
 	const struct qc_cuda_moe_combine_args ca = {c->d_x, c->d_eout, c->d_selw, T, E, K,
 						    sh ? c->d_att : NULL, sh ? c->d_shg : NULL};
-	if ((rc = mm(c, &L->gate_inp, c->d_xn, E, 1, NULL, T, c->d_router, cfg->n_expert, err)) ||
+	if ((rc = qc_cuda_be_mm(c, &L->gate_inp, c->d_xn, E, 1, NULL, T, c->d_router, cfg->n_expert, err)) ||
 	    (rc = qc_cuda_moe_route(&ra, c->st, err)) ||
-	    (rc = mm(c, &L->gate_exps, c->d_xn, E, K, c->d_sel, R, c->d_fa, F, err)) ||
-	    (rc = mm(c, &L->up_exps, c->d_xn, E, K, c->d_sel, R, c->d_fb, F, err)) ||
+	    (rc = qc_cuda_be_mm(c, &L->gate_exps, c->d_xn, E, K, c->d_sel, R, c->d_fa, F, err)) ||
+	    (rc = qc_cuda_be_mm(c, &L->up_exps, c->d_xn, E, K, c->d_sel, R, c->d_fb, F, err)) ||
 	    (rc = qc_cuda_silu_mul(&sm, c->st, err)) ||
-	    (rc = mm(c, &L->down_exps, c->d_fa, F, 1, c->d_sel, R, c->d_eout, E, err)))
+	    (rc = qc_cuda_be_mm(c, &L->down_exps, c->d_fa, F, 1, c->d_sel, R, c->d_eout, E, err)))
 		return rc;
 	if (sh) { /* the shared expert into d_att, its gate logit into d_shg; combined below */
 		const int64_t FS = L->gate_sh.n_out;
 		const struct qc_cuda_silu_mul_args ss = {c->d_fa, c->d_fb, c->d_fa, T * FS};
-		if ((rc = mm(c, &L->gate_sh, c->d_xn, E, 1, NULL, T, c->d_fa, FS, err)) ||
-		    (rc = mm(c, &L->up_sh, c->d_xn, E, 1, NULL, T, c->d_fb, FS, err)) ||
+		if ((rc = qc_cuda_be_mm(c, &L->gate_sh, c->d_xn, E, 1, NULL, T, c->d_fa, FS, err)) ||
+		    (rc = qc_cuda_be_mm(c, &L->up_sh, c->d_xn, E, 1, NULL, T, c->d_fb, FS, err)) ||
 		    (rc = qc_cuda_silu_mul(&ss, c->st, err)) ||
-		    (rc = mm(c, &L->down_sh, c->d_fa, FS, 1, NULL, T, c->d_att, E, err)) ||
-		    (rc = mm(c, &L->gate_inp_sh, c->d_xn, E, 1, NULL, T, c->d_shg, 1, err)))
+		    (rc = qc_cuda_be_mm(c, &L->down_sh, c->d_fa, FS, 1, NULL, T, c->d_att, E, err)) ||
+		    (rc = qc_cuda_be_mm(c, &L->gate_inp_sh, c->d_xn, E, 1, NULL, T, c->d_shg, 1, err)))
 			return rc;
 	}
 	if ((rc = qc_cuda_moe_combine(&ca, c->st, err)))
@@ -799,7 +429,7 @@ static int upload_plan(struct cu *c, const struct qc_sched_plan *plan, const int
 	dp->want = c->d_plan + 4 * T + n;
 	dp->tables = c->d_plan + 4 * T + 2 * n;
 	dp->stride = c->table_stride;
-	return ck(cudaMemcpyAsync(c->d_plan, h, need * sizeof(int32_t), cudaMemcpyHostToDevice, c->st),
+	return qc_cuda_be_ck(cudaMemcpyAsync(c->d_plan, h, need * sizeof(int32_t), cudaMemcpyHostToDevice, c->st),
 		  "cudaMemcpyAsync (plan)", err);
 }
 
@@ -831,7 +461,7 @@ static int fwd_body(void *ctx, cudaStream_t s, struct qc_err *err)
 	if (!n)
 		return QC_OK;
 	if ((rc = rms(c, c->d_x, E, f->dp->logit_rows, c->d_out_norm, c->d_lx, E, n, E, err)) ||
-	    (rc = mm(c, &c->out, c->d_lx, E, 1, NULL, n, c->d_logits, cfg->n_vocab, err)))
+	    (rc = qc_cuda_be_mm(c, &c->out, c->d_lx, E, 1, NULL, n, c->d_logits, cfg->n_vocab, err)))
 		return rc;
 	/* greedy choice of every row (a few microseconds), used when the caller asks;
 	   the top-k candidates of the rows that want m >= 2 (the others exit at once) */
@@ -883,7 +513,7 @@ static int cuda_forward_top(void *state, const struct qc_sched_plan *plan, const
 				const size_t off = ((size_t)il * 2 + (size_t)w) * row;
 				uint16_t *dst = c->d_kv + (size_t)plan->cow_dst[k] * c->block_elems + off;
 				const uint16_t *src = c->d_kv + (size_t)plan->cow_src[k] * c->block_elems + off;
-				if ((rc = ck(cudaMemcpyAsync(dst, src, (size_t)plan->cow_n_tokens[k] * (size_t)c->kv_dim * 2,
+				if ((rc = qc_cuda_be_ck(cudaMemcpyAsync(dst, src, (size_t)plan->cow_n_tokens[k] * (size_t)c->kv_dim * 2,
 							     cudaMemcpyDeviceToDevice, c->st), "cudaMemcpyAsync (K/V copy)", err)))
 					return rc;
 			}
@@ -902,7 +532,7 @@ static int cuda_forward_top(void *state, const struct qc_sched_plan *plan, const
 	if (rc)
 		return rc;
 	if (!n) {
-		rc = ck(cudaStreamSynchronize(c->st), "forward", err);
+		rc = qc_cuda_be_ck(cudaStreamSynchronize(c->st), "forward", err);
 		qc_cuda_prof_end(c->prof);
 		return rc;
 	}
@@ -915,13 +545,13 @@ static int cuda_forward_top(void *state, const struct qc_sched_plan *plan, const
 				hi = k;
 			}
 		const size_t tb = (size_t)QC_BACKEND_TOP_MAX * (size_t)(hi - lo + 1), to = (size_t)lo * QC_BACKEND_TOP_MAX;
-		if ((rc = ck(cudaMemcpyAsync(c->h_argmax, c->d_argmax, sizeof(int32_t) * (size_t)n,
+		if ((rc = qc_cuda_be_ck(cudaMemcpyAsync(c->h_argmax, c->d_argmax, sizeof(int32_t) * (size_t)n,
 					     cudaMemcpyDeviceToHost, c->st), "cudaMemcpyAsync (argmax)", err)) ||
-		    (hi >= lo && ((rc = ck(cudaMemcpyAsync(c->h_top_ids + to, c->d_top_ids + to, tb * sizeof(int32_t),
+		    (hi >= lo && ((rc = qc_cuda_be_ck(cudaMemcpyAsync(c->h_top_ids + to, c->d_top_ids + to, tb * sizeof(int32_t),
 							  cudaMemcpyDeviceToHost, c->st), "cudaMemcpyAsync (top ids)", err)) ||
-				  (rc = ck(cudaMemcpyAsync(c->h_top_vals + to, c->d_top_vals + to, tb * sizeof(float),
+				  (rc = qc_cuda_be_ck(cudaMemcpyAsync(c->h_top_vals + to, c->d_top_vals + to, tb * sizeof(float),
 							  cudaMemcpyDeviceToHost, c->st), "cudaMemcpyAsync (top logits)", err)))) ||
-		    (rc = ck(cudaStreamSynchronize(c->st), "forward", err)))
+		    (rc = qc_cuda_be_ck(cudaStreamSynchronize(c->st), "forward", err)))
 			return rc;
 		for (int32_t k = 0; k < n; k++) {
 			const size_t o = (size_t)k * QC_BACKEND_TOP_MAX;
@@ -944,7 +574,7 @@ static int cuda_forward_top(void *state, const struct qc_sched_plan *plan, const
 		int32_t k1 = k0 + 1;
 		while (k1 < n && row_needed(want, top_ids, k1))
 			k1++;
-		if ((rc = ck(cudaMemcpyAsync(c->h_logits + (size_t)k0 * cfg->n_vocab,
+		if ((rc = qc_cuda_be_ck(cudaMemcpyAsync(c->h_logits + (size_t)k0 * cfg->n_vocab,
 					     c->d_logits + (size_t)k0 * cfg->n_vocab, rowb * (size_t)(k1 - k0),
 					     cudaMemcpyDeviceToHost, c->st), "cudaMemcpyAsync (logits)", err)))
 			return rc;
@@ -952,7 +582,7 @@ static int cuda_forward_top(void *state, const struct qc_sched_plan *plan, const
 		k0 = k1;
 	}
 	qc_cuda_prof_mark(c->prof, c->st, QC_PROF_LOGITS);
-	if ((n_copied || c->prof) && (rc = ck(cudaStreamSynchronize(c->st), "forward", err)))
+	if ((n_copied || c->prof) && (rc = qc_cuda_be_ck(cudaStreamSynchronize(c->st), "forward", err)))
 		return rc;
 	qc_cuda_prof_end(c->prof);
 	for (int32_t k = 0; k < n; k++)
@@ -977,12 +607,12 @@ static int cuda_kv_limits(const struct qc_model *m, const struct qc_backend_para
 	uint64_t lo, hi;
 	int rc;
 
-	if ((rc = check_device(err)) || (rc = ck(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo", err)))
+	if ((rc = check_device(err)) || (rc = qc_cuda_be_ck(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo", err)))
 		return rc;
 	if ((rc = qc_kv_block_bytes(cfg->n_layer, cfg->n_head_kv, cfg->head_dim, 2, p->block_tokens, block_bytes,
 				    err)))
 		return rc;
-	tensor_region(m->bundle, &lo, &hi);
+	qc_cuda_be_tensor_region(m->bundle, &lo, &hi);
 	uint64_t used = (hi - lo) + buffer_floats(cfg, p) * sizeof(float) + plan_ints(p) * 4 + ((uint64_t)1 << 30);
 	/* slow-path conversions: f16 copies of every tensor without a device kernel */
 	for (uint64_t i = 0; i < m->bundle->n_tensors; i++) {

@@ -13,7 +13,6 @@
 #include "model.h"
 
 #include "layout.h"
-#include "layout_marlin.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -261,11 +260,11 @@ static int mat_view(const struct qc_bundle *b, const char *name, int64_t n_in, i
 	if (rc)
 		return qc_err_set(err, rc, b->path, name, -1, "row of %lld elements does not fit layout %s",
 				  (long long)n_in, qc_layout_name(t->layout));
-	if (t->layout == QC_LAYOUT_NVFP4_SWZ && part) /* plan.c never fuses these */
+	const int stripe = qc_layout_row_align(t->layout);
+	if (stripe == 0 && part) /* plan.c never fuses these (the layout table's fusable) */
 		return qc_err_set(err, QC_EUNSUPPORTED, b->path, name, -1,
 				  "part of a %s tensor: its kernels take whole matrices", qc_layout_name(t->layout));
-	if (t->layout != QC_LAYOUT_GGML && part) {
-		const int stripe = qc_marlin_is(t->layout) ? qc_marlin_stripe(t->layout) : 1;
+	if (stripe > 1 && part) {
 		if (row0 % stripe || rows % stripe)
 			return qc_err_set(err, QC_EUNSUPPORTED, b->path, name, -1,
 					  "part rows [%lld, %lld) of a %s tensor are not on its %d-row stripes",

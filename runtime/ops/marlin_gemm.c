@@ -39,7 +39,8 @@ int qc_marlin_gemm_check(const struct qc_marlin_gemm_args *a, struct qc_err *err
 /* value of element (n, k), from the documented byte positions */
 static float weight(const struct qc_marlin_gemm_args *a, uint64_t row, const uint8_t *w, int64_t n, int64_t k)
 {
-	int bits = a->layout == QC_LAYOUT_MARLIN_I8 || a->layout == QC_LAYOUT_MARLIN_I8Z ? 8 : 4;
+	const int bits = qc_marlin_bits(a->layout);
+	const bool zp = qc_marlin_has_offsets(a->layout);
 	int64_t S = bits == 4 ? 64 : 32, KT = a->k / 16, G = a->k / 32;
 	int64_t nt = n / S, nn = n % S, j = nn / 8, r = nn % 8;
 	int64_t kt = k / 16, kk = k % 16, reg = kk / 8, c = (kk % 8) / 2, second = kk % 2;
@@ -57,11 +58,11 @@ static float weight(const struct qc_marlin_gemm_args *a, uint64_t row, const uin
 	} else {
 		q = (float)(int8_t)w[tile + 4 * (uint64_t)j + 2 * (uint64_t)reg + (uint64_t)second];
 	}
-	if (a->layout == QC_LAYOUT_MARLIN_I4Z || a->layout == QC_LAYOUT_MARLIN_I8Z) {
+	if (zp) {
 		memcpy(&o, w + sc + (uint64_t)(G * S) * 2, 2); /* offsets follow the scales */
 		return (float)((double)q * qc_fp16_to_f32(d) + qc_fp16_to_f32(o));
 	}
-	if (a->layout == QC_LAYOUT_MARLIN_I4)
+	if (bits == 4) /* marlin_i4: q4_0's codes are stored unsigned, centred on 8 */
 		q -= 8.0f;
 	return qc_fp16_to_f32(d) * q; /* exact: 11-bit scale times a code of at most 8 bits */
 }

@@ -306,7 +306,8 @@ static void check_table_entry(enum qc_layout l, int64_t rows, int64_t n, int64_t
 	struct qc_err err = { 0 };
 	QC_ASSERT(qc_marlin_gemm_ref(&ar, QC_MARLIN_PREC_F64, truth, &err) == QC_OK);
 	QC_ASSERT(qc_marlin_gemm_ref(&ar, QC_MARLIN_PREC_F16, base, &err) == QC_OK);
-	uint64_t wsb = qc_cuda_marlin_mm_ws(k, n, rows);
+	const struct qc_kernel_rows kr = QC_KERNEL_ROWS_DEFAULT;
+	uint64_t wsb = qc_cuda_marlin_mm_ws(k, n, rows, &kr);
 	void *d_w, *d_x, *d_y, *d_ws;
 	CU(cudaMalloc(&d_w, wb));
 	CU(cudaMalloc(&d_x, (size_t)(xr * ldx) * 4));
@@ -318,7 +319,8 @@ static void check_table_entry(enum qc_layout l, int64_t rows, int64_t n, int64_t
 	struct qc_cuda_mm_args m = { .d_w = d_w, .type = type_of(l), .layout = l, .n_in = k, .n_out = n,
 				     .d_x = d_x, .ldx = ldx, .x_div = x_div, .n_rows = rows, .d_y = d_y, .ldy = ldy,
 				     .d_ws = d_ws, .ws_bytes = wsb, .blas = blas };
-	int rc = qc_cuda_marlin_mm(&m, 0, &err);
+	/* with a cuBLAS handle the table's f16+cublas entry, else its mma entry */
+	int rc = blas ? qc_cuda_marlin_f16(&m, 0, &err) : qc_cuda_marlin_mm(&m, 0, &err);
 	if (!rc)
 		rc = qc_cuda_check(cudaDeviceSynchronize(), "sync", &err);
 	float *y = malloc((size_t)(rows * ldy) * 4);
@@ -338,7 +340,7 @@ static void check_table_entry(enum qc_layout l, int64_t rows, int64_t n, int64_t
 	double rg = sqrt(eg / nrm), rb = sqrt(eb / nrm);
 	int ok = rc == QC_OK && bad == 0 && rg <= 2 * rb + 1e-6;
 	printf("%s table entry %s %-9s rows=%lld n=%lld k=%lld (x_div 2, strided x and y%s) rel_err %.3e (fp16 plain %.3e) nan %lld%s%s\n",
-	       ok ? "PASS" : "FAIL", "qc_cuda_marlin_mm", qc_layout_name(l), (long long)rows, (long long)n, (long long)k,
+	       ok ? "PASS" : "FAIL", blas ? "qc_cuda_marlin_f16" : "qc_cuda_marlin_mm", qc_layout_name(l), (long long)rows, (long long)n, (long long)k,
 	       blas ? ", fp16 decode + cuBLAS" : "", rg, rb,
 	       (long long)bad, rc ? " err: " : "", rc ? err.msg : "");
 	ok ? n_pass++ : n_fail++;
@@ -385,7 +387,7 @@ static void check_gemv(enum qc_layout l, int64_t rows, int64_t n, int64_t k, int
 	struct qc_err err = { 0 };
 	QC_ASSERT(qc_marlin_gemm_ref(&ar, QC_MARLIN_PREC_F64, truth, &err) == QC_OK);
 	QC_ASSERT(qc_marlin_gemm_ref(&ar, QC_MARLIN_PREC_F16, base, &err) == QC_OK);
-	uint64_t wsb = qc_cuda_marlin_gemv_ws(k, n, rows);
+	uint64_t wsb = qc_cuda_marlin_gemv_ws(k, n, rows, QC_CUDA_GEMV_KT4);
 	void *d_w, *d_x, *d_y, *d_ws = NULL, *d_ex;
 	CU(cudaMalloc(&d_w, sb * (uint64_t)E));
 	CU(cudaMalloc(&d_x, (size_t)(rows * ldx) * 4));
@@ -612,7 +614,7 @@ static void bench_gemv(enum qc_layout l, int64_t n, int64_t k, int rows)
 		CU(cudaMemcpy(c.d_w[i], w, wb, cudaMemcpyHostToDevice));
 	}
 	void *d_x, *d_y, *d_ws = NULL;
-	uint64_t wsb = qc_cuda_marlin_gemv_ws(k, n, rows);
+	uint64_t wsb = qc_cuda_marlin_gemv_ws(k, n, rows, QC_CUDA_GEMV_KT4);
 	CU(cudaMalloc(&d_x, (size_t)(rows * k) * 4));
 	CU(cudaMemset(d_x, 0, (size_t)(rows * k) * 4));
 	CU(cudaMalloc(&d_y, (size_t)(rows * n) * 4));
@@ -738,7 +740,6 @@ int main(int argc, char **argv)
 {
 	int do_bench = !(argc > 1 && strcmp(argv[1], "--check") == 0);
 	int gemv_only = argc > 1 && strcmp(argv[1], "--gemv-bench") == 0;
-	setenv("QC_MARLIN_GEMV_ROWS", "64", 1); /* check (and time) the GEMV's own multi-row path */
 	setvbuf(stdout, NULL, _IOLBF, 0); /* a log cut by a timeout still shows the last case */
 	struct cudaDeviceProp prop;
 	CU(cudaGetDeviceProperties(&prop, 0));

@@ -824,7 +824,6 @@ static void test_attention(int bt, int hd, int n_head, int n_head_kv, int long_c
 	float *d_q = up(q, sizeof(float) * (size_t)T * q_dim), *d_o = poisoned(sizeof(float) * (size_t)T * q_dim);
 	/* both paths: one block per (token, head), then split-K with scratch (fresh poison each);
 	 * the flash path (test_flash_attn) off, so the prefill tokens take them too */
-	setenv("QC_CUDA_FLASH", "0", 1);
 	const uint64_t wsb = qc_cuda_paged_attn_ws_bytes(T, n_head, hd, max_len);
 	void *d_ws = NULL;
 	CHECK(wsb > 0 && cudaMalloc(&d_ws, wsb) == cudaSuccess, "paged_attn scratch of %llu bytes",
@@ -836,7 +835,7 @@ static void test_attention(int bt, int hd, int n_head, int n_head_kv, int long_c
 			.d_q = d_q, .d_out = d_o, .d_pool = d_pool, .layer = layer, .n_layer = n_layer, .block_tokens = bt,
 			.n_head = n_head, .n_head_kv = n_head_kv, .hd = hd, .d_pos = d_pos, .d_tok_seq = d_seq,
 			.d_tables = d_tab, .table_stride = stride, .n_tok = T, .max_ctx = max_len, .scale = scale,
-			.d_ws = split ? d_ws : NULL, .ws_bytes = split ? wsb : 0,
+			.d_ws = split ? d_ws : NULL, .ws_bytes = split ? wsb : 0, .flash = QC_CUDA_ATTN_FLASH_OFF,
 		};
 		CHECK(qc_cuda_paged_attn(&pa, 0, &err) == QC_OK, "paged_attn: %s", err.msg);
 		down(got, d_o, sizeof(float) * (size_t)T * q_dim);
@@ -846,7 +845,6 @@ static void test_attention(int bt, int hd, int n_head, int n_head_kv, int long_c
 		const double tol = 2e-5 * 2;
 		CHECK(report(what, compare(got, want, (size_t)T * q_dim, tol), tol), "%s", what);
 	}
-	unsetenv("QC_CUDA_FLASH");
 	cudaFree(d_ws);
 	free(tables);
 	free(perm);
@@ -1052,12 +1050,12 @@ static void test_flash_attn(int bt, int hd, int n_head, int n_head_kv, const str
 	CHECK(first_diff < 0, "%s: paged_attn's row of token %d is not flash_attn's", what, first_diff);
 	snprintf(w2, sizeof w2, "paged_attn + flash bt %d hd %d heads %d/%d, %d tokens", bt, hd, n_head, n_head_kv, T);
 	CHECK(report(w2, compare(got2, want, qn, tolq), tolq), "%s", w2);
-	setenv("QC_CUDA_FLASH", "0", 1);
+	struct qc_cuda_paged_attn_args pa_off = pa;
+	pa_off.flash = QC_CUDA_ATTN_FLASH_OFF;
 	cudaMemset(d_o, 0xff, sizeof(float) * qn);
-	CHECK(qc_cuda_paged_attn(&pa, 0, &err) == QC_OK, "paged_attn: %s", err.msg);
-	unsetenv("QC_CUDA_FLASH");
+	CHECK(qc_cuda_paged_attn(&pa_off, 0, &err) == QC_OK, "paged_attn: %s", err.msg);
 	down(got2, d_o, sizeof(float) * qn);
-	snprintf(w2, sizeof w2, "paged_attn QC_CUDA_FLASH=0 bt %d hd %d heads %d/%d", bt, hd, n_head, n_head_kv);
+	snprintf(w2, sizeof w2, "paged_attn flash off bt %d hd %d heads %d/%d", bt, hd, n_head, n_head_kv);
 	const double tol = 2e-5 * 2;
 	CHECK(report(w2, compare(got2, want, qn, tol), tol), "%s", w2);
 
@@ -1222,7 +1220,8 @@ static void test_nvfp4_swz(cublasHandle_t blas)
 					float *d_x = up(x, sizeof(float) * (size_t)(xr * ldx));
 					int32_t *d_ex = up(ex, sizeof ex);
 					float *d_y = poisoned(sizeof(float) * ny);
-					const uint64_t wsb = qc_cuda_nvfp4_swz_ws(n_in, n_out, n_rows);
+					const struct qc_cuda_mm_tuning tune = QC_CUDA_MM_TUNING_DEFAULT;
+					const uint64_t wsb = qc_cuda_nvfp4_swz_ws(n_in, n_out, n_rows, &tune);
 					void *d_ws = poisoned(wsb);
 					struct qc_cuda_mm_args a = {
 						.d_w = d_w, .type = QC_TYPE_NVFP4, .layout = QC_LAYOUT_NVFP4_SWZ, .n_in = n_in,

@@ -120,17 +120,9 @@ extern "C" int qc_cuda_marlin_to_f16(enum qc_layout layout, enum qc_type type, c
 	p.groups = (int)(k / 32);
 	if (!p.n_tiles)
 		return QC_OK;
-	switch (layout) {
-	case QC_LAYOUT_MARLIN_I4:
-		return launch<4, false>(p, s, err);
-	case QC_LAYOUT_MARLIN_I4Z:
-		return launch<4, true>(p, s, err);
-	case QC_LAYOUT_MARLIN_I8:
-		return launch<8, false>(p, s, err);
-	case QC_LAYOUT_MARLIN_I8Z:
-		return launch<8, true>(p, s, err);
-	default:
-		return qc_err_set(err, QC_EUNSUPPORTED, NULL, NULL, -1, "marlin_to_f16: layout %s",
-				  qc_layout_name(layout));
-	}
+	/* (bits, offsets) picks the instantiation; qc_marlin_stripe refused other ids */
+	const bool zp = qc_marlin_has_offsets(layout);
+	if (qc_marlin_bits(layout) == 4)
+		return zp ? launch<4, true>(p, s, err) : launch<4, false>(p, s, err);
+	return zp ? launch<8, true>(p, s, err) : launch<8, false>(p, s, err);
 }

@@ -7,6 +7,7 @@
 #define QC_MARLIN_GEMM_CUH
 
 #include "qc_cuda.h"
+#include "matmul_dispatch.h" /* enum qc_cuda_gemv_kt */
 
 #ifdef __cplusplus
 extern "C" {
@@ -25,10 +26,11 @@ int qc_cuda_marlin_gemm_workspace(const struct qc_marlin_gemm_args *a, size_t *b
 int qc_cuda_marlin_gemm(const struct qc_marlin_gemm_args *a, cudaStream_t s, struct qc_err *err);
 
 /* Scratch of the backend's table entries (matmul_layouts.def): marlin_mm.cu
- * (fp16 rows + the GEMM's split-K partials), marlin_gemv.cu (its K partials),
- * and the larger of the two. */
-uint64_t qc_cuda_marlin_mm_ws(int64_t n_in, int64_t n_out, int64_t n_rows);
-uint64_t qc_cuda_marlin_gemv_ws(int64_t n_in, int64_t n_out, int64_t n_rows);
+ * (fp16 rows + the GEMM's split-K partials, or the fp16 weight from
+ * r->blas_min_rows rows on for matrices up to r->f16_max_elems), marlin_gemv.cu
+ * (its K partials for that partition); qc_cuda_marlin_ws takes the most. */
+uint64_t qc_cuda_marlin_mm_ws(int64_t n_in, int64_t n_out, int64_t n_rows, const struct qc_kernel_rows *r);
+uint64_t qc_cuda_marlin_gemv_ws(int64_t n_in, int64_t n_out, int64_t n_rows, enum qc_cuda_gemv_kt kt);
 
 #ifdef __cplusplus
 }

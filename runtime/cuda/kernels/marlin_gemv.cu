@@ -17,10 +17,10 @@
  * go to the scratch and a second kernel sums them in block order. The partition
  * depends on (n, k) only and each row has its own accumulators, so a row's
  * result never depends on the other rows (batched == alone, bit for bit).
- * Rows: the backend's single-row matmuls and MoE rows (an expert per row, one
- * row per block) come here; several rows of one matrix go to the tensor-core
- * GEMM (marlin_mm.cu) unless QC_MARLIN_GEMV_ROWS raises the limit; then ROWS at
- * a time share a block's weight loads.
+ * Rows: whatever the backend sends (the layout table's GEMV column: one row of
+ * an int4 layout, and MoE rows, an expert per row, one row per block; more with
+ * QC_MARLIN_GEMV_ROWS, docs/cuda.md); ROWS at a time share a block's weight loads.
+ * This file never hands a call to another kernel: the table decides.
  * Reference: runtime/ops/marlin_gemm.c (the F64 truth of the layout's values).
  */
 #include "marlin_gemm.cuh"
@@ -32,7 +32,6 @@ extern "C" {
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
-#include <stdlib.h>
 
 namespace {
 
@@ -257,21 +256,17 @@ __global__ void marlin_gemv_reduce(const gparams p)
 }
 
 /* k16 tiles per warp: 4 (512 k per block; measured a little faster than 8 on
- * every Llama-3-8B shape) unless QC_MARLIN_GEMV_KTW=8 (a tuning knob, fixed for
- * the process, so the partition stays batch-invariant) */
-int kt_warp(void)
+ * every Llama-3-8B shape), 8 with QC_CUDA_GEMV_KT8 (the backend's
+ * QC_MARLIN_GEMV_KTW=8, fixed for the process, so the partition stays
+ * batch-invariant) */
+int kt_warp(enum qc_cuda_gemv_kt kt)
 {
-	static int v = 0;
-	if (!v) {
-		const char *e = getenv("QC_MARLIN_GEMV_KTW");
-		v = e && atoi(e) == 8 ? 8 : 4;
-	}
-	return v;
+	return kt == QC_CUDA_GEMV_KT8 ? 8 : 4;
 }
 
-int blocks_along_k(int64_t k)
+int blocks_along_k(int64_t k, enum qc_cuda_gemv_kt kt)
 {
-	const int kb = WARPS * kt_warp();
+	const int kb = WARPS * kt_warp(kt);
 	return (int)((k / 16 + kb - 1) / kb);
 }
 
@@ -308,17 +303,18 @@ int launch(const gparams &p0, int64_t n_rows, cudaStream_t s, struct qc_err *err
 
 /* Scratch of the K partials: kb blocks along K x ROWS rows x n floats (none when
  * one block covers K). */
-extern "C" uint64_t qc_cuda_marlin_gemv_ws(int64_t n_in, int64_t n_out, int64_t n_rows)
+extern "C" uint64_t qc_cuda_marlin_gemv_ws(int64_t n_in, int64_t n_out, int64_t n_rows, enum qc_cuda_gemv_kt kt)
 {
-	const int kb = blocks_along_k(n_in);
+	const int kb = blocks_along_k(n_in, kt);
 	const int64_t rows = n_rows < ROWS ? n_rows : ROWS;
 	return kb > 1 ? (uint64_t)kb * (uint64_t)rows * (uint64_t)n_out * sizeof(float) : 0;
 }
 
-/* The table's scratch for either entry point (matmul_layouts.def). */
-extern "C" uint64_t qc_cuda_marlin_ws(int64_t n_in, int64_t n_out, int64_t n_rows)
+/* The table's scratch for every entry point (matmul_layouts.def). */
+extern "C" uint64_t qc_cuda_marlin_ws(int64_t n_in, int64_t n_out, int64_t n_rows, const struct qc_cuda_mm_tuning *t)
 {
-	const uint64_t a = qc_cuda_marlin_mm_ws(n_in, n_out, n_rows), b = qc_cuda_marlin_gemv_ws(n_in, n_out, n_rows);
+	const uint64_t a = qc_cuda_marlin_mm_ws(n_in, n_out, n_rows, &t->rows);
+	const uint64_t b = qc_cuda_marlin_gemv_ws(n_in, n_out, n_rows, t->gemv_kt);
 	return a > b ? a : b;
 }
 
@@ -326,19 +322,6 @@ extern "C" int qc_cuda_marlin_gemv(const struct qc_cuda_mm_args *a, cudaStream_t
 {
 	if (a->n_rows == 0)
 		return QC_OK;
-	/* 2+ rows of one matrix: the tensor-core GEMM is faster from 2 rows on
-	 * (H200, 14336x4096: 4 rows here 45 us, the GEMM's 16-row tile ~20 us);
-	 * QC_MARLIN_GEMV_ROWS=N keeps up to N rows here (batch-invariant runs) */
-	static int64_t max_rows = -1;
-	if (max_rows < 0) {
-		const char *e = getenv("QC_MARLIN_GEMV_ROWS");
-		max_rows = e && *e ? strtoll(e, NULL, 10) : 0;
-	}
-	/* default: one row for int4; int8 (i8, i8z) keeps the GEMM (i8 at 1 row: 26 us
-	 * here, 21 there) */
-	const int64_t lim = max_rows ? max_rows : qc_marlin_is(a->layout) && qc_marlin_bits(a->layout) == 8 ? 0 : 1;
-	if (!a->d_expert && a->n_rows > lim)
-		return qc_cuda_marlin_mm(a, s, err);
 	const int S = qc_marlin_stripe(a->layout);
 	uint64_t row;
 	if (S <= 0 || qc_marlin_row_bytes(a->layout, a->type, a->n_in, &row) != QC_OK || a->n_in % 32 ||
@@ -360,26 +343,20 @@ extern "C" int qc_cuda_marlin_gemv(const struct qc_cuda_mm_args *a, cudaStream_t
 	p.ldy = a->ldy;
 	p.n = (int)a->n_out;
 	p.k = (int)a->n_in;
-	p.kb = blocks_along_k(a->n_in);
+	p.kb = blocks_along_k(a->n_in, a->gemv_kt);
 	p.ws = (float *)a->d_ws;
-	const uint64_t need = qc_cuda_marlin_gemv_ws(a->n_in, a->n_out, a->n_rows);
+	const uint64_t need = qc_cuda_marlin_gemv_ws(a->n_in, a->n_out, a->n_rows, a->gemv_kt);
 	if (need && (!a->d_ws || a->ws_bytes < need))
 		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1,
 				  "marlin_gemv: n_in %lld, n_out %lld needs %llu scratch bytes, got %llu",
 				  (long long)a->n_in, (long long)a->n_out, (unsigned long long)need,
 				  (unsigned long long)a->ws_bytes);
-	const bool k8 = kt_warp() == 8;
-	switch (a->layout) {
-	case QC_LAYOUT_MARLIN_I4:
-		return k8 ? launch<4, false, 8>(p, a->n_rows, s, err) : launch<4, false, 4>(p, a->n_rows, s, err);
-	case QC_LAYOUT_MARLIN_I4Z:
-		return k8 ? launch<4, true, 8>(p, a->n_rows, s, err) : launch<4, true, 4>(p, a->n_rows, s, err);
-	case QC_LAYOUT_MARLIN_I8:
-		return k8 ? launch<8, false, 8>(p, a->n_rows, s, err) : launch<8, false, 4>(p, a->n_rows, s, err);
-	case QC_LAYOUT_MARLIN_I8Z:
-		return k8 ? launch<8, true, 8>(p, a->n_rows, s, err) : launch<8, true, 4>(p, a->n_rows, s, err);
-	default:
-		return qc_err_set(err, QC_EUNSUPPORTED, NULL, NULL, -1, "marlin_gemv: layout %s",
-				  qc_layout_name(a->layout));
-	}
+	/* the (bits, offsets) pair picks the instantiation; qc_marlin_stripe above
+	 * refused every non-marlin id */
+	const bool k8 = kt_warp(a->gemv_kt) == 8, zp = qc_marlin_has_offsets(a->layout);
+	if (qc_marlin_bits(a->layout) == 4)
+		return zp ? (k8 ? launch<4, true, 8>(p, a->n_rows, s, err) : launch<4, true, 4>(p, a->n_rows, s, err))
+			  : (k8 ? launch<4, false, 8>(p, a->n_rows, s, err) : launch<4, false, 4>(p, a->n_rows, s, err));
+	return zp ? (k8 ? launch<8, true, 8>(p, a->n_rows, s, err) : launch<8, true, 4>(p, a->n_rows, s, err))
+		  : (k8 ? launch<8, false, 8>(p, a->n_rows, s, err) : launch<8, false, 4>(p, a->n_rows, s, err));
 }

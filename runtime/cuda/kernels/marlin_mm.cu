@@ -5,10 +5,12 @@
  * scratch, then one GEMM writes y directly (its split-K partials follow the fp16
  * rows in the same scratch). Rounding activations to fp16 is what the tensor
  * cores take; it is the one rounding this path adds over a float GEMV.
- * From QC_MARLIN_CUBLAS_ROWS rows on (default 128) the weight is decoded to fp16
- * (marlin_dequant.cu) and cuBLAS multiplies instead: same weight values, faster
- * than mma.sync at that size.
- * Non-goals: choosing GEMV vs GEMM (the backend does), fusing the conversion.
+ * Two kinds of the layout table live here: QC_KERNEL_MMA (qc_cuda_marlin_mm, the
+ * GEMM above) and QC_KERNEL_F16_BLAS (qc_cuda_marlin_f16: the weight decoded to
+ * fp16 by marlin_dequant.cu, then cuBLAS; same weight values, faster than
+ * mma.sync from 128 rows). Each runs what it is asked for or fails.
+ * Non-goals: choosing the kind (qc_layout_kernel, asked by the backend), fusing
+ * the conversion.
  */
 #include "marlin_gemm.cuh"
 #include "marlin_dequant.h"
@@ -20,7 +22,6 @@ extern "C" {
 
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
-#include <stdlib.h>
 
 namespace {
 
@@ -39,27 +40,13 @@ uint64_t act_bytes(int64_t n_rows, int64_t n_in)
 	return ((uint64_t)n_rows * (uint64_t)n_in * 2 + 255) & ~(uint64_t)255;
 }
 
-/* From this many rows on (QC_MARLIN_CUBLAS_ROWS, default 128) a matrix of at
- * most W16_MAX elements is decoded to fp16 and multiplied by cuBLAS (wgmma):
- * faster than the mma.sync GEMM there. The vocabulary matrix stays on the GEMM
- * (its fp16 copy would be ~1 GB of scratch). */
-constexpr int64_t W16_MAX = (int64_t)1 << 27;
-
-int64_t cublas_rows(void)
+/* Whether the table can pick the fp16 path for up to n_rows rows of this matrix
+ * (qc_layout_kernel: from blas_min_rows rows on, matrices of at most
+ * f16_max_elems elements; the vocabulary matrix keeps the GEMM, its fp16 copy
+ * would be ~1 GB of scratch). */
+bool f16_reachable(int64_t n_in, int64_t n_out, int64_t n_rows, const struct qc_kernel_rows *r)
 {
-	static int64_t v = -1;
-	if (v < 0) {
-		const char *e = getenv("QC_MARLIN_CUBLAS_ROWS");
-		v = e && *e ? strtoll(e, NULL, 10) : 128;
-		if (v <= 0)
-			v = INT64_MAX; /* 0: never */
-	}
-	return v;
-}
-
-bool use_cublas(int64_t n_in, int64_t n_out, int64_t n_rows)
-{
-	return n_rows >= cublas_rows() && n_in * n_out <= W16_MAX;
+	return n_rows >= r->blas_min_rows && n_in * n_out <= r->f16_max_elems;
 }
 
 int blas_check(cublasStatus_t st, const char *what, struct qc_err *err)
@@ -76,7 +63,7 @@ int blas_check(cublasStatus_t st, const char *what, struct qc_err *err)
  * GEMM picks on the current device for any marlin layout whose encoding fits
  * n_in x n_out (the plan depends on bits, offsets and the shape), with or without
  * experts. 0 when the device cannot be asked (the call then reports the need). */
-extern "C" uint64_t qc_cuda_marlin_mm_ws(int64_t n_in, int64_t n_out, int64_t n_rows)
+extern "C" uint64_t qc_cuda_marlin_mm_ws(int64_t n_in, int64_t n_out, int64_t n_rows, const struct qc_kernel_rows *r)
 {
 	static const int32_t one_expert = 0;
 	static const struct {
@@ -107,48 +94,69 @@ extern "C" uint64_t qc_cuda_marlin_mm_ws(int64_t n_in, int64_t n_out, int64_t n_
 				return 0;
 			most = b > most ? b : most;
 		}
-	if (use_cublas(n_in, n_out, n_rows)) { /* the fp16 weight takes the partials' place */
+	if (f16_reachable(n_in, n_out, n_rows, r)) { /* the fp16 weight takes the partials' place */
 		const uint64_t w16 = (uint64_t)n_in * (uint64_t)n_out * 2;
 		most = w16 > most ? w16 : most;
 	}
 	return act_bytes(n_rows, n_in) + most;
 }
 
-/* y = W x through the marlin GEMM (GEMV and GEMM rows of the table alike). */
-extern "C" int qc_cuda_marlin_mm(const struct qc_cuda_mm_args *a, cudaStream_t s, struct qc_err *err)
+/* The activation rows to fp16 at the scratch's start (both kinds). */
+static int rows_in(const struct qc_cuda_mm_args *a, uint64_t ab, const char *what, cudaStream_t s, struct qc_err *err)
 {
-	if (a->n_rows == 0)
-		return QC_OK;
-	const uint64_t ab = act_bytes(a->n_rows, a->n_in);
 	if (!a->d_ws || a->ws_bytes < ab || a->x_div < 1)
 		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1,
-				  "marlin_mm: %lld rows of %lld need %llu scratch bytes for fp16 activations, got %llu",
+				  "%s: %lld rows of %lld need %llu scratch bytes for fp16 activations, got %llu", what,
 				  (long long)a->n_rows, (long long)a->n_in, (unsigned long long)ab,
 				  (unsigned long long)a->ws_bytes);
 	const int64_t total = a->n_rows * a->n_in;
 	rows_to_f16<<<(unsigned)((total + 255) / 256), 256, 0, s>>>(a->d_x, a->ldx, a->x_div, a->n_rows, a->n_in,
 								    (__half *)a->d_ws);
-	int rc = qc_cuda_check(cudaGetLastError(), "marlin_mm: rows_to_f16", err);
+	return qc_cuda_check(cudaGetLastError(), "marlin_mm: rows_to_f16", err);
+}
+
+/* QC_KERNEL_F16_BLAS: y = W x with W decoded to fp16 after the activations in the
+ * scratch, one cuBLAS GemmEx. No experts; the scratch must hold both. */
+extern "C" int qc_cuda_marlin_f16(const struct qc_cuda_mm_args *a, cudaStream_t s, struct qc_err *err)
+{
+	if (a->n_rows == 0)
+		return QC_OK;
+	const uint64_t ab = act_bytes(a->n_rows, a->n_in), wb = (uint64_t)a->n_in * (uint64_t)a->n_out * 2;
+	if (a->d_expert || !a->blas || a->n_rows > INT32_MAX || a->n_in > INT32_MAX || a->n_out > INT32_MAX ||
+	    a->ws_bytes < ab + wb)
+		return qc_err_set(err, QC_EUNSUPPORTED, NULL, NULL, -1,
+				  "marlin_f16: %s %lld x %lld x %lld: experts, no cuBLAS handle or scratch %llu < %llu",
+				  qc_layout_name(a->layout), (long long)a->n_rows, (long long)a->n_out,
+				  (long long)a->n_in, (unsigned long long)a->ws_bytes, (unsigned long long)(ab + wb));
+	int rc = rows_in(a, ab, "marlin_f16", s, err);
 	if (rc)
 		return rc;
-	if (!a->d_expert && a->blas && use_cublas(a->n_in, a->n_out, a->n_rows) && a->n_rows <= INT32_MAX &&
-	    a->ws_bytes >= ab + (uint64_t)a->n_in * (uint64_t)a->n_out * 2) {
-		cublasHandle_t h = (cublasHandle_t)a->blas;
-		uint16_t *w16 = (uint16_t *)((uint8_t *)a->d_ws + ab);
-		if ((rc = qc_cuda_marlin_to_f16(a->layout, a->type, a->d_w, a->n_out, a->n_in, w16, s, err)))
-			return rc;
-		/* only when it differs: cublasSetStream drops a workspace set with cublasSetWorkspace */
-		cudaStream_t cur = NULL;
-		if ((rc = blas_check(cublasGetStream(h, &cur), "cublasGetStream", err)) ||
-		    (cur != s && (rc = blas_check(cublasSetStream(h, s), "cublasSetStream", err))))
-			return rc;
-		const float one = 1.0f, zero = 0.0f;
-		const int m = (int)a->n_out, n = (int)a->n_rows, k = (int)a->n_in;
-		return blas_check(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, w16, CUDA_R_16F, k,
-					       a->d_ws, CUDA_R_16F, k, &zero, a->d_y, CUDA_R_32F, (int)a->ldy,
-					       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-				  "marlin_mm: cublasGemmEx", err);
-	}
+	cublasHandle_t h = (cublasHandle_t)a->blas;
+	uint16_t *w16 = (uint16_t *)((uint8_t *)a->d_ws + ab);
+	if ((rc = qc_cuda_marlin_to_f16(a->layout, a->type, a->d_w, a->n_out, a->n_in, w16, s, err)))
+		return rc;
+	/* only when it differs: cublasSetStream drops a workspace set with cublasSetWorkspace */
+	cudaStream_t cur = NULL;
+	if ((rc = blas_check(cublasGetStream(h, &cur), "cublasGetStream", err)) ||
+	    (cur != s && (rc = blas_check(cublasSetStream(h, s), "cublasSetStream", err))))
+		return rc;
+	const float one = 1.0f, zero = 0.0f;
+	const int m = (int)a->n_out, n = (int)a->n_rows, k = (int)a->n_in;
+	return blas_check(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, w16, CUDA_R_16F, k, a->d_ws,
+				       CUDA_R_16F, k, &zero, a->d_y, CUDA_R_32F, (int)a->ldy, CUBLAS_COMPUTE_32F,
+				       CUBLAS_GEMM_DEFAULT),
+			  "marlin_mm: cublasGemmEx", err);
+}
+
+/* QC_KERNEL_MMA: y = W x through the marlin tensor-core GEMM (experts allowed). */
+extern "C" int qc_cuda_marlin_mm(const struct qc_cuda_mm_args *a, cudaStream_t s, struct qc_err *err)
+{
+	if (a->n_rows == 0)
+		return QC_OK;
+	const uint64_t ab = act_bytes(a->n_rows, a->n_in);
+	int rc = rows_in(a, ab, "marlin_mm", s, err);
+	if (rc)
+		return rc;
 	struct qc_marlin_gemm_args g = {};
 	g.layout = a->layout;
 	g.type = a->type;

@@ -1,26 +1,37 @@
 /* matmul_dispatch.cu — builds the (layout, type) table of matmul_dispatch.h.
  *
- * QC_LAYOUT_GGML: gemv = the fused-dequant GEMV (gemv_q.cu), gemm = dequantize
+ * QC_LAYOUT_GGML: GEMV = the fused-dequant GEMV (gemv_q.cu), F16_BLAS = dequantize
  * to fp16 + cuBLAS (gemm_f16.cu), for every type gemv_q has a decoder for
  * (generated from qtype.def there). Other layouts: matmul_layouts.def rows.
- * Non-goals: picking gemv vs gemm, tuning.
+ * Non-goals: picking the kind (qc_layout_kernel), tuning.
  */
 #include "matmul_dispatch.h"
+
+/* the kernels array is initialized in enum order */
+static_assert(QC_KERNEL_NONE == 0 && QC_KERNEL_GEMV == 1 && QC_KERNEL_MMA == 2 && QC_KERNEL_F16_BLAS == 3 &&
+		      QC_KERNEL_MOE_GEMM == 4 && QC_KERNEL_COUNT == 5,
+	      "matmul_dispatch.cu lists run[] positionally");
 
 #include "gemm_f16.h"
 #include "gemv_q.h"
 
+static uint64_t ggml_ws(int64_t n_in, int64_t n_out, int64_t n_rows, const struct qc_cuda_mm_tuning *t)
+{
+	(void)t; /* gemv_q needs none; gemm_f16 the same at any boundary */
+	return qc_cuda_gemm_f16_ws_bytes(n_in, n_out, n_rows);
+}
+
 static const struct qc_cuda_mm_kernels ggml_kernels = {
-	"gemv_q/cublas", qc_cuda_gemv_q, qc_cuda_gemm_f16, qc_cuda_gemm_f16_ws_bytes,
+	"gemv_q/cublas", {NULL, qc_cuda_gemv_q, NULL, qc_cuda_gemm_f16, NULL}, ggml_ws,
 };
 
 extern "C" const struct qc_cuda_mm_kernels *qc_cuda_mm_find(enum qc_layout l, enum qc_type t)
 {
 	if (l == QC_LAYOUT_GGML)
 		return qc_cuda_gemv_q_supports(t) ? &ggml_kernels : NULL;
-#define QC_CUDA_MM(LAYOUT, TYPE, NAME, GEMV, GEMM, WS) \
+#define QC_CUDA_MM(LAYOUT, TYPE, NAME, GEMV, MMA, F16, WS) \
 	if (l == (LAYOUT) && t == (TYPE)) { \
-		static const struct qc_cuda_mm_kernels k = {NAME, GEMV, GEMM, WS}; \
+		static const struct qc_cuda_mm_kernels k = {NAME, {NULL, GEMV, MMA, F16, NULL}, WS}; \
 		return &k; \
 	}
 #include "matmul_layouts.def"

@@ -1,8 +1,11 @@
 /* matmul_dispatch.h — the (layout, type) -> matmul kernels table the backend uses.
  *
  * Owns: struct qc_cuda_mm_args (one weight matrix, or a stack of experts picked
- * per activation row, times float activations), struct qc_cuda_mm_kernels (a
- * small-batch GEMV and a large-batch GEMM per (layout, type)) and the lookup.
+ * per activation row, times float activations), struct qc_cuda_mm_kernels (the
+ * function of each kernel kind, enum qc_kernel_kind of quant/layout.h, per
+ * (layout, type)) and the lookup. Which kind runs is the layout table's
+ * (qc_layout_kernel); a kind's function runs that kernel for any row count it is
+ * given and never hands the call to another kind.
  * QC_LAYOUT_GGML rows come from qtype.def (every type with a device decoder,
  * runtime/cuda/kernels/decode.cuh); other layouts register one line each in
  * runtime/cuda/kernels/matmul_layouts.def (e.g. Marlin tiles), nothing else changes.
@@ -12,8 +15,8 @@
  * byte and QC_CUDA_MM_PAD bytes past the last matrix must be readable (device
  * allocations are 256-byte aligned; the backend pads its weight region).
  * A kernel that cannot do a case (experts, a shape) returns QC_EUNSUPPORTED.
- * Non-goals: choosing between gemv and gemm (the backend does), activation
- * quantization, epilogues.
+ * Non-goals: choosing the kind (qc_layout_kernel does, asked by the backend),
+ * activation quantization, epilogues.
  */
 #ifndef QC_CUDA_MATMUL_DISPATCH_H
 #define QC_CUDA_MATMUL_DISPATCH_H
@@ -27,6 +30,14 @@ extern "C" {
 #endif
 
 #define QC_CUDA_MM_PAD 16 /* readable bytes after a weight stack's end */
+
+/* k16 tiles each warp of the marlin GEMV takes (the partition is fixed for the
+ * process, so a row's result stays batch-invariant); 4 is faster on every
+ * Llama-3-8B shape. */
+enum qc_cuda_gemv_kt {
+	QC_CUDA_GEMV_KT4 = 0,
+	QC_CUDA_GEMV_KT8 = 1,
+};
 
 struct qc_cuda_mm_args {
 	const uint8_t *d_w;        /* matrix 0 in its layout's bytes */
@@ -44,30 +55,42 @@ struct qc_cuda_mm_args {
 	int64_t ldy;               /* floats */
 	void *d_ws;                /* gemm scratch of ws_bytes(n_in, n_out, n_rows) bytes */
 	uint64_t ws_bytes;
-	void *blas;                /* cublasHandle_t bound to the launch stream (gemm) */
+	void *blas;                /* cublasHandle_t bound to the launch stream (f16+cublas) */
+	enum qc_cuda_gemv_kt gemv_kt; /* marlin GEMV: k16 tiles per warp (QC_MARLIN_GEMV_KTW) */
 };
 
+/* The matmul knobs, read once by the backend (runtime/cuda/backend_cuda_env.c):
+ * where the layout table's row columns split, and the marlin GEMV's K partition. */
+struct qc_cuda_mm_tuning {
+	struct qc_kernel_rows rows;
+	enum qc_cuda_gemv_kt gemv_kt;
+};
+#define QC_CUDA_MM_TUNING_DEFAULT { QC_KERNEL_ROWS_DEFAULT, QC_CUDA_GEMV_KT4 }
+
 typedef int (*qc_cuda_mm_fn)(const struct qc_cuda_mm_args *a, cudaStream_t s, struct qc_err *err);
-typedef uint64_t (*qc_cuda_mm_ws_fn)(int64_t n_in, int64_t n_out, int64_t n_rows);
+/* Scratch bytes for n_rows rows: the most any kind the table can pick for up to
+ * n_rows rows of an n_in x n_out matrix needs under t. */
+typedef uint64_t (*qc_cuda_mm_ws_fn)(int64_t n_in, int64_t n_out, int64_t n_rows, const struct qc_cuda_mm_tuning *t);
 
 struct qc_cuda_mm_kernels {
-	const char *name;          /* for logs: "gemv_q/cublas" */
-	qc_cuda_mm_fn gemv;        /* any n_rows, experts allowed; never NULL */
-	qc_cuda_mm_fn gemm;        /* large n_rows, no experts; NULL when none */
-	qc_cuda_mm_ws_fn ws_bytes; /* scratch gemm needs; NULL when none */
+	const char *name;                    /* for logs: "gemv_q/cublas" */
+	qc_cuda_mm_fn run[QC_KERNEL_COUNT];  /* by kind; NULL where the layout has none (moe_gemm has
+						its own entry point, moe_gemm.h) */
+	qc_cuda_mm_ws_fn ws_bytes;           /* never NULL */
 };
 
 /* Kernels for weights of this layout and type, or NULL when none exists
  * (the caller then needs a host conversion, and must say so once). */
 const struct qc_cuda_mm_kernels *qc_cuda_mm_find(enum qc_layout l, enum qc_type t);
 
-/* Declarations of the functions matmul_layouts.def names. */
-#define QC_CUDA_MM(LAYOUT, TYPE, NAME, GEMV, GEMM, WS) \
-	int GEMV(const struct qc_cuda_mm_args *a, cudaStream_t s, struct qc_err *err); \
-	int GEMM(const struct qc_cuda_mm_args *a, cudaStream_t s, struct qc_err *err); \
-	uint64_t WS(int64_t n_in, int64_t n_out, int64_t n_rows);
-#include "matmul_layouts.def"
-#undef QC_CUDA_MM
+/* The functions matmul_layouts.def names (marlin_gemv.cu, marlin_mm.cu, nvfp4_swz.cu). */
+int qc_cuda_marlin_gemv(const struct qc_cuda_mm_args *a, cudaStream_t s, struct qc_err *err);
+int qc_cuda_marlin_mm(const struct qc_cuda_mm_args *a, cudaStream_t s, struct qc_err *err);
+int qc_cuda_marlin_f16(const struct qc_cuda_mm_args *a, cudaStream_t s, struct qc_err *err);
+uint64_t qc_cuda_marlin_ws(int64_t n_in, int64_t n_out, int64_t n_rows, const struct qc_cuda_mm_tuning *t);
+int qc_cuda_nvfp4_swz_gemv(const struct qc_cuda_mm_args *a, cudaStream_t s, struct qc_err *err);
+int qc_cuda_nvfp4_swz_gemm(const struct qc_cuda_mm_args *a, cudaStream_t s, struct qc_err *err);
+uint64_t qc_cuda_nvfp4_swz_ws(int64_t n_in, int64_t n_out, int64_t n_rows, const struct qc_cuda_mm_tuning *t);
 
 #ifdef __cplusplus
 }

@@ -191,8 +191,10 @@ int blas_check(cublasStatus_t st, const char *what, struct qc_err *err)
 } /* namespace */
 
 /* Scratch: the GEMM's fp16 weight and activations (the GEMV needs none). */
-extern "C" uint64_t qc_cuda_nvfp4_swz_ws(int64_t n_in, int64_t n_out, int64_t n_rows)
+extern "C" uint64_t qc_cuda_nvfp4_swz_ws(int64_t n_in, int64_t n_out, int64_t n_rows,
+				       const struct qc_cuda_mm_tuning *t)
 {
+	(void)t; /* the same at any boundary */
 	return align256((uint64_t)n_in * (uint64_t)n_out * 2) + align256((uint64_t)n_in * (uint64_t)n_rows * 2);
 }
 
@@ -235,7 +237,8 @@ extern "C" int qc_cuda_nvfp4_swz_gemm(const struct qc_cuda_mm_args *a, cudaStrea
 	if (a->n_rows == 0 || a->n_out == 0)
 		return QC_OK;
 	const uint64_t wb = align256((uint64_t)a->n_in * (uint64_t)a->n_out * 2);
-	if (!a->d_ws || a->ws_bytes < qc_cuda_nvfp4_swz_ws(a->n_in, a->n_out, a->n_rows))
+	if (!a->d_ws || a->ws_bytes < align256((uint64_t)a->n_in * (uint64_t)a->n_out * 2) +
+					    align256((uint64_t)a->n_in * (uint64_t)a->n_rows * 2))
 		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "nvfp4_swz_gemm: scratch of %llu bytes too small",
 				  (unsigned long long)a->ws_bytes);
 	__half *w16 = (__half *)a->d_ws;

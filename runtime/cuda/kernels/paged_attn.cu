@@ -10,8 +10,8 @@
  * Prefill: with scratch, the tokens of runs of FLASH_MIN_RUN+ consecutive
  * positions of one sequence go to flash_attn.cu first (run list and done flags
  * carved from the front of d_ws, found on the device); the kernels here skip
- * them (not while s is captured into a graph: decode steps). QC_CUDA_FLASH=0
- * turns that off (then a token's result never depends on how its prompt was
+ * them (not while s is captured into a graph: decode steps). a->flash OFF
+ * (the backend's QC_CUDA_FLASH=0) turns that off (then a token's result never depends on how its prompt was
  * chunked).
  * GQA: head h reads kv head h / (n_head / n_head_kv). K/V are fp16, math fp32.
  * Reference: runtime/ops/paged_attn.c; vLLM paged_attention v1 (facts only).
@@ -367,7 +367,7 @@ static uint64_t flash_done_bytes(int64_t n_tok)
 	return ((uint64_t)n_tok * sizeof(int32_t) + 255) / 256 * 256;
 }
 
-/* The flash path runs unless QC_CUDA_FLASH=0, the shape is outside its list,
+/* The flash path runs unless a->flash is OFF, the shape is outside its list,
  * the step is too small to hold a run of FLASH_MIN_RUN, its carve of the
  * scratch would leave the split path without room for a token, or s is being
  * captured into a CUDA graph: the backend captures decode steps only (one
@@ -375,9 +375,8 @@ static uint64_t flash_done_bytes(int64_t n_tok)
  * launches per layer to every replay. */
 static bool flash_wanted(const struct qc_cuda_paged_attn_args *a, cudaStream_t s)
 {
-	const char *env = getenv("QC_CUDA_FLASH");
 	cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-	if ((env && !strcmp(env, "0")) || !a->d_ws || ((uintptr_t)a->d_ws & 15) || a->n_tok < FLASH_MIN_RUN ||
+	if (a->flash == QC_CUDA_ATTN_FLASH_OFF || !a->d_ws || ((uintptr_t)a->d_ws & 15) || a->n_tok < FLASH_MIN_RUN ||
 	    cudaStreamIsCapturing(s, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone)
 		return false;
 	if (!qc_cuda_flash_attn_shape_ok(a->hd, a->n_head, a->n_head_kv)) {

@@ -8,6 +8,14 @@
 extern "C" {
 #endif
 
+/* Whether prefill runs may take flash_attn.cu (runtime/cuda/backend_cuda_env.c
+ * reads QC_CUDA_FLASH once): off makes a token's result independent of how its
+ * prompt was chunked. */
+enum qc_cuda_attn_flash {
+	QC_CUDA_ATTN_FLASH_AUTO = 0,
+	QC_CUDA_ATTN_FLASH_OFF = 1,
+};
+
 struct qc_cuda_paged_attn_args {
 	const float *d_q;          /* (n_tok, n_head * hd), after RoPE */
 	float *d_out;              /* (n_tok, n_head * hd) */
@@ -18,6 +26,9 @@ struct qc_cuda_paged_attn_args {
 	const int32_t *d_tok_seq;  /* (n_tok) plan entry of each token */
 	const int32_t *d_tables;   /* (n_seqs, table_stride) block ids */
 	int32_t table_stride;
+	enum qc_cuda_attn_flash flash; /* the flash prefill path: AUTO (its rules) or OFF (QC_CUDA_FLASH=0);
+					  here, in table_stride's padding, so the struct the kernels
+					  take by value keeps its size */
 	int64_t n_tok;
 	int32_t max_ctx;           /* bound on pos + 1 (sizes shared memory) */
 	float scale;               /* 1 / sqrt(hd) */

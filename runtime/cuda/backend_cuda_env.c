@@ -1,0 +1,36 @@
+/* backend_cuda_env.c — the one place the CUDA backend reads its knobs (see
+ * backend_cuda_env.h; documented in docs/cuda.md "Environment"). Each knob keeps
+ * the spelling and parse it had when a kernel read it, so scripts stay valid.
+ */
+#include "backend_cuda_env.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* $name as a number, or def when unset or empty. */
+static int64_t env_i64(const char *name, int64_t def)
+{
+	const char *v = getenv(name);
+	return v && *v ? strtoll(v, NULL, 10) : def;
+}
+
+void qc_cuda_env_read(struct qc_cuda_env *e)
+{
+	const struct qc_cuda_mm_tuning def = QC_CUDA_MM_TUNING_DEFAULT;
+	e->mm = def;
+	/* matmuls of more rows than this leave the GEMV columns; huge: every ggml
+	 * matmul stays on the batch-invariant GEMV (the batched-equals-single test) */
+	e->mm.rows.gemv_max_rows = env_i64("QC_CUDA_GEMV_MAX_ROWS", def.rows.gemv_max_rows);
+	/* first row count of the >= 128 column (marlin: fp16 decode + cuBLAS); 0 or
+	 * less: never */
+	e->mm.rows.blas_min_rows = env_i64("QC_MARLIN_CUBLAS_ROWS", def.rows.blas_min_rows);
+	if (e->mm.rows.blas_min_rows <= 0)
+		e->mm.rows.blas_min_rows = INT64_MAX;
+	/* N: marlin layouts run their GEMV up to N rows (batch-invariant runs) */
+	e->mm.rows.mma_gemv_rows = env_i64("QC_MARLIN_GEMV_ROWS", 0);
+	const char *kt = getenv("QC_MARLIN_GEMV_KTW");
+	e->mm.gemv_kt = kt && atoi(kt) == 8 ? QC_CUDA_GEMV_KT8 : QC_CUDA_GEMV_KT4;
+	const char *fl = getenv("QC_CUDA_FLASH");
+	e->flash = fl && !strcmp(fl, "0") ? QC_CUDA_ATTN_FLASH_OFF : QC_CUDA_ATTN_FLASH_AUTO;
+}

@@ -1,0 +1,25 @@
+/* backend_cuda_env.h — the CUDA backend's environment block, read once at create.
+ *
+ * Owns: struct qc_cuda_env, every knob of the CUDA backend and its kernels in one
+ * place (docs/cuda.md "Environment"). Kernels never read the environment: the
+ * values travel in their args structs (matmul_dispatch.h, paged_attn.h).
+ * Non-goals: QC_CUDA_GRAPHS and QC_PROFILE (read where graphs and profiling are
+ * made, backend_cuda_graph.c / backend_cuda_prof.c, also once per create).
+ */
+#ifndef QC_BACKEND_CUDA_ENV_H
+#define QC_BACKEND_CUDA_ENV_H
+
+#include "kernels/matmul_dispatch.h"
+#include "kernels/paged_attn.h"
+
+struct qc_cuda_env {
+	struct qc_cuda_mm_tuning mm;   /* QC_CUDA_GEMV_MAX_ROWS, QC_MARLIN_CUBLAS_ROWS,
+					  QC_MARLIN_GEMV_ROWS, QC_MARLIN_GEMV_KTW */
+	enum qc_cuda_attn_flash flash; /* QC_CUDA_FLASH=0: OFF */
+};
+
+/* Fill *e from the environment (unset or empty: the defaults). Never fails: a
+ * value that does not parse reads as its C library conversion does (strtoll/atoi). */
+void qc_cuda_env_read(struct qc_cuda_env *e);
+
+#endif

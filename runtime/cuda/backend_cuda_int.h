@@ -1,0 +1,122 @@
+/* backend_cuda_int.h — what the CUDA backend's files share (not an interface).
+ *
+ * Owns: the backend state (struct cu) and the device view of a weight (struct
+ * dmat). backend_cuda.c creates, runs the forward and destroys; backend_cuda_weights.c
+ * uploads the weights and builds the dmats; backend_cuda_mm.c runs one matmul,
+ * asking the layout table (qc_layout_kernel) which kernel kind; backend_cuda_env.c
+ * reads the environment block once.
+ */
+#ifndef QC_BACKEND_CUDA_INT_H
+#define QC_BACKEND_CUDA_INT_H
+
+#include <cublas_v2.h>
+#include <stdbool.h>
+
+#include "backend_cuda.h"
+#include "backend_cuda_env.h"
+#include "kernels/matmul_dispatch.h"
+#include "model.h"
+
+struct qc_cuda_graphs;
+struct qc_cuda_prof;
+
+/* A weight on the device. */
+struct dmat {
+	const uint8_t *d_w;        /* NULL when the model has no such weight */
+	enum qc_type type;
+	enum qc_layout layout;
+	int64_t n_in, n_out, n_mat;
+	uint64_t row_bytes, mat_stride;
+	const struct qc_cuda_mm_kernels *k;
+	const int32_t *d_perm;     /* act-order permutation(s) in the uploaded file, or NULL */
+	int64_t perm_stride;
+};
+
+struct dlayer {
+	struct dmat wq, wk, wv, wo, gate, up, down, gate_inp, gate_exps, up_exps, down_exps;
+	struct dmat gate_inp_sh, gate_sh, up_sh, down_sh; /* shared expert (Qwen2-MoE), or absent */
+	const float *d_attn_norm, *d_ffn_norm, *d_bq, *d_bk, *d_bv, *d_q_norm, *d_k_norm;
+};
+
+/* A host-converted (f16) copy, shared by views of the same host bytes. */
+struct conv {
+	const uint8_t *h_src;
+	const uint8_t *d_w;
+};
+
+struct cu {
+	const struct qc_model *m;
+	struct qc_backend_params p;
+	cudaStream_t st;
+	cublasHandle_t blas;
+	void **allocs;             /* (n_allocs) every cudaMalloc, freed at destroy */
+	int n_allocs, cap_allocs;
+	const uint8_t *d_file;     /* the bundle bytes [file_lo, file_hi) */
+	uint64_t file_lo, file_hi;
+	struct conv *convs;
+	int n_convs;
+	struct dlayer *L;          /* (n_layer) */
+	struct dmat tok, out;
+	const float *d_out_norm;
+	const float *d_rope_ff;    /* (rope_dim / 2) llama3 frequency divisors, or NULL */
+	uint16_t *d_kv;            /* (n_blocks, block_elems) binary16 */
+	size_t block_elems;
+	int64_t q_dim, kv_dim, wide, n_exp_rows;
+	float *d_x, *d_xn;         /* (T, E) residual, (T, wide) normed / matmul out */
+	float *d_q, *d_k, *d_v;    /* (T, q_dim | kv_dim) */
+	float *d_att;              /* (T, wide) */
+	float *d_fa, *d_fb;        /* (T, max(max(1, K) * F, F_shexp)) */
+	float *d_shg;              /* (T) shared expert gate logits, or NULL */
+	float *d_router, *d_selw;  /* (T, X), (T, K) */
+	int32_t *d_sel;            /* (T, K) */
+	float *d_eout;             /* (T * K, E) */
+	float *d_lx, *d_logits;    /* (max_logits, E), (max_logits, V) */
+	int32_t *d_plan, *h_plan;  /* packed plan arrays (plan_cap int32) */
+	size_t plan_cap;
+	float *h_logits;           /* pinned (max_logits, V) */
+	bool any_perm;             /* some weight has an act-order permutation */
+	float *d_xperm;            /* (max_tokens * max(1, n_expert_used), max n_in) gathered x, or NULL */
+	int64_t xperm_cap;         /* floats of d_xperm */
+	int32_t *d_argmax, *h_argmax; /* (max_logits) greedy choice per logit row; host side pinned */
+	int32_t *d_top_ids, *h_top_ids; /* (max_logits, QC_BACKEND_TOP_MAX) top-k rows' ids; host pinned */
+	float *d_top_vals, *h_top_vals; /* (max_logits, QC_BACKEND_TOP_MAX) and their logits */
+	void *d_ws;                /* gemm scratch */
+	uint64_t ws_bytes;
+	struct qc_cuda_env env;    /* the knobs, read once at create (backend_cuda_env.c) */
+	int32_t table_stride;      /* block-table entries per sequence on the device: fixed, so a
+				      captured graph stays valid as sequences grow */
+	struct qc_cuda_graphs *graphs; /* NULL: graphs off (QC_CUDA_GRAPHS=0, or profiling) */
+	struct qc_cuda_prof *prof;     /* NULL unless QC_PROFILE */
+};
+
+/* cuda_check with the backend's spelling. */
+int qc_cuda_be_ck(cudaError_t e, const char *what, struct qc_err *err);
+
+/* cudaMalloc of bytes (16 when 0) tracked for destroy; QC_ENOMEM / QC_ECUDA naming the size. */
+int qc_cuda_be_dalloc(struct cu *c, size_t bytes, void **out, struct qc_err *err);
+int qc_cuda_be_dfloats(struct cu *c, size_t n, float **out, struct qc_err *err);
+
+/* n floats of h to the device (*d NULL when h is). */
+int qc_cuda_be_upload_vec(struct cu *c, const float *h, int64_t n, const float **d, struct qc_err *err);
+
+/* Bytes of the bundle the tensors occupy: [lo, hi). */
+void qc_cuda_be_tensor_region(const struct qc_bundle *b, uint64_t *lo, uint64_t *hi);
+
+/* The tensor region to c->d_file through pinned staging; prints the rate. */
+int qc_cuda_be_upload_file(struct cu *c, struct qc_err *err);
+
+/* The device view of w (zeroed when w has no data): a slice of the uploaded file,
+ * or an f16 host conversion (logged once per type in warned). QC_EUNSUPPORTED
+ * when a kernel kind the layout table names for its layout has no function. */
+int qc_cuda_be_make_dmat(struct cu *c, const struct qc_mat *w, const char *what, struct dmat *d,
+			 bool warned[QC_TYPE_COUNT], struct qc_err *err);
+
+/* Largest matmul scratch over the model's matrices at c's row limits. */
+uint64_t qc_cuda_be_ws_need(const struct cu *c);
+
+/* y = W x for n_rows activation rows (matmul_dispatch.h's contract), on the kernel
+ * kind qc_layout_kernel picks. */
+int qc_cuda_be_mm(struct cu *c, const struct dmat *w, const float *d_x, int64_t ldx, int32_t x_div,
+		  const int32_t *d_expert, int64_t n_rows, float *d_y, int64_t ldy, struct qc_err *err);
+
+#endif
