@@ -29,6 +29,11 @@ struct cJSON;
 
 int qc_convert_gguf(const struct qc_convert_opts *o, struct qc_convert_stats *st, struct qc_err *err);
 
+/* QC_EINVAL naming out when out exists and is in (a file), or any file under in
+ * (a folder), by st_dev/st_ino: a symlink or hard link to an input counts. QC_OK
+ * when out does not exist. qc_convert_gguf also checks every shard of a split set. */
+int qc_convert_check_out(const char *out, const char *in, struct qc_err *err);
+
 /* Default output name: "<input without .gguf / -0000i-of-0000n.gguf>.<target>.qb". */
 void qc_convert_default_out(const char *in, enum qc_target tgt, char *buf, size_t len);
 

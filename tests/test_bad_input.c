@@ -1506,6 +1506,105 @@ static void cli_checks(const char *dir, const struct fixture *st, const struct f
 	CHECK(run_cli(help, errp) == 0, "cli_help_exits_0");
 }
 
+/* Copy file src to dst (small test inputs only). */
+static bool copy_file(const char *src, const char *dst)
+{
+	size_t n = 0;
+	uint8_t *p = slurp(src, &n);
+	bool ok = p && spit(dst, p, n);
+	free(p);
+	return ok;
+}
+
+/* Fresh inputs in dir: self.gguf (stories260K), sym.qb -> self.gguf, hard.qb (a
+ * hard link to it), hf/ (a copy of tests/data/hf/llama) and hf-config-link.qb (a
+ * hard link to hf/config.json). Made again for every case, so a case that
+ * replaced an input (before the fix) cannot break the next one. */
+static bool make_inputs(const char *dir, const struct fixture *st)
+{
+	static const char *const hf_files[] = { "config.json", "model.safetensors", "tokenizer.json",
+						"tokenizer_config.json", "generation_config.json" };
+	char a[1100], b[1100], src[512];
+	const char *plain[] = { "self.gguf", "sym.qb", "hard.qb", "hf-config-link.qb" };
+	for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++) {
+		snprintf(a, sizeof a, "%s/%s", dir, plain[i]);
+		unlink(a);
+	}
+	snprintf(a, sizeof a, "%s/hf", dir);
+	rm_tree_files(a);
+	snprintf(a, sizeof a, "%s/self.gguf", dir);
+	snprintf(b, sizeof b, "%s/hard.qb", dir);
+	bool ok = spit(a, st->buf, st->len) && link(a, b) == 0;
+	snprintf(b, sizeof b, "%s/sym.qb", dir);
+	ok = ok && symlink("self.gguf", b) == 0;
+	snprintf(a, sizeof a, "%s/hf", dir);
+	ok = ok && mkdir(a, 0755) == 0;
+	for (size_t i = 0; ok && i < sizeof hf_files / sizeof hf_files[0]; i++) {
+		snprintf(src, sizeof src, "tests/data/hf/llama/%s", hf_files[i]);
+		snprintf(a, sizeof a, "%s/hf/%s", dir, hf_files[i]);
+		ok = copy_file(src, a);
+	}
+	snprintf(a, sizeof a, "%s/hf/config.json", dir);
+	snprintf(b, sizeof b, "%s/hf-config-link.qb", dir);
+	return ok && link(a, b) == 0;
+}
+
+/* issue 15 #1: an output that is an input, under any name, is refused (exit 1, a
+ * message naming the output and calling it the input) before anything is written,
+ * and the input is intact. */
+static void cli_refuses_output_that_is_input(const char *dir, const struct fixture *st)
+{
+	char errp[1024], self[1024], sym[1024], hard[1024], hf[1024], member[1100], cfg_path[1100], hfhard[1024];
+	char fresh[1100];
+	snprintf(errp, sizeof errp, "%s/stderr.txt", dir);
+	snprintf(self, sizeof self, "%s/self.gguf", dir);
+	snprintf(sym, sizeof sym, "%s/sym.qb", dir);
+	snprintf(hard, sizeof hard, "%s/hard.qb", dir);
+	snprintf(hf, sizeof hf, "%s/hf", dir);
+	snprintf(member, sizeof member, "%s/model.safetensors", hf);
+	snprintf(cfg_path, sizeof cfg_path, "%s/config.json", hf);
+	snprintf(hfhard, sizeof hfhard, "%s/hf-config-link.qb", dir);
+	size_t cfg_len = 0, st_len = 0;
+	uint8_t *cfg = slurp("tests/data/hf/llama/config.json", &cfg_len);
+	uint8_t *safet = slurp("tests/data/hf/llama/model.safetensors", &st_len);
+	struct { const char *what, *in, *out, *victim; const uint8_t *want; size_t want_len; } cases[] = {
+		{ "same path", self, self, self, st->buf, st->len },
+		{ "symlink to the input", self, sym, self, st->buf, st->len },
+		{ "hard link to the input", self, hard, self, st->buf, st->len },
+		{ "HF folder member", hf, member, member, safet, st_len },
+		{ "hard link to an HF folder member", hf, hfhard, cfg_path, cfg, cfg_len },
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		bool ok = cfg && safet && make_inputs(dir, st);
+		CHECK(ok, "cli_refuses_output_that_is_input: cannot set up %s: %s", dir, strerror(errno));
+		if (!ok)
+			break;
+		const char *args[] = { cases[i].in, "--target", "cpu", "-q", "-o", cases[i].out, NULL };
+		int rc = run_cli(args, errp);
+		size_t elen = 0, vlen = 0;
+		char *e = (char *)slurp(errp, &elen);
+		uint8_t *v = slurp(cases[i].victim, &vlen);
+		bool intact = v && vlen == cases[i].want_len && memcmp(v, cases[i].want, vlen) == 0;
+		CHECK(rc == 1 && e && strstr(e, "input") && strstr(e, cases[i].out) && intact,
+		      "cli_refuses_output_that_is_input (%s): exit %d, input %s, stderr: %s", cases[i].what, rc,
+		      intact ? "intact" : "REPLACED", e ? e : "");
+		free(e);
+		free(v);
+		const char *b = strrchr(cases[i].out, '/') + 1;
+		char d[1024];
+		snprintf(d, sizeof d, "%.*s", (int)(b - 1 - cases[i].out), cases[i].out);
+		CHECK(!temp_left(d, b), "cli_refuses_output_that_is_input (%s): a temp file is left", cases[i].what);
+	}
+	/* the near miss: a fresh output beside the same inputs converts */
+	snprintf(fresh, sizeof fresh, "%s/fresh.qb", dir);
+	const char *okargs[] = { hf, "--target", "cpu", "-q", "-o", fresh, NULL };
+	CHECK(make_inputs(dir, st) && run_cli(okargs, errp) == 0 && file_exists(fresh),
+	      "cli_converts_hf_folder_to_a_fresh_output");
+	free(cfg);
+	free(safet);
+	rm_tree_files(hf);
+}
+
 /* Strict UTF-8 (no overlongs, surrogates or code points past U+10FFFF), as RFC 8259 wants. */
 static bool utf8_valid(const uint8_t *p, size_t n)
 {
@@ -1672,6 +1771,7 @@ int main(void)
 		}
 		cli_checks(dir, st, q8, bundle);
 		cli_hostile_names(dir, st);
+		cli_refuses_output_that_is_input(dir, st);
 		rm_tree_files(dir);
 	}
 

@@ -234,6 +234,19 @@ static void check_split(void)
 		}
 		qc_bundle_close(qb);
 		unlink(out);
+		/* issue 15 #1: another shard of the set as the output is refused before
+		 * anything is written, and the set still opens */
+		char last[512];
+		snprintf(last, sizeof last, "%s/sp-00003-of-00003.gguf", tmpdir);
+		o.out = last;
+		struct qc_err e3 = {0};
+		rc = qc_convert_gguf(&o, NULL, &e3);
+		CHECK(rc == QC_EINVAL && strcmp(e3.path, last) == 0 && strstr(e3.msg, "input"),
+		      "convert_refuses_output_that_is_a_shard: rc %d, %s: %s", rc, e3.path, e3.msg);
+		struct qc_gguf_model *c = NULL;
+		CHECK(qc_gguf_model_open(shard, &c, &err) == QC_OK && c->n_files == 3,
+		      "split set intact after a refused conversion: %s", err.msg);
+		qc_gguf_model_close(c);
 	}
 	qc_gguf_model_close(a);
 	qc_gguf_model_close(b);
