@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "bundle.h"
@@ -286,11 +287,13 @@ int qc_convert_gguf(const struct qc_convert_opts *o, struct qc_convert_stats *st
 	struct qc_bundle_writer *w = NULL;
 	struct qc_progress pr;
 	double t0 = qc_now();
+	if (o->out_fd)
+		*o->out_fd = -1;
 	cJSON *man = cJSON_CreateObject();
 	if (!man)
 		return qc_err_set(err, QC_ENOMEM, o->in, NULL, -1, "out of memory");
 	int rc = qc_gguf_model_open(o->in, &m, err);
-	if (!rc)
+	if (!rc && !o->out_fd)
 		rc = check_out_files(o->out, m, err);
 	if (rc)
 		goto out;
@@ -341,7 +344,8 @@ int qc_convert_gguf(const struct qc_convert_opts *o, struct qc_convert_stats *st
 	if (!rc)
 		rc = qc_meta_from_gguf(m, man, err);
 	if (!rc)
-		rc = qc_bundle_writer_open(o->out, o->alignment, &w, err);
+		rc = o->out_fd ? qc_bundle_writer_open_unnamed(o->out, o->alignment, o->out_fd, &w, err)
+			       : qc_bundle_writer_open(o->out, o->alignment, &w, err);
 	cJSON *tensors = cJSON_AddArrayToObject(man, "tensors");
 	for (uint64_t i = 0; !rc && i < plan->n; i++) {
 		rc = write_tensor(m, w, &plan->t[i], &pr, err);
@@ -368,6 +372,10 @@ int qc_convert_gguf(const struct qc_convert_opts *o, struct qc_convert_stats *st
 	}
 out:
 	qc_bundle_writer_abort(w);
+	if (rc && o->out_fd && *o->out_fd >= 0) {
+		close(*o->out_fd);
+		*o->out_fd = -1;
+	}
 	qc_plan_free(plan);
 	qc_gguf_model_close(m);
 	cJSON_Delete(man);

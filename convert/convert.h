@@ -14,6 +14,10 @@ struct qc_convert_opts {
 	uint32_t alignment;        /* tensor data alignment, >= 4096 */
 	unsigned plan_flags;       /* enum qc_plan_flags */
 	int verbose;               /* print plan notes and a summary to stderr */
+	int *out_fd;               /* NULL: write the bundle at out. Else out is a directory
+				    * and the bundle is written there with no name
+				    * (qc_bundle_writer_open_unnamed); *out_fd gets its
+				    * descriptor, which the caller closes (-1 on failure) */
 	const struct cJSON *source; /* NULL: describe and hash the GGUF input; else the
 				     * manifest "source" object verbatim (borrowed), as
 				     * hf_convert.c passes for its temporary GGUF */

@@ -4,9 +4,9 @@
  *   qrun MODEL --tokenize TEXT [--bos]
  *   qrun bench MODEL --requests N --concurrency C --in I --out O [--warmup W] [sampling flags] [engine flags]
  *
- * MODEL is a .qb bundle or a .gguf; a GGUF is converted first (target cpu) into a
- * private temp directory under $TMPDIR, mapped, and unlinked at once, so nothing is
- * left behind. `-p -` reads the prompt's raw bytes from stdin. BOS is added exactly
+ * MODEL is a .qb bundle or a .gguf; a GGUF of a supported architecture is converted
+ * first (target cpu) into an unnamed file in $TMPDIR (engine_cli.c), so no exit,
+ * signal or crash leaves anything behind. `-p -` reads the prompt's raw bytes from stdin. BOS is added exactly
  * when the vocabulary asks for it (llama.cpp's add_special). The engine flags
  * (device, threads, K/V pool, chunked prefill) are engine_cli.h's, shared with
  * qserve. bench: N requests of I synthetic prompt ids and O tokens each (greedy
@@ -40,7 +40,7 @@ static void usage(FILE *f)
 		"usage: %s MODEL -p TEXT [-n N] [sampling] [--stop S]... [--json] [--ignore-eos] [engine]\n"
 		"       %s MODEL --tokenize TEXT [--bos]\n"
 		"       %s bench MODEL --requests N --concurrency C --in I --out O [--warmup W] [sampling] [engine]\n"
-		"MODEL: a .qb bundle or a .gguf (converted to a temp bundle first).\n"
+		"MODEL: a .qb bundle or a .gguf (converted first into an unnamed file in $TMPDIR).\n"
 		"-p - (and --tokenize -) read raw bytes from stdin. -n: tokens to generate (32).\n"
 		"--json prints {\"prompt_ids\":[...],\"ids\":[...],\"text\":\"...\",\"finish\":\"...\"}.\n"
 		"--stop S: end when the text contains S (up to 4; S itself is not printed).\n"

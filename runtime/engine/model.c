@@ -41,6 +41,14 @@ static const struct arch_rule arch_rules[] = {
 	{"qwen3moe", QC_ROPE_NEOX, EXPERTS_REQUIRED, true, false},
 };
 
+bool qc_model_arch_supported(const char *arch)
+{
+	for (size_t i = 0; i < sizeof arch_rules / sizeof arch_rules[0]; i++)
+		if (!strcmp(arch, arch_rules[i].name))
+			return true;
+	return false;
+}
+
 /* llama.cpp's YaRN beta_fast / beta_slow for these archs (hparams defaults). */
 #define YARN_BETA_FAST 32.0f
 #define YARN_BETA_SLOW 1.0f
