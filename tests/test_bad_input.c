@@ -1854,8 +1854,9 @@ static void cli_hostile_names(const char *dir, const struct fixture *st)
 int main(void)
 {
 	struct fixture *fx = NULL;
-	int n = load_fixtures(&fx);
-	CHECK(n >= 20, "found %d GGUF fixtures under %s", n, check_fixtures());
+	const bool have_fx = check_have_fixtures("test_bad_input");
+	int n = have_fx ? load_fixtures(&fx) : 0;
+	CHECK(!have_fx || n >= 20, "found %d GGUF fixtures under %s", n, check_fixtures());
 	const struct fixture *st = fixture_named(fx, n, "stories260K.gguf");
 	const struct fixture *q8 = fixture_named(fx, n, "tinyllamas-stories-260k-q8_0.gguf");
 	const struct fixture *v2 = q8;
@@ -1874,7 +1875,8 @@ int main(void)
 		      "gguf_v2_rejects_absurd_tensor_count");
 		free(p);
 	}
-	gguf_rejects_real_unaligned_q8_0(fx, n);
+	if (have_fx)
+		gguf_rejects_real_unaligned_q8_0(fx, n);
 
 	/* a bundle made by the CLI, and the CLI itself */
 	find_bin();

@@ -166,6 +166,9 @@ static void check_verify_catches_flip(const char *in)
 	struct qc_err err = {0};
 	CHECK(qc_convert_gguf(&o, NULL, &err) == QC_OK, "%s", err.msg);
 	FILE *f = fopen(out, "rb");
+	CHECK(f != NULL, "cannot read %s", out);
+	if (!f)
+		return;
 	fseek(f, 0, SEEK_END);
 	size_t n = (size_t)ftell(f);
 	fseek(f, 0, SEEK_SET);
@@ -262,8 +265,9 @@ int main(void)
 	snprintf(tmpdir, sizeof tmpdir, "/tmp/qc_test_bundle.XXXXXX");
 	CHECK(mkdtemp(tmpdir) != NULL, "mkdtemp");
 	const char *sub[] = { "gguf", "gguf-quant" };
+	const bool have_fx = check_have_fixtures("test_bundle");
 	int n = 0;
-	for (int s = 0; s < 2; s++) {
+	for (int s = 0; have_fx && s < 2; s++) {
 		char dir[1024];
 		snprintf(dir, sizeof dir, "%s/%s", check_fixtures(), sub[s]);
 		DIR *d = opendir(dir);
@@ -282,10 +286,12 @@ int main(void)
 		if (d)
 			closedir(d);
 	}
-	CHECK(n >= 28, "only %d fixture models", n);
-	char p[1024];
-	snprintf(p, sizeof p, "%s/gguf/stories260K.gguf", check_fixtures());
-	check_verify_catches_flip(p);
+	if (have_fx) {
+		CHECK(n >= 28, "only %d fixture models", n);
+		char p[1024];
+		snprintf(p, sizeof p, "%s/gguf/stories260K.gguf", check_fixtures());
+		check_verify_catches_flip(p);
+	}
 	check_split();
 	rmdir(tmpdir);
 	return check_report("test_bundle");
