@@ -19,7 +19,8 @@ const char qc_engine_cli_help[] =
 	"  --threads T              CPU matmul threads (default: online CPUs; results do not depend on it)\n"
 	"  --kv-mem MIB             paged K/V pool size (default: room for every running sequence)\n"
 	"  --max-running N          sequences decoded together\n"
-	"  --ctx N                  longest sequence, prompt + output (default: the model's, at most 4096)\n"
+	"  --ctx N                  longest sequence, prompt + output (default: the model's, at most 4096;\n"
+	"                           above the model's context length: allowed, with a warning)\n"
 	"  --max-batch-tokens N     tokens per forward step (default 512)\n"
 	"  --max-prefill-tokens N   prompt tokens per step: longer prompts are prefilled in chunks\n"
 	"                           (default: --max-batch-tokens)\n";
@@ -150,12 +151,29 @@ static int check_arch(const char *path, struct qc_err *err)
 	return rc;
 }
 
+/* A longer sequence than the model was trained on runs, but positions past its
+ * context length were never seen in training: say so once, at open. */
+static void warn_ctx(const char *prog, const struct qc_engine_opts *o, const struct qc_engine *e)
+{
+	const int32_t n_ctx = qc_engine_model(e)->cfg.n_ctx_train;
+	if (o->max_seq_tokens > n_ctx)
+		fprintf(stderr, "%s: warning: --ctx %d is above the model's context length %d; positions past it "
+			"were never trained and output degrades\n", prog, o->max_seq_tokens, n_ctx);
+}
+
+static int open_gguf(const char *path, const struct qc_engine_opts *o, struct qc_engine **e, struct qc_err *err);
+
 int qc_engine_open_path(const char *path, const char *tag, const struct qc_engine_opts *o,
 			struct qc_engine **e, struct qc_err *err)
 {
-	(void)tag;
-	if (!qc_path_is_gguf(path))
-		return qc_engine_new(path, o, e, err);
+	int rc = qc_path_is_gguf(path) ? open_gguf(path, o, e, err) : qc_engine_new(path, o, e, err);
+	if (!rc)
+		warn_ctx(tag, o, *e);
+	return rc;
+}
+
+static int open_gguf(const char *path, const struct qc_engine_opts *o, struct qc_engine **e, struct qc_err *err)
+{
 	int rc = check_arch(path, err);
 	if (rc)
 		return rc;

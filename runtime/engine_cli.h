@@ -50,7 +50,8 @@ bool qc_path_is_gguf(const char *path);
  * into an unnamed file in $TMPDIR (O_TMPFILE, else unlinked at once), read back
  * through its descriptor: no signal, crash or SIGKILL leaves anything behind. A
  * GGUF of an architecture the engine does not run is refused before converting;
- * errors name path, never the temp bundle. tag is unused (kept for callers). */
+ * errors name path, never the temp bundle. When o->max_seq_tokens (--ctx) is above
+ * the model's context length, prints one "tag: warning: ..." line to stderr. */
 int qc_engine_open_path(const char *path, const char *tag, const struct qc_engine_opts *o,
 			struct qc_engine **e, struct qc_err *err);
 

@@ -439,12 +439,121 @@ static void check_qrun_refuses_unsupported_arch_first(const char *work)
 	unlink(model);
 }
 
+/* mkgguf --preset tiny (+ extra flags) at path; its vocab is <unk> <s> </s> ... */
+static bool make_tiny(const char *path, const char *extra)
+{
+	char cmd[4096];
+	snprintf(cmd, sizeof cmd, "%s/mkgguf --preset tiny %s -o %s >/dev/null 2>&1", bin(), extra, path);
+	return system(cmd) == 0;
+}
+
+/* Occurrences of needle in hay. */
+static int count_of(const char *hay, const char *needle)
+{
+	int n = 0;
+	for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle))
+		n++;
+	return n;
+}
+
+/* issue 15 #8c: --ctx above the model's context length (mkgguf --ctx 64) warns once,
+ * naming both numbers; --ctx at it does not. */
+static void check_ctx_warning(const char *work)
+{
+	char model[1100], cmd[4096];
+	snprintf(model, sizeof model, "%s/ctx64.gguf", work);
+	CHECK(make_tiny(model, "--ctx 64"), "mkgguf --ctx 64");
+	static const struct { int ctx; bool warns; } cases[] = { { 128, true }, { 64, false }, { 32, false } };
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		snprintf(cmd, sizeof cmd, "%s/qrun %s -p hi -n 1 --ctx %d", bin(), model, cases[i].ctx);
+		int rc;
+		char *e = run_stderr(cmd, &rc);
+		if (cases[i].warns)
+			CHECK(rc == 0 && count_of(e, "warning") == 1 && strstr(e, "--ctx 128") && strstr(e, "context length 64"),
+			      "qrun_warns_once_for_ctx_above_the_model's: exit %d, stderr '%s'", rc, e);
+		else
+			CHECK(rc == 0 && !strstr(e, "warning"), "qrun --ctx %d (not above 64) warned: '%s'", cases[i].ctx, e);
+		free(e);
+	}
+	unlink(model);
+}
+
+/* issue 15 #8e: --bos adds BOS (<s>, id 1 in mkgguf's vocab) even when the vocabulary
+ * says add_bos = false, as the README says; without --bos there is none. */
+static void check_bos_forced(const char *work)
+{
+	char model[1100], cmd[4096];
+	snprintf(model, sizeof model, "%s/nobos.gguf", work);
+	CHECK(make_tiny(model, ""), "mkgguf --preset tiny");
+	size_t n = 0;
+	char *b = check_read_file(model, &n);
+	const char *key = "tokenizer.ggml.add_bos_token";
+	char *k = b ? memmem(b, n, key, strlen(key)) : NULL;
+	size_t at = k ? (size_t)(k - b) + strlen(key) : 0; /* then u32 type 7 (bool), then the byte */
+	bool patched = k && at + 5 <= n && !memcmp(k + strlen(key), "\x07\0\0\0\x01", 5);
+	if (patched) {
+		b[at + 4] = 0;
+		FILE *f = fopen(model, "wb");
+		patched = f && fwrite(b, 1, n, f) == n;
+		if (f)
+			fclose(f);
+	}
+	free(b);
+	CHECK(patched, "cannot set add_bos_token = false in %s", model);
+	int st;
+	snprintf(cmd, sizeof cmd, "%s/qrun %s --tokenize hello --bos", bin(), model);
+	char *with = run(cmd, "", 0, &st);
+	CHECK(st == 0 && with && !strncmp(with, "1 ", 2), "qrun_bos_flag_forces_bos: '%s'", with ? with : "");
+	snprintf(cmd, sizeof cmd, "%s/qrun %s --tokenize hello", bin(), model);
+	char *without = run(cmd, "", 0, &st);
+	CHECK(st == 0 && without && strncmp(without, "1 ", 2) && with && !strcmp(with + 2, without),
+	      "qrun --tokenize without --bos: '%s' (with: '%s')", without ? without : "", with ? with : "");
+	free(with);
+	free(without);
+	unlink(model);
+}
+
+/* issue 15 #8d: --json's "text" leaves control tokens out, as plain output does,
+ * while "ids" still lists them. Sampling hot over a random tiny model until a run
+ * emits <s> or </s> (ids 1, 2 in mkgguf's vocab). */
+static void check_json_text_drops_control_tokens(const char *work)
+{
+	char model[1100], cmd[4096], flags[256];
+	snprintf(model, sizeof model, "%s/ctl.gguf", work);
+	CHECK(make_tiny(model, ""), "mkgguf --preset tiny");
+	bool seen = false;
+	for (int seed = 1; seed <= 30 && !seen; seed++) {
+		snprintf(flags, sizeof flags, "-n 48 --ignore-eos --temp 3 --seed %d", seed);
+		cJSON *j = qrun_json(model, "hi", flags);
+		const cJSON *ids = cJSON_GetObjectItem(j, "ids"), *id;
+		cJSON_ArrayForEach(id, ids)
+			seen = seen || id->valueint == 1 || id->valueint == 2;
+		if (seen) {
+			const char *t = jstr(j, "text");
+			CHECK(!strstr(t, "</s>") && !strstr(t, "<s>"), "qrun_json_text_leaves_out_control_tokens: '%s'", t);
+			snprintf(cmd, sizeof cmd, "%s/qrun %s -p - %s", bin(), model, flags);
+			int st;
+			char *plain = run(cmd, "hi", 2, &st);
+			size_t pl = plain ? strlen(plain) : 0;
+			CHECK(st == 0 && pl && plain[pl - 1] == '\n' && pl - 1 == strlen(t) && !strncmp(plain, t, pl - 1),
+			      "qrun --json text '%s' differs from plain output '%s'", t, plain ? plain : "");
+			free(plain);
+		}
+		cJSON_Delete(j);
+	}
+	CHECK(seen, "no run emitted a control token: the --json text check did not run");
+	unlink(model);
+}
+
 int main(void)
 {
 	char work[] = "/tmp/qc_qrun_work.XXXXXX";
 	if (mkdtemp(work)) {
 		check_qrun_signal_leaves_no_temp(work);
 		check_qrun_refuses_unsupported_arch_first(work);
+		check_ctx_warning(work);
+		check_bos_forced(work);
+		check_json_text_drops_control_tokens(work);
 		rm_dir(work);
 	}
 	/* the comparator must notice a wrong id list */
