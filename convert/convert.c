@@ -9,11 +9,15 @@
 #include "convert.h"
 #include "pack_par.h"
 
+#include <dirent.h>
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "bundle.h"
@@ -40,6 +44,71 @@ void qc_convert_default_out(const char *in, enum qc_target tgt, char *buf, size_
 	if (n > 15 && sscanf(b + n - 15, "-%5d-of-%5d", &no, &cnt) == 2)
 		n -= 15;
 	snprintf(buf, len, "%.*s%.*s.%s.qb", (int)dir, in, (int)n, b, qc_target_name(tgt));
+}
+
+/* The output must not be one of the inputs under another name (the same path, a
+ * symlink or a hard link): the final rename would replace the source with the
+ * bundle. Identity is st_dev/st_ino, so every spelling of the same file matches. */
+static int refuse_same(const struct stat *out, const char *out_path, const struct stat *in, const char *in_path,
+		       struct qc_err *err)
+{
+	if (out->st_dev != in->st_dev || out->st_ino != in->st_ino)
+		return QC_OK;
+	return qc_err_set(err, QC_EINVAL, out_path, NULL, -1,
+			  "output is the input file %s (the same file, or a link to it); it would be replaced: "
+			  "choose another -o", in_path);
+}
+
+/* Every regular file under dir (symlinks followed, depth-limited: an HF folder is
+ * flat, a snapshot cache one or two levels deep). */
+static int check_dir(const struct stat *out, const char *out_path, const char *dir, int depth, struct qc_err *err)
+{
+	DIR *dp = opendir(dir);
+	if (!dp)
+		return QC_OK; /* unreadable members are reported by the reader itself */
+	int rc = QC_OK;
+	struct dirent *e;
+	while (!rc && (e = readdir(dp))) {
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		char p[4096];
+		struct stat st;
+		if ((size_t)snprintf(p, sizeof p, "%s/%s", dir, e->d_name) >= sizeof p || stat(p, &st) != 0)
+			continue;
+		if (S_ISDIR(st.st_mode))
+			rc = depth > 0 ? check_dir(out, out_path, p, depth - 1, err) : QC_OK;
+		else
+			rc = refuse_same(out, out_path, &st, p, err);
+	}
+	closedir(dp);
+	return rc;
+}
+
+int qc_convert_check_out(const char *out, const char *in, struct qc_err *err)
+{
+	struct stat so, si;
+	if (stat(out, &so) != 0 || stat(in, &si) != 0)
+		return QC_OK; /* a new output (or dangling link) cannot be an input */
+	if (S_ISDIR(si.st_mode))
+		return check_dir(&so, out, in, 3, err);
+	return refuse_same(&so, out, &si, in, err);
+}
+
+/* The same for every file of an opened (possibly split) GGUF, through its fds. */
+static int check_out_files(const char *out, const struct qc_gguf_model *m, struct qc_err *err)
+{
+	struct stat so, si;
+	if (stat(out, &so) != 0)
+		return QC_OK;
+	for (int f = 0; f < m->n_files; f++) {
+		const struct qc_gguf *g = m->files[f];
+		if (g->file.fd < 0 || fstat(g->file.fd, &si) != 0)
+			continue;
+		int rc = refuse_same(&so, out, &si, g->path, err);
+		if (rc)
+			return rc;
+	}
+	return QC_OK;
 }
 
 /* Whole-file XXH3 of every source file, on its own thread: it only reads the mapping,
@@ -218,10 +287,14 @@ int qc_convert_gguf(const struct qc_convert_opts *o, struct qc_convert_stats *st
 	struct qc_bundle_writer *w = NULL;
 	struct qc_progress pr;
 	double t0 = qc_now();
+	if (o->out_fd)
+		*o->out_fd = -1;
 	cJSON *man = cJSON_CreateObject();
 	if (!man)
 		return qc_err_set(err, QC_ENOMEM, o->in, NULL, -1, "out of memory");
 	int rc = qc_gguf_model_open(o->in, &m, err);
+	if (!rc && !o->out_fd)
+		rc = check_out_files(o->out, m, err);
 	if (rc)
 		goto out;
 	rc = qc_plan_build(m, o->target, o->plan_flags, &plan, err);
@@ -271,7 +344,8 @@ int qc_convert_gguf(const struct qc_convert_opts *o, struct qc_convert_stats *st
 	if (!rc)
 		rc = qc_meta_from_gguf(m, man, err);
 	if (!rc)
-		rc = qc_bundle_writer_open(o->out, o->alignment, &w, err);
+		rc = o->out_fd ? qc_bundle_writer_open_unnamed(o->out, o->alignment, o->out_fd, &w, err)
+			       : qc_bundle_writer_open(o->out, o->alignment, &w, err);
 	cJSON *tensors = cJSON_AddArrayToObject(man, "tensors");
 	for (uint64_t i = 0; !rc && i < plan->n; i++) {
 		rc = write_tensor(m, w, &plan->t[i], &pr, err);
@@ -298,6 +372,10 @@ int qc_convert_gguf(const struct qc_convert_opts *o, struct qc_convert_stats *st
 	}
 out:
 	qc_bundle_writer_abort(w);
+	if (rc && o->out_fd && *o->out_fd >= 0) {
+		close(*o->out_fd);
+		*o->out_fd = -1;
+	}
 	qc_plan_free(plan);
 	qc_gguf_model_close(m);
 	cJSON_Delete(man);

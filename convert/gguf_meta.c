@@ -2,9 +2,15 @@
  * config: the typed model hyper-parameters every runtime path needs, read with
  * llama.cpp's key names and defaults (src/llama-model.cpp load_hparams).
  * tokenizer: tokenizer.ggml.* in the schema runtime/text/vocab_json.c reads.
- * metadata: every other key verbatim, so arch-specific extras survive. */
+ * metadata: every other key verbatim, so arch-specific extras survive.
+ * check: the hyper-parameters against the tensors (layer count vs blk.N present,
+ * widths vs shapes) and for finite, positive values, as llama.cpp refuses such a
+ * file at load ("wrong number of tensors", a shape mismatch). Only what holds for
+ * every architecture: a key is checked against a tensor only where that tensor
+ * exists (Mamba writes feed_forward_length 0 and has no ffn_down). */
 #include "gguf_meta.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -156,6 +162,125 @@ static int put(const struct meta_ctx *c, cJSON *obj, const char *name, const cha
 	if (!j || !cJSON_AddItemToObject(obj, name, j)) {
 		cJSON_Delete(j);
 		return QC_ENOMEM;
+	}
+	return QC_OK;
+}
+
+/* The value of kv for layer il: the scalar, or element il of a per-layer array. */
+static bool layer_value(const struct qc_gguf_kv *kv, uint64_t il, double *v)
+{
+	if (kv->val.type == QC_GGUF_ARRAY)
+		return il < kv->val.arr.n && !kv->val.arr.items && qc_gguf_arr_f64(&kv->val, il, v);
+	return qc_gguf_value_as_f64(&kv->val, v);
+}
+
+/* QC_EFORMAT naming the file, the key (at its offset) and, when given, the tensor. */
+static int bad_key(const struct meta_ctx *c, const struct qc_gguf_kv *kv, const char *tensor, struct qc_err *err,
+		   const char *why)
+{
+	return qc_err_set(err, QC_EFORMAT, c->g->path, tensor, (int64_t)kv->off, "key '%.*s' %s", (int)kv->key.len,
+			  kv->key.p, why);
+}
+
+/* Layer index of a "blk.N." tensor name, -1 for any other name. */
+static int64_t layer_of(const char *name)
+{
+	if (strncmp(name, "blk.", 4))
+		return -1;
+	char *end;
+	long long n = strtoll(name + 4, &end, 10);
+	return end != name + 4 && *end == '.' && n >= 0 ? (int64_t)n : -1;
+}
+
+/* Each of these, where present, is a finite number; `positive` ones are > 0, the
+ * others >= 0 (llama.cpp reads 0 as "unset" for the scaling factors). */
+static const struct { const char *suffix; bool positive; } float_keys[] = {
+	{"rope.freq_base", true},
+	{"attention.layer_norm_rms_epsilon", true},
+	{"attention.layer_norm_epsilon", true},
+	{"rope.scale_linear", false},
+	{"rope.scaling.factor", false},
+	{"rope.scaling.attn_factor", false},
+};
+
+static int check_config(const struct meta_ctx *c, const struct qc_gguf_model *m, struct qc_err *err)
+{
+	char why[256];
+	double v;
+	for (size_t i = 0; i < sizeof float_keys / sizeof float_keys[0]; i++) {
+		const struct qc_gguf_kv *kv = arch_kv(c, float_keys[i].suffix);
+		if (!kv || kv->val.type == QC_GGUF_ARRAY || kv->val.type == QC_GGUF_STRING)
+			continue;
+		if (!qc_gguf_value_as_f64(&kv->val, &v) || !isfinite(v) || v < 0 || (float_keys[i].positive && v == 0)) {
+			snprintf(why, sizeof why, "= %g: must be a finite number %s", v,
+				 float_keys[i].positive ? "> 0" : ">= 0");
+			return bad_key(c, kv, NULL, err, why);
+		}
+	}
+	/* scalars that size something: a present 0 is never meaningful */
+	static const char *const pos_keys[] = { "context_length", "embedding_length", "block_count",
+						"rope.dimension_count" };
+	for (size_t i = 0; i < sizeof pos_keys / sizeof pos_keys[0]; i++) {
+		const struct qc_gguf_kv *kv = arch_kv(c, pos_keys[i]);
+		if (kv && kv->val.type != QC_GGUF_ARRAY && (!qc_gguf_value_as_f64(&kv->val, &v) || !(v > 0))) {
+			snprintf(why, sizeof why, "= %g: must be > 0", v);
+			return bad_key(c, kv, NULL, err, why);
+		}
+	}
+
+	/* block_count against the blk.N tensors: every N below it, the last one N - 1 */
+	int64_t max_layer = -1;
+	const char *max_name = NULL;
+	for (uint64_t i = 0; i < m->n_tensors; i++) {
+		int64_t l = layer_of(m->tensors[i]->name);
+		if (l > max_layer) {
+			max_layer = l;
+			max_name = m->tensors[i]->name;
+		}
+	}
+	const struct qc_gguf_kv *bc = arch_kv(c, "block_count");
+	double n_layer = 0;
+	if (bc && max_layer >= 0 && qc_gguf_value_as_f64(&bc->val, &n_layer) && n_layer != (double)max_layer + 1) {
+		snprintf(why, sizeof why, "= %g, but the tensors are for %lld layers (the last is %s)", n_layer,
+			 (long long)max_layer + 1, max_name);
+		return bad_key(c, bc, NULL, err, why);
+	}
+	/* per-layer arrays have one value per layer */
+	static const char *const layer_keys[] = { "feed_forward_length", "attention.head_count",
+						  "attention.head_count_kv" };
+	for (size_t i = 0; bc && i < sizeof layer_keys / sizeof layer_keys[0]; i++) {
+		const struct qc_gguf_kv *kv = arch_kv(c, layer_keys[i]);
+		if (kv && kv->val.type == QC_GGUF_ARRAY && (double)kv->val.arr.n != n_layer) {
+			snprintf(why, sizeof why, "has %llu values for %g layers (block_count)",
+				 (unsigned long long)kv->val.arr.n, n_layer);
+			return bad_key(c, kv, NULL, err, why);
+		}
+	}
+
+	/* widths against shapes, where the tensor exists */
+	const struct qc_gguf_kv *ne = arch_kv(c, "embedding_length");
+	const struct qc_gguf_tensor *emb = qc_gguf_model_find(m, "token_embd.weight");
+	if (ne && emb && qc_gguf_value_as_f64(&ne->val, &v) && v != (double)emb->ne[0]) {
+		snprintf(why, sizeof why, "= %g, but token_embd.weight has rows of %lld", v, (long long)emb->ne[0]);
+		return bad_key(c, ne, "token_embd.weight", err, why);
+	}
+	static const struct { const char *key, *tensor; } widths[] = {
+		{"feed_forward_length", "ffn_down.weight"},           /* [n_ff, n_embd] */
+		{"expert_feed_forward_length", "ffn_down_exps.weight"}, /* [n_ff_exp, n_embd, n_expert] */
+	};
+	for (size_t k = 0; k < sizeof widths / sizeof widths[0]; k++) {
+		const struct qc_gguf_kv *kv = arch_kv(c, widths[k].key);
+		for (int64_t il = 0; kv && il <= max_layer; il++) {
+			char name[96];
+			snprintf(name, sizeof name, "blk.%lld.%s", (long long)il, widths[k].tensor);
+			const struct qc_gguf_tensor *t = qc_gguf_model_find(m, name);
+			v = NAN;
+			if (t && (!layer_value(kv, (uint64_t)il, &v) || v != (double)t->ne[0])) {
+				snprintf(why, sizeof why, "= %g for layer %lld, but %s is %lld wide", v, (long long)il, name,
+					 (long long)t->ne[0]);
+				return bad_key(c, kv, name, err, why);
+			}
+		}
 	}
 	return QC_OK;
 }
@@ -341,7 +466,9 @@ int qc_meta_from_gguf(const struct qc_gguf_model *m, cJSON *manifest, struct qc_
 		return qc_err_set(err, QC_EFORMAT, c.g->path, NULL, -1, "bad general.architecture");
 	memcpy(c.arch, a.p, a.len);
 	c.arch[a.len] = '\0';
-	rc = add_config(&c, m, manifest, err);
+	rc = check_config(&c, m, err);
+	if (!rc)
+		rc = add_config(&c, m, manifest, err);
 	if (!rc)
 		rc = add_tokenizer(c.g, manifest, err);
 	if (!rc)

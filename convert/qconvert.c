@@ -45,7 +45,9 @@ static const char usage_main[] =
 	"  --version      print the version\n"
 	"\n"
 	"The output is written to a temporary file beside it and renamed at the end; on any\n"
-	"error nothing is left behind and the exit code is 1.\n";
+	"error nothing is left behind and the exit code is 1. An output that is an input\n"
+	"(the same file, a symlink or hard link to it, any shard or folder member) is\n"
+	"refused before anything is written.\n";
 
 static const char usage_inspect[] =
 	"usage: qconvert inspect FILE [--json]\n"
@@ -194,6 +196,9 @@ static int cmd_convert(int argc, char **argv)
 			qc_convert_default_out(o.in, o.target, outbuf, sizeof outbuf);
 		o.out = outbuf;
 	}
+	/* before anything is written: an output that is an input would replace it */
+	if (qc_convert_check_out(o.out, o.in, &err))
+		return fail(&err);
 	struct qc_convert_stats st = {0};
 	if (hf ? qc_convert_hf(&o, &st, &err) : qc_convert_gguf(&o, &st, &err))
 		return fail(&err);

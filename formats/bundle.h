@@ -103,6 +103,13 @@ struct qc_bundle_writer;
 
 int qc_bundle_writer_open(const char *path, uint32_t alignment, struct qc_bundle_writer **out,
 			  struct qc_err *err);
+/* A bundle with no name in directory dir (O_TMPFILE, else a temp name unlinked at
+ * once): nothing is left behind by any exit, SIGKILL included. *fd gets the
+ * caller's own descriptor of it (-1 on failure), to read the finished bundle
+ * through /proc/self/fd/N; closing it (and finish/abort) drops the file. finish
+ * neither renames nor fsyncs it. */
+int qc_bundle_writer_open_unnamed(const char *dir, uint32_t alignment, int *fd, struct qc_bundle_writer **out,
+				  struct qc_err *err);
 /* Start member "tensors/<name>" of exactly size bytes; returns its data offset. */
 int qc_bundle_writer_begin(struct qc_bundle_writer *w, const char *name, uint64_t size, uint64_t *off,
 			   struct qc_err *err);

@@ -1,7 +1,10 @@
 /* bundle_write.c — streaming bundle writer (layout in bundle.h).
  * Data goes straight from the caller's buffers (often the source mmap) to the
  * temp file with write(2) while XXH3 runs over the same bytes, so memory use is
- * independent of model size. The header member is written last with pwrite. */
+ * independent of model size. The header member is written last with pwrite.
+ * An unnamed bundle (qrun's on-the-fly conversion) never has a name at all: an
+ * O_TMPFILE (else a temp name unlinked at once) read back through its fd, so no
+ * signal, crash or SIGKILL can leave it behind. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -15,8 +18,9 @@
 #include "tar.h"
 
 struct qc_bundle_writer {
-	char *path, *tmp;
+	char *path, *tmp;          /* tmp: NULL once renamed, and always when unnamed */
 	int fd;
+	bool unnamed;              /* path is the directory; never renamed or fsynced */
 	uint32_t align;
 	uint64_t pos;              /* bytes written so far */
 	uint64_t flushed;          /* writeback started for [0, flushed) */
@@ -29,6 +33,12 @@ struct qc_bundle_writer {
 
 /* volatile global so a CLI signal handler can unlink a half-written file */
 static char *volatile g_tmp_path;
+
+/* The file named in messages: the temp file, or the directory of an unnamed one. */
+static const char *where(const struct qc_bundle_writer *w)
+{
+	return w->tmp ? w->tmp : w->path;
+}
 
 const char *qc_bundle_writer_tmp_path(void)
 {
@@ -59,7 +69,7 @@ static int write_all(struct qc_bundle_writer *w, const void *p, uint64_t n, stru
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r <= 0)
-			return qc_err_set(err, QC_EIO, w->tmp, w->in_member ? w->name : NULL, (int64_t)w->pos,
+			return qc_err_set(err, QC_EIO, where(w), w->in_member ? w->name : NULL, (int64_t)w->pos,
 					  "write failed: %s", r < 0 ? strerror(errno) : "no progress");
 		b += r;
 		n -= (uint64_t)r;
@@ -90,15 +100,15 @@ static int write_gap(struct qc_bundle_writer *w, uint64_t align, struct qc_err *
 		return QC_OK;
 	uint8_t *buf = calloc(1, gap);
 	if (!buf)
-		return qc_err_set(err, QC_ENOMEM, w->tmp, NULL, -1, "out of memory");
+		return qc_err_set(err, QC_ENOMEM, where(w), NULL, -1, "out of memory");
 	qc_tar_pad_member(buf, gap);
 	int rc = write_all(w, buf, gap, err);
 	free(buf);
 	return rc;
 }
 
-int qc_bundle_writer_open(const char *path, uint32_t alignment, struct qc_bundle_writer **out,
-			  struct qc_err *err)
+/* A writer for path with its fields but no file yet. */
+static int writer_new(const char *path, uint32_t alignment, struct qc_bundle_writer **out, struct qc_err *err)
 {
 	*out = NULL;
 	if (alignment < QC_BUNDLE_ALIGN || (alignment & (alignment - 1)))
@@ -110,10 +120,40 @@ int qc_bundle_writer_open(const char *path, uint32_t alignment, struct qc_bundle
 	w->fd = -1;
 	w->align = alignment;
 	w->path = strdup(path);
+	w->xx = XXH3_createState();
+	if (!w->path || !w->xx) {
+		qc_bundle_writer_abort(w);
+		return qc_err_set(err, QC_ENOMEM, path, NULL, -1, "out of memory");
+	}
+	*out = w;
+	return QC_OK;
+}
+
+/* The header member; its data (the bundle header) is filled in by finish. */
+static int write_header_member(struct qc_bundle_writer *w, struct qc_bundle_writer **out, struct qc_err *err)
+{
+	uint8_t hdr[2 * QC_TAR_BLOCK] = {0};
+	qc_tar_file_header(hdr, QC_BUNDLE_HDR_MEMBER, QC_TAR_BLOCK);
+	int rc = write_all(w, hdr, sizeof hdr, err);
+	if (rc) {
+		qc_bundle_writer_abort(w);
+		return rc;
+	}
+	*out = w;
+	return QC_OK;
+}
+
+int qc_bundle_writer_open(const char *path, uint32_t alignment, struct qc_bundle_writer **out,
+			  struct qc_err *err)
+{
+	struct qc_bundle_writer *w;
+	int rc = writer_new(path, alignment, &w, err);
+	*out = NULL;
+	if (rc)
+		return rc;
 	size_t n = strlen(path) + 16;
 	w->tmp = malloc(n);
-	w->xx = XXH3_createState();
-	if (!w->path || !w->tmp || !w->xx) {
+	if (!w->tmp) {
 		qc_bundle_writer_abort(w);
 		return qc_err_set(err, QC_ENOMEM, path, NULL, -1, "out of memory");
 	}
@@ -130,16 +170,39 @@ int qc_bundle_writer_open(const char *path, uint32_t alignment, struct qc_bundle
 	mode_t um = umask(0);
 	umask(um);
 	fchmod(w->fd, 0666 & ~um); /* mkstemp makes 0600; the bundle is an ordinary file */
-	/* header member; its data (the bundle header) is filled in by finish */
-	uint8_t hdr[2 * QC_TAR_BLOCK] = {0};
-	qc_tar_file_header(hdr, QC_BUNDLE_HDR_MEMBER, QC_TAR_BLOCK);
-	int rc = write_all(w, hdr, sizeof hdr, err);
-	if (rc) {
-		qc_bundle_writer_abort(w);
+	return write_header_member(w, out, err);
+}
+
+int qc_bundle_writer_open_unnamed(const char *dir, uint32_t alignment, int *fd, struct qc_bundle_writer **out,
+				  struct qc_err *err)
+{
+	struct qc_bundle_writer *w;
+	int rc = writer_new(dir, alignment, &w, err);
+	*out = NULL;
+	*fd = -1;
+	if (rc)
 		return rc;
+	w->unnamed = true;
+	w->fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	if (w->fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+		/* no O_TMPFILE on this filesystem: a name that lives only until unlink */
+		char tmp[4096];
+		if ((size_t)snprintf(tmp, sizeof tmp, "%s/.qc-bundle-XXXXXX", dir) < sizeof tmp &&
+		    (w->fd = mkstemp(tmp)) >= 0)
+			unlink(tmp);
 	}
-	*out = w;
-	return QC_OK;
+	if (w->fd < 0 || (*fd = fcntl(w->fd, F_DUPFD_CLOEXEC, 0)) < 0) {
+		int e = errno;
+		qc_bundle_writer_abort(w);
+		return qc_err_set(err, QC_EIO, dir, NULL, -1, "cannot create an unnamed temporary bundle: %s",
+				  strerror(e));
+	}
+	rc = write_header_member(w, out, err);
+	if (rc) {
+		close(*fd);
+		*fd = -1;
+	}
+	return rc;
 }
 
 int qc_bundle_writer_begin(struct qc_bundle_writer *w, const char *name, uint64_t size, uint64_t *off,
@@ -206,7 +269,7 @@ int qc_bundle_writer_copy(struct qc_bundle_writer *w, const void *data, int src_
 			break;
 		}
 		if (r <= 0)
-			return qc_err_set(err, QC_EIO, w->tmp, w->name, (int64_t)w->pos, "copy failed: %s",
+			return qc_err_set(err, QC_EIO, where(w), w->name, (int64_t)w->pos, "copy failed: %s",
 					  r < 0 ? strerror(errno) : "source ended early");
 		n -= (uint64_t)r;
 		w->pos += (uint64_t)r;
@@ -265,19 +328,21 @@ int qc_bundle_writer_finish(struct qc_bundle_writer *w, const cJSON *manifest, s
 	put64(h + 40, w->pos);
 	put64(h + 48, XXH3_64bits(h, 48));
 	if (pwrite(w->fd, h, sizeof h, QC_TAR_BLOCK) != (ssize_t)sizeof h) {
-		rc = qc_err_set(err, QC_EIO, w->tmp, NULL, QC_TAR_BLOCK, "cannot write the header: %s", strerror(errno));
+		rc = qc_err_set(err, QC_EIO, where(w), NULL, QC_TAR_BLOCK, "cannot write the header: %s", strerror(errno));
 		goto out;
 	}
-	if (fsync(w->fd) != 0) {
-		rc = qc_err_set(err, QC_EIO, w->tmp, NULL, -1, "fsync failed: %s", strerror(errno));
+	if (!w->unnamed && fsync(w->fd) != 0) {
+		rc = qc_err_set(err, QC_EIO, where(w), NULL, -1, "fsync failed: %s", strerror(errno));
 		goto out;
 	}
 	if (close(w->fd) != 0) {
 		w->fd = -1;
-		rc = qc_err_set(err, QC_EIO, w->tmp, NULL, -1, "close failed: %s", strerror(errno));
+		rc = qc_err_set(err, QC_EIO, where(w), NULL, -1, "close failed: %s", strerror(errno));
 		goto out;
 	}
 	w->fd = -1;
+	if (w->unnamed)
+		goto out;
 	if (rename(w->tmp, w->path) != 0) {
 		rc = qc_err_set(err, QC_EIO, w->path, NULL, -1, "cannot rename %s into place: %s", w->tmp,
 				strerror(errno));

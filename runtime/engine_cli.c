@@ -10,6 +10,8 @@
 #include "backend_cuda.h"
 #include "bundle.h"
 #include "convert.h"
+#include "gguf.h"
+#include "model.h"
 #include "plan.h"
 
 const char qc_engine_cli_help[] =
@@ -17,7 +19,8 @@ const char qc_engine_cli_help[] =
 	"  --threads T              CPU matmul threads (default: online CPUs; results do not depend on it)\n"
 	"  --kv-mem MIB             paged K/V pool size (default: room for every running sequence)\n"
 	"  --max-running N          sequences decoded together\n"
-	"  --ctx N                  longest sequence, prompt + output (default: the model's, at most 4096)\n"
+	"  --ctx N                  longest sequence, prompt + output (default: the model's, at most 4096;\n"
+	"                           above the model's context length: allowed, with a warning)\n"
 	"  --max-batch-tokens N     tokens per forward step (default 512)\n"
 	"  --max-prefill-tokens N   prompt tokens per step: longer prompts are prefilled in chunks\n"
 	"                           (default: --max-batch-tokens)\n";
@@ -125,24 +128,74 @@ bool qc_path_is_gguf(const char *path)
 	return r == 4 && !memcmp(m, "GGUF", 4);
 }
 
+/* The GGUF's general.architecture must be one the engine runs: checked on the
+ * metadata alone, so an unsupported file is refused at once, naming it, instead
+ * of after a full conversion naming the temp bundle. */
+static int check_arch(const char *path, struct qc_err *err)
+{
+	struct qc_gguf *g = NULL;
+	struct qc_gguf_str a;
+	char arch[64];
+	int rc = qc_gguf_open(path, &g, err);
+	if (rc)
+		return rc;
+	rc = qc_gguf_get_str(g, "general.architecture", &a, err);
+	if (rc == QC_ENOTFOUND)
+		rc = qc_err_set(err, QC_EFORMAT, path, NULL, -1, "general.architecture is missing");
+	if (!rc) {
+		snprintf(arch, sizeof arch, "%.*s", (int)(a.len < sizeof arch ? a.len : sizeof arch - 1), a.p);
+		if (a.len >= sizeof arch || !qc_model_arch_supported(arch))
+			rc = qc_err_set(err, QC_EUNSUPPORTED, path, NULL, -1, "architecture '%s' not supported", arch);
+	}
+	qc_gguf_close(g);
+	return rc;
+}
+
+/* A longer sequence than the model was trained on runs, but positions past its
+ * context length were never seen in training: say so once, at open. */
+static void warn_ctx(const char *prog, const struct qc_engine_opts *o, const struct qc_engine *e)
+{
+	const int32_t n_ctx = qc_engine_model(e)->cfg.n_ctx_train;
+	if (o->max_seq_tokens > n_ctx)
+		fprintf(stderr, "%s: warning: --ctx %d is above the model's context length %d; positions past it "
+			"were never trained and output degrades\n", prog, o->max_seq_tokens, n_ctx);
+}
+
+static int open_gguf(const char *path, const struct qc_engine_opts *o, struct qc_engine **e, struct qc_err *err);
+
 int qc_engine_open_path(const char *path, const char *tag, const struct qc_engine_opts *o,
 			struct qc_engine **e, struct qc_err *err)
 {
-	if (!qc_path_is_gguf(path))
-		return qc_engine_new(path, o, e, err);
-	const char *td = getenv("TMPDIR");
-	char dir[4096], out[4200];
-	snprintf(dir, sizeof dir, "%s/%s-XXXXXX", td && *td ? td : "/tmp", tag);
-	if (!mkdtemp(dir))
-		return qc_err_set(err, QC_EIO, dir, NULL, -1, "mkdtemp: %s", strerror(errno));
-	snprintf(out, sizeof out, "%s/model.qb", dir);
-	struct qc_convert_opts co = {.in = path, .out = out, .target = QC_TARGET_CPU,
-				     .alignment = QC_BUNDLE_ALIGN, .plan_flags = QC_PLAN_FUSE_MOE};
-	int rc = qc_convert_gguf(&co, NULL, err);
+	int rc = qc_path_is_gguf(path) ? open_gguf(path, o, e, err) : qc_engine_new(path, o, e, err);
 	if (!rc)
-		rc = qc_engine_new(out, o, e, err);
-	unlink(out);
-	rmdir(dir);
+		warn_ctx(tag, o, *e);
+	return rc;
+}
+
+static int open_gguf(const char *path, const struct qc_engine_opts *o, struct qc_engine **e, struct qc_err *err)
+{
+	int rc = check_arch(path, err);
+	if (rc)
+		return rc;
+	const char *td = getenv("TMPDIR");
+	int fd = -1;
+	struct qc_convert_opts co = {.in = path, .out = td && *td ? td : "/tmp", .out_fd = &fd,
+				     .target = QC_TARGET_CPU, .alignment = QC_BUNDLE_ALIGN,
+				     .plan_flags = QC_PLAN_FUSE_MOE};
+	rc = qc_convert_gguf(&co, NULL, err);
+	if (!rc) {
+		char proc[64];
+		snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+		rc = qc_engine_new(proc, o, e, err);
+		if (rc && !strcmp(err->path, proc)) { /* name the user's file; the offset was the bundle's */
+			char tensor[QC_ERR_NAME_MAX], msg[QC_ERR_MSG_MAX];
+			snprintf(tensor, sizeof tensor, "%s", err->tensor);
+			snprintf(msg, sizeof msg, "%s", err->msg);
+			qc_err_set(err, rc, path, tensor[0] ? tensor : NULL, -1, "%s", msg);
+		}
+	}
+	if (fd >= 0)
+		close(fd); /* the engine maps the bundle; its last reference goes with the mapping */
 	return rc;
 }
 

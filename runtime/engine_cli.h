@@ -47,8 +47,11 @@ bool qc_cli_float(const char *prog, const char *flag, const char *v, double lo, 
 bool qc_path_is_gguf(const char *path);
 
 /* qc_engine_new over a bundle, or over a GGUF converted (target cpu, MoE fused)
- * into a private temp directory under $TMPDIR ("tag-XXXXXX") that is unlinked as
- * soon as the bundle is mapped, so nothing is left behind. */
+ * into an unnamed file in $TMPDIR (O_TMPFILE, else unlinked at once), read back
+ * through its descriptor: no signal, crash or SIGKILL leaves anything behind. A
+ * GGUF of an architecture the engine does not run is refused before converting;
+ * errors name path, never the temp bundle. When o->max_seq_tokens (--ctx) is above
+ * the model's context length, prints one "tag: warning: ..." line to stderr. */
 int qc_engine_open_path(const char *path, const char *tag, const struct qc_engine_opts *o,
 			struct qc_engine **e, struct qc_err *err);
 

@@ -4,9 +4,9 @@
  *   qrun MODEL --tokenize TEXT [--bos]
  *   qrun bench MODEL --requests N --concurrency C --in I --out O [--warmup W] [sampling flags] [engine flags]
  *
- * MODEL is a .qb bundle or a .gguf; a GGUF is converted first (target cpu) into a
- * private temp directory under $TMPDIR, mapped, and unlinked at once, so nothing is
- * left behind. `-p -` reads the prompt's raw bytes from stdin. BOS is added exactly
+ * MODEL is a .qb bundle or a .gguf; a GGUF of a supported architecture is converted
+ * first (target cpu) into an unnamed file in $TMPDIR (engine_cli.c), so no exit,
+ * signal or crash leaves anything behind. `-p -` reads the prompt's raw bytes from stdin. BOS is added exactly
  * when the vocabulary asks for it (llama.cpp's add_special). The engine flags
  * (device, threads, K/V pool, chunked prefill) are engine_cli.h's, shared with
  * qserve. bench: N requests of I synthetic prompt ids and O tokens each (greedy
@@ -40,9 +40,11 @@ static void usage(FILE *f)
 		"usage: %s MODEL -p TEXT [-n N] [sampling] [--stop S]... [--json] [--ignore-eos] [engine]\n"
 		"       %s MODEL --tokenize TEXT [--bos]\n"
 		"       %s bench MODEL --requests N --concurrency C --in I --out O [--warmup W] [sampling] [engine]\n"
-		"MODEL: a .qb bundle or a .gguf (converted to a temp bundle first).\n"
+		"MODEL: a .qb bundle or a .gguf (converted first into an unnamed file in $TMPDIR).\n"
 		"-p - (and --tokenize -) read raw bytes from stdin. -n: tokens to generate (32).\n"
-		"--json prints {\"prompt_ids\":[...],\"ids\":[...],\"text\":\"...\",\"finish\":\"...\"}.\n"
+		"--tokenize prints ids without BOS; --bos adds it, also when the vocabulary says add_bos=false.\n"
+		"--json prints {\"prompt_ids\":[...],\"ids\":[...],\"text\":\"...\",\"finish\":\"...\"}\n"
+		"(text as plain output prints it: control tokens such as </s> left out, their ids listed).\n"
 		"--stop S: end when the text contains S (up to 4; S itself is not printed).\n"
 		"sampling:\n"
 		"  --temp T (0 = greedy, the default)  --seed S  --top-k K  --top-p P  --min-p P\n"
@@ -87,7 +89,8 @@ static char *read_stdin(size_t *len)
 
 /* --tokenize needs only the vocabulary: read it straight from the GGUF (vocab-only
  * files have no weights to convert) or from the bundle's manifest. Special-token
- * text is not parsed, as llama.cpp's tokenizer tests do; --bos adds BOS. */
+ * text is not parsed, as llama.cpp's tokenizer tests do; --bos adds BOS (and the
+ * vocabulary's other specials), BOS even when it says add_bos = false. */
 static int tokenize_only(const char *path, const char *text, size_t len, bool bos, int32_t **ids, size_t *n,
 			 struct qc_err *err)
 {
@@ -109,6 +112,19 @@ static int tokenize_only(const char *path, const char *text, size_t len, bool bo
 	}
 	if (!rc)
 		rc = qc_tokenize(v, text, len, bos ? QC_TOK_ADD_SPECIAL : (enum qc_tok_flags)0, ids, n, err);
+	/* --bos forces BOS, also where the vocabulary says add_bos = false */
+	const int32_t b_id = v ? qc_vocab_bos(v) : -1;
+	if (!rc && bos && b_id >= 0 && (*n == 0 || (*ids)[0] != b_id)) {
+		int32_t *p = realloc(*ids, (*n + 1) * sizeof *p);
+		if (!p)
+			rc = qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
+		if (p) {
+			memmove(p + 1, p, *n * sizeof *p);
+			p[0] = b_id;
+			*ids = p;
+			(*n)++;
+		}
+	}
 	qc_vocab_free(v);
 	qc_gguf_close(g);
 	qc_bundle_close(b);
@@ -630,11 +646,11 @@ int main(int argc, char **argv)
 	if ((rc = qc_engine_add(e, &q, &id, &err)))
 		goto out_err;
 	/* The continuation's pieces as llama.cpp's common_token_to_piece gives them
-	 * (no leading-space strip: it is not a sequence start), made valid UTF-8;
-	 * streamed as they complete with control tokens silent, or with them
-	 * rendered in --json's "text" (as the reference texts have them). With
-	 * --stop the text goes through the server's stop-string holdback instead
-	 * (control tokens silent in both forms), so qrun and qserve stop alike. */
+	 * (no leading-space strip: it is not a sequence start), made valid UTF-8,
+	 * control tokens (</s>, <|im_end|>) silent: streamed as they complete, or
+	 * as --json's "text", which is the same text (its "ids" still list them).
+	 * With --stop the text goes through the server's stop-string holdback
+	 * instead, so qrun and qserve stop alike. */
 	struct serve_text st;
 	struct serve_buf vis = {0};
 	serve_text_init(&st, qc_engine_vocab(e), stops, n_stops);
@@ -667,8 +683,7 @@ int main(int argc, char **argv)
 					goto out_gen;
 				}
 				serve_buf_consume(&vis, vis.len);
-			} else if ((rc = append_piece(qc_engine_vocab(e), ids[n], json ? QC_PIECE_SPECIAL : 0, &raw,
-						      &raw_len, &raw_cap, &err))) {
+			} else if ((rc = append_piece(qc_engine_vocab(e), ids[n], 0, &raw, &raw_len, &raw_cap, &err))) {
 				goto out_gen;
 			}
 		}

@@ -166,6 +166,9 @@ static void check_verify_catches_flip(const char *in)
 	struct qc_err err = {0};
 	CHECK(qc_convert_gguf(&o, NULL, &err) == QC_OK, "%s", err.msg);
 	FILE *f = fopen(out, "rb");
+	CHECK(f != NULL, "cannot read %s", out);
+	if (!f)
+		return;
 	fseek(f, 0, SEEK_END);
 	size_t n = (size_t)ftell(f);
 	fseek(f, 0, SEEK_SET);
@@ -234,6 +237,19 @@ static void check_split(void)
 		}
 		qc_bundle_close(qb);
 		unlink(out);
+		/* issue 15 #1: another shard of the set as the output is refused before
+		 * anything is written, and the set still opens */
+		char last[512];
+		snprintf(last, sizeof last, "%s/sp-00003-of-00003.gguf", tmpdir);
+		o.out = last;
+		struct qc_err e3 = {0};
+		rc = qc_convert_gguf(&o, NULL, &e3);
+		CHECK(rc == QC_EINVAL && strcmp(e3.path, last) == 0 && strstr(e3.msg, "input"),
+		      "convert_refuses_output_that_is_a_shard: rc %d, %s: %s", rc, e3.path, e3.msg);
+		struct qc_gguf_model *c = NULL;
+		CHECK(qc_gguf_model_open(shard, &c, &err) == QC_OK && c->n_files == 3,
+		      "split set intact after a refused conversion: %s", err.msg);
+		qc_gguf_model_close(c);
 	}
 	qc_gguf_model_close(a);
 	qc_gguf_model_close(b);
@@ -249,8 +265,9 @@ int main(void)
 	snprintf(tmpdir, sizeof tmpdir, "/tmp/qc_test_bundle.XXXXXX");
 	CHECK(mkdtemp(tmpdir) != NULL, "mkdtemp");
 	const char *sub[] = { "gguf", "gguf-quant" };
+	const bool have_fx = check_have_fixtures("test_bundle");
 	int n = 0;
-	for (int s = 0; s < 2; s++) {
+	for (int s = 0; have_fx && s < 2; s++) {
 		char dir[1024];
 		snprintf(dir, sizeof dir, "%s/%s", check_fixtures(), sub[s]);
 		DIR *d = opendir(dir);
@@ -269,10 +286,12 @@ int main(void)
 		if (d)
 			closedir(d);
 	}
-	CHECK(n >= 28, "only %d fixture models", n);
-	char p[1024];
-	snprintf(p, sizeof p, "%s/gguf/stories260K.gguf", check_fixtures());
-	check_verify_catches_flip(p);
+	if (have_fx) {
+		CHECK(n >= 28, "only %d fixture models", n);
+		char p[1024];
+		snprintf(p, sizeof p, "%s/gguf/stories260K.gguf", check_fixtures());
+		check_verify_catches_flip(p);
+	}
 	check_split();
 	rmdir(tmpdir);
 	return check_report("test_bundle");

@@ -752,6 +752,10 @@ int main(void)
 	CHECK(tmpdir != NULL, "mkdtemp");
 	if (!tmpdir)
 		return check_report("test_engine");
+	if (!check_have_fixtures("test_engine")) {
+		rmdir(tmpdir);
+		return check_report("test_engine");
+	}
 	engine_rejects_bad_input(fx, tmpdir);
 
 	snprintf(refdir, sizeof refdir, "%s/reference", fx);

@@ -176,9 +176,10 @@ static void check_extra_types(void)
 int main(void)
 {
 	char dir[1024];
+	const bool have_fx = check_have_fixtures("test_gguf_reference");
 	snprintf(dir, sizeof dir, "%s/reference", check_fixtures());
-	DIR *d = opendir(dir);
-	CHECK(d != NULL, "no fixture directory %s (set QC_FIXTURES)", dir);
+	DIR *d = have_fx ? opendir(dir) : NULL;
+	CHECK(!have_fx || d != NULL, "no fixture directory %s (set QC_FIXTURES)", dir);
 	int files = 0;
 	struct dirent *e;
 	while (d && (e = readdir(d))) {
@@ -192,7 +193,7 @@ int main(void)
 	}
 	if (d)
 		closedir(d);
-	CHECK(files >= 29, "only %d reference files found", files);
+	CHECK(!have_fx || files >= 29, "only %d reference files found", files);
 	check_extra_types();
 	/* every weight type in the table is covered by one of the two sources, except the
 	 * Hugging Face scheme encodings: no GGUF holds them; tests/test_hf_quant.c compares
@@ -202,7 +203,7 @@ int main(void)
 					 QC_TYPE_F8E4M3, QC_TYPE_NVFP4 };
 	for (size_t i = 0; i < sizeof hf_only / sizeof hf_only[0]; i++)
 		types_seen[hf_only[i]] += !types_seen[hf_only[i]];
-	for (int t = 0; t < QC_TYPE_COUNT; t++)
+	for (int t = 0; have_fx && t < QC_TYPE_COUNT; t++) /* coverage is the fixtures' */
 		if (qc_type_valid((uint32_t)t))
 			CHECK(types_seen[t] > 0, "type %s is not checked against an independent reference",
 			      qc_type_get((enum qc_type)t)->name);

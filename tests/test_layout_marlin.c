@@ -616,11 +616,13 @@ int main(void)
 	parallel_pack(QC_TYPE_Q4_1, 96, 21 * 64);
 	parallel_pack(QC_TYPE_Q5_K, 512, 21 * 32);
 	targets();
-	fixture("tiny-llama-256-Q4_0.gguf", QC_LAYOUT_MARLIN_I4);
-	fixture("tiny-llama-256-Q8_0.gguf", QC_LAYOUT_MARLIN_I8);
-	fixture("tiny-moe-256-Q4_0.gguf", QC_LAYOUT_MARLIN_I4);
-	fixture("tiny-llama-256-Q4_K_S.gguf", QC_LAYOUT_MARLIN_I4Z);
-	fixture("tiny-llama-256-Q4_1.gguf", QC_LAYOUT_MARLIN_I4Z);
-	fixture("tiny-llama-256-Q5_K_S.gguf", QC_LAYOUT_MARLIN_I8Z);
+	if (check_have_fixtures("test_layout_marlin")) {
+		fixture("tiny-llama-256-Q4_0.gguf", QC_LAYOUT_MARLIN_I4);
+		fixture("tiny-llama-256-Q8_0.gguf", QC_LAYOUT_MARLIN_I8);
+		fixture("tiny-moe-256-Q4_0.gguf", QC_LAYOUT_MARLIN_I4);
+		fixture("tiny-llama-256-Q4_K_S.gguf", QC_LAYOUT_MARLIN_I4Z);
+		fixture("tiny-llama-256-Q4_1.gguf", QC_LAYOUT_MARLIN_I4Z);
+		fixture("tiny-llama-256-Q5_K_S.gguf", QC_LAYOUT_MARLIN_I8Z);
+	}
 	return check_report("test_layout_marlin");
 }

@@ -3,11 +3,17 @@
  * same through a converted bundle, --tokenize (stdin bytes) equals llama.cpp's own
  * tokenizer test vectors on vocab-only GGUFs, and --device cuda says it is absent. */
 #include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../tests/check.h"
@@ -268,8 +274,296 @@ static void check_options(const char *model)
 	CHECK(system(cmd) == 0, "qrun bench --help does not list the engine flags");
 }
 
+/* Entries in dir other than . and .. (-1: unreadable). */
+static int dir_entries(const char *dir, char *first, size_t first_len)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return -1;
+	int n = 0;
+	struct dirent *e;
+	while ((e = readdir(d)))
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && !n++)
+			snprintf(first, first_len, "%s", e->d_name);
+	closedir(d);
+	return n;
+}
+
+/* Remove dir and what is in it, one level of subdirectories deep. */
+static void rm_dir(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	char p[2048];
+	while (d && (e = readdir(d))) {
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+		if (unlink(p) != 0)
+			rm_dir(p);
+	}
+	if (d)
+		closedir(d);
+	rmdir(dir);
+}
+
+/* Does process pid hold an open file under prefix (its temp bundle)? */
+static bool holds_file_under(pid_t pid, const char *prefix)
+{
+	char fdd[64], p[384], target[2048];
+	snprintf(fdd, sizeof fdd, "/proc/%d/fd", (int)pid);
+	DIR *d = opendir(fdd);
+	struct dirent *e;
+	bool found = false;
+	while (d && !found && (e = readdir(d))) {
+		snprintf(p, sizeof p, "%s/%s", fdd, e->d_name);
+		ssize_t n = readlink(p, target, sizeof target - 1);
+		if (n > 0) {
+			target[n] = '\0';
+			found = !strncmp(target, prefix, strlen(prefix));
+		}
+	}
+	if (d)
+		closedir(d);
+	return found;
+}
+
+/* Start qrun on model with TMPDIR=tmpdir, stdout/stderr to /dev/null. */
+static pid_t spawn_qrun(const char *model, const char *tmpdir)
+{
+	char exe[1024];
+	snprintf(exe, sizeof exe, "%s/qrun", bin());
+	pid_t pid = fork();
+	if (pid == 0) {
+		int nul = open("/dev/null", O_RDWR);
+		dup2(nul, 0);
+		dup2(nul, 1);
+		dup2(nul, 2);
+		setenv("TMPDIR", tmpdir, 1);
+		execl(exe, exe, model, "-p", "hi", "-n", "4", (char *)NULL);
+		_exit(127);
+	}
+	return pid;
+}
+
+/* issue 15 #4: qrun converting a .gguf on the fly and killed (TERM, INT, HUP, or
+ * KILL: a crash) while its temp bundle is open leaves nothing in $TMPDIR; a normal
+ * run leaves nothing either. The model (~110 MB) is big enough that conversion is
+ * still running when the signal lands; a run that finished first is not counted. */
+static void check_qrun_signal_leaves_no_temp(const char *work)
+{
+	char model[1100], tmp[1100], prefix[1200], cmd[4096], first[256] = "";
+	snprintf(model, sizeof model, "%s/big.gguf", work);
+	snprintf(tmp, sizeof tmp, "%s/tmp", work);
+	snprintf(prefix, sizeof prefix, "%s/", tmp);
+	snprintf(cmd, sizeof cmd, "%s/mkgguf --preset tiny --n-embd 512 --n-layer 8 --n-ff 1408 --n-vocab 32000 "
+		 "-o %s >/dev/null 2>&1", bin(), model);
+	bool ok = system(cmd) == 0 && mkdir(tmp, 0700) == 0;
+	CHECK(ok, "qrun_signal: cannot make %s and %s", model, tmp);
+	if (!ok)
+		return;
+	/* the checker can fail: a stray entry is seen */
+	snprintf(cmd, sizeof cmd, "%s/stray", tmp);
+	close(open(cmd, O_CREAT | O_WRONLY, 0600));
+	CHECK(dir_entries(tmp, first, sizeof first) == 1, "dir_entries misses a stray file");
+	unlink(cmd);
+	static const struct { int sig; const char *name; } sigs[] = {
+		{ SIGTERM, "TERM" }, { SIGINT, "INT" }, { SIGHUP, "HUP" }, { SIGKILL, "KILL" },
+	};
+	for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+		bool hit = false;
+		for (int attempt = 0; attempt < 3 && !hit; attempt++) {
+			pid_t pid = spawn_qrun(model, tmp);
+			int st = 0;
+			const struct timespec ms = { 0, 1000000 };
+			for (int k = 0; k < 20000; k++) { /* up to ~20 s for the temp bundle to appear */
+				if (waitpid(pid, &st, WNOHANG) == pid) {
+					pid = -1;
+					break;
+				}
+				if (holds_file_under(pid, prefix)) {
+					kill(pid, sigs[i].sig);
+					hit = true;
+					break;
+				}
+				nanosleep(&ms, NULL);
+			}
+			if (pid > 0)
+				while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+					;
+			first[0] = '\0';
+			int n = dir_entries(tmp, first, sizeof first);
+			CHECK(n == 0, "qrun_%s_mid_conversion_leaves_no_temp: %d entries in $TMPDIR, first '%s'", sigs[i].name,
+			      n, first);
+			rm_dir(tmp);
+			mkdir(tmp, 0700);
+		}
+		CHECK(hit, "qrun_signal %s: never caught qrun with its temp bundle open", sigs[i].name);
+	}
+	/* a run to the end leaves nothing either */
+	snprintf(cmd, sizeof cmd, "TMPDIR=%s %s/qrun %s -p hi -n 2 >/dev/null 2>&1", tmp, bin(), model);
+	int rc = system(cmd);
+	CHECK(rc == 0 && dir_entries(tmp, first, sizeof first) == 0, "qrun on a .gguf left '%s' in $TMPDIR (exit %d)",
+	      first, rc);
+}
+
+/* issue 15 #8b: a .gguf of an architecture qrun does not run is refused before any
+ * conversion (TMPDIR points nowhere, so converting would fail differently), with a
+ * message naming the .gguf and the architecture. */
+static void check_qrun_refuses_unsupported_arch_first(const char *work)
+{
+	char model[1100], cmd[4096];
+	snprintf(model, sizeof model, "%s/bloom.gguf", work);
+	snprintf(cmd, sizeof cmd, "%s/mkgguf --preset tiny -o %s >/dev/null 2>&1", bin(), model);
+	CHECK(system(cmd) == 0, "mkgguf --preset tiny");
+	size_t n = 0;
+	char *b = check_read_file(model, &n);
+	/* general.architecture = "llama" -> "bloom" (same length, a real llama.cpp arch) */
+	char *k = b ? memmem(b, n, "general.architecture", 20) : NULL;
+	bool patched = k && (size_t)(k - b) + 20 + 4 + 8 + 5 <= n && !memcmp(k + 20 + 4 + 8, "llama", 5);
+	if (patched) {
+		memcpy(k + 20 + 4 + 8, "bloom", 5);
+		FILE *f = fopen(model, "wb");
+		patched = f && fwrite(b, 1, n, f) == n;
+		if (f)
+			fclose(f);
+	}
+	free(b);
+	CHECK(patched, "cannot patch general.architecture in %s", model);
+	snprintf(cmd, sizeof cmd, "TMPDIR=%s/no-such-dir %s/qrun %s -p hi -n 1", work, bin(), model);
+	int rc;
+	char *e = run_stderr(cmd, &rc);
+	CHECK(rc == 1 && strstr(e, model) && strstr(e, "architecture 'bloom'") && !strstr(e, ".qb") &&
+	      !strstr(e, "no-such-dir"), "qrun_refuses_unsupported_arch_before_converting: exit %d, stderr '%s'", rc, e);
+	free(e);
+	unlink(model);
+}
+
+/* mkgguf --preset tiny (+ extra flags) at path; its vocab is <unk> <s> </s> ... */
+static bool make_tiny(const char *path, const char *extra)
+{
+	char cmd[4096];
+	snprintf(cmd, sizeof cmd, "%s/mkgguf --preset tiny %s -o %s >/dev/null 2>&1", bin(), extra, path);
+	return system(cmd) == 0;
+}
+
+/* Occurrences of needle in hay. */
+static int count_of(const char *hay, const char *needle)
+{
+	int n = 0;
+	for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle))
+		n++;
+	return n;
+}
+
+/* issue 15 #8c: --ctx above the model's context length (mkgguf --ctx 64) warns once,
+ * naming both numbers; --ctx at it does not. */
+static void check_ctx_warning(const char *work)
+{
+	char model[1100], cmd[4096];
+	snprintf(model, sizeof model, "%s/ctx64.gguf", work);
+	CHECK(make_tiny(model, "--ctx 64"), "mkgguf --ctx 64");
+	static const struct { int ctx; bool warns; } cases[] = { { 128, true }, { 64, false }, { 32, false } };
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		snprintf(cmd, sizeof cmd, "%s/qrun %s -p hi -n 1 --ctx %d", bin(), model, cases[i].ctx);
+		int rc;
+		char *e = run_stderr(cmd, &rc);
+		if (cases[i].warns)
+			CHECK(rc == 0 && count_of(e, "warning") == 1 && strstr(e, "--ctx 128") && strstr(e, "context length 64"),
+			      "qrun_warns_once_for_ctx_above_the_model's: exit %d, stderr '%s'", rc, e);
+		else
+			CHECK(rc == 0 && !strstr(e, "warning"), "qrun --ctx %d (not above 64) warned: '%s'", cases[i].ctx, e);
+		free(e);
+	}
+	unlink(model);
+}
+
+/* issue 15 #8e: --bos adds BOS (<s>, id 1 in mkgguf's vocab) even when the vocabulary
+ * says add_bos = false, as the README says; without --bos there is none. */
+static void check_bos_forced(const char *work)
+{
+	char model[1100], cmd[4096];
+	snprintf(model, sizeof model, "%s/nobos.gguf", work);
+	CHECK(make_tiny(model, ""), "mkgguf --preset tiny");
+	size_t n = 0;
+	char *b = check_read_file(model, &n);
+	const char *key = "tokenizer.ggml.add_bos_token";
+	char *k = b ? memmem(b, n, key, strlen(key)) : NULL;
+	size_t at = k ? (size_t)(k - b) + strlen(key) : 0; /* then u32 type 7 (bool), then the byte */
+	bool patched = k && at + 5 <= n && !memcmp(k + strlen(key), "\x07\0\0\0\x01", 5);
+	if (patched) {
+		b[at + 4] = 0;
+		FILE *f = fopen(model, "wb");
+		patched = f && fwrite(b, 1, n, f) == n;
+		if (f)
+			fclose(f);
+	}
+	free(b);
+	CHECK(patched, "cannot set add_bos_token = false in %s", model);
+	int st;
+	snprintf(cmd, sizeof cmd, "%s/qrun %s --tokenize hello --bos", bin(), model);
+	char *with = run(cmd, "", 0, &st);
+	CHECK(st == 0 && with && !strncmp(with, "1 ", 2), "qrun_bos_flag_forces_bos: '%s'", with ? with : "");
+	snprintf(cmd, sizeof cmd, "%s/qrun %s --tokenize hello", bin(), model);
+	char *without = run(cmd, "", 0, &st);
+	CHECK(st == 0 && without && strncmp(without, "1 ", 2) && with && !strcmp(with + 2, without),
+	      "qrun --tokenize without --bos: '%s' (with: '%s')", without ? without : "", with ? with : "");
+	free(with);
+	free(without);
+	unlink(model);
+}
+
+/* issue 15 #8d: --json's "text" leaves control tokens out, as plain output does,
+ * while "ids" still lists them. Sampling hot over a random tiny model until a run
+ * emits <s> or </s> (ids 1, 2 in mkgguf's vocab). */
+static void check_json_text_drops_control_tokens(const char *work)
+{
+	char model[1100], cmd[4096], flags[256];
+	snprintf(model, sizeof model, "%s/ctl.gguf", work);
+	CHECK(make_tiny(model, ""), "mkgguf --preset tiny");
+	bool seen = false;
+	for (int seed = 1; seed <= 30 && !seen; seed++) {
+		snprintf(flags, sizeof flags, "-n 48 --ignore-eos --temp 3 --seed %d", seed);
+		cJSON *j = qrun_json(model, "hi", flags);
+		const cJSON *ids = cJSON_GetObjectItem(j, "ids"), *id;
+		cJSON_ArrayForEach(id, ids)
+			seen = seen || id->valueint == 1 || id->valueint == 2;
+		if (seen) {
+			const char *t = jstr(j, "text");
+			CHECK(!strstr(t, "</s>") && !strstr(t, "<s>"), "qrun_json_text_leaves_out_control_tokens: '%s'", t);
+			snprintf(cmd, sizeof cmd, "%s/qrun %s -p - %s", bin(), model, flags);
+			int st;
+			char *plain = run(cmd, "hi", 2, &st);
+			size_t pl = plain ? strlen(plain) : 0;
+			CHECK(st == 0 && pl && plain[pl - 1] == '\n' && pl - 1 == strlen(t) && !strncmp(plain, t, pl - 1),
+			      "qrun --json text '%s' differs from plain output '%s'", t, plain ? plain : "");
+			free(plain);
+		}
+		cJSON_Delete(j);
+	}
+	CHECK(seen, "no run emitted a control token: the --json text check did not run");
+	unlink(model);
+}
+
 int main(void)
 {
+	char work[] = "/tmp/qc_qrun_work.XXXXXX";
+	if (mkdtemp(work)) {
+		check_qrun_signal_leaves_no_temp(work);
+		check_qrun_refuses_unsupported_arch_first(work);
+		check_ctx_warning(work);
+		check_bos_forced(work);
+		check_json_text_drops_control_tokens(work);
+		rm_dir(work);
+	}
+	/* the comparator must notice a wrong id list */
+	cJSON *a = cJSON_Parse("[1,2,3]"), *b = cJSON_Parse("[1,2,4]");
+	CHECK(!same_ids(a, b), "id comparator accepts different lists");
+	cJSON_Delete(a);
+	cJSON_Delete(b);
+	if (!check_have_fixtures("test_qrun"))
+		return check_report("test_qrun");
+
 	char model[1024], ref[1024], bundle[] = "/tmp/qc_qrun_XXXXXX.qb";
 	snprintf(model, sizeof model, "%s/gguf/stories260K.gguf", check_fixtures());
 	snprintf(ref, sizeof ref, "%s/reference/stories260K.json", check_fixtures());
@@ -329,10 +623,5 @@ int main(void)
 	snprintf(cmd, sizeof cmd, "%s/qrun bench %s --requests 3 --concurrency 2 --in 5 --out 4 --warmup 17", bin(), model);
 	free(run(cmd, "", 0, &st));
 	CHECK(st == 1, "qrun bench --warmup 17 exits %d, expected 1", st);
-	/* the comparator must notice a wrong id list */
-	cJSON *a = cJSON_Parse("[1,2,3]"), *b = cJSON_Parse("[1,2,4]");
-	CHECK(!same_ids(a, b), "id comparator accepts different lists");
-	cJSON_Delete(a);
-	cJSON_Delete(b);
 	return check_report("test_qrun");
 }

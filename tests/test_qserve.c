@@ -862,6 +862,8 @@ int main(void)
 
 	char path[1024];
 	snprintf(path, sizeof path, "%s/gguf/stories260K.gguf", check_fixtures());
+	if (!check_have_fixtures("test_qserve"))
+		return check_report("test_qserve");
 	if (access(path, R_OK)) {
 		CHECK(0, "fixture %s missing", path);
 		return check_report("test_qserve");

@@ -700,6 +700,8 @@ int main(void)
 
 	test_comparator_can_fail();
 	test_json_rejects_bad_input();
+	if (!check_have_fixtures("test_tokenizer"))
+		return check_report("test_tokenizer");
 	test_stream_holds_partial_chars(dir);
 
 	DIR *dp = opendir(dir);

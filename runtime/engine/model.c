@@ -40,6 +40,14 @@ static const struct arch_rule arch_rules[] = {
 	{"qwen3moe", QC_ROPE_NEOX, EXPERTS_REQUIRED, true, false},
 };
 
+bool qc_model_arch_supported(const char *arch)
+{
+	for (size_t i = 0; i < sizeof arch_rules / sizeof arch_rules[0]; i++)
+		if (!strcmp(arch, arch_rules[i].name))
+			return true;
+	return false;
+}
+
 /* llama.cpp's YaRN beta_fast / beta_slow for these archs (hparams defaults). */
 #define YARN_BETA_FAST 32.0f
 #define YARN_BETA_SLOW 1.0f
@@ -73,6 +81,69 @@ static float cfg_float(const cJSON *cfg, const char *key, float def)
 {
 	const cJSON *it = cfg_item(cfg, key);
 	return it ? (float)it->valuedouble : def;
+}
+
+/* A key that is present must hold a finite number (a NaN written by a converter is
+ * stored as JSON null, which must not fall back to the default), > 0 when
+ * `positive`, else >= 0. */
+enum cfg_sign { CFG_NONNEG, CFG_POSITIVE };
+
+static int cfg_check_num(const cJSON *cfg, const char *key, enum cfg_sign sign, const char *p, struct qc_err *err)
+{
+	const cJSON *it = cJSON_GetObjectItemCaseSensitive(cfg, key);
+	if (cJSON_IsArray(it))
+		it = cJSON_GetArrayItem(it, 0);
+	if (!it)
+		return QC_OK;
+	if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble))
+		return qc_err_set(err, QC_EFORMAT, p, NULL, -1, "config '%s' is not a finite number", key);
+	if (it->valuedouble < 0 || (sign == CFG_POSITIVE && it->valuedouble == 0))
+		return qc_err_set(err, QC_EFORMAT, p, NULL, -1, "config '%s' = %g must be %s", key, it->valuedouble,
+				  sign == CFG_POSITIVE ? "> 0" : ">= 0");
+	return QC_OK;
+}
+
+static int check_config_values(const cJSON *cfg, const char *p, struct qc_err *err)
+{
+	static const struct { const char *key; enum cfg_sign sign; } keys[] = {
+		{"n_ctx_train", CFG_POSITIVE},        {"n_embd", CFG_POSITIVE},
+		{"n_layer", CFG_POSITIVE},            {"n_ff", CFG_POSITIVE},
+		{"n_head", CFG_POSITIVE},             {"n_head_kv", CFG_POSITIVE},
+		{"head_dim_k", CFG_POSITIVE},         {"head_dim_v", CFG_POSITIVE},
+		{"rope_dim", CFG_POSITIVE},           {"rope_freq_base", CFG_POSITIVE},
+		{"norm_rms_eps", CFG_POSITIVE},       {"n_ff_expert", CFG_POSITIVE},
+		{"rope_freq_scale_linear", CFG_NONNEG}, {"rope_scaling_factor", CFG_NONNEG},
+		{"rope_scaling_attn_factor", CFG_NONNEG}, {"rope_scaling_orig_ctx", CFG_NONNEG},
+		{"n_expert", CFG_NONNEG},             {"n_expert_used", CFG_NONNEG},
+	};
+	for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+		int rc = cfg_check_num(cfg, keys[i].key, keys[i].sign, p, err);
+		if (rc)
+			return rc;
+	}
+	return QC_OK;
+}
+
+/* The config against the tensors: no blk.N at or past n_layer (llama.cpp: "wrong
+ * number of tensors"; layers below it are required by load_layer), and the FFN
+ * widths the config states equal the ones the weights have. */
+static int check_config_tensors(const struct qc_bundle *b, const struct qc_model_config *c, struct qc_err *err)
+{
+	const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(b->manifest, "config");
+	for (uint64_t i = 0; i < b->n_tensors; i++) {
+		const char *nm = b->tensors[i].name;
+		char *end;
+		long long l = strncmp(nm, "blk.", 4) ? -1 : strtoll(nm + 4, &end, 10);
+		if (l >= c->n_layer)
+			return qc_err_set(err, QC_EFORMAT, b->path, nm, -1,
+					  "config 'n_layer' = %d, but the bundle has tensors for layer %lld", c->n_layer, l);
+	}
+	const cJSON *ff = cfg_item(cfg, c->n_expert ? "n_ff_expert" : "n_ff");
+	if (ff && ff->valuedouble != c->n_ff)
+		return qc_err_set(err, QC_EFORMAT, b->path, c->n_expert ? "blk.0.ffn_down_exps.weight" : "blk.0.ffn_down.weight",
+				  -1, "config '%s' = %g, but the FFN weights are %d wide", c->n_expert ? "n_ff_expert" : "n_ff",
+				  ff->valuedouble, c->n_ff);
+	return QC_OK;
 }
 
 /* ggml_rope_yarn_corr_dim: the rotated dim whose wavelength spans n_rot turns
@@ -137,6 +208,8 @@ static int read_config(const struct qc_bundle *b, struct qc_model_config *c,
 			*rule = &arch_rules[i];
 	if (!*rule)
 		return qc_err_set(err, QC_EUNSUPPORTED, p, NULL, -1, "architecture '%s' not supported", a);
+	if ((rc = check_config_values(cfg, p, err)))
+		return rc;
 
 	if ((rc = cfg_int(cfg, "n_embd", 0, true, &c->n_embd, p, err)) ||
 	    (rc = cfg_int(cfg, "n_layer", 0, true, &c->n_layer, p, err)) ||
@@ -385,7 +458,8 @@ int qc_model_from_bundle(struct qc_bundle *b, struct qc_model **out, struct qc_e
 	if ((rc = read_config(b, c, &rule, err)) ||
 	    (rc = ffn_width(b, c->n_expert ? "blk.0.ffn_down_exps.weight" : "blk.0.ffn_down.weight",
 			    &c->n_ff, err)) ||
-	    (rule->shexp && (rc = ffn_width(b, "blk.0.ffn_down_shexp.weight", &c->n_ff_shexp, err))))
+	    (rule->shexp && (rc = ffn_width(b, "blk.0.ffn_down_shexp.weight", &c->n_ff_shexp, err))) ||
+	    (rc = check_config_tensors(b, c, err)))
 		goto out_free;
 	c->rope_mode = rule->rope;
 
