@@ -1,7 +1,8 @@
 /* qserve_main.c — the qserve command: an OpenAI-compatible HTTP server.
  *   qserve MODEL [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--max-queue N]
  *          [--chat-template NAME] [--model-name NAME] [--max-body BYTES]
- *          [--max-conns N] [--drain-timeout S] [engine flags: engine_cli.h]
+ *          [--max-conns N] [--max-conns-per-addr N] [--header-timeout S]
+ *          [--idle-timeout S] [--drain-timeout S] [engine flags: engine_cli.h]
  * MODEL is a .qb bundle or a .gguf (converted to a private temp bundle first,
  * as qrun does). The chat template is --chat-template, else detected from the
  * model's tokenizer.chat_template; a template qserve does not know stops the
@@ -30,7 +31,12 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: %s MODEL [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--max-queue N]\n"
 		"              [--chat-template NAME] [--model-name NAME] [--max-body BYTES]\n"
-		"              [--max-conns N] [--drain-timeout S] [engine flags]\n"
+		"              [--max-conns N] [--max-conns-per-addr N] [--header-timeout S]\n"
+		"              [--idle-timeout S] [--drain-timeout S] [engine flags]\n"
+		"--max-conns 512: connections in all; --max-conns-per-addr 64: from one client address\n"
+		"(more are closed at once); --header-timeout 10: seconds a connection may sit idle before\n"
+		"its request is complete; --idle-timeout 300: idle seconds once it is (waiting, streaming,\n"
+		"keep-alive after a response: header timeout again). --api-key must not be empty.\n"
 		"MODEL: a .qb bundle or a .gguf. Chat templates: llama-2 llama-3 mistral chatml (qwen)\n"
 		"phi-3 gemma deepseek; detected from the model when --chat-template is absent.\n"
 		"--port 0 picks a free port (printed on stderr). Endpoints: POST /v1/completions,\n"
@@ -54,7 +60,8 @@ int main(int argc, char **argv)
 {
 	const char *model = NULL, *tmpl_name = NULL, *name = NULL;
 	struct server_config sc = {.host = "127.0.0.1", .port = 8000, .max_queue = 256, .max_body = 1 << 20,
-				   .max_header = 64 << 10, .max_conns = 512};
+				   .max_header = 64 << 10, .max_conns = 512, .max_conns_per_addr = 64,
+				   .header_timeout_s = 10, .idle_timeout_s = 300};
 	long v, drain = 30;
 	struct qc_engine_cli cli;
 	struct qc_err err = {0};
@@ -80,6 +87,11 @@ int main(int argc, char **argv)
 			sc.port = (int)v;
 		} else if (!strcmp(a, "--api-key") && has) {
 			sc.api_key = argv[++i];
+			if (!sc.api_key[0]) {
+				fprintf(stderr, "%s: --api-key '': an empty key would let an empty Bearer token in; "
+						"give a key or leave the flag out\n", prog);
+				return 2;
+			}
 		} else if (!strcmp(a, "--max-queue") && has) {
 			if (!qc_cli_long(prog, a, argv[++i], 0, 1 << 20, &v))
 				return 1;
@@ -96,6 +108,18 @@ int main(int argc, char **argv)
 			if (!qc_cli_long(prog, a, argv[++i], 1, 65536, &v))
 				return 1;
 			sc.max_conns = (unsigned)v;
+		} else if (!strcmp(a, "--max-conns-per-addr") && has) {
+			if (!qc_cli_long(prog, a, argv[++i], 1, 65536, &v))
+				return 1;
+			sc.max_conns_per_addr = (unsigned)v;
+		} else if (!strcmp(a, "--header-timeout") && has) {
+			if (!qc_cli_long(prog, a, argv[++i], 1, 3600, &v))
+				return 1;
+			sc.header_timeout_s = (unsigned)v;
+		} else if (!strcmp(a, "--idle-timeout") && has) {
+			if (!qc_cli_long(prog, a, argv[++i], 1, 86400, &v))
+				return 1;
+			sc.idle_timeout_s = (unsigned)v;
 		} else if (!strcmp(a, "--drain-timeout") && has) {
 			if (!qc_cli_long(prog, a, argv[++i], 0, 86400, &drain))
 				return 1;
@@ -130,6 +154,7 @@ int main(int argc, char **argv)
 	struct qc_engine_opts eo;
 	qc_engine_opts_init(&eo);
 	qc_engine_cli_apply(&cli, &eo);
+	eo.bad_logits = QC_BAD_LOGITS_FAIL_REQUEST; /* one request's NaN must not stop the others */
 	struct qc_engine *e = NULL;
 	if (qc_engine_open_path(model, "qserve", &eo, &e, &err)) {
 		/* 2: no CUDA in this build or no device, as qrun says it */

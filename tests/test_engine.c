@@ -592,6 +592,134 @@ static void argmax_backend_equals_host(const char *fx, const char *tmpdir)
 	       wrap.rows_taken, wrap.rows_topk, wrap.rows_flagged, wrap.rows_wanted);
 }
 
+/* A backend whose logits turn NaN for chosen requests (as a NaN weight row
+ * makes them): every row of a request in poison_ids gets logit 55 = NaN. */
+static uint64_t poison_ids[4];
+static int n_poison;
+
+static int poison_forward(void *state, const struct qc_sched_plan *plan, float *logits, struct qc_err *err)
+{
+	int rc = cpu_forward(state, plan, logits, err);
+	if (rc)
+		return rc;
+	const int32_t V = ((const struct cpu *)state)->m->cfg.n_vocab;
+	for (int32_t i = 0, k = 0; i < plan->n_seqs; i++) {
+		if (!plan->need_logits[i])
+			continue;
+		for (int p = 0; p < n_poison; p++)
+			if (plan->seq_ids[i] == poison_ids[p])
+				logits[(size_t)k * (size_t)V + 55] = NAN;
+		k++;
+	}
+	return QC_OK;
+}
+
+/* Issue 15: with QC_BAD_LOGITS_FAIL_REQUEST a request whose logits are not
+ * finite finishes alone with FINISH_ERROR naming the logit, whichever sampling
+ * path its row takes (greedy, temperature through the parallel sampler, the
+ * on_logits path); the others, running in the same steps, give exactly the
+ * tokens of a clean run, and later requests still run. The default mode still
+ * fails the step (what qrun reports). */
+static void on_logits_nop(void *ctx, uint64_t id, int32_t step, const float *logits, int32_t n_vocab)
+{
+	(void)ctx, (void)id, (void)step, (void)logits, (void)n_vocab;
+}
+
+static void bad_logits_fail_only_their_request(const char *fx, const char *tmpdir)
+{
+	char in[1024], bundle[1024];
+	struct qc_err err = {0};
+	enum { N_REQ = 6, N_TOK = 8 };
+	struct qc_backend_ops pois_ops = qc_backend_cpu;
+	pois_ops.name = "cpu+nan";
+	pois_ops.forward = poison_forward;
+	snprintf(in, sizeof in, "%s/gguf/stories260K.gguf", fx);
+	snprintf(bundle, sizeof bundle, "%s/p.qb", tmpdir);
+	if (convert_to(in, bundle, QC_PLAN_FUSE_MOE))
+		return;
+	int32_t prompt[3] = {1, 400, 30};
+	struct qc_engine_request q[N_REQ];
+	for (int i = 0; i < N_REQ; i++) {
+		memset(&q[i], 0, sizeof q[i]);
+		q[i].prompt = prompt;
+		q[i].n_prompt = 3;
+		q[i].max_tokens = N_TOK;
+		q[i].ignore_eos = true;
+		qc_sampler_params_init(&q[i].sampling);
+		q[i].sampling.temperature = i % 2 ? 0.8f : 0.0f; /* greedy and sampled rows */
+		q[i].sampling.seed = (uint64_t)i;
+	}
+	/* pass 0: clean; 1: requests 1 and 2 poisoned; 2: same with on_logits
+	 * (rows sampled one by one); 3: default mode, the step fails */
+	int32_t out[N_REQ][N_TOK];
+	for (int pass = 0; pass < 4; pass++) {
+		struct qc_engine_opts o;
+		qc_engine_opts_init(&o);
+		o.max_running = N_REQ;
+		o.max_seq_tokens = 64;
+		o.n_threads = 1;
+		o.backend = &pois_ops;
+		o.bad_logits = pass == 3 ? QC_BAD_LOGITS_FAIL_STEP : QC_BAD_LOGITS_FAIL_REQUEST;
+		o.on_logits = pass == 2 ? on_logits_nop : NULL;
+		struct qc_engine *e = NULL;
+		uint64_t id[N_REQ + 1];
+		n_poison = 0;
+		int rc = qc_engine_new(bundle, &o, &e, &err);
+		CHECK(rc == QC_OK, "engine: %s", err.msg);
+		for (int i = 0; rc == QC_OK && i < N_REQ; i++)
+			rc = qc_engine_add(e, &q[i], &id[i], &err);
+		if (pass) {
+			poison_ids[n_poison++] = id[1];
+			poison_ids[n_poison++] = id[2];
+		}
+		int steps = 0;
+		while (rc == QC_OK && qc_engine_has_work(e) && steps++ < 1000)
+			rc = qc_engine_step(e, &err);
+		if (pass == 3) {
+			CHECK(rc == QC_EINVAL && strstr(err.msg, "token 55") && strstr(err.msg, "nan"),
+			      "default mode: step %d '%s'", rc, err.msg);
+			qc_engine_free(e);
+			continue;
+		}
+		CHECK(rc == QC_OK, "pass %d: step failed: %s", pass, err.msg);
+		for (int i = 0; rc == QC_OK && i < N_REQ; i++) {
+			const int32_t *ids = NULL;
+			int32_t n = 0;
+			enum qc_sched_finish fin = QC_SCHED_FINISH_NONE;
+			qc_engine_output(e, id[i], &ids, &n, &fin);
+			const char *why = qc_engine_failure(e, id[i]);
+			if (pass && (i == 1 || i == 2)) {
+				CHECK(fin == QC_SCHED_FINISH_ERROR && n == 0 && why && strstr(why, "token 55") &&
+				      strstr(why, "nan"), "pass %d: poisoned request %d: finish %s, %d tokens, '%s'",
+				      pass, i, qc_sched_finish_name(fin), n, why ? why : "(none)");
+				continue;
+			}
+			CHECK(fin == QC_SCHED_FINISH_LENGTH && n == N_TOK && !why, "pass %d: request %d: %s, %d tokens",
+			      pass, i, qc_sched_finish_name(fin), n);
+			if (!pass)
+				memcpy(out[i], ids, sizeof out[i]);
+			else
+				CHECK(n == N_TOK && !memcmp(out[i], ids, sizeof out[i]),
+				      "pass %d: request %d's tokens changed beside the failed ones", pass, i);
+		}
+		/* the engine goes on: a later request runs to its end */
+		if (rc == QC_OK && pass)
+			rc = qc_engine_add(e, &q[0], &id[N_REQ], &err);
+		while (rc == QC_OK && qc_engine_has_work(e))
+			rc = qc_engine_step(e, &err);
+		if (pass) {
+			const int32_t *ids = NULL;
+			int32_t n = 0;
+			enum qc_sched_finish fin = QC_SCHED_FINISH_NONE;
+			CHECK(rc == QC_OK && !qc_engine_output(e, id[N_REQ], &ids, &n, &fin) && n == N_TOK &&
+			      !memcmp(ids, out[0], sizeof out[0]), "pass %d: a request after the failure: %d tokens",
+			      pass, n);
+		}
+		qc_engine_free(e);
+	}
+	unlink(bundle);
+}
+
 static void hash_logits(void *ctx, uint64_t id, int32_t step, const float *logits, int32_t n_vocab)
 {
 	uint64_t *h = ctx;
@@ -757,6 +885,7 @@ int main(void)
 		return check_report("test_engine");
 	}
 	engine_rejects_bad_input(fx, tmpdir);
+	bad_logits_fail_only_their_request(fx, tmpdir);
 
 	snprintf(refdir, sizeof refdir, "%s/reference", fx);
 	DIR *d = opendir(refdir);

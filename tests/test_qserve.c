@@ -10,8 +10,14 @@
  * a client disconnect freeing its KV blocks, and SIGTERM draining a stream.
  */
 #include <cjson/cJSON.h>
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <string.h>
@@ -536,6 +542,11 @@ static void test_main_server(const struct srv *s, const int32_t *ref, int n_ref,
 		 "tools"},
 		{"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}", 400,
 		 "top_logprobs"},
+		/* U+0000 is refused, naming the field, not cut off (issue 15) */
+		{"/v1/completions", "{\"prompt\":\"a\\u0000b\"}", 400, "prompt"},
+		{"/v1/completions", "{\"prompt\":[\"a\\u0000b\"]}", 400, "prompt"},
+		{"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\\u0000y\"}]}", 400,
+		 "messages"},
 		{"/v1/nothing", "{}", 404, NULL},
 	};
 	for (size_t k = 0; k < sizeof errs / sizeof errs[0]; k++) {
@@ -544,6 +555,36 @@ static void test_main_server(const struct srv *s, const int32_t *ref, int n_ref,
 		CHECK(st == errs[k].status && jstr(j, "error.message") && jstr(j, "error.type") &&
 			      (!errs[k].param || (param && !strcmp(param, errs[k].param))),
 		      "%s %s: status %d param %s", errs[k].path, errs[k].body, st, param ? param : "(null)");
+		cJSON_Delete(j);
+	}
+	/* an escaped backslash before "u0000" is text, not a NUL */
+	j = post_json(s, "/v1/completions", "{\"prompt\":\"a\\\\u0000b\",\"max_tokens\":1}", auth, &st);
+	CHECK(st == 200, "prompt with a literal \\u0000: %d", st);
+	cJSON_Delete(j);
+	/* integer limits print as integers */
+	j = post_json(s, "/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":2000000000}", auth, &st);
+	CHECK(st == 400 && jstr(j, "error.message") && strstr(jstr(j, "error.message"), "[1, 1073741824]") &&
+		      !strstr(jstr(j, "error.message"), "e+"), "max_tokens limit: %d %s", st,
+	      jstr(j, "error.message") ? jstr(j, "error.message") : "");
+	cJSON_Delete(j);
+	/* temperatures under the greedy threshold (1e-5), subnormal ones included,
+	 * give llama.cpp's greedy text with finite logprobs (issue 15) */
+	static const char *const tiny_t[] = {"1e-45", "1e-38", "9e-6"};
+	for (size_t k = 0; k < sizeof tiny_t / sizeof tiny_t[0]; k++) {
+		snprintf(body, sizeof body, "{\"prompt\":\"Once upon a time\",\"max_tokens\":32,\"temperature\":%s,"
+			 "\"ignore_eos\":true,\"logprobs\":1,\"seed\":%zu}", tiny_t[k], k + 3);
+		j = post_json(s, "/v1/completions", body, auth, &st);
+		const cJSON *lps = cJSON_GetObjectItem(
+			cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0), "logprobs"),
+			"token_logprobs");
+		int n_fin = 0;
+		for (int i = 0; i < cJSON_GetArraySize(lps); i++) {
+			double v = cJSON_GetArrayItem(lps, i)->valuedouble;
+			n_fin += v <= 0.0 && v > -100.0;
+		}
+		CHECK(st == 200 && jstr(j, "choices.0.text") && !strcmp(jstr(j, "choices.0.text"), ref_text) && n_fin == 32,
+		      "temperature %s: status %d, %d finite logprobs, text '%s'", tiny_t[k], st, n_fin,
+		      jstr(j, "choices.0.text") ? jstr(j, "choices.0.text") : "(none)");
 		cJSON_Delete(j);
 	}
 	/* a prompt longer than the context (2048): 2100 ids */
@@ -711,6 +752,205 @@ static void test_limits(void)
 	unlink(s.log);
 }
 
+/* A copy of the fixture whose token_embd row 55 holds one NaN (found through
+ * the GGUF reader, so the offset is the file's own). */
+static bool write_nan_row(char *out_path)
+{
+	char src[1024];
+	snprintf(src, sizeof src, "%s/gguf/stories260K.gguf", check_fixtures());
+	struct qc_gguf *g = NULL;
+	struct qc_err err = {0};
+	if (qc_gguf_open(src, &g, &err))
+		return false;
+	uint64_t off = 0;
+	for (uint64_t i = 0; i < g->n_tensors; i++)
+		if (!strcmp(g->tensors[i].name, "token_embd.weight") && g->tensors[i].type == QC_TYPE_F32)
+			off = g->tensors[i].data_off + 55u * (uint64_t)g->tensors[i].ne[0] * 4u + 8u;
+	qc_gguf_close(g);
+	size_t n;
+	char *b = check_read_file(src, &n);
+	if (!b || !off || off + 4 > n) {
+		free(b);
+		return false;
+	}
+	const float nan = NAN;
+	memcpy(b + off, &nan, 4);
+	int fd = mkstemp(out_path);
+	bool ok = fd >= 0 && write(fd, b, n) == (ssize_t)n;
+	if (fd >= 0)
+		ok = !close(fd) && ok;
+	free(b);
+	return ok;
+}
+
+/* Issue 15: a request that touches the NaN row fails alone with a 500 naming
+ * the cause, while three good ones run beside it (concurrently) and after it;
+ * /health stays 200 and the new counter counts the failure. */
+static void test_bad_logits(void)
+{
+	char gguf[] = "/tmp/qc_qserve_nan.XXXXXX", args[2048], cmd[4096];
+	CHECK(write_nan_row(gguf), "cannot write the NaN GGUF");
+	struct srv s;
+	snprintf(args, sizeof args, "%s --max-running 4", gguf);
+	if (!srv_start(&s, args)) {
+		srv_failed(&s, "qserve on the NaN model");
+		unlink(gguf);
+		return;
+	}
+	char outs[4][64];
+	for (int i = 0; i < 4; i++)
+		snprintf(outs[i], sizeof outs[i], "/tmp/qc_qserve_nan%d.%d", i, (int)getpid());
+	/* request 0 holds token 55; 1-3 do not; all four in flight together */
+	snprintf(cmd, sizeof cmd,
+		 "for i in 0 1 2 3; do if [ $i = 0 ]; then p='[1,55,30]'; else p='\"Once upon a time\"'; fi; "
+		 "curl -s --max-time 120 -o /tmp/qc_qserve_nan$i.%d -w '%%{http_code}\\n' -H 'Content-Type: application/json' "
+		 "-d \"{\\\"prompt\\\":$p,\\\"max_tokens\\\":24,\\\"ignore_eos\\\":true,\\\"temperature\\\":0.$i}\" "
+		 "http://127.0.0.1:%d/v1/completions > /tmp/qc_qserve_nan$i.%d.st & done; wait",
+		 (int)getpid(), s.port, (int)getpid());
+	int st;
+	free(sh(cmd, &st));
+	for (int i = 0; i < 4; i++) {
+		char stp[320];
+		snprintf(stp, sizeof stp, "%s.st", outs[i]);
+		char *code = check_read_file(stp, NULL), *body = check_read_file(outs[i], NULL);
+		int c = code ? atoi(code) : 0;
+		cJSON *j = cJSON_Parse(body ? body : "");
+		if (i == 0)
+			CHECK(c == 500 && jstr(j, "error.message") && strstr(jstr(j, "error.message"), "not finite") &&
+				      strstr(jstr(j, "error.message"), "nan"),
+			      "the NaN request: %d %s", c, body ? body : "");
+		else
+			CHECK(c == 200 && jstr(j, "choices.0.text"), "good request %d beside the NaN one: %d %s", i, c,
+			      body ? body : "");
+		cJSON_Delete(j);
+		free(code);
+		free(body);
+		unlink(stp);
+		unlink(outs[i]);
+	}
+	cJSON *j = post_json(&s, "/v1/completions", "{\"prompt\":[1,55],\"max_tokens\":4}", NULL, &st);
+	CHECK(st == 500, "the NaN request again: %d", st);
+	cJSON_Delete(j);
+	j = post_json(&s, "/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":4}", NULL, &st);
+	CHECK(st == 200 && jstr(j, "choices.0.text"), "a request after the failures: %d", st);
+	cJSON_Delete(j);
+	char *b = http(&s, "GET", "/health", NULL, NULL, &st);
+	CHECK(st == 200 && strstr(b, "\"ok\""), "health after the failures: %d %s", st, b);
+	free(b);
+	CHECK(metric(&s, "qserve_request_failures_bad_logits_total") == 2, "failures counted: %g",
+	      metric(&s, "qserve_request_failures_bad_logits_total"));
+	CHECK(srv_stop(&s) == 0, "exit status after bad logits");
+	unlink(gguf);
+}
+
+/* A connected TCP socket from src (a loopback address) to 127.0.0.1:port, or -1. */
+static int connect_from(const char *src, int port)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET}, b = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+	inet_pton(AF_INET, src, &a.sin_addr);
+	inet_pton(AF_INET, "127.0.0.1", &b.sin_addr);
+	if (fd >= 0 && (bind(fd, (struct sockaddr *)&a, sizeof a) || connect(fd, (struct sockaddr *)&b, sizeof b))) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+static double mono_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Issue 15: 600 idle connections (no byte sent) from 127.0.0.2 must not lock
+ * out 127.0.0.1: /health answers within 1 s, and the idle ones are closed
+ * (those over the per-address limit at once, the rest after the header
+ * timeout of 2 s; allowed 20 s on a loaded machine). */
+static void test_idle_conns(void)
+{
+	enum { N_IDLE = 600 };
+	struct rlimit rl;
+	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < N_IDLE + 64) {
+		rl.rlim_cur = rl.rlim_max < N_IDLE + 64 ? rl.rlim_max : N_IDLE + 64;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+	getrlimit(RLIMIT_NOFILE, &rl);
+	CHECK(rl.rlim_cur >= N_IDLE + 64, "RLIMIT_NOFILE %llu too low for %d sockets", (unsigned long long)rl.rlim_cur,
+	      N_IDLE);
+	if (rl.rlim_cur < N_IDLE + 64)
+		return;
+	struct srv s;
+	char args[1024];
+	snprintf(args, sizeof args, "%s/gguf/stories260K.gguf --max-conns 512 --max-conns-per-addr 32 --header-timeout 2",
+		 check_fixtures());
+	if (!srv_start(&s, args)) {
+		srv_failed(&s, "qserve with connection limits");
+		return;
+	}
+	static int fds[N_IDLE];
+	int n = 0;
+	for (int i = 0; i < N_IDLE; i++)
+		if ((fds[i] = connect_from("127.0.0.2", s.port)) >= 0)
+			n++;
+	CHECK(n == N_IDLE, "only %d of %d idle connections opened", n, N_IDLE);
+	/* /health from 127.0.0.1, timed around one raw request */
+	const double t0 = mono_s();
+	int h = connect_from("127.0.0.1", s.port);
+	const char req[] = "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+	char got[512] = "";
+	size_t len = 0;
+	if (h >= 0 && write(h, req, sizeof req - 1) == (ssize_t)(sizeof req - 1)) {
+		struct pollfd pf = {.fd = h, .events = POLLIN};
+		while (len < sizeof got - 1 && mono_s() - t0 < 5.0 && poll(&pf, 1, 100) >= 0) {
+			if (!(pf.revents & (POLLIN | POLLHUP)))
+				continue;
+			ssize_t r = read(h, got + len, sizeof got - 1 - len);
+			if (r <= 0)
+				break;
+			len += (size_t)r;
+			got[len] = '\0';
+			if (strstr(got, "\"ok\""))
+				break;
+		}
+	}
+	const double dt = mono_s() - t0;
+	if (h >= 0)
+		close(h);
+	CHECK(strstr(got, " 200 ") && strstr(got, "\"ok\"") && dt < 1.0, "/health beside %d idle connections: %.2f s '%.40s'",
+	      n, dt, got);
+	/* every idle one is closed by the server (EOF) */
+	int closed = 0;
+	const double t1 = mono_s();
+	while (closed < n && mono_s() - t1 < 20.0) {
+		closed = 0;
+		for (int i = 0; i < N_IDLE; i++) {
+			if (fds[i] < 0) {
+				continue;
+			}
+			struct pollfd pf = {.fd = fds[i], .events = POLLIN};
+			char c;
+			if (poll(&pf, 1, 0) == 1 && read(fds[i], &c, 1) <= 0) {
+				close(fds[i]);
+				fds[i] = -2;
+			}
+		}
+		for (int i = 0; i < N_IDLE; i++)
+			closed += fds[i] == -2;
+		if (closed < n)
+			sleep_ms(200);
+	}
+	const double waited = mono_s() - t1;
+	CHECK(closed == n, "%d of %d idle connections closed after %.1f s", closed, n, waited);
+	printf("  %d idle connections from 127.0.0.2: /health from 127.0.0.1 in %.3f s; all closed %.1f s later\n", n,
+	       dt, waited);
+	for (int i = 0; i < N_IDLE; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	CHECK(srv_stop(&s) == 0, "exit status after idle connections");
+}
+
 static void test_startup_errors(void)
 {
 	static const struct { const char *args; int status; const char *msg; } cases[] = {
@@ -718,6 +958,7 @@ static void test_startup_errors(void)
 		{"%s/gguf/stories260K.gguf --port 70000", 1, "--port"},
 		{"%s/gguf/no-such-model.gguf", 1, "no-such-model"},
 		{"%s/gguf/stories260K.gguf --bogus", 1, "--bogus"},
+		{"%s/gguf/stories260K.gguf --api-key ''", 2, "--api-key"},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		char args[1024], cmd[2048];
@@ -884,5 +1125,7 @@ int main(void)
 	CHECK(srv_stop(&s) == 0, "qserve did not exit 0 on SIGTERM");
 	test_limits();
 	test_model_template();
+	test_bad_logits();
+	test_idle_conns();
 	return check_report("test_qserve");
 }

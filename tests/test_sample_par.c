@@ -62,7 +62,7 @@ int main(void)
 			struct qc_sample_job jobs[R];
 			memset(res, 0, sizeof res);
 			for (int r = 0; r < R; r++)
-				jobs[r] = (struct qc_sample_job){s[r], x + ((size_t)st * R + (size_t)r) * V, &res[r]};
+				jobs[r] = (struct qc_sample_job){s[r], x + ((size_t)st * R + (size_t)r) * V, &res[r], QC_OK};
 			CHECK(qc_sample_par_run(sp, jobs, R, V, &err) == QC_OK, "run: %s", err.msg);
 			for (int r = 0; r < R; r++) {
 				if (t == 0) {
@@ -86,9 +86,14 @@ int main(void)
 		struct qc_sample_result res[R];
 		struct qc_sample_job jobs[R];
 		for (int r = 0; r < R; r++)
-			jobs[r] = (struct qc_sample_job){s[r], bad + (size_t)r * V, &res[r]};
+			jobs[r] = (struct qc_sample_job){s[r], bad + (size_t)r * V, &res[r], QC_OK};
 		CHECK(qc_sample_par_run(sp, jobs, R, V, &err) == QC_EINVAL && strstr(err.msg, "token 123"),
 		      "%d threads: bad rows: '%s'", threads[t], err.msg);
+		int n_bad = 0;
+		for (int r = 0; r < R; r++)
+			n_bad += jobs[r].rc != QC_OK;
+		CHECK(n_bad == 2 && jobs[5].rc == QC_EINVAL && jobs[20].rc == QC_EINVAL,
+		      "%d threads: %d rows flagged, rows 5/20: %d %d", threads[t], n_bad, jobs[5].rc, jobs[20].rc);
 		CHECK(qc_sample_par_run(sp, jobs, 0, V, &err) == QC_OK, "no rows");
 		printf("  %d thread(s): %d rows x %d steps%s; bad rows report row 5's logit\n", threads[t], R, STEPS,
 		       t ? " equal to one thread's" : "");

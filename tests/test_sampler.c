@@ -449,6 +449,51 @@ static void logprobs_are_log_softmax_of_scaled_logits(void)
 	qc_sampler_ws_free(ws);
 }
 
+/* Temperatures in (0, QC_SAMPLER_GREEDY_BELOW) act as greedy (issue 15): the
+ * argmax with ties to the lowest id, and logprobs of the unscaled row (the
+ * greedy report), here log-softmax of {2, 1, 0, -1, 2} by hand. Subnormal 1e-45
+ * and 1e-38 used to make 1/T infinite and every weight NaN. Just above the
+ * threshold, huge logits (1e35, where l/T overflows) still draw the best. */
+static void tiny_temperatures_are_greedy(void)
+{
+	const float l[5] = { 1.0f, 2.0f, 0.0f, -1.0f, 2.0f };
+	const float temps[] = { 1e-45f, 1e-38f, 1e-20f, 1e-6f, 9.9e-6f };
+	struct qc_sampler_params p;
+	struct qc_sampler_ws *ws = NULL;
+	struct qc_sample_result r;
+	qc_sampler_ws_new(5, &ws, NULL);
+	double lz = log(exp(1.0) + 2 * exp(2.0) + exp(0.0) + exp(-1.0));
+	for (size_t k = 0; k < sizeof temps / sizeof temps[0]; k++) {
+		for (uint64_t seed = 0; seed < 8; seed++) {
+			qc_sampler_params_init(&p);
+			p.temperature = temps[k];
+			p.seed = seed;
+			p.n_logprobs = 2;
+			struct qc_sampler *s = mk(&p);
+			int rc = qc_sampler_sample(s, ws, l, 5, &r, NULL);
+			CHECK(rc == QC_OK && r.token == 1, "T=%g seed %llu chose %d (greedy: 1)", (double)temps[k],
+			      (unsigned long long)seed, r.token);
+			CHECK(fabs(r.logprob - (2.0 - lz)) < 1e-5 && r.n_top == 2 && r.top_ids[1] == 4 &&
+			      fabs(r.top_logprobs[1] - (2.0 - lz)) < 1e-5,
+			      "T=%g logprob %f, want %f", (double)temps[k], (double)r.logprob, 2.0 - lz);
+			qc_sampler_free(s);
+		}
+	}
+	const float big[4] = { 1e35f, 9e34f, -1e35f, 0.0f };
+	for (uint64_t seed = 0; seed < 8; seed++) {
+		qc_sampler_params_init(&p);
+		p.temperature = 2e-5f;
+		p.seed = seed;
+		p.logprobs = true;
+		struct qc_sampler *s = mk(&p);
+		int rc = qc_sampler_sample(s, ws, big, 4, &r, NULL);
+		CHECK(rc == QC_OK && r.token == 0 && r.logprob == 0.0f, "T=2e-5 on 1e35 logits: token %d logprob %g",
+		      r.token, (double)r.logprob);
+		qc_sampler_free(s);
+	}
+	qc_sampler_ws_free(ws);
+}
+
 static int sequence(uint64_t seed, int32_t *out, int n)
 {
 	enum { NV = 1000 };
@@ -690,6 +735,7 @@ int main(void)
 	draws_follow_the_truncated_distribution();
 	penalties_match_hand_computed_values();
 	logprobs_are_log_softmax_of_scaled_logits();
+	tiny_temperatures_are_greedy();
 	same_seed_same_draws_different_seed_different();
 	bad_rows_and_params_are_refused();
 	large_vocab_sampling_is_fast();

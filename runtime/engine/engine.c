@@ -36,6 +36,7 @@ struct req {
 	enum qc_sched_finish finish;
 	struct qc_sample_result *lp; /* (n_out) when sampling.logprobs, else NULL */
 	bool want_lp;
+	char fail[QC_ERR_MSG_MAX];   /* why it finished with QC_SCHED_FINISH_ERROR */
 };
 
 struct qc_engine {
@@ -348,10 +349,25 @@ static int append_out(struct req *q, const struct qc_sample_result *res, struct 
 	return QC_OK;
 }
 
+/* The sampler refused q's row (rc, rerr). FAIL_STEP: the step's error. FAIL_REQUEST:
+ * q alone finishes with ERROR now, so commit skips its entry; QC_OK. */
+static int row_failed(struct qc_engine *e, struct req *q, int rc, const struct qc_err *rerr, struct qc_err *err)
+{
+	if (e->opts.bad_logits != QC_BAD_LOGITS_FAIL_REQUEST || rc != QC_EINVAL) {
+		if (err && rerr != err)
+			*err = *rerr;
+		return rc;
+	}
+	snprintf(q->fail, sizeof q->fail, "%s", rerr->msg);
+	q->finish = QC_SCHED_FINISH_ERROR;
+	return qc_sched_finish(e->sched, q->id, QC_SCHED_FINISH_ERROR, err);
+}
+
 int qc_engine_step(struct qc_engine *e, struct qc_err *err)
 {
 	struct qc_sched_plan *plan;
 	const int32_t V = e->model->cfg.n_vocab;
+	struct qc_err rerr = {0}; /* a row's sampling error, before row_failed decides */
 	int rc;
 
 	const double t0 = e->profile ? mono_s() : 0.0;
@@ -401,26 +417,41 @@ int qc_engine_step(struct qc_engine *e, struct qc_err *err)
 				qc_sampler_take(q->sampler, tid[0], res);
 			else if ((rc = qc_sampler_sample_top(q->sampler, qc_sample_par_ws(e->sp), tid,
 							     e->top_logits + (size_t)k * QC_BACKEND_TOP_MAX,
-							     e->want[k], res, err)))
+							     e->want[k], res, &rerr)) &&
+				 (rc = row_failed(e, q, rc, &rerr, err)))
 				return rc;
-			e->sampled[i] = res->token;
+			e->sampled[i] = q->finish == QC_SCHED_FINISH_ERROR ? 0 : res->token;
 			continue;
 		}
 		const float *lg = e->logits + (size_t)k * (size_t)V;
 		if (!e->opts.on_logits) { /* sampled below, rows in parallel */
-			e->jobs[n_jobs] = (struct qc_sample_job){q->sampler, lg, res};
+			e->jobs[n_jobs] = (struct qc_sample_job){q->sampler, lg, res, QC_OK};
 			e->job_entry[n_jobs++] = i;
 			continue;
 		}
 		e->opts.on_logits(e->opts.cb_ctx, q->id, q->n_out, lg, V);
-		if ((rc = qc_sampler_sample(q->sampler, qc_sample_par_ws(e->sp), lg, V, res, err)))
+		if ((rc = qc_sampler_sample(q->sampler, qc_sample_par_ws(e->sp), lg, V, res, &rerr)) &&
+		    (rc = row_failed(e, q, rc, &rerr, err)))
 			return rc;
-		e->sampled[i] = res->token;
+		e->sampled[i] = q->finish == QC_SCHED_FINISH_ERROR ? 0 : res->token;
 	}
-	if ((rc = qc_sample_par_run(e->sp, e->jobs, n_jobs, V, err)))
+	if ((rc = qc_sample_par_run(e->sp, e->jobs, n_jobs, V, &rerr)) &&
+	    e->opts.bad_logits != QC_BAD_LOGITS_FAIL_REQUEST) {
+		*err = rerr;
 		return rc;
-	for (int32_t j = 0; j < n_jobs; j++)
-		e->sampled[e->job_entry[j]] = e->results[e->job_entry[j]].token;
+	}
+	for (int32_t j = 0; j < n_jobs; j++) {
+		const int32_t i = e->job_entry[j];
+		e->sampled[i] = e->results[i].token;
+		if (!e->jobs[j].rc)
+			continue;
+		/* the sampler changes nothing on a refused row: sampling it again
+		 * alone gives this row's own message */
+		e->sampled[i] = 0;
+		rc = qc_sampler_sample(e->jobs[j].s, qc_sample_par_ws(e->sp), e->jobs[j].logits, V, &e->results[i], &rerr);
+		if (rc && (rc = row_failed(e, e->entry_req[i], rc, &rerr, err)))
+			return rc;
+	}
 	const double t3 = e->profile ? mono_s() : 0.0;
 	if ((rc = qc_sched_commit(e->sched, plan, e->sampled, err)))
 		return rc;
@@ -456,6 +487,12 @@ int qc_engine_output(const struct qc_engine *e, uint64_t id, const int32_t **ids
 	*n = q->n_out;
 	*finish = q->finish;
 	return QC_OK;
+}
+
+const char *qc_engine_failure(const struct qc_engine *e, uint64_t id)
+{
+	const struct req *q = find_req(e, id);
+	return q && q->finish == QC_SCHED_FINISH_ERROR ? q->fail : NULL;
 }
 
 int qc_engine_logprobs(const struct qc_engine *e, uint64_t id, const struct qc_sample_result **res,

@@ -29,6 +29,16 @@ struct qc_vocab;
 typedef void (*qc_engine_logits_fn)(void *ctx, uint64_t id, int32_t step, const float *logits,
 				    int32_t n_vocab);
 
+/* What a logits row the sampler refuses (NaN, +inf, all -inf: a broken
+ * weight or activation) does. FAIL_STEP: qc_engine_step fails (a one-request
+ * tool such as qrun reports it and stops). FAIL_REQUEST: only that request
+ * finishes, with QC_SCHED_FINISH_ERROR and the sampler's message
+ * (qc_engine_failure); the step and every other request go on (a server). */
+enum qc_bad_logits {
+	QC_BAD_LOGITS_FAIL_STEP = 0,
+	QC_BAD_LOGITS_FAIL_REQUEST = 1,
+};
+
 struct qc_engine_opts {
 	const struct qc_backend_ops *backend; /* NULL: qc_backend_cpu */
 	enum qc_act_round act_round;          /* default QC_ACT_ROUND_GGML */
@@ -45,6 +55,7 @@ struct qc_engine_opts {
 						 capped at 2 GiB (or one full sequence) */
 	float gpu_mem_util;                   /* device backends: fraction of device memory for
 						 weights + buffers + K/V; 0: 0.9 */
+	enum qc_bad_logits bad_logits;        /* default QC_BAD_LOGITS_FAIL_STEP */
 	qc_engine_logits_fn on_logits;        /* optional */
 	void *cb_ctx;
 };
@@ -96,6 +107,10 @@ bool qc_engine_has_work(const struct qc_engine *e);
  * unknown or released id. */
 int qc_engine_output(const struct qc_engine *e, uint64_t id, const int32_t **ids, int32_t *n,
 		     enum qc_sched_finish *finish);
+
+/* Why request id finished with QC_SCHED_FINISH_ERROR (e.g. "sampler: logit of
+ * token 55 is nan"), valid until release; NULL for any other request. */
+const char *qc_engine_failure(const struct qc_engine *e, uint64_t id);
 
 /* Per generated token of request id, the sampler's report (chosen logprob and
  * top alternatives), parallel to qc_engine_output's ids; *n is 0 unless the

@@ -16,7 +16,7 @@ struct qc_sample_par {
 
 struct run {
 	struct qc_sample_par *p;
-	const struct qc_sample_job *jobs;
+	struct qc_sample_job *jobs;
 	int32_t n_jobs, n_vocab;
 	atomic_int next;
 };
@@ -71,9 +71,10 @@ static void *work(void *arg)
 		const int i = atomic_fetch_add(&r->next, 1);
 		if (i >= r->n_jobs)
 			break;
-		const struct qc_sample_job *j = &r->jobs[i];
+		struct qc_sample_job *j = &r->jobs[i];
 		struct qc_err e = {0};
 		const int rc = qc_sampler_sample(j->s, w->ws, j->logits, r->n_vocab, j->res, &e);
+		j->rc = rc;
 		if (rc && i < w->bad) {
 			w->bad = i;
 			w->rc = rc;
@@ -83,7 +84,7 @@ static void *work(void *arg)
 	return NULL;
 }
 
-int qc_sample_par_run(struct qc_sample_par *p, const struct qc_sample_job *jobs, int32_t n_jobs, int32_t n_vocab,
+int qc_sample_par_run(struct qc_sample_par *p, struct qc_sample_job *jobs, int32_t n_jobs, int32_t n_vocab,
 		      struct qc_err *err)
 {
 	if (n_jobs <= 0)

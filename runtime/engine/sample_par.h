@@ -24,6 +24,7 @@ struct qc_sample_job {
 	struct qc_sampler *s;
 	const float *logits;
 	struct qc_sample_result *res;
+	int rc;                    /* out: this row's result (QC_OK or the sampler's code) */
 };
 
 /* Up to n_threads workspaces of n_vocab (1..64 threads; the first is made
@@ -36,9 +37,9 @@ void qc_sample_par_free(struct qc_sample_par *p);
 /* The first workspace, for the caller's own sequential sampling. */
 struct qc_sampler_ws *qc_sample_par_ws(struct qc_sample_par *p);
 
-/* Sample every job (rows of n_vocab logits). On failure the error of the
- * lowest failing job is returned (the others still ran). */
-int qc_sample_par_run(struct qc_sample_par *p, const struct qc_sample_job *jobs, int32_t n_jobs, int32_t n_vocab,
+/* Sample every job (rows of n_vocab logits), each job's rc set. On failure the
+ * error of the lowest failing job is returned (the others still ran). */
+int qc_sample_par_run(struct qc_sample_par *p, struct qc_sample_job *jobs, int32_t n_jobs, int32_t n_vocab,
 		      struct qc_err *err);
 
 #endif

@@ -137,6 +137,8 @@ int qc_sampler_new(const struct qc_sampler_params *p, int32_t max_history,
 	if (!s)
 		return qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "sampler: out of memory");
 	s->p = *p;
+	if (s->p.temperature < QC_SAMPLER_GREEDY_BELOW)
+		s->p.temperature = 0.0f; /* greedy from here on: every test below reads <= 0 */
 	s->hist_cap = p->penalty_last_n < 0 ? max_history :
 		      p->penalty_last_n < max_history ? p->penalty_last_n : max_history;
 	if (s->hist_cap > 0) {
@@ -442,12 +444,14 @@ static void min_p(struct cset *cs, float p)
 
 static int32_t draw(struct cset *cs, float *w, float temp, uint64_t rng[4])
 {
-	for (int32_t i = 0; i < cs->n; i++)
-		cs->c[i].logit /= temp;
-	float m = max_logit(cs);
+	/* weights exp(l/T - m/T); when m/T overflows (|logit| > 3e33 at the smallest
+	 * temperature) (l - m)/T instead, which is <= 0 and never gives inf - inf */
+	const float m = max_logit(cs), mt = m / temp;
+	const bool wide = isinf(mt);
 	double sum = 0.0;
 	for (int32_t i = 0; i < cs->n; i++) {
-		w[i] = expf(cs->c[i].logit - m);
+		const float l = cs->c[i].logit;
+		w[i] = wide ? expf((l - m) / temp) : expf(l / temp - mt);
 		sum += w[i];
 	}
 	double target = rng_uniform(rng) * sum, cum = 0.0;

@@ -3,7 +3,8 @@
  * Owns: per-request sampling state (params, PRNG, penalty history) and a reusable
  * workspace sized to the vocabulary. Chain, as llama.cpp common_sampler's default
  * order: penalties (repeat, frequency, presence) -> top-k -> top-p -> min-p ->
- * temperature -> draw. temperature <= 0 is greedy (argmax, ties to lowest id).
+ * temperature -> draw. temperature below QC_SAMPLER_GREEDY_BELOW (0 and negative
+ * included) is greedy (argmax, ties to lowest id).
  * Penalty formulas follow llama_sampler_penalties_apply (llama-sampling.cpp):
  * for each token with count c > 0 in the last N accepted tokens (prompt included):
  * l = l <= 0 ? l * repeat : l / repeat; then l -= c * frequency + presence.
@@ -25,11 +26,19 @@
 #define QC_SAMPLER_MAX_VOCAB (1 << 24)
 #define QC_SAMPLER_MAX_HISTORY (1 << 20)  /* penalty window cap, tokens */
 
+/* Temperatures below this act as 0 (greedy), as vLLM's _SAMPLING_EPS does.
+ * Why 1e-5: 1/T then stays <= 1e5, so logits / T cannot overflow a float for
+ * any logit below 3e33, while below it a logit gap of 0.001 already weights the
+ * runner-up by e^-100 (under FLT_MIN): the draw is the argmax anyway, except
+ * on exact ties, which greedy breaks by the lowest id. Subnormal temperatures
+ * such as 1e-45 would otherwise make 1/T infinite and every weight NaN. */
+#define QC_SAMPLER_GREEDY_BELOW 1e-5f
+
 struct qc_sampler;     /* opaque, one per request */
 struct qc_sampler_ws;  /* opaque, one per sampling thread; reused across requests */
 
 struct qc_sampler_params {
-	float temperature;        /* <= 0: greedy */
+	float temperature;        /* < QC_SAMPLER_GREEDY_BELOW: greedy */
 	int32_t top_k;            /* keep the k highest logits; <= 0: off */
 	float top_p;              /* keep the smallest set with mass >= top_p; >= 1: off */
 	float min_p;              /* keep p_i >= min_p * p_max; <= 0: off; <= 1 */

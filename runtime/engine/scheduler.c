@@ -77,6 +77,7 @@ const char *qc_sched_finish_name(enum qc_sched_finish reason)
 	case QC_SCHED_FINISH_STOP_STRING: return "stop_string";
 	case QC_SCHED_FINISH_CANCELLED: return "cancelled";
 	case QC_SCHED_FINISH_NO_MEMORY: return "no_memory";
+	case QC_SCHED_FINISH_ERROR: return "error";
 	}
 	return "unknown";
 }
@@ -355,7 +356,7 @@ static void retire(struct qc_sched *s, int32_t slot, enum qc_sched_finish reason
 int qc_sched_finish(struct qc_sched *s, uint64_t id, enum qc_sched_finish reason,
 		    struct qc_err *err)
 {
-	if (reason <= QC_SCHED_FINISH_NONE || reason > QC_SCHED_FINISH_NO_MEMORY)
+	if (reason <= QC_SCHED_FINISH_NONE || reason > QC_SCHED_FINISH_ERROR)
 		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1,
 				  "sched: finish reason %d is not a finish", (int)reason);
 	struct seq *q = lookup(s, id);

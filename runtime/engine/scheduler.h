@@ -38,6 +38,7 @@ enum qc_sched_finish {
 	QC_SCHED_FINISH_STOP_STRING = 3,  /* detokenizer matched a stop string */
 	QC_SCHED_FINISH_CANCELLED = 4,    /* qc_sched_cancel */
 	QC_SCHED_FINISH_NO_MEMORY = 5,    /* cannot fit the KV pool even alone */
+	QC_SCHED_FINISH_ERROR = 6,        /* its own step failed (non-finite logits); others go on */
 };
 
 struct qc_sched_config {
@@ -168,7 +169,7 @@ bool qc_sched_seq_live(const struct qc_sched *s, uint64_t id);
  * blocks)). Returns QC_OK or QC_EFORMAT naming the first violation. */
 int qc_sched_check(const struct qc_sched *s, struct qc_err *err);
 
-/* "none", "stop", "length", "stop_string", "cancelled", "no_memory". */
+/* "none", "stop", "length", "stop_string", "cancelled", "no_memory", "error". */
 const char *qc_sched_finish_name(enum qc_sched_finish reason);
 
 #endif

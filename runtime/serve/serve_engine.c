@@ -199,12 +199,24 @@ static void sweep(struct serve_engine *s, bool after_step)
 			}
 		}
 		if (fin != QC_SCHED_FINISH_NONE) {
+			char msg[QC_ERR_MSG_MAX + 128];
+			const char *why = qc_engine_failure(s->e, j->eid);
+			/* copied before the release frees it */
+			snprintf(msg, sizeof msg, "this request's logits are not finite (%s); the model's weights "
+				 "or activations hold NaN/inf", why ? why : "the sampler refused the row");
 			qc_engine_release(s->e, j->eid);
 			*pp = j->next;
-			if (fin == QC_SCHED_FINISH_NO_MEMORY)
+			if (fin == QC_SCHED_FINISH_NO_MEMORY) {
 				job_done(s, j, fin, 503, "the KV cache cannot hold this request");
-			else
+			} else if (fin == QC_SCHED_FINISH_ERROR) {
+				fprintf(stderr, "qserve: request failed alone: %s\n", msg);
+				pthread_mutex_lock(&s->m->mu);
+				s->m->failed_logits++;
+				pthread_mutex_unlock(&s->m->mu);
+				job_done(s, j, fin, 500, msg);
+			} else {
 				job_done(s, j, fin, 0, NULL);
+			}
 			continue;
 		}
 		pp = &j->next;

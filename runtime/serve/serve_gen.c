@@ -117,8 +117,10 @@ int serve_gen_pull(struct serve_gen *g, struct serve_buf *text_out, int32_t *fro
 		pthread_mutex_unlock(&j->mu);
 		return -1;
 	}
-	memcpy(g->ids + old, j->ids + old, sizeof(int32_t) * (size_t)(n - old));
-	if (want_lp && j->lp)
+	/* a job that failed before its first id has no arrays at all (NULL + 0 is UB) */
+	if (n > old)
+		memcpy(g->ids + old, j->ids + old, sizeof(int32_t) * (size_t)(n - old));
+	if (n > old && want_lp && j->lp)
 		memcpy(g->lp + old, j->lp + old, sizeof *g->lp * (size_t)(n - old));
 	bool done = j->done;
 	enum qc_sched_finish fin = j->finish;

@@ -83,6 +83,8 @@ int serve_metrics_render(struct serve_metrics *m, struct serve_buf *out)
 	rc = rc ? rc : COUNTER("qserve_generation_tokens_total", "Generated tokens.", m->generated_tokens);
 	rc = rc ? rc : COUNTER("qserve_cancelled_total", "Requests cancelled by client disconnect.", m->cancelled);
 	rc = rc ? rc : COUNTER("qserve_rejected_queue_full_total", "Requests refused with 429.", m->rejected_full);
+	rc = rc ? rc : COUNTER("qserve_request_failures_bad_logits_total",
+			       "Requests failed alone with 500 because their logits were not finite.", m->failed_logits);
 	rc = rc ? rc : COUNTER("qserve_preemptions_total", "Sequences preempted by recomputation.",
 			       m->sched.n_preemptions);
 	rc = rc ? rc : GAUGE("qserve_requests_in_flight", "Accepted requests not finished.", "%d", m->in_flight);

@@ -31,6 +31,7 @@ struct serve_metrics {
 	pthread_mutex_t mu;
 	struct { int status; uint64_t n; } req[EP_COUNT][SERVE_MAX_STATUS];
 	uint64_t prompt_tokens, generated_tokens, cancelled, rejected_full;
+	uint64_t failed_logits;                  /* requests ended by non-finite logits (500) */
 	struct qc_sched_stats sched;             /* last snapshot from the engine thread */
 	int32_t in_flight;
 	struct serve_hist ttft, itl;

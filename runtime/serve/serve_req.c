@@ -50,7 +50,13 @@ static int num(struct ctx *c, const cJSON *o, const char *k, double lo, double h
 	if (!isfinite(d) || (want_int && d != floor(d)))
 		return bad(c, k, want_int ? "must be an integer" : "must be a finite number");
 	if (d < lo || d > hi) {
-		snprintf(msg, sizeof msg, "%g is outside [%g, %g]", d, lo, hi);
+		/* integer fields print as integers (1073741824, not 1.07374e+09) */
+		if (want_int && fabs(d) < 9e15)
+			snprintf(msg, sizeof msg, "%.0f is outside [%.0f, %.0f]", d, lo, hi);
+		else if (want_int)
+			snprintf(msg, sizeof msg, "%g is outside [%.0f, %.0f]", d, lo, hi);
+		else
+			snprintf(msg, sizeof msg, "%g is outside [%g, %g]", d, lo, hi);
 		return bad(c, k, msg);
 	}
 	*out = d;
@@ -66,6 +72,46 @@ static int boolean(struct ctx *c, const cJSON *o, const char *k, bool *out)
 		return bad(c, k, "must be a boolean");
 	*out = cJSON_IsTrue(v);
 	return 1;
+}
+
+/* cJSON decodes "\u0000" into a NUL byte inside a C string, so everything
+ * after it would vanish without a word (issue 15: "a\u0000b" became "a").
+ * NUL is refused instead: find the first \u0000 escape (or raw NUL byte) in
+ * the JSON text and the top-level key it sits under. Escapes are skipped in
+ * pairs, so "\\u0000" (a backslash, then text) is not a NUL. */
+static bool find_nul(const char *body, size_t len, char *key, size_t key_cap)
+{
+	int depth = 0;
+	bool in_str = false;
+	size_t str_at = 0;
+	key[0] = '\0';
+	for (size_t i = 0; i < len; i++) {
+		const char ch = body[i];
+		if (ch == '\0')
+			return true;
+		if (in_str) {
+			if (ch == '\\' && i + 1 < len) {
+				if (body[i + 1] == 'u' && i + 5 < len && !memcmp(body + i + 2, "0000", 4))
+					return true;
+				i++;
+			} else if (ch == '"') {
+				in_str = false;
+				size_t j = i + 1; /* a depth-1 string followed by ':' is a top-level key */
+				while (j < len && (body[j] == ' ' || body[j] == '\t' || body[j] == '\r' || body[j] == '\n'))
+					j++;
+				if (depth == 1 && j < len && body[j] == ':')
+					snprintf(key, key_cap, "%.*s", (int)(i - str_at), body + str_at);
+			}
+		} else if (ch == '"') {
+			in_str = true;
+			str_at = i + 1;
+		} else if (ch == '{' || ch == '[') {
+			depth++;
+		} else if (ch == '}' || ch == ']') {
+			depth--;
+		}
+	}
+	return false;
 }
 
 static char *dup_n(const char *s, size_t n)
@@ -317,6 +363,11 @@ int serve_req_parse(const char *body, size_t len, bool chat, enum qc_chat_family
 	}
 	if (!cJSON_IsObject(o)) {
 		rc = qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "request body must be a JSON object");
+		goto out;
+	}
+	char nul_key[64];
+	if (find_nul(body, len, nul_key, sizeof nul_key)) {
+		rc = bad(&c, nul_key[0] ? nul_key : "body", "contains U+0000 (NUL), which qserve does not accept in text");
 		goto out;
 	}
 	if ((rc = refuse_unsupported(&c, o)))

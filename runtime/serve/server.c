@@ -470,6 +470,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		*upload_size = 0;
 		return MHD_YES;
 	}
+	/* the request is complete: from now on the connection may wait on the
+	 * engine or stream for long, so it gets the idle timeout instead of the
+	 * header timeout that bounds clients which never finish a request */
+	MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, s->cfg.idle_timeout_s);
 	if (cn->too_large) {
 		char msg[128];
 		snprintf(msg, sizeof msg, "request body larger than %zu bytes", s->cfg.max_body);
@@ -486,9 +490,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode t)
 {
 	struct conn *cn = *con_cls;
-	(void)cls;
-	(void)c;
+	const struct server *s = cls;
 	(void)t;
+	/* a kept-alive connection must send its next request within the header timeout */
+	MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, s->cfg.header_timeout_s);
 	if (!cn)
 		return;
 	serve_buf_deinit(&cn->body);
@@ -506,6 +511,12 @@ int server_start(const struct server_config *cfg, struct qc_engine *e, struct se
 	*out = NULL;
 	if (cfg->port < 0 || cfg->port > 65535)
 		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "--port %d: not in 0..65535", cfg->port);
+	if (cfg->api_key && !cfg->api_key[0])
+		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "--api-key: an empty key would let an empty "
+				  "Bearer token in; give a key or leave the flag out");
+	if (!cfg->max_conns_per_addr || !cfg->header_timeout_s || !cfg->idle_timeout_s)
+		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1,
+				  "connections per address, header and idle timeouts must be > 0");
 	snprintf(port, sizeof port, "%d", cfg->port);
 	int g = getaddrinfo(cfg->host, port, &hints, &ai);
 	if (g)
@@ -535,7 +546,8 @@ int server_start(const struct server_config *cfg, struct qc_engine *e, struct se
 				MHD_OPTION_SOCK_ADDR, ai->ai_addr,
 				MHD_OPTION_CONNECTION_LIMIT, cfg->max_conns,
 				MHD_OPTION_CONNECTION_MEMORY_LIMIT, cfg->max_header,
-				MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
+				MHD_OPTION_PER_IP_CONNECTION_LIMIT, cfg->max_conns_per_addr,
+				MHD_OPTION_CONNECTION_TIMEOUT, cfg->header_timeout_s,
 				MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
 				MHD_OPTION_END);
 	if (!s->d) {

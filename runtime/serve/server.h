@@ -5,7 +5,12 @@
  * POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health,
  * GET /metrics, the Bearer-key check on the /v1/ routes, the caps on header bytes
  * (MHD's per-connection memory limit) and body bytes (Content-Length checked
- * before anything is read; chunked bodies cut at the cap), and drain-then-stop.
+ * before anything is read; chunked bodies cut at the cap), connections per
+ * client address (MHD's per-IP limit), a short header timeout until a request
+ * is complete and the idle timeout after it (MHD's per-connection timeout, set
+ * at each step; its inactivity clock restarts on every byte, so a client that
+ * trickles bytes is bounded by the per-address limit, not the timeout), and
+ * drain-then-stop.
  * Non-goals: TLS (put a proxy in front), HTTP/2, batching across requests
  * (the engine does that). Reference: the OpenAI API reference; libmicrohttpd
  * 0.9.75 manual.
@@ -32,6 +37,10 @@ struct server_config {
 	size_t max_body;             /* request body cap, bytes */
 	size_t max_header;           /* header bytes cap (MHD memory limit per connection) */
 	unsigned max_conns;          /* concurrent connections */
+	unsigned max_conns_per_addr; /* of those, from one client address (> 0); more are closed at once */
+	unsigned header_timeout_s;   /* a connection that has not sent a complete request within this
+					many idle seconds is closed (> 0) */
+	unsigned idle_timeout_s;     /* once a request is complete: idle seconds before closing (> 0) */
 };
 
 struct server;
