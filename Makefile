@@ -156,6 +156,13 @@ $(BUILD)/tests/gpu/%: $(BUILD)/obj/tests/gpu/%.o $(CUDA_LIB) $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(QCFLAGS) $^ -o $@ $(LDLIBS) $(CUDA_LDLIBS)
 
+# test_kernels is one binary (tools/gpu_check.sh, gpu_pack.sh) from test_kernels.c (main) and
+# tests/gpu/kernels_*.c (one file per concern; not test_*.c, so no binaries of their own).
+KERNELS_TEST_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tests/gpu/kernels_*.c))
+$(BUILD)/tests/gpu/test_kernels: $(BUILD)/obj/tests/gpu/test_kernels.o $(KERNELS_TEST_OBJ) $(CUDA_LIB) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(QCFLAGS) $^ -o $@ $(LDLIBS) $(CUDA_LDLIBS)
+
 test-gpu:
 	@test -n "$(NVCC)" || { echo "test-gpu: nvcc not found"; exit 1; }
 	@$(MAKE) --no-print-directory $(BINS) $(GPU_TEST_BIN)

@@ -9,7 +9,13 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+/* A binary built from several files (tests/gpu/test_kernels) defines CHECK_SHARED_COUNTERS
+ * before including this in each of them, and defines the two counters once, beside main(). */
+#ifdef CHECK_SHARED_COUNTERS
+extern int check_passed_, check_failed_;
+#else
 static int check_passed_, check_failed_;
+#endif
 
 #define CHECK(cond, ...) \
 	do { \

@@ -276,7 +276,7 @@ int main(void)
 		while (d && (e = readdir(d))) {
 			size_t l = strlen(e->d_name);
 			if (l < 6 || strcmp(e->d_name + l - 5, ".gguf") != 0 || strstr(e->d_name, "tinyllamas-stories-260k-q8_0"))
-				continue; /* that one is malformed on purpose: test_bad_input covers it */
+				continue; /* that one is malformed on purpose: test_bad_gguf covers it */
 			char p[2048];
 			snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
 			for (int t = 0; t < QC_TARGET_COUNT; t++)

@@ -2,7 +2,7 @@
 # tools/deps.sh — install the Debian packages qconvert builds and tests with, if missing.
 # Idempotent and quiet when everything is present; uses sudo when not root.
 set -e
-# libmicrohttpd-dev: qserve's HTTP; curl, python3-venv: the qserve tests (tests/test_qserve.c, tools/pyenv.sh)
+# libmicrohttpd-dev: qserve's HTTP; curl, python3-venv: the qserve tests (tests/test_qserve*.c, tools/pyenv.sh)
 pkgs="build-essential clang libarchive-dev libxxhash-dev libcjson-dev libpcre2-dev libicu-dev libmicrohttpd-dev curl python3-venv"
 missing=""
 for p in $pkgs; do

@@ -11,7 +11,7 @@ fixtures, the way transformers exports each family:
   llama-bpe  Llama 3: Split(its regex) + ByteLevel(use_regex=False), ignore_merges
 Each file is only written after the `tokenizers` library itself reproduces
 llama.cpp's test vectors X.gguf.inp -> X.gguf.out (ids, no BOS) with it, so the C
-test (tests/test_hf.c) checks our conversion against ids that both the HF library
+test (tests/test_hf_tokenizer.c) checks our conversion against ids that both the HF library
 and llama.cpp agree on. Run from the repo root:
   python tests/gen/make_hf_tokenizers.py [FIXTURES]
 """

@@ -1,7 +1,7 @@
 """openai_client.py — qserve through the official openai Python client.
 
 Usage: python openai_client.py BASE_URL API_KEY MODEL EXPECTED_GREEDY_TEXT
-Run by tests/test_qserve.c against a live server (stories260K, chat template chatml).
+Run by tests/test_qserve_openai.c against a live server (stories260K, chat template chatml).
 EXPECTED_GREEDY_TEXT: the 32 greedy tokens after "Once upon a time" as llama.cpp
 chose them (reference ids), rendered through the vocabulary by the C test.
 Prints "openai_client: N passed, N failed"; exit status 1 on any failure.

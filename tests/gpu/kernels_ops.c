@@ -1,0 +1,353 @@
+/* kernels_ops.c — test_kernels, the small ops against their C references: rms_norm,
+ * rope, add and silu_mul, act_gather, argmax, top-k (relative max error, indices exact),
+ * and MoE routing and combine (moe_route, moe_combine; combine bit for bit).
+ */
+#include "kernels_harness.h"
+#include "kernels/act_gather.h"
+#include "kernels/add.h"
+#include "kernels/argmax.h"
+#include "kernels/moe_combine.h"
+#include "kernels/moe_route.h"
+#include "kernels/rms_norm.h"
+#include "kernels/rope.h"
+#include "kernels/silu_mul.h"
+#include "kernels/topk.h"
+#include "fp16.h"
+
+/* ---- small ops ----------------------------------------------------------- */
+
+void test_rms_norm(void)
+{
+	const int64_t shapes[][2] = {{1, 64}, {5, 33}, {3, 4096}, {7, 100}};
+	for (size_t s = 0; s < 4; s++) {
+		const int64_t R = shapes[s][0], n = shapes[s][1], ldx = n + 3, ldy = n + 1;
+		float *x = malloc(sizeof(float) * (size_t)(R * ldx * 2)), *w = malloc(sizeof(float) * (size_t)n);
+		float *want = calloc((size_t)(R * ldy), sizeof(float)), *got = calloc((size_t)(R * ldy), sizeof(float));
+		fill(x, (size_t)(R * ldx * 2), -3, 3);
+		fill(w, (size_t)n, -2, 2);
+		int32_t rows[8];
+		for (int64_t r = 0; r < R; r++)
+			rows[r] = (int32_t)(rnd() % (2 * R));
+		qc_ref_rms_norm(x, ldx, rows, w, want, ldy, R, n, 1e-5f);
+		float *d_x = up(x, sizeof(float) * (size_t)(R * ldx * 2)), *d_w = up(w, sizeof(float) * (size_t)n);
+		int32_t *d_rows = up(rows, sizeof rows);
+		float *d_y = poisoned(sizeof(float) * (size_t)(R * ldy));
+		struct qc_err err = {0};
+		const struct qc_cuda_rms_norm_args a = {d_x, ldx, d_rows, d_w, d_y, ldy, R, n, 1e-5f};
+		CHECK(qc_cuda_rms_norm(&a, 0, &err) == QC_OK, "rms_norm: %s", err.msg);
+		down(got, d_y, sizeof(float) * (size_t)(R * ldy));
+		for (int64_t r = 0; r < R; r++)
+			for (int64_t i = n; i < ldy; i++)
+				got[r * ldy + i] = want[r * ldy + i] = 0;
+		char what[64];
+		snprintf(what, sizeof what, "rms_norm %lld rows of %lld", (long long)R, (long long)n);
+		const struct cmp c = compare(got, want, (size_t)(R * ldy), 0);
+		const double tol = 4e-6 * c.ref_max;
+		CHECK(report(what, compare(got, want, (size_t)(R * ldy), tol), tol), "%s", what);
+		free(x);
+		free(w);
+		free(want);
+		free(got);
+		cudaFree(d_x);
+		cudaFree(d_w);
+		cudaFree(d_rows);
+		cudaFree(d_y);
+	}
+}
+
+void test_rope(void)
+{
+	/* heads, hd, n_rot, mode, extras (0 plain, 1 YaRN, 2 llama3 divisors, 3 both) */
+	const int cfg[][5] = {{3, 64, 64, 0, 0}, {5, 100, 64, 2, 0}, {2, 128, 128, 2, 0}, {4, 48, 32, 0, 0},
+			      {4, 64, 64, 0, 1}, {3, 128, 128, 2, 1}, {4, 64, 64, 0, 2}, {2, 128, 96, 2, 3}};
+	for (size_t s = 0; s < sizeof cfg / sizeof cfg[0]; s++) {
+		const int H = cfg[s][0], hd = cfg[s][1], nr = cfg[s][2], mode = cfg[s][3], xt = cfg[s][4];
+		const int64_t T = 9, n = T * H * hd;
+		float *x = malloc(sizeof(float) * (size_t)n), *want = malloc(sizeof(float) * (size_t)n);
+		float *got = malloc(sizeof(float) * (size_t)n);
+		float ff[64];
+		int32_t pos[9];
+		for (int t = 0; t < T; t++)
+			pos[t] = (int32_t)(rnd() % 4000);
+		fill(x, (size_t)n, -2, 2);
+		fill(ff, 64, 1, 8);
+		memcpy(want, x, sizeof(float) * (size_t)n);
+		const float ts = powf(10000.0f, -2.0f / (float)nr), fs = s == 3 || xt & 1 ? 0.25f : 1.0f;
+		struct qc_ref_rope_ext ext = {.mscale = 1.0f};
+		if (xt & 1) { /* YaRN as model.c sets it up for factor 4: ramp over pairs 5..20 */
+			ext.ext_factor = 1.0f;
+			ext.mscale = 1.0f * (1.0f + 0.1f * logf(1.0f / fs));
+			ext.corr[0] = 5.0f;
+			ext.corr[1] = 20.0f;
+		}
+		float *d_ff = NULL;
+		if (xt & 2) {
+			ext.ff = ff;
+			d_ff = up(ff, sizeof ff);
+		}
+		qc_ref_rope(want, pos, T, H, hd, nr, mode, ts, fs, &ext);
+		float *d_x = up(x, sizeof(float) * (size_t)n);
+		int32_t *d_pos = up(pos, sizeof pos);
+		struct qc_err err = {0};
+		const struct qc_cuda_rope_args a = {.d_x = d_x, .d_pos = d_pos, .n_tok = T, .n_heads = H, .hd = hd,
+						    .n_rot = nr, .mode = mode, .theta_scale = ts, .freq_scale = fs,
+						    .ext_factor = ext.ext_factor, .mscale = ext.mscale,
+						    .corr = {ext.corr[0], ext.corr[1]}, .d_ff = d_ff};
+		CHECK(qc_cuda_rope(&a, 0, &err) == QC_OK, "rope: %s", err.msg);
+		down(got, d_x, sizeof(float) * (size_t)n);
+		char what[80];
+		snprintf(what, sizeof what, "rope %s heads %d hd %d n_rot %d%s%s", mode ? "neox" : "norm", H, hd, nr,
+			 xt & 1 ? " yarn" : "", xt & 2 ? " factors" : "");
+		const double tol = 1e-5 * 4;
+		CHECK(report(what, compare(got, want, (size_t)n, tol), tol), "%s", what);
+		free(x);
+		free(want);
+		free(got);
+		cudaFree(d_x);
+		cudaFree(d_pos);
+		cudaFree(d_ff);
+	}
+}
+
+void test_elementwise(void)
+{
+	const int64_t n = quick ? 1001 : 100003, nx = 77;
+	float *g = malloc(sizeof(float) * (size_t)n), *u = malloc(sizeof(float) * (size_t)n);
+	float *want = malloc(sizeof(float) * (size_t)n), *got = malloc(sizeof(float) * (size_t)n);
+	fill(g, (size_t)n, -12, 12);
+	fill(u, (size_t)n, -3, 3);
+	qc_ref_silu_mul(g, u, want, n);
+	float *d_g = up(g, sizeof(float) * (size_t)n), *d_u = up(u, sizeof(float) * (size_t)n);
+	float *d_y = poisoned(sizeof(float) * (size_t)n);
+	struct qc_err err = {0};
+	const struct qc_cuda_silu_mul_args sa = {d_g, d_u, d_y, n};
+	CHECK(qc_cuda_silu_mul(&sa, 0, &err) == QC_OK, "silu_mul: %s", err.msg);
+	down(got, d_y, sizeof(float) * (size_t)n);
+	CHECK(report("silu_mul", compare(got, want, (size_t)n, 1e-5), 1e-5), "silu_mul");
+
+	memcpy(want, u, sizeof(float) * (size_t)n);
+	qc_ref_add(want, g, n, nx);
+	const struct qc_cuda_add_args aa = {d_u, d_g, n, nx};
+	CHECK(qc_cuda_add(&aa, 0, &err) == QC_OK, "add: %s", err.msg);
+	down(got, d_u, sizeof(float) * (size_t)n);
+	CHECK(!memcmp(got, want, sizeof(float) * (size_t)n), "add (bias period %lld) not exact", (long long)nx);
+	free(g);
+	free(u);
+	free(want);
+	free(got);
+	cudaFree(d_g);
+	cudaFree(d_u);
+	cudaFree(d_y);
+}
+
+/* act_gather vs the reference: a shared permutation with strided rows, and one
+ * permutation per expert with rows (token, slot) reading token r / x_div. Exact. */
+void test_act_gather(void)
+{
+	const int64_t K = 200, ldx = 211, NT = 7, E = 3, XD = 2, R = NT * XD;
+	int32_t *perm = malloc(sizeof(int32_t) * (size_t)(E * K)), ex[14];
+	float *x = malloc(sizeof(float) * (size_t)(NT * ldx)), *want = malloc(sizeof(float) * (size_t)(R * K));
+	float *got = malloc(sizeof(float) * (size_t)(R * K));
+	fill(x, (size_t)(NT * ldx), -3, 3);
+	for (int64_t e = 0; e < E; e++) { /* Fisher-Yates */
+		int32_t *p = perm + e * K;
+		for (int64_t i = 0; i < K; i++)
+			p[i] = (int32_t)i;
+		for (int64_t i = K - 1; i > 0; i--) {
+			const int64_t j = rnd() % (uint32_t)(i + 1);
+			const int32_t t = p[i];
+			p[i] = p[j];
+			p[j] = t;
+		}
+	}
+	for (int64_t r = 0; r < R; r++)
+		ex[r] = (int32_t)(rnd() % E);
+	float *d_x = up(x, sizeof(float) * (size_t)(NT * ldx));
+	int32_t *d_perm = up(perm, sizeof(int32_t) * (size_t)(E * K)), *d_ex = up(ex, sizeof ex);
+	float *d_o = poisoned(sizeof(float) * (size_t)(R * K));
+	struct qc_err err = {0};
+	for (int pass = 0; pass < 2; pass++) {
+		const bool experts = pass == 1;
+		const int64_t rows = experts ? R : NT;
+		qc_ref_act_gather(x, ldx, experts ? (int32_t)XD : 1, experts ? ex : NULL, perm, experts ? K : 0, rows, K, want);
+		const struct qc_cuda_act_gather_args a = {d_x, ldx, experts ? (int32_t)XD : 1, experts ? d_ex : NULL, d_perm,
+							  experts ? K : 0, rows, K, d_o};
+		CHECK(qc_cuda_act_gather(&a, 0, &err) == QC_OK, "act_gather: %s", err.msg);
+		down(got, d_o, sizeof(float) * (size_t)(rows * K));
+		const bool ok = !memcmp(got, want, sizeof(float) * (size_t)(rows * K));
+		printf("  act_gather %s, %lld rows of %lld: %s\n", experts ? "per-expert permutations" : "shared permutation",
+		       (long long)rows, (long long)K, ok ? "equal" : "DIFFERENT");
+		CHECK(ok, "act_gather (%s) differs from the reference", experts ? "experts" : "shared");
+	}
+	free(perm);
+	free(x);
+	free(want);
+	free(got);
+	cudaFree(d_x);
+	cudaFree(d_perm);
+	cudaFree(d_ex);
+	cudaFree(d_o);
+}
+
+/* Device argmax vs the reference scan: random rows, rows with ties on the
+ * maximum (the lowest index must win), a NaN row, a +inf row, an all -inf row,
+ * and a vocabulary of odd size. Exact. */
+void test_argmax(int32_t n)
+{
+	const int64_t R = 19;
+	float *x = malloc(sizeof(float) * (size_t)(R * n));
+	int32_t want[19], got[19];
+	fill(x, (size_t)(R * n), -20, 20);
+	for (int r = 1; r < 8; r++) { /* ties: the maximum copied to later and earlier places */
+		float *row = x + r * n;
+		const int32_t a = (int32_t)(rnd() % (uint32_t)n), b = (int32_t)(rnd() % (uint32_t)n);
+		row[a] = row[b] = 25.0f + (float)r;
+		if (r & 1)
+			row[n - 1] = row[a];
+	}
+	x[8 * n + n / 2] = NAN;
+	x[9 * n + 3] = INFINITY;
+	for (int32_t i = 0; i < n; i++)
+		x[10 * n + i] = -INFINITY;
+	x[11 * n + n - 1] = 1e30f; /* the largest value last */
+	qc_ref_argmax(x, R, n, want);
+	CHECK(want[8] == -1 && want[9] == -1 && want[10] == -1 && want[11] == n - 1, "argmax reference edge rows");
+	float *d_x = up(x, sizeof(float) * (size_t)(R * n));
+	int32_t *d_o = poisoned(sizeof(int32_t) * (size_t)R);
+	struct qc_err err = {0};
+	const struct qc_cuda_argmax_args aa = {d_x, d_o, R, n};
+	CHECK(qc_cuda_argmax(&aa, 0, &err) == QC_OK, "argmax: %s", err.msg);
+	down(got, d_o, sizeof(int32_t) * (size_t)R);
+	int bad = -1;
+	for (int r = 0; r < R && bad < 0; r++)
+		if (got[r] != want[r])
+			bad = r;
+	printf("  argmax %lld rows of %d: %s\n", (long long)R, n, bad < 0 ? "equal" : "DIFFERENT");
+	CHECK(bad < 0, "argmax row %d: device %d, reference %d", bad, bad < 0 ? 0 : got[bad], bad < 0 ? 0 : want[bad]);
+	free(x);
+	cudaFree(d_x);
+	cudaFree(d_o);
+}
+
+/* top-k candidates: rows with k 0 / 1 (untouched), 2..128; ties (quantized
+ * values), -0 next to +0, -inf filling a row with fewer finite values than k,
+ * NaN / +inf / all -inf rows flagged; bit-exact ids and values. */
+void test_topk(int32_t n)
+{
+	enum { R = 12, S = QC_CUDA_TOPK_MAX };
+	const int32_t kk[R] = {0, 1, 2, 40, 128, 7, 64, 3, 40, 40, 100, 128};
+	float *x = malloc(sizeof(float) * (size_t)(R * n));
+	int32_t *want_i = malloc(sizeof(int32_t) * R * S), *got_i = malloc(sizeof(int32_t) * R * S);
+	float *want_v = malloc(sizeof(float) * R * S), *got_v = malloc(sizeof(float) * R * S);
+	fill(x, (size_t)(R * n), -20, 20);
+	for (int32_t i = 0; i < n; i++) {
+		x[3 * n + i] = floorf(x[3 * n + i]);          /* many ties at every value */
+		x[6 * n + i] = (float)(int)(rnd() % 3) - 1.0f; /* -1, 0, 1 only */
+		x[7 * n + i] = i % 2 ? -0.0f : 0.0f;           /* -0 == +0: lowest ids win */
+		x[10 * n + i] = i < 5 ? (float)i : -INFINITY;  /* 5 finite, k 100 */
+		x[11 * n + i] = -INFINITY;                     /* all -inf: flagged */
+	}
+	x[8 * n + n / 2] = NAN;
+	x[9 * n + 3] = INFINITY;
+	for (int32_t i = 0; i < R * S; i++) {
+		want_i[i] = got_i[i] = -7;
+		want_v[i] = got_v[i] = 0.0f;
+	}
+	int32_t k[R];
+	for (int r = 0; r < R; r++)
+		k[r] = kk[r] < n ? kk[r] : n;
+	qc_ref_topk(x, R, n, k, S, want_i, want_v);
+	CHECK(want_i[8 * S] == -1 && want_i[9 * S] == -1 && want_i[11 * S] == -1 && want_i[0] == -7 &&
+	      want_i[S] == -7, "topk reference edge rows");
+	float *d_x = up(x, sizeof(float) * (size_t)(R * n));
+	int32_t *d_k = up(k, sizeof k), *d_i = up(got_i, sizeof(int32_t) * R * S);
+	float *d_v = poisoned(sizeof(float) * R * S);
+	cudaMemcpy(d_v, got_v, sizeof(float) * R * S, cudaMemcpyHostToDevice);
+	struct qc_err err = {0};
+	const struct qc_cuda_topk_args ta = {d_x, d_k, d_i, d_v, R, n, S};
+	CHECK(qc_cuda_topk(&ta, 0, &err) == QC_OK, "topk: %s", err.msg);
+	down(got_i, d_i, sizeof(int32_t) * R * S);
+	down(got_v, d_v, sizeof(float) * R * S);
+	int bad = -1;
+	for (int i = 0; i < R * S && bad < 0; i++)
+		if (got_i[i] != want_i[i] || memcmp(&got_v[i], &want_v[i], sizeof(float)))
+			bad = i;
+	printf("  topk %d rows of %d (k up to %d): %s\n", R, n, S, bad < 0 ? "equal" : "DIFFERENT");
+	CHECK(bad < 0, "topk entry %d (row %d): device %d %g, reference %d %g", bad, bad / S, bad < 0 ? 0 : got_i[bad],
+	      bad < 0 ? 0.0 : (double)got_v[bad], bad < 0 ? 0 : want_i[bad], bad < 0 ? 0.0 : (double)want_v[bad]);
+	free(x);
+	free(want_i);
+	free(got_i);
+	free(want_v);
+	free(got_v);
+	cudaFree(d_x);
+	cudaFree(d_k);
+	cudaFree(d_i);
+	cudaFree(d_v);
+}
+
+void test_moe(int n_expert, int k, int norm)
+{
+	const int64_t T = 13, n = 96;
+	float *lg = malloc(sizeof(float) * (size_t)(T * n_expert));
+	fill(lg, (size_t)(T * n_expert), -4, 4);
+	lg[3] = lg[4]; /* a tie: first index must win */
+	int32_t sel[13 * 8], gsel[13 * 8];
+	float w[13 * 8], gw[13 * 8];
+	qc_ref_moe_route(lg, T, n_expert, k, norm, sel, w);
+	float *d_lg = up(lg, sizeof(float) * (size_t)(T * n_expert));
+	int32_t *d_sel = poisoned(sizeof sel);
+	float *d_w = poisoned(sizeof w);
+	struct qc_err err = {0};
+	const struct qc_cuda_moe_route_args ra = {d_lg, T, n_expert, k, d_sel, d_w, norm};
+	CHECK(qc_cuda_moe_route(&ra, 0, &err) == QC_OK, "moe_route: %s", err.msg);
+	down(gsel, d_sel, sizeof(int32_t) * (size_t)(T * k));
+	down(gw, d_w, sizeof(float) * (size_t)(T * k));
+	CHECK(!memcmp(gsel, sel, sizeof(int32_t) * (size_t)(T * k)), "moe_route %d/%d: selection differs", k, n_expert);
+	char what[64];
+	snprintf(what, sizeof what, "moe_route top-%d of %d%s", k, n_expert, norm ? " norm" : "");
+	CHECK(report(what, compare(gw, w, (size_t)(T * k), 1e-6), 1e-6), "%s", what);
+
+	float *x = malloc(sizeof(float) * (size_t)(T * n)), *eo = malloc(sizeof(float) * (size_t)(T * k * n));
+	float *want = malloc(sizeof(float) * (size_t)(T * n)), *got = malloc(sizeof(float) * (size_t)(T * n));
+	fill(x, (size_t)(T * n), -1, 1);
+	fill(eo, (size_t)(T * k * n), -1, 1);
+	memcpy(want, x, sizeof(float) * (size_t)(T * n));
+	qc_ref_moe_combine(want, eo, w, T, n, k, NULL, NULL);
+	float *d_x = up(x, sizeof(float) * (size_t)(T * n)), *d_eo = up(eo, sizeof(float) * (size_t)(T * k * n));
+	float *d_w2 = up(w, sizeof(float) * (size_t)(T * k));
+	struct qc_cuda_moe_combine_args ca = {d_x, d_eo, d_w2, T, n, k, NULL, NULL};
+	CHECK(qc_cuda_moe_combine(&ca, 0, &err) == QC_OK, "moe_combine: %s", err.msg);
+	down(got, d_x, sizeof(float) * (size_t)(T * n));
+	CHECK(!memcmp(got, want, sizeof(float) * (size_t)(T * n)), "moe_combine not exact");
+	/* with a shared expert: the gate's expf may differ from glibc's by an ulp */
+	float *sh = malloc(sizeof(float) * (size_t)(T * n)), shg[13];
+	fill(sh, (size_t)(T * n), -1, 1);
+	fill(shg, 13, -6, 6);
+	memcpy(want, x, sizeof(float) * (size_t)(T * n));
+	qc_ref_moe_combine(want, eo, w, T, n, k, sh, shg);
+	float *d_sh = up(sh, sizeof(float) * (size_t)(T * n)), *d_shg = up(shg, sizeof shg);
+	cudaMemcpy(d_x, x, sizeof(float) * (size_t)(T * n), cudaMemcpyHostToDevice);
+	ca.d_sh = d_sh;
+	ca.d_shg = d_shg;
+	CHECK(qc_cuda_moe_combine(&ca, 0, &err) == QC_OK, "moe_combine (shared expert): %s", err.msg);
+	down(got, d_x, sizeof(float) * (size_t)(T * n));
+	snprintf(what, sizeof what, "moe_combine top-%d + shared expert", k);
+	CHECK(report(what, compare(got, want, (size_t)(T * n), 4e-6), 4e-6), "%s", what);
+	ca.d_shg = NULL;
+	CHECK(qc_cuda_moe_combine(&ca, 0, &err) == QC_EINVAL, "moe_combine: shared expert without gate accepted");
+	free(sh);
+	cudaFree(d_sh);
+	cudaFree(d_shg);
+	free(lg);
+	free(x);
+	free(eo);
+	free(want);
+	free(got);
+	cudaFree(d_lg);
+	cudaFree(d_sel);
+	cudaFree(d_w);
+	cudaFree(d_x);
+	cudaFree(d_eo);
+	cudaFree(d_w2);
+}
