@@ -183,33 +183,12 @@ static inline void find_bin(void)
  * 128 + signal when it died. */
 static inline int run_cli(const char *const *args, const char *err_path)
 {
-	const char *argv[16] = { qc_bin };
-	int n = 1;
-	for (; args[n - 1] && n < 15; n++)
-		argv[n] = args[n - 1];
-	argv[n] = NULL;
-	posix_spawn_file_actions_t fa;
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-	posix_spawn_file_actions_addopen(&fa, 2, err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-	pid_t pid;
-	int rc = posix_spawn(&pid, qc_bin, &fa, NULL, (char *const *)(uintptr_t)argv, environ);
-	posix_spawn_file_actions_destroy(&fa);
-	if (rc != 0) {
-		fprintf(stderr, "  cannot run %s: %s\n", qc_bin, strerror(rc));
-		return -1;
-	}
-	int st;
-	while (waitpid(pid, &st, 0) < 0)
-		if (errno != EINTR)
-			return -1;
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+	return check_spawn(qc_bin, args, err_path);
 }
 
 static inline bool file_exists(const char *path)
 {
-	struct stat st;
-	return stat(path, &st) == 0;
+	return check_exists(path);
 }
 
 /* Any "<base>.tmp.*" left in dir? */

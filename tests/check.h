@@ -5,8 +5,16 @@
 #define QC_CHECK_H
 
 #include <stdbool.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <unistd.h>
 
 /* A binary built from several files (tests/gpu/test_kernels) defines CHECK_SHARED_COUNTERS
@@ -75,6 +83,40 @@ static inline char *check_read_file(const char *path, size_t *len)
 	if (b && len)
 		*len = (size_t)n;
 	return b;
+}
+
+/* Run bin with args (NULL-terminated, at most 14), stdout to /dev/null and stderr
+ * to err_path. Returns the exit status, 128 + signal when it died, -1 when it
+ * could not be started. */
+static inline int check_spawn(const char *bin, const char *const *args, const char *err_path)
+{
+	const char *argv[16] = { bin };
+	int n = 1;
+	for (; args[n - 1] && n < 15; n++)
+		argv[n] = args[n - 1];
+	argv[n] = NULL;
+	posix_spawn_file_actions_t fa;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+	posix_spawn_file_actions_addopen(&fa, 2, err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	pid_t pid;
+	int rc = posix_spawn(&pid, bin, &fa, NULL, (char *const *)(uintptr_t)argv, environ);
+	posix_spawn_file_actions_destroy(&fa);
+	if (rc != 0) {
+		fprintf(stderr, "  cannot run %s: %s\n", bin, strerror(rc));
+		return -1;
+	}
+	int st;
+	while (waitpid(pid, &st, 0) < 0)
+		if (errno != EINTR)
+			return -1;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static inline int check_exists(const char *path)
+{
+	struct stat st;
+	return stat(path, &st) == 0;
 }
 
 #endif

@@ -216,6 +216,47 @@ static inline void fixture_free(struct fixture *f)
 	f->buf = NULL;
 }
 
+/* stories260K read, walked and converted to a bundle in a fresh temp folder (from
+ * the mkdtemp template dir_tmpl): the start of test_bad_bundle and test_bad_hparams.
+ * Failures are CHECKs that count only when they fail, since test_bad_gguf and
+ * test_bad_cli count them once. r->bb (may be NULL) holds the bundle's bytes,
+ * r->have_dir says the folder exists; stories_close frees and removes both. */
+struct stories_run {
+	struct fixture st;
+	char dir[64];
+	bool have_dir;
+	uint8_t *bb;
+	size_t blen;
+};
+
+static inline void stories_open(struct stories_run *r, const char *dir_tmpl)
+{
+	memset(r, 0, sizeof *r);
+	if (!fixture_load(&r->st, "gguf", "stories260K.gguf"))
+		CHECK(0, "cannot read and walk %s", r->st.path); /* counted once, by test_bad_gguf */
+	find_bin();
+	snprintf(r->dir, sizeof r->dir, "%s", dir_tmpl);
+	bool have_bin = access(qc_bin, X_OK) == 0;
+	if (!have_bin)
+		CHECK(0, "qconvert binary at %s (set QC_BIN to its directory)", qc_bin); /* counted once, by test_bad_cli */
+	if (!have_bin || !r->st.buf || !mkdtemp(r->dir))
+		return;
+	r->have_dir = true;
+	char bundle[1100];
+	int rc = convert_stories(r->st.path, r->dir, bundle, sizeof bundle);
+	if (rc != 0)
+		CHECK(0, "qconvert %s (exit %d)", r->st.path, rc); /* counted once, by test_bad_cli */
+	r->bb = rc == 0 ? slurp(bundle, &r->blen) : NULL;
+}
+
+static inline void stories_close(struct stories_run *r)
+{
+	free(r->bb);
+	if (r->have_dir)
+		rm_tree_files(r->dir);
+	fixture_free(&r->st);
+}
+
 static inline bool gguf_fails_q(const char *what, const char *name, const uint8_t *p, size_t len, int code, int64_t off,
 			 enum off_rule rule, const char *tensor, bool quiet)
 {

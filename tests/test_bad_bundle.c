@@ -288,27 +288,10 @@ int main(void)
 {
 	if (!check_have_fixtures("test_bad_bundle"))
 		return check_report("test_bad_bundle");
-	struct fixture st;
-	if (!fixture_load(&st, "gguf", "stories260K.gguf"))
-		CHECK(0, "cannot read and walk %s", st.path); /* counted once, by test_bad_gguf */
-	find_bin();
-	char dir[] = "/tmp/qc_bad_bundle.XXXXXX";
-	bool have_bin = access(qc_bin, X_OK) == 0;
-	if (!have_bin)
-		CHECK(0, "qconvert binary at %s (set QC_BIN to its directory)", qc_bin); /* counted once, by test_bad_cli */
-	if (have_bin && st.buf && mkdtemp(dir)) {
-		char bundle[1100];
-		int rc = convert_stories(st.path, dir, bundle, sizeof bundle);
-		if (rc != 0)
-			CHECK(0, "qconvert %s (exit %d)", st.path, rc); /* counted once, by test_bad_cli */
-		size_t blen = 0;
-		uint8_t *bb = rc == 0 ? slurp(bundle, &blen) : NULL;
-		if (bb) {
-			bundle_checks(bb, blen, "stories260K.qb");
-			free(bb);
-		}
-		rm_tree_files(dir);
-	}
-	fixture_free(&st);
+	struct stories_run r;
+	stories_open(&r, "/tmp/qc_bad_bundle.XXXXXX");
+	if (r.bb)
+		bundle_checks(r.bb, r.blen, "stories260K.qb");
+	stories_close(&r);
 	return check_report("test_bad_bundle");
 }

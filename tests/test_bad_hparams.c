@@ -148,28 +148,12 @@ int main(void)
 {
 	if (!check_have_fixtures("test_bad_hparams"))
 		return check_report("test_bad_hparams");
-	struct fixture st;
-	if (!fixture_load(&st, "gguf", "stories260K.gguf"))
-		CHECK(0, "cannot read and walk %s", st.path); /* counted once, by test_bad_gguf */
-	find_bin();
-	char dir[] = "/tmp/qc_bad_hparams.XXXXXX";
-	bool have_bin = access(qc_bin, X_OK) == 0;
-	if (!have_bin)
-		CHECK(0, "qconvert binary at %s (set QC_BIN to its directory)", qc_bin); /* counted once, by test_bad_cli */
-	if (have_bin && st.buf && mkdtemp(dir)) {
-		char bundle[1100];
-		int rc = convert_stories(st.path, dir, bundle, sizeof bundle);
-		if (rc != 0)
-			CHECK(0, "qconvert %s (exit %d)", st.path, rc); /* counted once, by test_bad_cli */
-		size_t blen = 0;
-		uint8_t *bb = rc == 0 ? slurp(bundle, &blen) : NULL;
-		if (bb) {
-			model_refuses_inconsistent_config(bb, "stories260K.qb");
-			free(bb);
-		}
-		cli_refuses_inconsistent_hparams(dir, &st);
-		rm_tree_files(dir);
-	}
-	fixture_free(&st);
+	struct stories_run r;
+	stories_open(&r, "/tmp/qc_bad_hparams.XXXXXX");
+	if (r.bb)
+		model_refuses_inconsistent_config(r.bb, "stories260K.qb");
+	if (r.have_dir)
+		cli_refuses_inconsistent_hparams(r.dir, &r.st);
+	stories_close(&r);
 	return check_report("test_bad_hparams");
 }
