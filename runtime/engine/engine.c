@@ -8,6 +8,13 @@
  * Backend threads: opts.n_threads, else $QC_THREADS when set (1..256), else the
  * online CPUs (results do not depend on it); as many (at most 16) sample the
  * rows that come back in full (sample_par.h), unless on_logits is set.
+ * n choices (qc_engine_add_n): one scheduler group; the step whose forward ends
+ * the prompt samples every choice from that one logits row (each with its own
+ * sampler, seed + choice) and forks the others off the parent before the
+ * commit. A request's id is its scheduler id; a choice other than the first has
+ * none in the scheduler until its fork, so it is named by the first choice's
+ * id with i in the bits the scheduler never sets (QC_SCHED_ID_SLOT_BITS) and
+ * keeps that name; each req holds its scheduler id apart (sid).
  */
 #include "engine.h"
 
@@ -29,7 +36,12 @@ static int32_t backend_threads(int32_t asked)
 }
 
 struct req {
-	uint64_t id;
+	uint64_t id;               /* the engine's id, returned by add (see the top) */
+	uint64_t sid;              /* the scheduler's; 0 for a choice not forked yet */
+	struct req *parent;        /* a choice not forked yet: the request it forks from */
+	struct req **kids;         /* (n_kids) choices still to fork off this one, or NULL */
+	int32_t n_kids;
+	bool forks;                /* a group's first choice, until its fork */
 	struct qc_sampler *sampler;
 	int32_t *out;              /* (n_out) generated ids */
 	int32_t n_out, cap;
@@ -59,6 +71,8 @@ struct qc_engine {
 	struct qc_sample_result *results; /* (max_running) this step's draws */
 	struct req **reqs;         /* (n_reqs) live and finished, unreleased */
 	size_t n_reqs, cap_reqs;
+	struct qc_sched_child fork[QC_SCHED_MAX_CHOICES];       /* one fork's choices */
+	struct qc_sample_result fork_res[QC_SCHED_MAX_CHOICES]; /* and their first draws */
 	bool profile;              /* QC_PROFILE: host time per part of a step, printed at free */
 	double t_sched, t_forward, t_sample, t_commit;
 	long steps;
@@ -85,10 +99,34 @@ static struct req *find_req(const struct qc_engine *e, uint64_t id)
 	return NULL;
 }
 
+static struct req *find_sid(const struct qc_engine *e, uint64_t sid)
+{
+	for (size_t i = 0; i < e->n_reqs; i++)
+		if (e->reqs[i]->sid == sid)
+			return e->reqs[i];
+	return NULL;
+}
+
+/* q finished before its fork: its choices finish the same way (fail: the message). */
+static void orphan_kids(struct req *q, enum qc_sched_finish reason, const char *fail)
+{
+	for (int32_t k = 0; k < q->n_kids; k++) {
+		q->kids[k]->finish = reason;
+		q->kids[k]->parent = NULL;
+		if (fail)
+			snprintf(q->kids[k]->fail, sizeof q->kids[k]->fail, "%s", fail);
+	}
+	free(q->kids);
+	q->kids = NULL;
+	q->n_kids = 0;
+	q->forks = false;
+}
+
 static void req_free(struct req *r)
 {
 	if (!r)
 		return;
+	free(r->kids);
 	qc_sampler_free(r->sampler);
 	free(r->out);
 	free(r->lp);
@@ -271,18 +309,49 @@ int qc_engine_tokenize(const struct qc_engine *e, const char *text, size_t len, 
 	return qc_tokenize(e->vocab, text, len, (enum qc_tok_flags)flags, ids, n_ids, err);
 }
 
+/* A request record with its own sampler (seed given), not yet in any table. */
+static int req_new(const struct qc_engine *e, const struct qc_engine_request *r, uint64_t seed,
+		   struct req **out, struct qc_err *err)
+{
+	struct qc_sampler_params sp = r->sampling;
+	struct req *q = calloc(1, sizeof *q);
+	int rc;
+
+	*out = NULL;
+	if (!q)
+		return qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
+	sp.seed = seed;
+	if ((rc = qc_sampler_new(&sp, e->opts.max_seq_tokens, &q->sampler, err))) {
+		req_free(q);
+		return rc;
+	}
+	qc_sampler_accept(q->sampler, r->prompt, r->n_prompt);
+	q->want_lp = r->sampling.logprobs;
+	*out = q;
+	return QC_OK;
+}
+
 int qc_engine_add(struct qc_engine *e, const struct qc_engine_request *r, uint64_t *id,
 		  struct qc_err *err)
 {
-	struct req *q;
-	int rc;
+	return qc_engine_add_n(e, r, 1, id, err);
+}
 
+int qc_engine_add_n(struct qc_engine *e, const struct qc_engine_request *r, int32_t n_choices,
+		    uint64_t *ids, struct qc_err *err)
+{
+	struct req *q[QC_SCHED_MAX_CHOICES] = {0};
+	int rc = QC_OK;
+
+	if (n_choices < 1 || n_choices > QC_SCHED_MAX_CHOICES)
+		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "%d choices outside 1..%d", n_choices,
+				  QC_SCHED_MAX_CHOICES);
 	for (int32_t i = 0; i < r->n_prompt; i++)
 		if (r->prompt[i] < 0 || r->prompt[i] >= e->model->cfg.n_vocab)
 			return qc_err_set(err, QC_EINVAL, NULL, NULL, -1,
 					  "prompt token %d at %d outside the vocabulary (%d)",
 					  r->prompt[i], i, e->model->cfg.n_vocab);
-	if (e->n_reqs == e->cap_reqs) {
+	while (e->n_reqs + (size_t)n_choices > e->cap_reqs) {
 		size_t cap = e->cap_reqs ? 2 * e->cap_reqs : 16;
 		struct req **p = realloc(e->reqs, cap * sizeof *p);
 		if (!p)
@@ -290,20 +359,29 @@ int qc_engine_add(struct qc_engine *e, const struct qc_engine_request *r, uint64
 		e->reqs = p;
 		e->cap_reqs = cap;
 	}
-	q = calloc(1, sizeof *q);
-	if (!q)
-		return qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
-	if ((rc = qc_sampler_new(&r->sampling, e->opts.max_seq_tokens, &q->sampler, err)))
-		goto out_free;
-	qc_sampler_accept(q->sampler, r->prompt, r->n_prompt);
-	q->want_lp = r->sampling.logprobs;
-
+	/* choice i draws from its own stream: seed + i (docs/serve.md) */
+	for (int32_t i = 0; i < n_choices; i++)
+		if ((rc = req_new(e, r, r->sampling.seed + (uint64_t)i, &q[i], err)))
+			goto out_free;
+	if (n_choices > 1) {
+		q[0]->kids = malloc(sizeof *q[0]->kids * (size_t)(n_choices - 1));
+		if (!q[0]->kids) {
+			rc = qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
+			goto out_free;
+		}
+		q[0]->n_kids = n_choices - 1;
+		q[0]->forks = true;
+		for (int32_t i = 1; i < n_choices; i++) {
+			q[0]->kids[i - 1] = q[i];
+			q[i]->parent = q[0];
+		}
+	}
 	struct qc_sched_request sr = {
 		.prompt = r->prompt,
 		.n_prompt = r->n_prompt,
 		.max_tokens = r->max_tokens,
 		.eos_id = -1,
-		.user = q,
+		.user = q[0],
 	};
 	if (!r->ignore_eos && e->vocab) {
 		/* end of generation: EOS, EOT, EOM (llama_vocab_is_eog's fixed ids) */
@@ -315,14 +393,17 @@ int qc_engine_add(struct qc_engine *e, const struct qc_engine_request *r, uint64
 				sr.stop_ids[sr.n_stop_ids++] = t;
 		}
 	}
-	if ((rc = qc_sched_add(e->sched, &sr, &q->id, err)))
+	if ((rc = qc_sched_add_group(e->sched, &sr, n_choices, &q[0]->sid, err)))
 		goto out_free;
-	e->reqs[e->n_reqs++] = q;
-	*id = q->id;
+	for (int32_t i = 0; i < n_choices; i++) {
+		q[i]->id = q[0]->sid | ((uint64_t)i << QC_SCHED_ID_SLOT_BITS);
+		ids[i] = q[i]->id;
+		e->reqs[e->n_reqs++] = q[i];
+	}
 	return QC_OK;
-
 out_free:
-	req_free(q);
+	for (int32_t i = 0; i < n_choices; i++)
+		req_free(q[i]);
 	return rc;
 }
 
@@ -360,7 +441,54 @@ static int row_failed(struct qc_engine *e, struct req *q, int rc, const struct q
 	}
 	snprintf(q->fail, sizeof q->fail, "%s", rerr->msg);
 	q->finish = QC_SCHED_FINISH_ERROR;
-	return qc_sched_finish(e->sched, q->id, QC_SCHED_FINISH_ERROR, err);
+	orphan_kids(q, QC_SCHED_FINISH_ERROR, q->fail);
+	return q->sid ? qc_sched_finish(e->sched, q->sid, QC_SCHED_FINISH_ERROR, err) : QC_OK;
+}
+
+/* Entry i completed q's prompt and q has choices to fork: draw each choice's
+ * first token from the same row (lg, full), then open them in the scheduler.
+ * Runs before the commit, which still sees only q's entry. */
+static int fork_kids(struct qc_engine *e, struct qc_sched_plan *plan, int32_t i, struct req *q,
+		     const float *lg, struct qc_err *err)
+{
+	const int32_t V = e->model->cfg.n_vocab;
+	struct qc_err rerr = {0};
+	int32_t n = 0, rc;
+	struct req *took[QC_SCHED_MAX_CHOICES];
+
+	if (q->finish == QC_SCHED_FINISH_ERROR) { /* the row itself was refused */
+		orphan_kids(q, QC_SCHED_FINISH_ERROR, q->fail);
+		return QC_OK;
+	}
+	for (int32_t k = 0; k < q->n_kids; k++) {
+		struct req *c = q->kids[k];
+		if (e->opts.on_logits)
+			e->opts.on_logits(e->opts.cb_ctx, c->id, 0, lg, V);
+		rc = qc_sampler_sample(c->sampler, qc_sample_par_ws(e->sp), lg, V, &e->fork_res[n], &rerr);
+		if (rc) {
+			c->parent = NULL;
+			if ((rc = row_failed(e, c, rc, &rerr, err)))
+				return rc;
+			continue;
+		}
+		e->fork[n] = (struct qc_sched_child){.first_token = e->fork_res[n].token, .user = c};
+		took[n++] = c;
+	}
+	free(q->kids);
+	q->kids = NULL;
+	q->n_kids = 0;
+	q->forks = false;
+	if ((rc = qc_sched_fork(e->sched, plan, i, e->fork, n, err)))
+		return rc;
+	for (int32_t k = 0; k < n; k++) {
+		struct req *c = took[k];
+		c->parent = NULL;
+		c->sid = e->fork[k].id;
+		if (c->sid && (rc = append_out(c, &e->fork_res[k], err)))
+			return rc;
+		c->finish = e->fork[k].finish;
+	}
+	return QC_OK;
 }
 
 int qc_engine_step(struct qc_engine *e, struct qc_err *err)
@@ -374,9 +502,11 @@ int qc_engine_step(struct qc_engine *e, struct qc_err *err)
 	if ((rc = qc_sched_step(e->sched, &plan, err)))
 		return rc;
 	for (int32_t k = 0; k < plan->n_failed; k++) {
-		struct req *q = find_req(e, plan->failed_ids[k]);
-		if (q)
+		struct req *q = find_sid(e, plan->failed_ids[k]);
+		if (q) {
 			q->finish = QC_SCHED_FINISH_NO_MEMORY;
+			orphan_kids(q, QC_SCHED_FINISH_NO_MEMORY, NULL);
+		}
 	}
 	if (plan->n_seqs == 0)
 		return qc_sched_commit(e->sched, plan, NULL, err);
@@ -389,7 +519,8 @@ int qc_engine_step(struct qc_engine *e, struct qc_err *err)
 		e->entry_req[i] = q;
 		if (!plan->need_logits[i])
 			continue;
-		const int32_t m = e->opts.on_logits ? 0 : qc_sampler_top_need(q->sampler, V);
+		/* a row that forks choices is sampled by each of them: keep it whole */
+		const int32_t m = e->opts.on_logits || q->forks ? 0 : qc_sampler_top_need(q->sampler, V);
 		e->want[row++] = m <= QC_BACKEND_TOP_MAX ? m : 0;
 		n_top += e->want[row - 1] > 0;
 	}
@@ -452,6 +583,15 @@ int qc_engine_step(struct qc_engine *e, struct qc_err *err)
 		if (rc && (rc = row_failed(e, e->entry_req[i], rc, &rerr, err)))
 			return rc;
 	}
+	row = 0;
+	for (int32_t i = 0; i < plan->n_seqs; i++) {
+		if (!plan->need_logits[i])
+			continue;
+		const int32_t k = row++;
+		if (e->entry_req[i]->forks &&
+		    (rc = fork_kids(e, plan, i, e->entry_req[i], e->logits + (size_t)k * (size_t)V, err)))
+			return rc;
+	}
 	const double t3 = e->profile ? mono_s() : 0.0;
 	if ((rc = qc_sched_commit(e->sched, plan, e->sampled, err)))
 		return rc;
@@ -509,10 +649,20 @@ int qc_engine_logprobs(const struct qc_engine *e, uint64_t id, const struct qc_s
 void qc_engine_release(struct qc_engine *e, uint64_t id)
 {
 	for (size_t i = 0; i < e->n_reqs; i++) {
-		if (e->reqs[i]->id != id)
+		struct req *q = e->reqs[i];
+		if (q->id != id)
 			continue;
-		if (qc_sched_seq_live(e->sched, id))
-			qc_sched_cancel(e->sched, id, NULL);
+		if (q->parent) { /* a choice not forked yet: its parent forks one fewer */
+			struct req *p = q->parent;
+			for (int32_t k = 0; k < p->n_kids; k++)
+				if (p->kids[k] == q) {
+					p->kids[k] = p->kids[--p->n_kids];
+					break;
+				}
+		}
+		orphan_kids(q, QC_SCHED_FINISH_CANCELLED, NULL);
+		if (q->sid && qc_sched_seq_live(e->sched, q->sid))
+			qc_sched_cancel(e->sched, q->sid, NULL);
 		req_free(e->reqs[i]);
 		e->reqs[i] = e->reqs[--e->n_reqs];
 		return;

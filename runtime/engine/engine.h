@@ -95,6 +95,18 @@ int qc_engine_tokenize(const struct qc_engine *e, const char *text, size_t len, 
 int qc_engine_add(struct qc_engine *e, const struct qc_engine_request *r, uint64_t *id,
 		  struct qc_err *err);
 
+/* Queue one prompt with n_choices (1..QC_SCHED_MAX_CHOICES, at most max_running)
+ * independent continuations; ids[i] (n_choices entries) identifies choice i,
+ * which behaves as a request of its own for output, logprobs and release. The
+ * prompt is prefilled once: the choices share its K/V blocks (copy-on-write)
+ * and are each sampled from its last logits row. Choice i samples with seed
+ * r->sampling.seed + i (wrapping), so choice i equals qc_engine_add of the same
+ * request with that seed. Releasing choice 0 before the prompt finishes cancels
+ * the others (they finish CANCELLED); releasing another choice only drops it.
+ * Returns qc_engine_add's codes; QC_EINVAL for n_choices out of range. */
+int qc_engine_add_n(struct qc_engine *e, const struct qc_engine_request *r, int32_t n_choices,
+		    uint64_t *ids, struct qc_err *err);
+
 /* Run one scheduler step (one forward). QC_OK, or a backend/scheduler error
  * (the engine should then be freed). */
 int qc_engine_step(struct qc_engine *e, struct qc_err *err);

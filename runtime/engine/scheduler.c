@@ -8,8 +8,11 @@
  * are needed exactly when that chunk reaches n_tokens. Decode and recompute after
  * preemption are the same rule, so a preempted request resumes bit-identically.
  * Invariant after every commit: kv length of a running request == n_computed <
- * n_tokens; waiting requests hold no kv row; the scheduler never forks, so every
- * block in a running table has refcount 1.
+ * n_tokens; waiting requests hold no kv row. A block is shared only between the
+ * choices of one group (qc_sched_fork); kv refcounts say by how many.
+ * Groups: a request added with n_choices > 1 holds n_fork = n_choices - 1 running
+ * rows in reserve from its admission to its fork (n_reserved sums them over the
+ * running set), so the fork always finds rows: running + n_reserved <= max_running.
  */
 #include "scheduler.h"
 
@@ -18,7 +21,7 @@
 
 /* Live request slots above this are a config mistake (and slot ids must fit the
  * low 32 bits of a request id). */
-#define SCHED_MAX_SLOTS (1 << 20)
+#define SCHED_MAX_SLOTS (1 << QC_SCHED_ID_SLOT_BITS)
 
 enum seq_state { SEQ_FREE = 0, SEQ_WAITING, SEQ_RUNNING };
 
@@ -34,6 +37,7 @@ struct seq {
 	int32_t eos_id;
 	int32_t n_stop;
 	int32_t stop_ids[QC_SCHED_MAX_STOP_IDS];
+	int32_t n_fork;           /* choices still to fork off this one (groups), else 0 */
 	int32_t kv_seq;           /* kv row while running, -1 otherwise */
 	int32_t prev, next;       /* neighbours in its list, -1 at the ends */
 	enum seq_state state;
@@ -56,6 +60,7 @@ struct qc_sched {
 	struct qc_sched_plan plan;
 	int32_t *plan_slot;           /* (max_running) request slot of each plan entry */
 	bool plan_pending;            /* stepped, not yet committed */
+	int32_t n_reserved;           /* running rows held for forks: sum of running n_fork */
 	struct qc_sched_stats st;     /* counters; occupancy fields filled on demand */
 };
 
@@ -343,6 +348,8 @@ int qc_sched_add(struct qc_sched *s, const struct qc_sched_request *req, uint64_
 static void retire(struct qc_sched *s, int32_t slot, enum qc_sched_finish reason)
 {
 	struct seq *q = &s->seqs[slot];
+	if (q->state == SEQ_RUNNING)
+		s->n_reserved -= q->n_fork;
 	list_remove(s, q->state == SEQ_RUNNING ? &s->running : &s->waiting, slot);
 	qc_kv_seq_free(s->kv, q->kv_seq);
 	free(q->tokens);
@@ -379,6 +386,7 @@ static void preempt(struct qc_sched *s, int32_t slot)
 {
 	struct seq *q = &s->seqs[slot];
 	list_remove(s, &s->running, slot);
+	s->n_reserved -= q->n_fork;
 	qc_kv_seq_free(s->kv, q->kv_seq);
 	q->kv_seq = -1;
 	q->n_computed = 0;
@@ -485,9 +493,12 @@ static void admit_waiting(struct qc_sched *s, int32_t *budget, int32_t *prefill_
 		int32_t slot = s->waiting.head;
 		struct seq *q = &s->seqs[slot];
 		int32_t free_blocks = qc_kv_blocks_free(s->kv);
+		/* a group comes in with rows for all its choices (see the top) */
+		if (s->running.n + s->n_reserved + 1 + q->n_fork > s->cfg.max_running)
+			break;
 		if (s->running.n > 0) {
 			free_blocks -= s->cfg.watermark_blocks;
-			if (blocks_for(s, q->n_tokens) > free_blocks)
+			if (blocks_for(s, q->n_tokens) + q->n_fork > free_blocks)
 				break;
 		}
 		if (free_blocks <= 0)
@@ -502,6 +513,7 @@ static void admit_waiting(struct qc_sched *s, int32_t *budget, int32_t *prefill_
 		list_remove(s, &s->waiting, slot);
 		list_push_back(s, &s->running, slot);
 		q->state = SEQ_RUNNING;
+		s->n_reserved += q->n_fork;
 		q->n_computed = 0;
 		q->n_prefill = q->n_tokens;
 		plan_entry(s, slot, chunk);
@@ -610,6 +622,88 @@ int qc_sched_commit(struct qc_sched *s, struct qc_sched_plan *plan, const int32_
 	return QC_OK;
 }
 
+/* ---- groups (n choices of one prompt) ---- */
+
+int qc_sched_add_group(struct qc_sched *s, const struct qc_sched_request *req, int32_t n_choices,
+		       uint64_t *id, struct qc_err *err)
+{
+	*id = 0;
+	if (n_choices < 1 || n_choices > QC_SCHED_MAX_CHOICES || n_choices > s->cfg.max_running)
+		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1,
+				  "sched: %d choices outside 1..%d (the most of %d and max_running %d)",
+				  n_choices,
+				  s->cfg.max_running < QC_SCHED_MAX_CHOICES ? s->cfg.max_running
+									    : QC_SCHED_MAX_CHOICES,
+				  QC_SCHED_MAX_CHOICES, s->cfg.max_running);
+	int rc = qc_sched_add(s, req, id, err);
+	if (rc)
+		return rc;
+	lookup(s, *id)->n_fork = n_choices - 1;
+	return QC_OK;
+}
+
+int qc_sched_fork(struct qc_sched *s, const struct qc_sched_plan *plan, int32_t entry,
+		  struct qc_sched_child *kids, int32_t n_kids, struct qc_err *err)
+{
+	if (plan != &s->plan || !s->plan_pending || entry < 0 || entry >= plan->n_seqs)
+		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1,
+				  "sched: fork of entry %d outside the pending plan", entry);
+	struct seq *q = lookup(s, plan->seq_ids[entry]);
+	if (!q || q->state != SEQ_RUNNING || !plan->need_logits[entry] || q->n_tokens != q->n_prompt)
+		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1,
+				  "sched: entry %d does not complete a live request's prompt", entry);
+	if (n_kids < 0 || n_kids > q->n_fork)
+		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1,
+				  "sched: %d choices to fork, the request reserved %d", n_kids, q->n_fork);
+	for (int32_t i = 0; i < n_kids; i++)
+		if (kids[i].first_token < 0)
+			return qc_err_set(err, QC_EINVAL, NULL, NULL, -1,
+					  "sched: first token of choice %d is %d", i, kids[i].first_token);
+
+	s->n_reserved -= q->n_fork;
+	q->n_fork = 0;
+	for (int32_t i = 0; i < n_kids; i++) {
+		struct qc_sched_child *k = &kids[i];
+		k->id = 0;
+		k->finish = QC_SCHED_FINISH_NONE;
+		int32_t *tokens = malloc((size_t)q->cap * sizeof *tokens);
+		if (!tokens) {
+			/* the choice cannot start; the caller sees a retired id 0 */
+			k->finish = QC_SCHED_FINISH_NO_MEMORY;
+			s->st.n_failed++;
+			continue;
+		}
+		memcpy(tokens, q->tokens, (size_t)q->n_prompt * sizeof *tokens);
+		tokens[q->n_prompt] = k->first_token;
+		/* the reservation guarantees a slot and a kv row (see the top) */
+		QC_ASSERT(s->n_free_slots > 0);
+		int32_t slot = s->free_slots[--s->n_free_slots];
+		if (++s->serial == 0)
+			s->serial = 1;
+		struct seq *c = &s->seqs[slot];
+		*c = *q;
+		c->id = ((uint64_t)s->serial << 32) | (uint32_t)slot;
+		c->tokens = tokens;
+		c->n_tokens = q->n_prompt + 1;
+		/* the forward of this plan computes the prompt's K/V into the
+		   blocks the child now shares */
+		c->n_computed = c->n_prefill = q->n_prompt;
+		c->user = k->user;
+		c->prev = c->next = -1;
+		int rc = qc_kv_seq_fork(s->kv, q->kv_seq, &c->kv_seq, NULL);
+		QC_ASSERT(rc == QC_OK);
+		list_push_back(s, &s->running, slot);
+		k->id = c->id;
+		if (is_stop(c, k->first_token))
+			k->finish = QC_SCHED_FINISH_STOP;
+		else if (c->max_tokens <= 1)
+			k->finish = QC_SCHED_FINISH_LENGTH;
+		if (k->finish != QC_SCHED_FINISH_NONE)
+			retire(s, slot, k->finish);
+	}
+	return QC_OK;
+}
+
 /* ---- queries ---- */
 
 bool qc_sched_has_work(const struct qc_sched *s)
@@ -666,7 +760,7 @@ static int check_list(const struct qc_sched *s, const struct seq_list *l,
 
 int qc_sched_check(const struct qc_sched *s, struct qc_err *err)
 {
-	int32_t n_live = 0, n_rows = 0;
+	int32_t n_live = 0, n_rows = 0, n_fork = 0;
 	int rc;
 
 	rc = qc_kv_check(s->kv, err);
@@ -710,12 +804,19 @@ int qc_sched_check(const struct qc_sched *s, struct qc_err *err)
 					  "sched check: running slot %d: kv row %d holds %d tokens, %d computed",
 					  i, q->kv_seq, len, q->n_computed);
 		const int32_t *t = qc_kv_seq_table(s->kv, q->kv_seq, &nb);
+		/* only choices of one group share, so no block has more holders than
+		   the most choices a group may have */
 		for (int32_t j = 0; j < nb; j++)
-			if (qc_kv_block_refcount(s->kv, t[j]) != 1)
+			if (qc_kv_block_refcount(s->kv, t[j]) > QC_SCHED_MAX_CHOICES)
 				return qc_err_set(err, QC_EFORMAT, NULL, NULL, -1,
-						  "sched check: block %d of slot %d is shared (refcount %d)",
+						  "sched check: block %d of slot %d has refcount %d",
 						  t[j], i, qc_kv_block_refcount(s->kv, t[j]));
+		n_fork += q->n_fork;
 	}
+	if (n_fork != s->n_reserved || s->running.n + s->n_reserved > s->cfg.max_running)
+		return qc_err_set(err, QC_EFORMAT, NULL, NULL, -1,
+				  "sched check: %d rows reserved for forks (running sets sum to %d), %d running, max %d",
+				  s->n_reserved, n_fork, s->running.n, s->cfg.max_running);
 	for (int32_t r = 0; r < qc_kv_max_seqs(s->kv); r++)
 		n_rows += qc_kv_seq_live(s->kv, r);
 	if (n_live != s->running.n + s->waiting.n || n_live + s->n_free_slots != s->cap ||

@@ -12,8 +12,13 @@
  * (blocks freed, back to the front of the waiting queue, later re-prefilled over
  * prompt + generated tokens). The oldest running sequence always progresses; if
  * it cannot fit even alone it fails with QC_SCHED_FINISH_NO_MEMORY (plan->failed_ids).
+ * Forking (n choices of one prompt): qc_sched_add_group queues a request that
+ * reserves running rows for its choices; qc_sched_fork, between the step that
+ * completes its prompt and that step's commit, opens each other choice on the
+ * prompt's K/V blocks (qc_kv_seq_fork: shared, copy-on-write of the partial
+ * last block), so the prompt is prefilled once for all choices.
  * Non-goals: stop strings (detokenizer calls qc_sched_finish), sampling, beam
- * search/forking, priorities, thread safety (one engine thread owns it).
+ * search, priorities, thread safety (one engine thread owns it).
  * Reference: Yu et al., Orca (OSDI'22) iteration-level scheduling; Kwon et al.,
  * PagedAttention (SOSP'23) §4.5 preemption by recomputation.
  */
@@ -122,6 +127,45 @@ void qc_sched_free(struct qc_sched *s);
  * the message says which), QC_ENOMEM. */
 int qc_sched_add(struct qc_sched *s, const struct qc_sched_request *req, uint64_t *id,
 		 struct qc_err *err);
+
+/* Request ids are (serial << 32) | slot with slot < 2^QC_SCHED_ID_SLOT_BITS, so
+ * an id with any of bits QC_SCHED_ID_SLOT_BITS..31 set is never issued (the
+ * engine names choices not yet forked with such ids). */
+#define QC_SCHED_ID_SLOT_BITS 20
+
+/* Most choices one group may ask for (qserve's n / best_of limit). */
+#define QC_SCHED_MAX_CHOICES 16
+
+/* qc_sched_add for a request that will fork into n_choices sequences (1..
+ * QC_SCHED_MAX_CHOICES, at most max_running): it is admitted only when the
+ * running set has room for all of them (and the free pool for its prompt plus
+ * one copy-on-write block per extra choice), and those rows stay reserved
+ * until qc_sched_fork. n_choices 1 is qc_sched_add. Returns qc_sched_add's
+ * codes, and QC_EINVAL for n_choices out of range (the message says which). */
+int qc_sched_add_group(struct qc_sched *s, const struct qc_sched_request *req, int32_t n_choices,
+		       uint64_t *id, struct qc_err *err);
+
+/* One choice opened by qc_sched_fork. */
+struct qc_sched_child {
+	int32_t first_token;        /* in: the choice's token sampled from the prompt's logits */
+	void *user;                 /* in: returned by qc_sched_seq_user */
+	uint64_t id;                /* out: the choice's request id */
+	enum qc_sched_finish finish; /* out: NONE, or STOP / LENGTH when first_token ends it
+					(then id is already retired) */
+};
+
+/* Fork plan entry `entry` (of the pending plan: after qc_sched_step, before
+ * qc_sched_commit) into n_kids more choices. The entry must belong to a group
+ * request (qc_sched_add_group) whose forward in this plan completes its prompt
+ * (need_logits, nothing generated yet), and n_kids <= its reserved choices - 1
+ * (unused reservations are given back). Each child gets the parent's blocks
+ * (refcount + 1; no K/V is computed again: the in-flight forward writes them),
+ * the prompt plus kids[i].first_token as history, and the parent's eos, stop
+ * ids and max_tokens; it is appended to the running set. The parent itself is
+ * committed as usual. Returns QC_OK, QC_EINVAL (no plan pending, bad entry, not
+ * a group at its prompt's end, too many kids, negative token; nothing changed). */
+int qc_sched_fork(struct qc_sched *s, const struct qc_sched_plan *plan, int32_t entry,
+		  struct qc_sched_child *kids, int32_t n_kids, struct qc_err *err);
 
 /* Build the next batch. *plan points at the scheduler's plan (n_seqs may be 0
  * when nothing can run). KV slots for every planned token are reserved here.

@@ -158,15 +158,26 @@ static void admit(struct serve_engine *s, struct serve_job *list)
 			job_done(s, j, QC_SCHED_FINISH_NONE, 503, "the engine has failed");
 			continue;
 		}
-		int rc = qc_engine_add(s->e, &r, &j->eid, &err);
-		if (rc) {
-			char msg[QC_ERR_MSG_MAX + 64];
-			qc_err_format(&err, msg, sizeof msg);
-			job_done(s, j, QC_SCHED_FINISH_NONE, rc == QC_ENOMEM ? 503 : 400, msg);
-			continue;
+		/* a group's other choices were queued right behind it, under one lock */
+		struct serve_job *grp[QC_SCHED_MAX_CHOICES] = {j};
+		uint64_t eids[QC_SCHED_MAX_CHOICES];
+		int32_t n = 1;
+		while (n < j->n_group && n < QC_SCHED_MAX_CHOICES && list) {
+			grp[n++] = list;
+			list = list->next;
 		}
-		j->next = s->active;
-		s->active = j;
+		int rc = qc_engine_add_n(s->e, &r, n, eids, &err);
+		for (int32_t i = 0; i < n; i++) {
+			if (rc) {
+				char msg[QC_ERR_MSG_MAX + 64];
+				qc_err_format(&err, msg, sizeof msg);
+				job_done(s, grp[i], QC_SCHED_FINISH_NONE, rc == QC_ENOMEM ? 503 : 400, msg);
+				continue;
+			}
+			grp[i]->eid = eids[i];
+			grp[i]->next = s->active;
+			s->active = grp[i];
+		}
 	}
 }
 
@@ -312,19 +323,28 @@ void serve_engine_stop(struct serve_engine *s)
 
 int serve_engine_submit(struct serve_engine *s, struct serve_job *j)
 {
+	return serve_engine_submit_group(s, &j, 1);
+}
+
+int serve_engine_submit_group(struct serve_engine *s, struct serve_job **jobs, int32_t n)
+{
 	int status = 0;
 	pthread_mutex_lock(&s->mu);
 	if (s->draining || s->stopping || s->failed) {
 		status = 503;
-	} else if (s->in_flight >= s->limit) {
+	} else if (s->in_flight + n > s->limit) {
 		status = 429;
 	} else {
-		j->t_submit = now_s();
-		atomic_fetch_add(&j->refs, 1);
-		j->next = NULL;
-		*s->pending_tail = j;
-		s->pending_tail = &j->next;
-		s->in_flight++;
+		for (int32_t i = 0; i < n; i++) {
+			struct serve_job *j = jobs[i];
+			j->n_group = i == 0 ? n : 0;
+			j->t_submit = now_s();
+			atomic_fetch_add(&j->refs, 1);
+			j->next = NULL;
+			*s->pending_tail = j;
+			s->pending_tail = &j->next;
+		}
+		s->in_flight += n;
 		pthread_cond_broadcast(&s->cv);
 	}
 	pthread_mutex_unlock(&s->mu);
@@ -332,8 +352,9 @@ int serve_engine_submit(struct serve_engine *s, struct serve_job *j)
 	if (status == 429)
 		s->m->rejected_full++;
 	if (!status) {
-		s->m->in_flight++;
-		s->m->prompt_tokens += (uint64_t)j->n_prompt;
+		s->m->in_flight += n;
+		/* the prompt is computed once for the whole group */
+		s->m->prompt_tokens += (uint64_t)jobs[0]->n_prompt;
 	}
 	pthread_mutex_unlock(&s->m->mu);
 	return status;

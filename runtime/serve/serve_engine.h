@@ -27,6 +27,9 @@ struct serve_job {
 	int32_t n_prompt, max_tokens;
 	bool ignore_eos;
 	struct qc_sampler_params sampling;
+	int32_t n_group;              /* the first job of a group (n / best_of): its size, the
+					 next n_group - 1 jobs submitted with it are its other
+					 choices; others 0 */
 	double t_submit;              /* monotonic seconds */
 
 	/* shared, under mu */
@@ -73,6 +76,12 @@ void serve_job_unref(struct serve_job *j);
 /* Queue j (takes a reference of its own). 0; 429 when the queue is full;
  * 503 when draining or the engine has failed. */
 int serve_engine_submit(struct serve_engine *s, struct serve_job *j);
+
+/* Queue jobs[0..n) as the choices of one prompt (qc_engine_add_n: one prefill,
+ * choice i sampled with jobs[0]->sampling.seed + i); jobs[0]'s prompt, limits and
+ * sampling hold for all. Same statuses as serve_engine_submit, for all at once
+ * (the group counts n toward the limit). */
+int serve_engine_submit_group(struct serve_engine *s, struct serve_job **jobs, int32_t n);
 
 /* Ask the engine to stop j and free its blocks now (idempotent). */
 void serve_engine_cancel(struct serve_engine *s, struct serve_job *j);

@@ -129,6 +129,30 @@ static int oom(struct ctx *c)
 	return qc_err_set(c->err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
 }
 
+/* n (choices returned) and best_of (choices generated, the n with the highest
+ * cumulative logprob returned): 1..SERVE_MAX_CHOICES, n <= best_of, and best_of
+ * > n only without stream (OpenAI's and vLLM's rules). p->stream is parsed. */
+static int parse_choices(struct ctx *c, const cJSON *o, struct serve_params *p)
+{
+	double d;
+	int r;
+	p->n_choices = p->best_of = 1;
+	if ((r = num(c, o, "n", 1, SERVE_MAX_CHOICES, true, &d)) < 0)
+		return r;
+	if (r)
+		p->n_choices = p->best_of = (int32_t)d;
+	if ((r = num(c, o, "best_of", 1, SERVE_MAX_CHOICES, true, &d)) < 0)
+		return r;
+	if (!r)
+		return QC_OK;
+	if ((int32_t)d < p->n_choices)
+		return bad(c, "best_of", "must be at least n");
+	p->best_of = (int32_t)d;
+	if (p->best_of > p->n_choices && p->stream)
+		return bad(c, "best_of", "best_of > n cannot be streamed (set stream to false)");
+	return QC_OK;
+}
+
 /* Fields whose presence (with a non-default value) would change the output. */
 static int refuse_unsupported(struct ctx *c, const cJSON *o)
 {
@@ -138,12 +162,7 @@ static int refuse_unsupported(struct ctx *c, const cJSON *o)
 	for (size_t i = 0; i < sizeof never / sizeof never[0]; i++)
 		if (get(o, never[i]))
 			return bad(c, never[i], "not supported by qserve");
-	double d;
 	int r;
-	if ((r = num(c, o, "n", 1, 1, true, &d)) < 0)
-		return bad(c, "n", "only n = 1 is supported");
-	if ((r = num(c, o, "best_of", 1, 1, true, &d)) < 0)
-		return bad(c, "best_of", "only best_of = 1 is supported");
 	bool echo = false;
 	if ((r = boolean(c, o, "echo", &echo)) < 0)
 		return r;
@@ -439,6 +458,8 @@ int serve_req_parse(const char *body, size_t len, bool chat, enum qc_chat_family
 	s->n_logprobs = p->top_logprobs;
 	if ((r = boolean(&c, o, "stream", &p->stream)) < 0)
 		goto fail;
+	if ((rc = parse_choices(&c, o, p)))
+		goto out;
 	const cJSON *so = get(o, "stream_options");
 	if (so) {
 		if (!cJSON_IsObject(so)) {

@@ -2,7 +2,7 @@
  *
  * Owns: the request schema qserve accepts (docs/serve.md lists it): types and
  * ranges of every field, the fields refused because they would change the output
- * in a way qserve does not implement (n > 1, best_of, echo, suffix, logit_bias,
+ * in a way qserve does not implement (echo, suffix, logit_bias,
  * tools, functions, response_format other than text), and chat rendering
  * through chat_template.h. Errors name the field (OpenAI's error "param").
  * Non-goals: tokenization and context-length checks (they need the engine:
@@ -21,10 +21,13 @@
 #include "serve_text.h"
 
 #define SERVE_MAX_PROMPT_IDS (1 << 20)
+#define SERVE_MAX_CHOICES 16            /* n and best_of: QC_SCHED_MAX_CHOICES */
 
 struct serve_params {
 	bool chat;
 	bool stream, include_usage;
+	int32_t n_choices;              /* n: choices returned, 1..SERVE_MAX_CHOICES */
+	int32_t best_of;                /* choices generated, n..SERVE_MAX_CHOICES */
 	char *prompt;                   /* owned: the prompt text (chat: rendered) or NULL */
 	size_t prompt_len;
 	int32_t *prompt_ids;            /* owned: a prompt given as token ids, or NULL */

@@ -194,7 +194,7 @@ static cJSON *with_choice(struct serve_resp *r, const char *object, cJSON **choi
 		cJSON_Delete(o);
 		return NULL;
 	}
-	cJSON_AddNumberToObject(c, "index", 0);
+	cJSON_AddNumberToObject(c, "index", r->index);
 	*choice = c;
 	return o;
 }
@@ -226,6 +226,48 @@ int serve_resp_final(struct serve_resp *r, const char *text, size_t len, const c
 	else
 		cJSON_AddNullToObject(c, "finish_reason");
 	cJSON_AddItemToObject(o, "usage", usage(prompt_tokens, n_ids));
+	return emit(o, false, out);
+}
+
+int serve_resp_final_n(struct serve_resp *r, const struct serve_choice *ch, int32_t n, int32_t prompt_tokens,
+		       int32_t completion_tokens, struct serve_buf *out)
+{
+	cJSON *o = head(r, r->chat ? "chat.completion" : "text_completion");
+	cJSON *choices = o ? cJSON_AddArrayToObject(o, "choices") : NULL;
+	if (!choices) {
+		cJSON_Delete(o);
+		return -1;
+	}
+	for (int32_t i = 0; i < n; i++) {
+		cJSON *c = cJSON_CreateObject();
+		if (!c || !cJSON_AddItemToArray(choices, c)) {
+			cJSON_Delete(c);
+			cJSON_Delete(o);
+			return -1;
+		}
+		cJSON_AddNumberToObject(c, "index", i);
+		if (r->chat) {
+			cJSON *m = cJSON_AddObjectToObject(c, "message");
+			if (!m) {
+				cJSON_Delete(o);
+				return -1;
+			}
+			cJSON_AddStringToObject(m, "role", "assistant");
+			cJSON_AddItemToObject(m, "content", str_n(ch[i].text ? ch[i].text : "", ch[i].len));
+		} else {
+			cJSON_AddItemToObject(c, "text", str_n(ch[i].text ? ch[i].text : "", ch[i].len));
+		}
+		r->text_offset = 0; /* each choice's text starts at 0 */
+		if (serve_resp_add_logprobs(r, c, ch[i].ids, ch[i].lp, 0, ch[i].n_ids)) {
+			cJSON_Delete(o);
+			return -1;
+		}
+		if (ch[i].finish)
+			cJSON_AddStringToObject(c, "finish_reason", ch[i].finish);
+		else
+			cJSON_AddNullToObject(c, "finish_reason");
+	}
+	cJSON_AddItemToObject(o, "usage", usage(prompt_tokens, completion_tokens));
 	return emit(o, false, out);
 }
 

@@ -28,7 +28,24 @@ struct serve_resp {
 	int32_t top_n;               /* alternatives per token in logprobs */
 	bool tokens_as_ids;          /* logprobs tokens as "token_id:N" (vLLM extension) */
 	int32_t text_offset;         /* completions logprobs: bytes of pieces so far */
+	int32_t index;               /* the choice's "index" (n > 1: one serve_resp per choice) */
 };
+
+/* One choice of a non-streamed body with n > 1. */
+struct serve_choice {
+	const char *text;
+	size_t len;
+	const char *finish;          /* "stop", "length" */
+	const int32_t *ids;          /* (n_ids) */
+	const struct qc_sample_result *lp; /* (n_ids) or NULL */
+	int32_t n_ids;
+};
+
+/* Whole non-streamed body with choices ch[0..n) as indices 0..n-1; usage counts
+ * prompt_tokens once and completion_tokens (the caller's sum: every choice
+ * generated, best_of included). 0 or -1 (out of memory). */
+int serve_resp_final_n(struct serve_resp *r, const struct serve_choice *ch, int32_t n, int32_t prompt_tokens,
+		       int32_t completion_tokens, struct serve_buf *out);
 
 /* Tokens [from, to) of ids/lp as a logprobs object appended to parent under
  * "logprobs" (lp NULL: JSON null). Returns 0 or -1 (out of memory). */

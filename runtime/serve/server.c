@@ -52,10 +52,12 @@ struct conn {
 
 struct stream {
 	struct server *s;
-	struct serve_gen gen;
-	struct serve_resp resp;
+	struct serve_gen gen[SERVE_MAX_CHOICES];   /* (n_gen) one per choice (n) */
+	struct serve_resp resp[SERVE_MAX_CHOICES]; /* (n_gen) index i, own text_offset */
+	bool first[SERVE_MAX_CHOICES];             /* (n_gen) no chunk sent yet */
+	int32_t n_gen, cur, n_done;                /* cur: the choice pulled next */
 	struct serve_buf out;          /* SSE bytes not yet handed to MHD */
-	bool include_usage, first, ended;
+	bool include_usage, ended;
 	int32_t n_prompt;
 	char *stops[SERVE_MAX_STOPS];  /* owned; serve_gen's text state borrows them */
 	int n_stops;
@@ -150,7 +152,8 @@ static void stream_free(void *cls)
 		s->m.cancelled++;
 		pthread_mutex_unlock(&s->m.mu);
 	}
-	serve_gen_deinit(&st->gen);
+	for (int32_t i = 0; i < st->n_gen; i++)
+		serve_gen_deinit(&st->gen[i]);
 	serve_buf_deinit(&st->out);
 	for (int i = 0; i < st->n_stops; i++)
 		free(st->stops[i]);
@@ -158,22 +161,28 @@ static void stream_free(void *cls)
 	atomic_fetch_sub(&s->open_streams, 1);
 }
 
-/* Produce the next SSE events into st->out; 1 on hang-up, -1 on failure. */
+/* Produce the next SSE events into st->out; 1 on hang-up, -1 on failure. The
+ * choices take turns (each pull waits for that choice's next ids; the engine
+ * runs them all meanwhile); each chunk carries its choice's index, each choice
+ * finishes once, and usage and [DONE] follow the last one. */
 static int stream_fill(struct stream *st)
 {
 	struct serve_buf delta = {0};
-	int32_t from, to;
-	int rc = serve_gen_pull(&st->gen, &delta, &from, &to);
-	struct serve_gen *g = &st->gen;
+	int32_t from, to, c = st->cur;
+	for (int32_t k = 0; k < st->n_gen && st->gen[c].finished; k++)
+		c = (c + 1) % st->n_gen;
+	st->cur = (c + 1) % st->n_gen;
+	struct serve_gen *g = &st->gen[c];
+	int rc = serve_gen_pull(g, &delta, &from, &to);
 	if (rc) {
 		serve_buf_deinit(&delta);
 		return rc;
 	}
 	const struct qc_sample_result *lp = g->lp;
-	if (delta.len || (lp && to > from) || st->first) {
-		rc = serve_resp_chunk(&st->resp, delta.p ? delta.p : "", delta.len, NULL, st->first, st->include_usage,
-				      g->ids, lp, from, to, &st->out);
-		st->first = false;
+	if (delta.len || (lp && to > from) || st->first[c]) {
+		rc = serve_resp_chunk(&st->resp[c], delta.p ? delta.p : "", delta.len, NULL, st->first[c],
+				      st->include_usage, g->ids, lp, from, to, &st->out);
+		st->first[c] = false;
 	}
 	serve_buf_deinit(&delta);
 	if (rc || !g->finished)
@@ -188,10 +197,15 @@ static int stream_fill(struct stream *st)
 			st->out = ev;
 		}
 	} else {
-		rc = serve_resp_chunk(&st->resp, NULL, 0, g->finish, false, st->include_usage, g->ids, NULL, 0, 0,
-				      &st->out);
-		if (!rc && st->include_usage)
-			rc = serve_resp_usage_chunk(&st->resp, st->n_prompt, g->n, &st->out);
+		rc = serve_resp_chunk(&st->resp[c], NULL, 0, g->finish, false, st->include_usage, g->ids, NULL, 0,
+				      0, &st->out);
+		if (rc || ++st->n_done < st->n_gen)
+			return rc ? -1 : 0;
+		int32_t completion = 0;
+		for (int32_t i = 0; i < st->n_gen; i++)
+			completion += st->gen[i].n;
+		if (st->include_usage)
+			rc = serve_resp_usage_chunk(&st->resp[0], st->n_prompt, completion, &st->out);
 	}
 	if (!rc)
 		rc = serve_buf_printf(&st->out, "data: [DONE]\n\n");
@@ -304,23 +318,35 @@ static enum MHD_Result generate(struct server *s, struct MHD_Connection *c, stru
 		serve_params_deinit(&p);
 		return reply_error(s, c, cn->ep, 400, msg, "max_tokens");
 	}
-	struct serve_job *j = serve_job_new(ids, n);
-	free(ids);
-	if (!j) {
-		serve_params_deinit(&p);
-		return reply_error(s, c, cn->ep, 503, "out of memory", NULL);
-	}
-	j->max_tokens = max_tokens;
-	j->ignore_eos = p.ignore_eos;
-	j->sampling = p.sampling;
+	/* best_of jobs, one per generated choice, submitted as one group: one
+	   prefill, choice i sampled with seed + i (docs/serve.md) */
+	const int32_t k = p.best_of;
+	struct serve_job *jobs[SERVE_MAX_CHOICES] = {0};
+	bool oom = false;
 	if (!p.seed_given)
-		j->sampling.seed = fresh_seed(s);
-	int st = serve_engine_submit(s->se, j);
+		p.sampling.seed = fresh_seed(s);
+	for (int32_t i = 0; i < k; i++) {
+		struct serve_job *j = jobs[i] = serve_job_new(ids, n);
+		if (!j) {
+			oom = true;
+			break;
+		}
+		j->max_tokens = max_tokens;
+		j->ignore_eos = p.ignore_eos;
+		j->sampling = p.sampling;
+		/* ranking best_of needs each token's logprob, asked or not */
+		if (k > p.n_choices)
+			j->sampling.logprobs = true;
+	}
+	free(ids);
+	int st = oom ? 503 : serve_engine_submit_group(s->se, jobs, k);
 	if (st) {
-		serve_job_unref(j);
+		for (int32_t i = 0; i < k; i++)
+			serve_job_unref(jobs[i]);
 		serve_params_deinit(&p);
 		return reply_error(s, c, cn->ep, st,
 				   st == 429 ? "the request queue is full; retry later"
+				   : oom     ? "out of memory"
 					     : "the server is shutting down or its engine has failed",
 				   NULL);
 	}
@@ -332,21 +358,28 @@ static enum MHD_Result generate(struct server *s, struct MHD_Connection *c, stru
 	if (p.stream) {
 		struct stream *sm = calloc(1, sizeof *sm);
 		if (!sm) {
-			serve_engine_cancel(s->se, j);
-			serve_job_unref(j);
+			for (int32_t i = 0; i < k; i++) {
+				serve_engine_cancel(s->se, jobs[i]);
+				serve_job_unref(jobs[i]);
+			}
 			serve_params_deinit(&p);
 			return reply_error(s, c, cn->ep, 503, "out of memory", NULL);
 		}
 		sm->s = s;
-		sm->resp = resp;
 		sm->include_usage = p.include_usage;
-		sm->first = true;
 		sm->n_prompt = n;
 		/* the stop strings outlive this call: the stream takes them over */
 		memcpy(sm->stops, p.stops, sizeof sm->stops);
 		sm->n_stops = p.n_stops;
 		p.n_stops = 0;
-		serve_gen_init(&sm->gen, s->se, j, client_fd(c), s->vocab, (const char *const *)sm->stops, sm->n_stops);
+		sm->n_gen = k; /* no best_of > n when streaming (serve_req.c) */
+		for (int32_t i = 0; i < k; i++) {
+			sm->resp[i] = resp;
+			sm->resp[i].index = i;
+			sm->first[i] = true;
+			serve_gen_init(&sm->gen[i], s->se, jobs[i], client_fd(c), s->vocab,
+				       (const char *const *)sm->stops, sm->n_stops);
+		}
 		atomic_fetch_add(&s->open_streams, 1);
 		struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, sm,
 									   stream_free);
@@ -363,28 +396,70 @@ static enum MHD_Result generate(struct server *s, struct MHD_Connection *c, stru
 		return ok;
 	}
 
-	struct serve_gen g;
-	struct serve_buf text = {0}, body = {0};
-	serve_gen_init(&g, s->se, j, client_fd(c), s->vocab, (const char *const *)p.stops, p.n_stops);
-	int32_t from, to;
-	while (!g.finished && !(rc = serve_gen_pull(&g, &text, &from, &to)))
-		;
+	struct serve_gen *g = calloc((size_t)k, sizeof *g);
+	struct serve_buf text[SERVE_MAX_CHOICES] = {{0}}, body = {0};
+	int32_t from, to, failed = -1, completion = 0;
+	rc = g ? 0 : -1;
+	for (int32_t i = 0; i < k; i++) {
+		if (g)
+			serve_gen_init(&g[i], s->se, jobs[i], client_fd(c), s->vocab, (const char *const *)p.stops,
+				       p.n_stops);
+		else
+			serve_job_unref(jobs[i]);
+	}
+	/* the engine runs every choice at once; wait for them in turn */
+	for (int32_t i = 0; !rc && i < k; i++) {
+		while (!g[i].finished && !(rc = serve_gen_pull(&g[i], &text[i], &from, &to)))
+			;
+		if (!rc && g[i].err_status && failed < 0)
+			failed = i;
+		if (!rc)
+			completion += g[i].n;
+	}
+	/* best_of: the n choices with the highest cumulative logprob, best first */
+	int32_t order[SERVE_MAX_CHOICES];
+	double cum[SERVE_MAX_CHOICES];
+	for (int32_t i = 0; !rc && i < k; i++) {
+		order[i] = i;
+		cum[i] = 0.0;
+		for (int32_t t = 0; g[i].lp && t < g[i].n; t++)
+			cum[i] += g[i].lp[t].logprob;
+	}
+	if (!rc && k > p.n_choices)
+		for (int32_t i = 1; i < k; i++) /* insertion sort: stable, k <= 16 */
+			for (int32_t x = i; x > 0 && cum[order[x]] > cum[order[x - 1]]; x--) {
+				int32_t tmp = order[x];
+				order[x] = order[x - 1];
+				order[x - 1] = tmp;
+			}
+	struct serve_choice ch[SERVE_MAX_CHOICES];
+	for (int32_t i = 0; !rc && i < p.n_choices; i++) {
+		const struct serve_gen *gi = &g[order[i]];
+		ch[i] = (struct serve_choice){.text = text[order[i]].p, .len = text[order[i]].len,
+					      .finish = gi->finish, .ids = gi->ids,
+					      .lp = p.logprobs ? gi->lp : NULL, .n_ids = gi->n};
+	}
 	if (rc == 1) { /* the client left: nobody to answer; 499 as nginx logs it */
 		pthread_mutex_lock(&s->m.mu);
 		s->m.cancelled++;
 		pthread_mutex_unlock(&s->m.mu);
 		serve_metrics_request(&s->m, cn->ep, 499);
 		ok = MHD_NO;
-	} else if (rc || g.err_status) {
-		ok = reply_error(s, c, cn->ep, rc ? 503 : g.err_status, rc ? "out of memory" : g.err_msg, NULL);
-	} else if (serve_resp_final(&resp, text.p, text.len, g.finish, g.ids, g.lp, g.n, n, &body)) {
+	} else if (rc || failed >= 0) {
+		ok = reply_error(s, c, cn->ep, rc ? 503 : g[failed].err_status, rc ? "out of memory" : g[failed].err_msg,
+				 NULL);
+	} else if (serve_resp_final_n(&resp, ch, p.n_choices, n, completion, &body)) {
 		ok = reply_error(s, c, cn->ep, 503, "out of memory", NULL);
 	} else {
 		ok = reply(s, c, cn->ep, 200, &body, "application/json");
 	}
 	serve_buf_deinit(&body);
-	serve_buf_deinit(&text);
-	serve_gen_deinit(&g);
+	for (int32_t i = 0; i < k; i++) {
+		serve_buf_deinit(&text[i]);
+		if (g)
+			serve_gen_deinit(&g[i]);
+	}
+	free(g);
 	serve_params_deinit(&p);
 	return ok;
 }
