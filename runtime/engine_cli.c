@@ -22,8 +22,10 @@ const char qc_engine_cli_help[] =
 	"  --ctx N                  longest sequence, prompt + output (default: the model's, at most 4096;\n"
 	"                           above the model's context length: allowed, with a warning)\n"
 	"  --max-batch-tokens N     tokens per forward step (default 512)\n"
-	"  --max-prefill-tokens N   prompt tokens per step: longer prompts are prefilled in chunks\n"
-	"                           (default: --max-batch-tokens)\n";
+	"  --max-prefill-tokens N   prompt tokens per step: longer prompts are prefilled in chunks, and a\n"
+	"                           running stream waits at most one such step (default: cpu 128,\n"
+	"                           cuda --max-batch-tokens)\n"
+	"  --no-prefix-cache        do not reuse the K/V of earlier requests' identical prompt prefixes\n";
 
 void qc_engine_cli_init(struct qc_engine_cli *c)
 {
@@ -72,6 +74,10 @@ int qc_engine_cli_parse(struct qc_engine_cli *c, const char *prog, int argc, cha
 		{"--max-prefill-tokens", offsetof(struct qc_engine_cli, max_prefill), 1, 1L << 16},
 	};
 	const char *a = argv[*i];
+	if (!strcmp(a, "--no-prefix-cache")) {
+		c->no_prefix_cache = true;
+		return 1;
+	}
 	const bool known = !strcmp(a, "--device") || !strcmp(a, "--gpu-mem-util");
 	size_t k = 0;
 	while (k < sizeof longs / sizeof longs[0] && strcmp(a, longs[k].flag))
@@ -115,6 +121,8 @@ void qc_engine_cli_apply(const struct qc_engine_cli *c, struct qc_engine_opts *o
 		o->max_batch_tokens = (int32_t)c->max_batch;
 	if (c->max_prefill)
 		o->max_prefill_tokens = (int32_t)c->max_prefill;
+	if (c->no_prefix_cache)
+		o->prefix_cache = false;
 }
 
 bool qc_path_is_gguf(const char *path)

@@ -21,7 +21,8 @@ struct qc_engine_cli {
 	long max_running;      /* 0: the command's default */
 	long ctx;              /* longest sequence; 0: the model's, at most 4096 */
 	long max_batch;        /* tokens per forward; 0: 512 */
-	long max_prefill;      /* prompt tokens per forward (chunk); 0: max_batch */
+	long max_prefill;      /* prompt tokens per forward (chunk); 0: the backend's default */
+	bool no_prefix_cache;  /* --no-prefix-cache */
 };
 
 /* The flags' help lines, for a command's usage text. */
@@ -29,7 +30,7 @@ extern const char qc_engine_cli_help[];
 
 void qc_engine_cli_init(struct qc_engine_cli *c);
 
-/* When argv[*i] is one of the shared flags, consume it and its value (advancing
+/* When argv[*i] is one of the shared flags, consume it and its value if it takes one (advancing
  * *i) and return 1; a missing or out-of-range value prints "prog: FLAG 'V': ..."
  * to stderr and returns -1; any other argument returns 0, *i unchanged. */
 int qc_engine_cli_parse(struct qc_engine_cli *c, const char *prog, int argc, char **argv, int *i);

@@ -2,7 +2,8 @@
  *
  *   qrun MODEL -p TEXT [-n N] [sampling flags] [--stop S]... [--json] [--ignore-eos] [engine flags]
  *   qrun MODEL --tokenize TEXT [--bos]
- *   qrun bench MODEL --requests N --concurrency C --in I --out O [--warmup W] [sampling flags] [engine flags]
+ *   qrun bench MODEL --requests N --concurrency C --in I --out O [--warmup W] [--shared-prefix P]
+ *              [sampling flags] [engine flags]
  *
  * MODEL is a .qb bundle or a .gguf; a GGUF of a supported architecture is converted
  * first (target cpu) into an unnamed file in $TMPDIR (engine_cli.c), so no exit,
@@ -13,7 +14,10 @@
  * unless sampling flags are given, request i drawing with seed + i; EOS
  * ignored), all queued at once, C at a time, after W untimed warm-up rounds (as
  * llama-bench does); prints prompt and decode tokens/s, TTFT and inter-token
- * latency p50/p99. Non-goals: chat templates, interactive mode.
+ * latency p50/p99. --shared-prefix P: every prompt, warm-up included, starts
+ * with the same P ids (a system prompt the server has seen before), so the
+ * prefix cache's effect shows against --no-prefix-cache.
+ * Non-goals: chat templates, interactive mode.
  */
 #include <errno.h>
 #include <stddef.h>
@@ -39,7 +43,8 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: %s MODEL -p TEXT [-n N] [sampling] [--stop S]... [--json] [--ignore-eos] [engine]\n"
 		"       %s MODEL --tokenize TEXT [--bos]\n"
-		"       %s bench MODEL --requests N --concurrency C --in I --out O [--warmup W] [sampling] [engine]\n"
+		"       %s bench MODEL --requests N --concurrency C --in I --out O [--warmup W] [--shared-prefix P]\n"
+		"                [sampling] [engine]\n"
 		"MODEL: a .qb bundle or a .gguf (converted first into an unnamed file in $TMPDIR).\n"
 		"-p - (and --tokenize -) read raw bytes from stdin. -n: tokens to generate (32).\n"
 		"--tokenize prints ids without BOS; --bos adds it, also when the vocabulary says add_bos=false.\n"
@@ -53,7 +58,9 @@ static void usage(FILE *f)
 		"bench: N requests of I pseudo-random prompt ids and O tokens each (EOS ignored; greedy\n"
 		"unless sampling flags are given, request i with seed S + i), C at a time; prints prompt and decode tokens/s, TTFT and inter-token latency p50/p99. First W\n"
 		"untimed warm-up rounds (default 1; 0: none) of C requests of I prompt + 2 tokens: the\n"
-		"first use of a kernel (module loading, cuBLAS setup, graph capture) is not timed.\n",
+		"first use of a kernel (module loading, cuBLAS setup, graph capture) is not timed.\n"
+		"--shared-prefix P: every prompt (warm-up too) starts with the same P ids, as a common\n"
+		"system prompt does; compare with --no-prefix-cache.\n",
 		prog, prog, prog, qc_engine_cli_help);
 }
 
@@ -309,8 +316,18 @@ static int bench_warmup(struct qc_engine *e, int rounds, int n, const int32_t *p
 	return QC_OK;
 }
 
+/* Fixed pseudo-random ids, never 0: prompt[from..n) from the generator *lcg. */
+static void bench_ids(int32_t *prompt, int from, int n, int32_t n_vocab, uint64_t *lcg)
+{
+	for (int j = from; j < n; j++) {
+		*lcg = *lcg * 6364136223846793005u + 1442695040888963407u;
+		prompt[j] = 1 + (int32_t)((*lcg >> 33) % (uint64_t)(n_vocab > 1 ? n_vocab - 1 : 1));
+	}
+}
+
 static int run_bench(const char *model, int n_req, int conc, int n_in, int n_out, int warmup,
-		     const struct qc_sampler_params *sp, const struct qc_engine_cli *cli, struct qc_err *err)
+		     int n_shared, const struct qc_sampler_params *sp, const struct qc_engine_cli *cli,
+		     struct qc_err *err)
 {
 	struct qc_engine_opts o;
 	struct qc_engine *e = NULL;
@@ -331,22 +348,19 @@ static int run_bench(const char *model, int n_req, int conc, int n_in, int n_out
 	o.max_running = conc;
 	o.max_seq_tokens = n_in + n_out;
 	o.max_batch_tokens = n_in * conc > 512 ? n_in * conc : 512;
+	o.max_prefill_tokens = o.max_batch_tokens; /* throughput: prompts in one step, as before */
 	qc_engine_cli_apply(cli, &o); /* explicit flags win over the sizes above */
 	if ((rc = qc_engine_open_path(model, "qrun", &o, &e, err)))
 		goto out;
 	const int32_t n_vocab = qc_engine_model(e)->cfg.n_vocab;
 	uint64_t lcg = 0x9e3779b97f4a7c15u;
-	for (int j = 0; j < n_in; j++) { /* the warm-up prompt: ids of the same kind */
-		lcg = lcg * 6364136223846793005u + 1442695040888963407u;
-		prompt[j] = 1 + (int32_t)((lcg >> 33) % (uint64_t)(n_vocab > 1 ? n_vocab - 1 : 1));
-	}
+	bench_ids(prompt, 0, n_in, n_vocab, &lcg); /* the warm-up prompt: ids of the same kind */
 	if ((rc = bench_warmup(e, warmup, conc < n_req ? conc : n_req, prompt, n_in, err)))
 		goto out;
+	struct qc_sched_stats st0;
+	qc_engine_stats(e, &st0);
 	for (int i = 0; i < n_req; i++) {
-		for (int j = 0; j < n_in; j++) { /* fixed pseudo-random ids, never 0 */
-			lcg = lcg * 6364136223846793005u + 1442695040888963407u;
-			prompt[j] = 1 + (int32_t)((lcg >> 33) % (uint64_t)(n_vocab > 1 ? n_vocab - 1 : 1));
-		}
+		bench_ids(prompt, n_shared, n_in, n_vocab, &lcg); /* the first n_shared stay */
 		struct qc_engine_request q = {.prompt = prompt, .n_prompt = n_in, .max_tokens = n_out,
 					      .ignore_eos = true, .sampling = *sp};
 		q.sampling.seed = sp->seed + (uint64_t)i; /* each request its own draws */
@@ -402,6 +416,11 @@ static int run_bench(const char *model, int n_req, int conc, int n_in, int n_out
 	       1e3 * percentile(itl, n_itl, 0.99));
 	printf("total: %.3f s, %.2f generated tokens/s\n", wall,
 	       wall > 0 ? (double)((uint64_t)n_req * (uint64_t)n_out) / wall : 0.0);
+	struct qc_sched_stats st;
+	qc_engine_stats(e, &st);
+	printf("prefix cache: %llu of %llu admitted prompt tokens from the cache\n",
+	       (unsigned long long)(st.prefix_hit_tokens - st0.prefix_hit_tokens),
+	       (unsigned long long)(st.prefix_queried_tokens - st0.prefix_queried_tokens));
 out:
 	qc_engine_free(e);
 	free(rq);
@@ -417,7 +436,7 @@ static int sampling_flag(struct qc_sampler_params *sp, int argc, char **argv, in
 static int bench_main(int argc, char **argv)
 {
 	const char *model = NULL;
-	long n_req = 0, conc = 0, n_in = 0, n_out = 0, warmup = 1;
+	long n_req = 0, conc = 0, n_in = 0, n_out = 0, warmup = 1, n_shared = 0;
 	struct qc_engine_cli cli;
 	struct qc_sampler_params sp;
 	struct qc_err err = {0};
@@ -451,6 +470,9 @@ static int bench_main(int argc, char **argv)
 		} else if (!strcmp(a, "--warmup") && has) {
 			if (!qc_cli_long(prog, a, argv[++i], 0, 16, &warmup))
 				return 1;
+		} else if (!strcmp(a, "--shared-prefix") && has) {
+			if (!qc_cli_long(prog, a, argv[++i], 0, 65536, &n_shared))
+				return 1;
 		} else if (a[0] != '-' && !model) {
 			model = a;
 		} else {
@@ -464,7 +486,12 @@ static int bench_main(int argc, char **argv)
 				"--in 1..65536 --out 1..65536\n", prog);
 		return 1;
 	}
-	if (run_bench(model, (int)n_req, (int)conc, (int)n_in, (int)n_out, (int)warmup, &sp, &cli, &err)) {
+	if (n_shared > n_in) {
+		fprintf(stderr, "%s bench: --shared-prefix %ld is longer than --in %ld\n", prog, n_shared, n_in);
+		return 1;
+	}
+	if (run_bench(model, (int)n_req, (int)conc, (int)n_in, (int)n_out, (int)warmup, (int)n_shared, &sp, &cli,
+		      &err)) {
 		qc_err_print(&err, prog, stderr);
 		return qc_engine_cli_open_status(&cli, &err);
 	}

@@ -456,6 +456,151 @@ static void batched_equals_alone(const char *fx, const char *tmpdir)
 	qc_engine_free(e);
 }
 
+
+/* Prefix cache: requests sharing prefixes give the same ids and logprobs, bit for
+ * bit, with the cache on as with it off: run one at a time (later ones hit, some
+ * hits ending inside a block), and all at once on a pool small enough to force
+ * eviction and preemption. The reference is the cache-off run of the same
+ * engine, whose correctness the fixture runs above check against llama.cpp. */
+enum { PC_REQ = 10, PC_GEN = 6, PC_MAXP = 96 };
+
+struct pc_out {
+	int32_t ids[PC_GEN], n;
+	float lp[PC_GEN];
+	float top[PC_GEN][3];
+};
+
+static int pc_run(const char *bundle, const struct qc_engine_opts *o, struct qc_engine_request *q,
+		  bool one_by_one, struct pc_out *out, struct qc_sched_stats *st)
+{
+	struct qc_engine *e = NULL;
+	struct qc_err err = {0};
+	uint64_t id[PC_REQ];
+	int rc = qc_engine_new(bundle, o, &e, &err);
+	CHECK(rc == QC_OK, "prefix-cache engine: %s", err.msg);
+	for (int i = 0; rc == QC_OK && i < PC_REQ; i++) {
+		rc = qc_engine_add(e, &q[i], &id[i], &err);
+		while (one_by_one && rc == QC_OK && qc_engine_has_work(e))
+			rc = qc_engine_step(e, &err);
+	}
+	while (rc == QC_OK && qc_engine_has_work(e))
+		rc = qc_engine_step(e, &err);
+	CHECK(rc == QC_OK, "prefix-cache run: %s", err.msg);
+	for (int i = 0; rc == QC_OK && i < PC_REQ; i++) {
+		const int32_t *ids;
+		const struct qc_sample_result *res;
+		int32_t n, nl;
+		enum qc_sched_finish fin;
+		qc_engine_output(e, id[i], &ids, &n, &fin);
+		qc_engine_logprobs(e, id[i], &res, &nl);
+		out[i].n = n;
+		for (int32_t k = 0; k < n && k < PC_GEN; k++) {
+			out[i].ids[k] = ids[k];
+			out[i].lp[k] = res[k].logprob;
+			for (int j = 0; j < 3; j++)
+				out[i].top[k][j] = res[k].top_logprobs[j];
+		}
+	}
+	if (e)
+		qc_engine_stats(e, st);
+	qc_engine_free(e);
+	return rc;
+}
+
+static void prefix_cache_bit_identical(const char *fx, const char *tmpdir)
+{
+	struct ref_prompt rp[N_PROMPTS];
+	char path[1024], gguf[512], in[1024], bundle[1024];
+	int32_t prompts[PC_REQ][PC_MAXP];
+	struct qc_engine_request q[PC_REQ];
+
+	snprintf(path, sizeof path, "%s/reference/stories260K.json", fx);
+	if (load_ref(path, rp, gguf, sizeof gguf))
+		return;
+	snprintf(in, sizeof in, "%s/%s", fx, gguf);
+	snprintf(bundle, sizeof bundle, "%s/pc.qb", tmpdir);
+	if (convert_to(in, bundle, QC_PLAN_FUSE_MOE))
+		return;
+	/* a shared head of the 4 reference prompts back to back, then request i's
+	 * own tail: i % 3 == 0 repeats the head only (a hit as long as the whole-
+	 * block rule allows), others cut it at 13 + i tokens (hits ending inside a
+	 * block of 4) and go on with another prompt's ids */
+	int32_t head[PC_MAXP], n_head = 0;
+	for (int k = 0; k < N_PROMPTS; k++)
+		for (int j = 0; j < rp[k].n_prompt && n_head < 48; j++)
+			head[n_head++] = rp[k].prompt[j];
+	for (int i = 0; i < PC_REQ; i++) {
+		int32_t cut = 13 + i < n_head ? 13 + i : n_head - 1;
+		int32_t n = i % 3 == 0 ? n_head : cut;
+		memcpy(prompts[i], head, sizeof(int32_t) * (size_t)n);
+		const struct ref_prompt *t = &rp[(i + 1) % N_PROMPTS];
+		for (int j = 0; i % 3 && j < t->n_prompt && n < cut + 10; j++)
+			prompts[i][n++] = t->prompt[j];
+		memset(&q[i], 0, sizeof q[i]);
+		q[i].prompt = prompts[i];
+		q[i].n_prompt = n;
+		q[i].max_tokens = PC_GEN;
+		q[i].ignore_eos = true;
+		qc_sampler_params_init(&q[i].sampling);
+		q[i].sampling.temperature = 0.7f;   /* sampled, so logprobs matter everywhere */
+		q[i].sampling.seed = 100 + (uint64_t)i;
+		q[i].sampling.logprobs = true;
+		q[i].sampling.n_logprobs = 3;
+	}
+	struct qc_engine_opts o;
+	qc_engine_opts_init(&o);
+	o.max_running = 1;
+	o.block_tokens = 4;
+	o.max_seq_tokens = 64;
+	o.prefix_cache = false;
+	struct pc_out off[PC_REQ], on[PC_REQ], tight[PC_REQ];
+	struct qc_sched_stats st_off, st_on, st_tight;
+	if (pc_run(bundle, &o, q, true, off, &st_off)) {
+		unlink(bundle);
+		return;
+	}
+	o.prefix_cache = true;
+	pc_run(bundle, &o, q, true, on, &st_on);
+	uint64_t bb;
+	struct qc_model *m = NULL;
+	struct qc_err err = {0};
+	if (qc_model_open(bundle, &m, &err) == QC_OK) {
+		qc_backend_block_bytes(m, 4, &bb, &err);
+		qc_model_close(m);
+		o.max_running = 4;
+		o.kv_budget_bytes = 20 * bb;   /* 20 blocks for 4 x up to 14: evict and preempt */
+		pc_run(bundle, &o, q, false, tight, &st_tight);
+	}
+	unlink(bundle);
+	int same_on = 0, same_tight = 0;
+	for (int i = 0; i < PC_REQ; i++) {
+		same_on += on[i].n == off[i].n && !memcmp(on[i].ids, off[i].ids, sizeof on[i].ids) &&
+			   !memcmp(on[i].lp, off[i].lp, sizeof on[i].lp) &&
+			   !memcmp(on[i].top, off[i].top, sizeof on[i].top);
+		same_tight += tight[i].n == off[i].n && !memcmp(tight[i].ids, off[i].ids, sizeof tight[i].ids) &&
+			      !memcmp(tight[i].lp, off[i].lp, sizeof tight[i].lp) &&
+			      !memcmp(tight[i].top, off[i].top, sizeof tight[i].top);
+	}
+	CHECK(off[0].n == PC_GEN && st_off.prefix_hit_tokens == 0, "cache-off run: %d tokens, %llu hits",
+	      off[0].n, (unsigned long long)st_off.prefix_hit_tokens);
+	CHECK(same_on == PC_REQ, "one by one: %d/%d requests bit-identical with the cache", same_on, PC_REQ);
+	CHECK(same_tight == PC_REQ, "tight pool: %d/%d requests bit-identical with the cache", same_tight,
+	      PC_REQ);
+	CHECK(st_on.prefix_hit_tokens >= 9 * 12, "one by one: only %llu tokens hit",
+	      (unsigned long long)st_on.prefix_hit_tokens);
+	CHECK(st_tight.prefix_hit_tokens > 0 && st_tight.n_preemptions > 0,
+	      "tight pool: %llu hit tokens, %llu preemptions (both needed for the test to mean anything)",
+	      (unsigned long long)st_tight.prefix_hit_tokens, (unsigned long long)st_tight.n_preemptions);
+	/* the comparison must be able to fail: one flipped logprob bit */
+	on[1].lp[2] = nextafterf(on[1].lp[2], 0.0f);
+	CHECK(memcmp(on[1].lp, off[1].lp, sizeof on[1].lp) != 0, "a changed logprob compares equal");
+	printf("  prefix cache: %d + %d of %d requests bit-identical; hits %llu of %llu tokens (one by one), "
+	       "%llu of %llu with %llu preemptions\n", same_on, same_tight, PC_REQ,
+	       (unsigned long long)st_on.prefix_hit_tokens, (unsigned long long)st_on.prefix_queried_tokens,
+	       (unsigned long long)st_tight.prefix_hit_tokens, (unsigned long long)st_tight.prefix_queried_tokens,
+	       (unsigned long long)st_tight.n_preemptions);
+}
+
 /* A backend with forward_top (as the CUDA one has), built on the CPU forward:
  * logit rows the engine did not ask for are overwritten with NaN (it must not
  * read them), and every third row it wanted the best ids of is reported as bad
@@ -922,6 +1067,7 @@ int main(void)
 	      "median first-step error over %d quantized runs %.2e > %.0e", n_quant_err, med, MEDIAN_QUANT);
 	printf("quantized runs: median first-step top-10 error %.2e over %d runs\n", med, n_quant_err);
 	batched_equals_alone(fx, tmpdir);
+	prefix_cache_bit_identical(fx, tmpdir);
 	argmax_backend_equals_host(fx, tmpdir);
 	threads_bit_identical(fx, tmpdir);
 	rmdir(tmpdir);

@@ -223,6 +223,134 @@ static void fork_shares_blocks_and_copies_partial_last_on_write(void)
 	qc_kv_free(kv);
 }
 
+
+static struct qc_kv *make_kv_pc(int32_t n_blocks, int32_t bt, int32_t max_seqs, int32_t max_tokens,
+				uint64_t salt)
+{
+	struct qc_kv_config c;
+	struct qc_kv *kv = NULL;
+	struct qc_err err = { 0 };
+	qc_kv_config_init(&c);
+	c.block_bytes = 1000;
+	c.budget_bytes = (uint64_t)n_blocks * 1000;
+	c.block_tokens = bt;
+	c.max_seqs = max_seqs;
+	c.max_seq_tokens = max_tokens;
+	c.prefix_cache = true;
+	c.prefix_salt = salt;
+	int rc = qc_kv_new(&c, &kv, &err);
+	CHECK(rc == QC_OK && kv, "qc_kv_new with prefix cache: %s", err.msg);
+	return kv;
+}
+
+/* Open a row holding tokens[0..n) (as if computed and committed) and cache it. */
+static int32_t put_seq(struct qc_kv *kv, const int32_t *tokens, int32_t n)
+{
+	struct qc_err err = { 0 };
+	int32_t seq, slots[64];
+	struct qc_kv_cow cow;
+	CHECK(qc_kv_seq_new(kv, &seq, &err) == QC_OK, "seq_new: %s", err.msg);
+	CHECK(qc_kv_seq_append(kv, seq, n, slots, &cow, &err) == QC_OK, "append: %s", err.msg);
+	qc_kv_seq_cache(kv, seq, tokens, n);
+	return seq;
+}
+
+/* Hand-worked: 4-token blocks, a 10-token sequence caches its 2 full blocks (not
+ * the partial third); matches stop at the first differing block, leave the last
+ * token's block alone, and are exact (a token change in block 0 kills both). */
+static void prefix_match_takes_full_blocks_only(void)
+{
+	struct qc_kv *kv = make_kv_pc(8, 4, 4, 64, 7);
+	struct qc_err err = { 0 };
+	int32_t t[12] = { 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16 }, ids[16], idle;
+
+	int32_t a = put_seq(kv, t, 10);
+	CHECK(qc_kv_blocks_cached(kv) == 2 && qc_kv_blocks_idle(kv) == 0,
+	      "10 tokens of 4-token blocks: %d cached, %d idle", qc_kv_blocks_cached(kv),
+	      qc_kv_blocks_idle(kv));
+	const int32_t *ta;
+	int32_t nb;
+	ta = qc_kv_seq_table(kv, a, &nb);
+	CHECK(qc_kv_prefix_match(kv, t, 12, ids, &idle) == 2 && ids[0] == ta[0] && ids[1] == ta[1] &&
+	      idle == 0, "12-token query should hit a's 2 blocks");
+	CHECK(qc_kv_prefix_match(kv, t, 9, ids, &idle) == 2, "9 tokens: 2 blocks, 1 left to feed");
+	CHECK(qc_kv_prefix_match(kv, t, 8, ids, &idle) == 1, "8 tokens: the last block holds the fed token");
+	CHECK(qc_kv_prefix_match(kv, t, 1, ids, &idle) == 0, "1 token: nothing to take");
+	int32_t u[12];
+	memcpy(u, t, sizeof u);
+	u[5] = 99;
+	CHECK(qc_kv_prefix_match(kv, u, 12, ids, &idle) == 1, "second block differs: 1 hit");
+	u[5] = 10;
+	u[0] = 99;
+	CHECK(qc_kv_prefix_match(kv, u, 12, ids, &idle) == 0, "first block differs: no hit");
+
+	qc_kv_seq_free(kv, a);
+	CHECK(qc_kv_blocks_idle(kv) == 2 && qc_kv_blocks_used(kv) == 0 && qc_kv_blocks_free(kv) == 8,
+	      "freed cached blocks must be idle and count as free");
+	CHECK(kv_ok(kv), "after free");
+	int32_t b;
+	qc_kv_seq_new(kv, &b, &err);
+	int32_t n = qc_kv_prefix_match(kv, t, 12, ids, &idle);
+	CHECK(n == 2 && idle == 2, "idle hits: %d (%d idle)", n, idle);
+	CHECK(qc_kv_seq_attach(kv, b, ids, n, &err) == QC_OK, "attach: %s", err.msg);
+	CHECK(qc_kv_seq_len(kv, b) == 8 && qc_kv_blocks_idle(kv) == 0 && qc_kv_blocks_used(kv) == 2,
+	      "attach: len %d", qc_kv_seq_len(kv, b));
+	CHECK(qc_kv_seq_attach(kv, b, ids, n, &err) == QC_EINVAL, "attach to a non-empty row");
+	int32_t slots[4];
+	struct qc_kv_cow cow;
+	CHECK(qc_kv_seq_append(kv, b, 4, slots, &cow, &err) == QC_OK && cow.src < 0 &&
+	      slots[0] / 4 != ids[0] && slots[0] / 4 != ids[1], "append after a hit writes a fresh block");
+	qc_kv_seq_cache(kv, b, t, 12);
+	CHECK(qc_kv_blocks_cached(kv) == 3, "third block entered after the hit: %d",
+	      qc_kv_blocks_cached(kv));
+	CHECK(kv_ok(kv), "after attach");
+
+	/* the salt (model identity, K/V dtype) seeds every key: the same tokens key
+	 * differently under another salt, identically under the same one */
+	struct qc_kv *kv2 = make_kv_pc(8, 4, 4, 64, 8), *kv3 = make_kv_pc(8, 4, 4, 64, 7);
+	const uint64_t zero[2] = { 0, 0 };
+	uint64_t k7[2], k8[2], k7b[2];
+	block_key(kv, zero, t, k7);
+	block_key(kv2, zero, t, k8);
+	block_key(kv3, zero, t, k7b);
+	CHECK((k7[0] != k8[0] || k7[1] != k8[1]) && k7[0] == k7b[0] && k7[1] == k7b[1],
+	      "salt does not separate keys");
+	qc_kv_free(kv2);
+	qc_kv_free(kv3);
+	qc_kv_free(kv);
+}
+
+/* Idle cached blocks are evicted only when no plain free block is left, the
+ * least recently released chain first, tail block before its predecessors. */
+static void eviction_is_lru_and_on_demand(void)
+{
+	struct qc_kv *kv = make_kv_pc(6, 2, 4, 64, 1);
+	struct qc_err err = { 0 };
+	int32_t x[4] = { 1, 2, 3, 4 }, y[4] = { 5, 6, 7, 8 }, ids[8], idle, slots[8];
+	struct qc_kv_cow cow;
+
+	int32_t a = put_seq(kv, x, 4), b = put_seq(kv, y, 4);
+	qc_kv_seq_free(kv, a);      /* x released first: evicted first */
+	qc_kv_seq_free(kv, b);
+	CHECK(qc_kv_blocks_idle(kv) == 4 && qc_kv_blocks_free(kv) == 6, "4 idle");
+	int32_t c;
+	qc_kv_seq_new(kv, &c, &err);
+	CHECK(qc_kv_seq_append(kv, c, 4, slots, &cow, &err) == QC_OK, "append: %s", err.msg);
+	CHECK(qc_kv_blocks_cached(kv) == 4, "2 plain free blocks used before any eviction");
+	CHECK(qc_kv_seq_append(kv, c, 2, slots, &cow, &err) == QC_OK, "append: %s", err.msg);
+	CHECK(qc_kv_blocks_cached(kv) == 3, "one eviction");
+	CHECK(qc_kv_prefix_match(kv, x, 5, ids, &idle) == 1, "x's tail block went first, its head stays");
+	CHECK(qc_kv_prefix_match(kv, y, 5, ids, &idle) == 2, "y untouched");
+	CHECK(qc_kv_seq_append(kv, c, 2, slots, &cow, &err) == QC_OK, "append: %s", err.msg);
+	CHECK(qc_kv_prefix_match(kv, x, 5, ids, &idle) == 0, "x's head evicted next");
+	CHECK(kv_ok(kv), "after evictions");
+	/* a block evicted and reused under new content must not resurrect the old chain */
+	qc_kv_seq_free(kv, c);
+	qc_kv_cache_drop_idle(kv);
+	CHECK(qc_kv_blocks_cached(kv) == 0 && qc_kv_blocks_free(kv) == 6 && kv_ok(kv), "drop_idle");
+	qc_kv_free(kv);
+}
+
 /* The checker must trip on each kind of corruption (SQLite bitvec opcode 5). */
 static void check_trips_on_corrupted_state(void)
 {
@@ -263,6 +391,35 @@ static void check_trips_on_corrupted_state(void)
 	CHECK(qc_kv_check(kv, &err) == QC_EFORMAT, "duplicate within a table not caught");
 	row(kv, a)[1] = 1;
 	CHECK(qc_kv_check(kv, &err) == QC_OK, "restored state fails: %s", err.msg);
+	qc_kv_free(kv);
+
+	/* the prefix cache's structures */
+	kv = make_kv_pc(8, 2, 4, 64, 3);
+	int32_t t[6] = { 1, 2, 3, 4, 5, 6 };
+	int32_t s1 = put_seq(kv, t, 6), s2 = put_seq(kv, t + 1, 4);
+	qc_kv_seq_free(kv, s1);   /* 3 idle cached blocks */
+	CHECK(qc_kv_check(kv, &err) == QC_OK, "clean cached state fails: %s", err.msg);
+	int32_t h = kv->lru_head;
+	kv->n_idle++;
+	CHECK(qc_kv_check(kv, &err) == QC_EFORMAT, "idle count drift not caught");
+	kv->n_idle--;
+	kv->cached[h] = 0;
+	CHECK(qc_kv_check(kv, &err) == QC_EFORMAT, "uncached block on the LRU not caught");
+	kv->cached[h] = 1;
+	kv->lru_prev[kv->lru_next[h]] = -1;
+	CHECK(qc_kv_check(kv, &err) == QC_EFORMAT, "broken LRU link not caught");
+	kv->lru_prev[kv->lru_next[h]] = h;
+	int32_t held = row(kv, s2)[0];
+	kv->key[2 * held] ^= 1;     /* a cached block filed under the wrong bucket */
+	CHECK(qc_kv_check(kv, &err) == QC_EFORMAT, "misfiled cached block not caught");
+	kv->key[2 * held] ^= 1;
+	kv->n_cached--;
+	CHECK(qc_kv_check(kv, &err) == QC_EFORMAT, "cached count drift not caught");
+	kv->n_cached++;
+	kv->row_nchain[s2] = 3;
+	CHECK(qc_kv_check(kv, &err) == QC_EFORMAT, "row chain past its blocks not caught");
+	kv->row_nchain[s2] = 2;
+	CHECK(qc_kv_check(kv, &err) == QC_OK, "restored cached state fails: %s", err.msg);
 	qc_kv_free(kv);
 }
 
@@ -387,6 +544,8 @@ int main(void)
 	append_maps_slots_block_by_block();
 	append_is_all_or_nothing_and_bounded();
 	fork_shares_blocks_and_copies_partial_last_on_write();
+	prefix_match_takes_full_blocks_only();
+	eviction_is_lru_and_on_demand();
 	check_trips_on_corrupted_state();
 	random_ops_never_clobber_a_live_sequence();
 	return check_report("test_kv_blocks");

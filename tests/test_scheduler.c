@@ -53,6 +53,9 @@ struct req {
 	bool done;
 	int n_entries;          /* plan entries that carried this request */
 	int max_chunk;
+	long first_step;        /* run step that accepted its first token, 0 before */
+	long last_step;         /* ... its latest token */
+	long max_gap;           /* most steps between two of its tokens */
 };
 
 static int32_t hist_at(const struct req *r, int32_t pos)
@@ -186,7 +189,8 @@ static int check_tables(const struct qc_kv *kv, const int32_t *const *tables, co
 				continue;
 			}
 			distinct += seen[b] == 0;
-			bad += ++seen[b] > 1;
+			/* only prefix-cache blocks (full, never written again) are shared */
+			bad += ++seen[b] > 1 && !qc_kv_block_cached(kv, b);
 		}
 	for (int32_t b = 0; b < total; b++)
 		bad += qc_kv_block_refcount(kv, b) != seen[b];
@@ -226,6 +230,8 @@ struct run {
 	int n_admits;
 };
 
+static bool g_prefix_cache;  /* run_open's pools keep a prefix cache */
+
 static void run_open(struct run *rn, int32_t n_blocks, int32_t bt, int32_t max_tokens,
 		     int32_t max_running, int32_t batch, int32_t prefill)
 {
@@ -238,6 +244,8 @@ static void run_open(struct run *rn, int32_t n_blocks, int32_t bt, int32_t max_t
 	kc.block_tokens = bt;
 	kc.max_seqs = max_running;
 	kc.max_seq_tokens = max_tokens;
+	kc.prefix_cache = g_prefix_cache;
+	kc.prefix_salt = 42;
 	CHECK(qc_kv_new(&kc, &rn->kv, &err) == QC_OK, "kv: %s", err.msg);
 	qc_sched_config_init(&rn->cfg);
 	rn->cfg.max_running = max_running;
@@ -323,8 +331,14 @@ static void run_step(struct run *rn, struct req *cancel_mid)
 			rn->bad_plan += p->accepted[e] != 0;
 			continue;
 		}
-		if (p->accepted[e])
+		if (p->accepted[e]) {
 			r->out[r->n_out++] = sampled[e];
+			if (r->first_step == 0)
+				r->first_step = rn->steps;
+			else if (rn->steps - r->last_step > r->max_gap)
+				r->max_gap = rn->steps - r->last_step;
+			r->last_step = rn->steps;
+		}
 		if (p->finish[e] != QC_SCHED_FINISH_NONE) {
 			r->done = true;
 			r->finish = p->finish[e];
@@ -656,6 +670,107 @@ static void checkers_trip_on_wrong_inputs(void)
 	run_close(&rn);
 }
 
+/* Prefix cache, step by step: b shares a's first 20 tokens (2.5 blocks of 8) and
+ * is admitted after a's prefill committed: it must feed from position 16 (the
+ * partial third block is never shared), read a's cached K/V (the mock checks
+ * every context token), and c, a's exact prompt of 24 (3 full blocks), must
+ * still feed its last block: one token at least is fed for its logits. */
+static void prefix_hits_feed_only_the_rest(void)
+{
+	struct run rn;
+	struct req a = { 0 }, b = { 0 }, c = { 0 };
+	g_prefix_cache = true;
+	run_open(&rn, 32, 8, 128, 4, 64, 64);
+	g_prefix_cache = false;
+	make_prompt(&a, 11, 24);
+	a.max_tokens = 3;
+	a.eos = -1;
+	b = a;
+	make_prompt(&b, 12, 30);
+	memcpy(b.prompt, a.prompt, 20 * sizeof *b.prompt);
+	c = a;
+	add_req(&rn, &a);
+	run_step(&rn, NULL);                  /* a prefilled whole */
+	add_req(&rn, &b);
+	add_req(&rn, &c);
+	rn.n_admits = 0;
+	struct qc_sched_plan *p;
+	struct qc_err err = { 0 };
+	CHECK(qc_sched_step(rn.s, &p, &err) == QC_OK && p->n_seqs == 3, "step: %s", err.msg);
+	CHECK(p->positions[p->tok_start[1]] == 16 && p->tok_start[2] - p->tok_start[1] == 14 &&
+	      p->ctx_lens[1] == 30, "b fed from %d (%d tokens), want 16 (14)",
+	      p->positions[p->tok_start[1]], p->tok_start[2] - p->tok_start[1]);
+	CHECK(p->positions[p->tok_start[2]] == 16 && p->tok_start[3] - p->tok_start[2] == 8,
+	      "c fed from %d, want 16 (its last full block is fed, not shared)",
+	      p->positions[p->tok_start[2]]);
+	struct req *reqs[3] = { &a, &b, &c };
+	int32_t sampled[3];
+	CHECK(mock_forward(&rn.m, p, reqs, sampled) == 0, "hit entries read wrong K/V");
+	CHECK(qc_sched_check(rn.s, &err) == QC_OK, "check: %s", err.msg);
+	/* the plan checker must trip on a plan that writes a cached block */
+	int32_t saved = p->slots[p->tok_start[1]];
+	int32_t nb;
+	const int32_t *ta = qc_kv_seq_table(rn.kv, 0, &nb);
+	p->slots[p->tok_start[1]] = ta[0] * 8;
+	CHECK(qc_sched_check(rn.s, &err) == QC_EFORMAT, "write into a cached block not flagged");
+	p->slots[p->tok_start[1]] = saved;
+	CHECK(qc_sched_commit(rn.s, p, sampled, &err) == QC_OK, "commit: %s", err.msg);
+	for (int i = 0; i < 3; i++)
+		reqs[i]->out[reqs[i]->n_out++] = sampled[i];
+	while (qc_sched_has_work(rn.s) && rn.steps < 100)
+		run_step(&rn, NULL);
+	struct qc_sched_stats st;
+	qc_sched_get_stats(rn.s, &st);
+	CHECK(st.prefix_hit_tokens == 32 && st.prefix_queried_tokens == 24 + 30 + 24,
+	      "stats: %llu hit of %llu", (unsigned long long)st.prefix_hit_tokens,
+	      (unsigned long long)st.prefix_queried_tokens);
+	CHECK(compare_with_ref(&a, false) == 0 && compare_with_ref(&b, false) == 0 &&
+	      compare_with_ref(&c, false) == 0, "outputs with cache hits differ from solo runs");
+	CHECK(rn.bad_plan == 0 && rn.bad_check == 0, "inconsistencies %d %d", rn.bad_plan, rn.bad_check);
+	run_close(&rn);
+}
+
+/* Fair chunked prefill, in steps: a 200-token prompt prefilled at 32 tokens a
+ * step; a running stream older than it and one admitted during it get a token
+ * every step, and a 5-token request arriving mid-prefill gets its first token
+ * within two steps of arriving, while the long prompt is still prefilling. */
+static void long_prefill_does_not_stall_others(void)
+{
+	struct run rn;
+	struct req old = { 0 }, big = { 0 }, small = { 0 };
+	run_open(&rn, 64, 8, 256, 4, 64, 32);
+	make_prompt(&old, 21, 4);
+	old.max_tokens = 40;
+	old.eos = -1;
+	make_prompt(&big, 22, 200);
+	big.max_tokens = 2;
+	big.eos = -1;
+	make_prompt(&small, 23, 5);
+	small.max_tokens = 20;
+	small.eos = -1;
+	add_req(&rn, &old);
+	run_step(&rn, NULL);
+	add_req(&rn, &big);
+	run_step(&rn, NULL);
+	run_step(&rn, NULL);
+	long arrive = rn.steps;
+	add_req(&rn, &small);
+	while (qc_sched_has_work(rn.s) && rn.steps < 200)
+		run_step(&rn, NULL);
+	CHECK(small.first_step > 0 && small.first_step - arrive <= 2,
+	      "5-token request arrived after step %ld, first token at step %ld", arrive,
+	      small.first_step);
+	CHECK(big.first_step > small.first_step + 3, "the long prefill (first token at %ld) was "
+	      "not still running while small decoded: test is vacuous", big.first_step);
+	CHECK(old.max_gap <= 1 && small.max_gap <= 1, "a decoding stream waited %ld / %ld steps",
+	      old.max_gap, small.max_gap);
+	CHECK(big.max_chunk <= 32, "chunk %d above the budget", big.max_chunk);
+	CHECK(compare_with_ref(&old, false) == 0 && compare_with_ref(&big, false) == 0 &&
+	      compare_with_ref(&small, false) == 0, "outputs differ from solo runs");
+	CHECK(rn.bad_plan == 0 && rn.bad_check == 0, "inconsistencies %d %d", rn.bad_plan, rn.bad_check);
+	run_close(&rn);
+}
+
 static uint64_t rs = 0x9e3779b97f4a7c15ull;
 
 static uint32_t rnd(uint32_t n)
@@ -674,7 +789,18 @@ static int count_unfinished(const struct req *reqs, int n)
 	return k;
 }
 
-static void randomized_stress_keeps_invariants(void)
+/* Prompts from 3 families sharing up to 40 leading tokens, the rest own:
+ * prefix-cache hits, partial-block hits and evictions on a 40-block pool. */
+static void shared_prompt(struct req *r, uint32_t seed, int32_t n)
+{
+	make_prompt(r, seed, n);
+	int32_t shared = (int32_t)rnd(41);
+	uint32_t fam = rnd(3);
+	for (int32_t i = 0; i < shared && i < n; i++)
+		r->prompt[i] = (int32_t)((fam * 977u + (uint32_t)i * 131u) % V);
+}
+
+static void randomized_stress_keeps_invariants(bool cache)
 {
 	enum { MAXR = 3000, ARRIVE_STEPS = 6000 };
 	struct req *reqs = calloc(MAXR, sizeof *reqs);
@@ -683,13 +809,18 @@ static void randomized_stress_keeps_invariants(void)
 	struct qc_err err = { 0 };
 	int n_req = 0, n_cancel = 0, n_stopstr = 0, refused = 0;
 	/* 40 blocks x 8 tokens; prompts up to 90, context 160 */
+	g_prefix_cache = cache;
 	run_open(&rn, 40, 8, 160, 8, 48, 24);
+	g_prefix_cache = false;
 	for (long step = 0; step < 40000; step++) {
 		if (step < ARRIVE_STEPS) {
 			int arrivals = rnd(100) < 30 ? 1 + (int)rnd(2) : 0;
 			for (int k = 0; k < arrivals && n_req < MAXR; k++) {
 				struct req *r = &reqs[n_req];
-				make_prompt(r, (uint32_t)n_req * 7 + 3, 1 + (int32_t)rnd(90));
+				if (cache)
+					shared_prompt(r, (uint32_t)n_req * 7 + 3, 1 + (int32_t)rnd(90));
+				else
+					make_prompt(r, (uint32_t)n_req * 7 + 3, 1 + (int32_t)rnd(90));
 				r->max_tokens = 1 + (int32_t)rnd(60);
 				r->eos = rnd(2) ? 0 : -1;
 				r->n_stop = rnd(3) == 0 ? 2 : 0;
@@ -747,9 +878,23 @@ static void randomized_stress_keeps_invariants(void)
 	CHECK(st.n_preemptions > 10, "stress run never preempted (%llu)",
 	      (unsigned long long)st.n_preemptions);
 	CHECK(st.blocks_used == 0 && st.n_running == 0 && st.n_waiting == 0, "leftovers");
+	CHECK(st.blocks_free == st.blocks_total, "%d of %d blocks free at the end", st.blocks_free,
+	      st.blocks_total);
 	CHECK(st.n_failed == 0, "%llu failures with prompts that fit", (unsigned long long)st.n_failed);
-	printf("  stress: %d requests, %ld steps, %llu preemptions, %d cancels (%d stop strings), "
-	       "%d refused\n", n_req, rn.steps, (unsigned long long)st.n_preemptions, n_cancel, n_stopstr, refused);
+	if (cache)
+		/* a third of the queried tokens is a shared prefix on average; the
+		 * whole-block rule and evictions take some of it */
+		CHECK(st.prefix_hit_tokens * 10 > st.prefix_queried_tokens && st.blocks_cached > 0 &&
+		      st.blocks_cached <= st.blocks_total,
+		      "prefix cache: %llu of %llu tokens hit, %d blocks cached",
+		      (unsigned long long)st.prefix_hit_tokens, (unsigned long long)st.prefix_queried_tokens,
+		      st.blocks_cached);
+	else
+		CHECK(st.prefix_hit_tokens == 0 && st.blocks_cached == 0, "cache off but hits");
+	printf("  stress%s: %d requests, %ld steps, %llu preemptions, %d cancels (%d stop strings), "
+	       "%d refused, %llu of %llu prompt tokens from the cache\n", cache ? " (prefix cache)" : "",
+	       n_req, rn.steps, (unsigned long long)st.n_preemptions, n_cancel, n_stopstr, refused,
+	       (unsigned long long)st.prefix_hit_tokens, (unsigned long long)st.prefix_queried_tokens);
 
 	/* the completion checker must notice a request left unfinished */
 	reqs[0].done = false;
@@ -766,6 +911,9 @@ int main(void)
 	add_and_misuse_are_rejected();
 	cancel_between_step_and_commit_drops_only_that_request();
 	checkers_trip_on_wrong_inputs();
-	randomized_stress_keeps_invariants();
+	prefix_hits_feed_only_the_rest();
+	long_prefill_does_not_stall_others();
+	randomized_stress_keeps_invariants(false);
+	randomized_stress_keeps_invariants(true);
 	return check_report("test_scheduler");
 }

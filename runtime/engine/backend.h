@@ -39,6 +39,10 @@ struct qc_backend_params {
 
 struct qc_backend_ops {
 	const char *name;
+	/* Default prefill chunk (max_prefill_tokens) for this backend: the most prompt
+	 * tokens one step carries, hence the longest a decoding stream waits; 0: the
+	 * whole max_batch_tokens. */
+	int32_t prefill_chunk;
 	/* m is borrowed and outlives the backend. QC_OK and *state, or an error. */
 	int (*create)(const struct qc_model *m, const struct qc_backend_params *p, void **state,
 		      struct qc_err *err);

@@ -24,6 +24,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <xxhash.h>
+
 #include "sample_par.h"
 #include "vocab.h"
 
@@ -89,6 +91,7 @@ void qc_engine_opts_init(struct qc_engine_opts *o)
 {
 	memset(o, 0, sizeof *o);
 	o->act_round = QC_ACT_ROUND_GGML;
+	o->prefix_cache = true;
 }
 
 static struct req *find_req(const struct qc_engine *e, uint64_t id)
@@ -131,6 +134,20 @@ static void req_free(struct req *r)
 	free(r->out);
 	free(r->lp);
 	free(r);
+}
+
+/* The prefix cache's key seed: everything besides the tokens that decides a K/V
+ * block's bytes. The manifest names the weights (with their checksums), the
+ * backend, rounding and block bytes the arithmetic and the K/V dtype. */
+static uint64_t cache_salt(const struct qc_engine *e, const struct qc_engine_opts *op,
+			   uint64_t block_bytes)
+{
+	const struct qc_bundle *b = e->model->bundle;
+	const uint64_t geo[3] = {block_bytes, (uint64_t)op->act_round, (uint64_t)op->block_tokens};
+	uint64_t h = XXH3_64bits_withSeed(b->map + b->manifest_off, (size_t)b->manifest_size,
+					  op->prefix_salt);
+	h = XXH3_64bits_withSeed(e->be->name, strlen(e->be->name), h);
+	return XXH3_64bits_withSeed(geo, sizeof geo, h);
 }
 
 int qc_engine_new(const char *path, const struct qc_engine_opts *o, struct qc_engine **out,
@@ -206,12 +223,16 @@ int qc_engine_new(const char *path, const struct qc_engine_opts *o, struct qc_en
 	kc.block_tokens = op->block_tokens;
 	kc.max_seqs = op->max_running;
 	kc.max_seq_tokens = op->max_seq_tokens;
+	kc.prefix_cache = op->prefix_cache;
+	kc.prefix_salt = cache_salt(e, op, block_bytes);
 	if ((rc = qc_kv_new(&kc, &e->kv, err)))
 		goto out_free;
 	struct qc_sched_config sc;
 	qc_sched_config_init(&sc);
 	sc.max_running = op->max_running;
 	sc.max_batch_tokens = op->max_batch_tokens;
+	if (!op->max_prefill_tokens)
+		op->max_prefill_tokens = e->be->prefill_chunk;
 	sc.max_prefill_tokens = op->max_prefill_tokens > 0 && op->max_prefill_tokens < op->max_batch_tokens
 					? op->max_prefill_tokens : op->max_batch_tokens;
 	if ((rc = qc_sched_new(&sc, e->kv, &e->sched, err)))

@@ -47,8 +47,13 @@ struct qc_engine_opts {
 	int32_t max_seq_tokens;               /* longest sequence; 0: min(n_ctx_train, 4096) */
 	int32_t max_batch_tokens;             /* tokens per forward; 0: 512 */
 	int32_t max_prefill_tokens;           /* of those, prompt tokens per forward (the chunked-
-						 prefill budget); 0 or more than max_batch_tokens:
+						 prefill budget); 0: the backend's prefill_chunk
+						 (CPU 128, else max_batch_tokens); capped at
 						 max_batch_tokens */
+	bool prefix_cache;                    /* reuse cached K/V blocks of earlier requests'
+						 identical prefixes; default true */
+	uint64_t prefix_salt;                 /* mixed into every cache key with the bundle's
+						 manifest, backend and K/V block geometry */
 	int32_t n_threads;                    /* backend matmul threads; 0: $QC_THREADS, else online CPUs
 						 (results do not depend on it) */
 	uint64_t kv_budget_bytes;             /* K/V pool; 0: max_running full sequences,

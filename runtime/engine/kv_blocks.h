@@ -4,13 +4,24 @@
  * list, per-block reference counts and per-sequence block tables. The K/V bytes
  * live elsewhere (the backend allocates n_blocks * block_bytes); attention reaches
  * them only through the int32 block tables kept here.
- * Non-goals: the K/V data itself, prefix-cache hashing, eviction policy (the
- * scheduler decides who gives blocks back), thread safety (one owner thread).
- * Invariants: free + used == total; refcount[b] == number of live tables naming b;
+ * Prefix cache (cfg.prefix_cache): a full block whose K/V is written
+ * (qc_kv_seq_cache) is keyed by XXH3-128(predecessor's key || its tokens, seed =
+ * cfg.prefix_salt: the caller's model identity and K/V dtype); a new sequence
+ * takes the longest run of cached blocks (qc_kv_prefix_match, qc_kv_seq_attach).
+ * A match also compares the block's tokens and its predecessor's (id, generation),
+ * so it is exact whatever the hash does; the 128-bit key only finds candidates.
+ * Cached blocks no table names are "idle": they stay on an LRU, count as free,
+ * and are evicted (least recently released first) only when no plain free block
+ * is left. Cached blocks are full, hence never written again.
+ * Non-goals: the K/V data itself, which request to preempt (the scheduler does),
+ * persistence of the cache, thread safety (one owner thread).
+ * Invariants: free + idle + used == total; refcount[b] == number of live tables
+ * naming b; a refcount-0 block is on the free list (uncached) or the LRU (cached);
  * a table holds exactly ceil(len / block_tokens) blocks; a block never appears
  * twice in one table. Nothing is allocated after qc_kv_new.
  * References: Kwon et al., "Efficient Memory Management for LLM Serving with
- * PagedAttention" (SOSP'23) §4.2-4.4; vLLM BlockSpaceManager (behaviour only).
+ * PagedAttention" (SOSP'23) §4.2-4.4; vLLM BlockSpaceManager and automatic prefix
+ * caching (behaviour only).
  */
 #ifndef QC_KV_BLOCKS_H
 #define QC_KV_BLOCKS_H
@@ -22,7 +33,8 @@
 
 #define QC_KV_BLOCK_TOKENS_DEFAULT 16
 #define QC_KV_BLOCK_TOKENS_MAX 1024
-#define QC_KV_MAX_BLOCKS (1 << 24)     /* 16M ids: bookkeeping stays under 200 MiB */
+#define QC_KV_MAX_BLOCKS (1 << 24)     /* 16M ids: bookkeeping stays under 200 MiB
+					 (prefix cache: + 4 * block_tokens bytes a block) */
 #define QC_KV_MAX_SEQS 65536
 
 struct qc_kv;   /* opaque */
@@ -33,6 +45,9 @@ struct qc_kv_config {
 	int32_t block_tokens;    /* tokens per block, 1..QC_KV_BLOCK_TOKENS_MAX */
 	int32_t max_seqs;        /* live sequences at once (block-table rows) */
 	int32_t max_seq_tokens;  /* longest sequence in tokens; sets the table width */
+	bool prefix_cache;       /* keep full blocks for reuse by later sequences */
+	uint64_t prefix_salt;    /* seeds every key: whatever else changes a block's
+				    K/V for the same tokens (model, K/V dtype) */
 };
 
 /* One copy-on-write the backend must perform before the forward that writes the
@@ -45,7 +60,7 @@ struct qc_kv_cow {
 };
 
 /* Fill cfg with defaults: block_tokens 16, max_seqs 256, max_seq_tokens 4096,
- * budget and block_bytes 0 (the caller must set both). Never fails. */
+ * prefix cache off, budget and block_bytes 0 (the caller must set both). Never fails. */
 void qc_kv_config_init(struct qc_kv_config *cfg);
 
 /* *out = n_layers * 2 (K and V) * n_kv_heads * head_dim * elem_bytes * block_tokens.
@@ -65,10 +80,17 @@ int qc_kv_new(const struct qc_kv_config *cfg, struct qc_kv **out, struct qc_err 
 void qc_kv_free(struct qc_kv *kv);
 
 /* Pool geometry and occupancy; kv must not be NULL. used counts blocks with
- * refcount > 0, so a block shared by several sequences counts once. */
+ * refcount > 0, so a block shared by several sequences counts once; free counts
+ * plain free blocks and idle cached ones (evicted on demand). */
 int32_t qc_kv_blocks_total(const struct qc_kv *kv);
 int32_t qc_kv_blocks_free(const struct qc_kv *kv);
 int32_t qc_kv_blocks_used(const struct qc_kv *kv);
+/* Blocks in the prefix cache, and those of them no table names (idle). */
+int32_t qc_kv_blocks_cached(const struct qc_kv *kv);
+int32_t qc_kv_blocks_idle(const struct qc_kv *kv);
+bool qc_kv_prefix_cache_on(const struct qc_kv *kv);
+/* True when b is in the prefix cache (never written again while it is). */
+bool qc_kv_block_cached(const struct qc_kv *kv, int32_t b);
 int32_t qc_kv_block_tokens(const struct qc_kv *kv);
 int32_t qc_kv_max_seqs(const struct qc_kv *kv);
 /* Columns of a block table: the most blocks one sequence can hold. */
@@ -121,6 +143,31 @@ int32_t qc_kv_seq_room(const struct qc_kv *kv, int32_t seq, int32_t max_new_bloc
  * table width) or QC_ENOMEM (not enough free blocks; nothing changed). */
 int qc_kv_seq_append(struct qc_kv *kv, int32_t seq, int32_t n, int32_t *slots,
 		     struct qc_kv_cow *cow, struct qc_err *err);
+
+/* Longest run of cached blocks matching tokens[0..n_tokens) from the start, at
+ * most (n_tokens - 1) / block_tokens of them (the last token is always left to
+ * compute, for its logits) and the table width. ids (table width entries,
+ * caller-owned) receives them; *n_idle how many of them are idle (attaching
+ * those takes them off the free count). Returns the count; 0 with the cache off.
+ * Changes nothing (the matched blocks may be evicted until attached). */
+int32_t qc_kv_prefix_match(struct qc_kv *kv, const int32_t *tokens, int32_t n_tokens,
+			   int32_t *ids, int32_t *n_idle);
+
+/* Put n blocks just returned by qc_kv_prefix_match at the start of the live,
+ * empty seq (refcount + 1 each; idle ones leave the LRU); its length becomes
+ * n * block_tokens. Returns QC_OK or QC_EINVAL (seq not live and empty, an id
+ * not cached; nothing changed). */
+int qc_kv_seq_attach(struct qc_kv *kv, int32_t seq, const int32_t *ids, int32_t n,
+		     struct qc_err *err);
+
+/* Enter into the cache every full block of seq below min(n_tokens, its length)
+ * not entered yet; tokens[0..n_tokens) are the tokens seq's K/V was computed
+ * from. Call only once the K/V of those tokens is written (after the forward).
+ * A block whose twin is already cached stays private. No-op with the cache off. */
+void qc_kv_seq_cache(struct qc_kv *kv, int32_t seq, const int32_t *tokens, int32_t n_tokens);
+
+/* Evict every idle cached block now (tests; a model or dtype change). */
+void qc_kv_cache_drop_idle(struct qc_kv *kv);
 
 /* Split a slot into block id and offset. */
 static inline int32_t qc_kv_slot_block(const struct qc_kv *kv, int32_t slot)

@@ -8,8 +8,13 @@
  * are needed exactly when that chunk reaches n_tokens. Decode and recompute after
  * preemption are the same rule, so a preempted request resumes bit-identically.
  * Invariant after every commit: kv length of a running request == n_computed <
- * n_tokens; waiting requests hold no kv row. A block is shared only between the
- * choices of one group (qc_sched_fork); kv refcounts say by how many.
+ * n_tokens; waiting requests hold no kv row; a block in a running table is the
+ * row's own (refcount 1), a full cached block, or shared between the choices of
+ * one group (qc_sched_fork; kv refcounts say by how many); no planned slot lies
+ * in a cached block, nor in a shared one outside the step that forks. A
+ * prefix-cache hit at admission only starts n_computed above 0 (whole blocks, at
+ * least one token left), so the rest of the rule, and bit-identical output, are
+ * unchanged.
  * Groups: a request added with n_choices > 1 holds n_fork = n_choices - 1 running
  * rows in reserve from its admission to its fork (n_reserved sums them over the
  * running set), so the fork always finds rows: running + n_reserved <= max_running.
@@ -59,7 +64,9 @@ struct qc_sched {
 	uint32_t serial;              /* high half of the next id */
 	struct qc_sched_plan plan;
 	int32_t *plan_slot;           /* (max_running) request slot of each plan entry */
+	int32_t *match_ids;           /* (kv table width) cached blocks a waiting head matches */
 	bool plan_pending;            /* stepped, not yet committed */
+	bool fork_pending;            /* a group forked since the step: its planned slots are shared */
 	int32_t n_reserved;           /* running rows held for forks: sum of running n_fork */
 	struct qc_sched_stats st;     /* counters; occupancy fields filled on demand */
 };
@@ -191,6 +198,7 @@ int qc_sched_new(const struct qc_sched_config *cfg, struct qc_kv *kv,
 	s->seqs = calloc((size_t)s->cap, sizeof *s->seqs);
 	s->free_slots = malloc((size_t)s->cap * sizeof *s->free_slots);
 	s->plan_slot = malloc(ns * sizeof *s->plan_slot);
+	s->match_ids = malloc((size_t)qc_kv_table_width(kv) * sizeof *s->match_ids);
 	p->tokens = malloc(nt * sizeof *p->tokens);
 	p->positions = malloc(nt * sizeof *p->positions);
 	p->slots = malloc(nt * sizeof *p->slots);
@@ -205,7 +213,7 @@ int qc_sched_new(const struct qc_sched_config *cfg, struct qc_kv *kv,
 	p->cow_dst = malloc(ns * sizeof *p->cow_dst);
 	p->cow_n_tokens = malloc(ns * sizeof *p->cow_n_tokens);
 	p->failed_ids = malloc(ns * sizeof *p->failed_ids);
-	if (!s->seqs || !s->free_slots || !s->plan_slot || !p->tokens || !p->positions ||
+	if (!s->seqs || !s->free_slots || !s->plan_slot || !s->match_ids || !p->tokens || !p->positions ||
 	    !p->slots || !p->seq_ids || !p->tok_start || !p->ctx_lens || !p->need_logits ||
 	    !p->block_tables || !p->accepted || !p->finish || !p->cow_src || !p->cow_dst ||
 	    !p->cow_n_tokens || !p->failed_ids) {
@@ -257,6 +265,7 @@ void qc_sched_free(struct qc_sched *s)
 	free(p->cow_n_tokens);
 	free(p->failed_ids);
 	free(s->plan_slot);
+	free(s->match_ids);
 	free(s->free_slots);
 	free(s->seqs);
 	free(s);
@@ -431,20 +440,31 @@ static void plan_entry(struct qc_sched *s, int32_t slot, int32_t chunk)
 
 static int32_t min32(int32_t a, int32_t b) { return a < b ? a : b; }
 
-/* Running requests, oldest first. Returns true when anything was preempted. */
-static bool schedule_running(struct qc_sched *s, int32_t *budget, int32_t *prefill_budget)
+static bool is_decode(const struct seq *q) { return q->n_computed >= q->n_prefill; }
+
+/* Running requests, oldest first. Fairness (Sarathi-style stall-free batching):
+ * a prefill chunk never takes the batch tokens that the running decodes not yet
+ * planned need (dec_left), nor the `reserve` prefill tokens kept for admitting
+ * the waiting head this step; so a long prefill neither stalls a newer decoding
+ * stream nor keeps a short request from starting. Returns true when anything
+ * was preempted. */
+static bool schedule_running(struct qc_sched *s, int32_t *budget, int32_t *prefill_budget,
+			     int32_t reserve)
 {
 	struct qc_sched_plan *p = &s->plan;
 	bool preempted = false;
-	int32_t cur = s->running.head;
+	int32_t cur = s->running.head, dec_left = 0;
 
+	for (int32_t i = s->running.head; i >= 0; i = s->seqs[i].next)
+		dec_left += is_decode(&s->seqs[i]);
 	while (cur >= 0) {
 		struct seq *q = &s->seqs[cur];
-		bool prefill = q->n_computed < q->n_prefill;
+		bool prefill = !is_decode(q);
 		int32_t chunk = min32(q->n_tokens - q->n_computed, *budget);
 		if (prefill)
-			chunk = min32(chunk, *prefill_budget);
-		if (chunk == 0) {
+			chunk = min32(chunk, min32(*prefill_budget - reserve, *budget - dec_left));
+		if (chunk <= 0) {
+			dec_left -= !prefill;
 			cur = q->next;
 			continue;
 		}
@@ -452,6 +472,7 @@ static bool schedule_running(struct qc_sched *s, int32_t *budget, int32_t *prefi
 		if (room == 0) {
 			if (s->running.tail != cur) {
 				/* victim is newer than q, hence not in the plan yet */
+				dec_left -= is_decode(&s->seqs[s->running.tail]);
 				preempt(s, s->running.tail);
 				preempted = true;
 				continue;
@@ -472,6 +493,8 @@ static bool schedule_running(struct qc_sched *s, int32_t *budget, int32_t *prefi
 		*budget -= chunk;
 		if (prefill)
 			*prefill_budget -= chunk;
+		else
+			dec_left--;
 		cur = q->next;
 	}
 	return preempted;
@@ -492,30 +515,43 @@ static void admit_waiting(struct qc_sched *s, int32_t *budget, int32_t *prefill_
 	       *prefill_budget > 0) {
 		int32_t slot = s->waiting.head;
 		struct seq *q = &s->seqs[slot];
-		int32_t free_blocks = qc_kv_blocks_free(s->kv);
+		/* prefix cache: whole cached blocks of the (re)prefill are taken as they
+		 * are; attaching idle ones takes them off the free count */
+		int32_t n_idle = 0;
+		int32_t hit = qc_kv_prefix_match(s->kv, q->tokens, q->n_tokens, s->match_ids, &n_idle);
+		int32_t free_blocks = qc_kv_blocks_free(s->kv) - n_idle;
 		/* a group comes in with rows for all its choices (see the top) */
 		if (s->running.n + s->n_reserved + 1 + q->n_fork > s->cfg.max_running)
 			break;
 		if (s->running.n > 0) {
 			free_blocks -= s->cfg.watermark_blocks;
-			if (blocks_for(s, q->n_tokens) + q->n_fork > free_blocks)
+			if (blocks_for(s, q->n_tokens) - hit + q->n_fork > free_blocks)
 				break;
+		} else if (free_blocks <= 0 && hit > 0) {
+			/* alone, and its own hits fill the pool: start from scratch,
+			 * evicting them as needed, as without the cache */
+			hit = 0;
+			free_blocks = qc_kv_blocks_free(s->kv);
 		}
 		if (free_blocks <= 0)
 			break;
-		int64_t room = (int64_t)free_blocks * bt;
-		int32_t chunk = min32(min32(q->n_tokens, *budget), *prefill_budget);
-		if (room < chunk)
-			chunk = (int32_t)room;
 		/* rows >= max_running and only running requests hold one */
 		int rc = qc_kv_seq_new(s->kv, &q->kv_seq, NULL);
+		QC_ASSERT(rc == QC_OK);
+		rc = qc_kv_seq_attach(s->kv, q->kv_seq, s->match_ids, hit, NULL);
 		QC_ASSERT(rc == QC_OK);
 		list_remove(s, &s->waiting, slot);
 		list_push_back(s, &s->running, slot);
 		q->state = SEQ_RUNNING;
 		s->n_reserved += q->n_fork;
-		q->n_computed = 0;
+		q->n_computed = hit * bt;
 		q->n_prefill = q->n_tokens;
+		s->st.prefix_queried_tokens += (uint64_t)q->n_tokens;
+		s->st.prefix_hit_tokens += (uint64_t)q->n_computed;
+		int32_t chunk = min32(min32(q->n_tokens - q->n_computed, *budget), *prefill_budget);
+		chunk = min32(chunk, qc_kv_seq_room(s->kv, q->kv_seq, qc_kv_blocks_free(s->kv)));
+		if (chunk <= 0)
+			break;   /* cannot happen: free_blocks > 0 leaves room for a token */
 		plan_entry(s, slot, chunk);
 		*budget -= chunk;
 		*prefill_budget -= chunk;
@@ -542,6 +578,20 @@ static void fill_tables(struct qc_sched *s)
 	p->table_stride = stride;
 }
 
+/* Prefill tokens running prefills leave for admission this step: half the chunk
+ * budget (at most the head's prompt) when a request waits that admission would
+ * take (a free row, and blocks for its whole prefill, cache hits not counted).
+ * The oldest prefill still gets the other half, so it cannot starve. */
+static int32_t admit_reserve(const struct qc_sched *s, int32_t prefill_budget)
+{
+	if (s->waiting.n == 0 || s->running.n == 0 || s->running.n >= s->cfg.max_running)
+		return 0;
+	const struct seq *h = &s->seqs[s->waiting.head];
+	if (blocks_for(s, h->n_tokens) > qc_kv_blocks_free(s->kv) - s->cfg.watermark_blocks)
+		return 0;
+	return min32(prefill_budget / 2, h->n_tokens);
+}
+
 int qc_sched_step(struct qc_sched *s, struct qc_sched_plan **plan, struct qc_err *err)
 {
 	struct qc_sched_plan *p = &s->plan;
@@ -556,7 +606,7 @@ int qc_sched_step(struct qc_sched *s, struct qc_sched_plan **plan, struct qc_err
 	p->n_seqs = p->n_tokens = p->n_logits = p->n_cow = p->n_failed = 0;
 	p->table_stride = 0;
 	/* admitting right after evicting would only evict again (vLLM does the same) */
-	if (!schedule_running(s, &budget, &prefill_budget))
+	if (!schedule_running(s, &budget, &prefill_budget, admit_reserve(s, prefill_budget)))
 		admit_waiting(s, &budget, &prefill_budget);
 	fill_tables(s);
 	s->plan_pending = p->n_seqs > 0;
@@ -602,6 +652,8 @@ int qc_sched_commit(struct qc_sched *s, struct qc_sched_plan *plan, const int32_
 			continue;   /* retired after the step */
 		q->n_computed += plan->tok_start[e + 1] - plan->tok_start[e];
 		QC_ASSERT(q->n_computed == qc_kv_seq_len(s->kv, q->kv_seq));
+		/* the forward has written these K/V: full blocks become reusable */
+		qc_kv_seq_cache(s->kv, q->kv_seq, q->tokens, q->n_computed);
 		if (!plan->need_logits[e])
 			continue;
 		QC_ASSERT(q->n_tokens < q->cap);
@@ -619,6 +671,7 @@ int qc_sched_commit(struct qc_sched *s, struct qc_sched_plan *plan, const int32_
 		}
 	}
 	s->plan_pending = false;
+	s->fork_pending = false;
 	return QC_OK;
 }
 
@@ -662,6 +715,7 @@ int qc_sched_fork(struct qc_sched *s, const struct qc_sched_plan *plan, int32_t 
 
 	s->n_reserved -= q->n_fork;
 	q->n_fork = 0;
+	s->fork_pending = true;
 	for (int32_t i = 0; i < n_kids; i++) {
 		struct qc_sched_child *k = &kids[i];
 		k->id = 0;
@@ -719,6 +773,7 @@ void qc_sched_get_stats(const struct qc_sched *s, struct qc_sched_stats *out)
 	out->blocks_used = qc_kv_blocks_used(s->kv);
 	out->blocks_free = qc_kv_blocks_free(s->kv);
 	out->blocks_total = qc_kv_blocks_total(s->kv);
+	out->blocks_cached = qc_kv_blocks_cached(s->kv);
 }
 
 void *qc_sched_seq_user(const struct qc_sched *s, uint64_t id)
@@ -755,6 +810,36 @@ static int check_list(const struct qc_sched *s, const struct seq_list *l,
 	if (n != l->n || prev != l->tail)
 		return qc_err_set(err, QC_EFORMAT, NULL, NULL, -1,
 				  "sched check: %s list holds %d, count says %d", name, n, l->n);
+	return QC_OK;
+}
+
+/* The backend contract a cache hit must keep: a pending plan writes no slot of a
+ * cached or shared block, and each entry's positions run contiguously up to its
+ * ctx_len, starting where the request's committed K/V ends. */
+static int check_plan_slots(const struct qc_sched *s, struct qc_err *err)
+{
+	const struct qc_sched_plan *p = &s->plan;
+	if (!s->plan_pending)
+		return QC_OK;
+	for (int32_t e = 0; e < p->n_seqs; e++) {
+		const struct seq *q = &s->seqs[s->plan_slot[e]];
+		if (q->id != p->seq_ids[e] || q->state != SEQ_RUNNING)
+			continue;   /* retired after the step */
+		int32_t t0 = p->tok_start[e], t1 = p->tok_start[e + 1];
+		if (p->positions[t0] != q->n_computed || p->ctx_lens[e] != q->n_computed + t1 - t0)
+			return qc_err_set(err, QC_EFORMAT, NULL, NULL, -1,
+					  "sched check: entry %d starts at %d (ctx %d), request has %d computed",
+					  e, p->positions[t0], p->ctx_lens[e], q->n_computed);
+		for (int32_t t = t0; t < t1; t++) {
+			int32_t b = qc_kv_slot_block(s->kv, p->slots[t]);
+			if (p->positions[t] != q->n_computed + t - t0 ||
+			    qc_kv_block_cached(s->kv, b) || (qc_kv_block_refcount(s->kv, b) != 1 && !s->fork_pending))
+				return qc_err_set(err, QC_EFORMAT, NULL, NULL, -1,
+						  "sched check: entry %d token %d writes slot %d of block %d (refcount %d, cached %d)",
+						  e, t - t0, p->slots[t], b, qc_kv_block_refcount(s->kv, b),
+						  qc_kv_block_cached(s->kv, b));
+		}
+	}
 	return QC_OK;
 }
 
@@ -804,12 +889,13 @@ int qc_sched_check(const struct qc_sched *s, struct qc_err *err)
 					  "sched check: running slot %d: kv row %d holds %d tokens, %d computed",
 					  i, q->kv_seq, len, q->n_computed);
 		const int32_t *t = qc_kv_seq_table(s->kv, q->kv_seq, &nb);
-		/* only choices of one group share, so no block has more holders than
-		   the most choices a group may have */
+		/* a block is the row's own, a cached one, or shared by the choices of
+		   one group (so by no more holders than a group has choices) */
 		for (int32_t j = 0; j < nb; j++)
-			if (qc_kv_block_refcount(s->kv, t[j]) > QC_SCHED_MAX_CHOICES)
+			if (qc_kv_block_refcount(s->kv, t[j]) != 1 && !qc_kv_block_cached(s->kv, t[j]) &&
+			    qc_kv_block_refcount(s->kv, t[j]) > QC_SCHED_MAX_CHOICES)
 				return qc_err_set(err, QC_EFORMAT, NULL, NULL, -1,
-						  "sched check: block %d of slot %d has refcount %d",
+						  "sched check: block %d of slot %d is shared (refcount %d) but not cached",
 						  t[j], i, qc_kv_block_refcount(s->kv, t[j]));
 		n_fork += q->n_fork;
 	}
@@ -817,6 +903,9 @@ int qc_sched_check(const struct qc_sched *s, struct qc_err *err)
 		return qc_err_set(err, QC_EFORMAT, NULL, NULL, -1,
 				  "sched check: %d rows reserved for forks (running sets sum to %d), %d running, max %d",
 				  s->n_reserved, n_fork, s->running.n, s->cfg.max_running);
+	rc = check_plan_slots(s, err);
+	if (rc)
+		return rc;
 	for (int32_t r = 0; r < qc_kv_max_seqs(s->kv); r++)
 		n_rows += qc_kv_seq_live(s->kv, r);
 	if (n_live != s->running.n + s->waiting.n || n_live + s->n_free_slots != s->cap ||

@@ -7,20 +7,35 @@
  * Policy (vLLM-style, iteration level): running sequences first, oldest first,
  * one decode token each or the next prefill chunk; then FCFS admission of waiting
  * requests while max_running, max_batch_tokens, max_prefill_tokens allow and the
- * free blocks (less watermark_blocks) hold the request's whole prefill. Out of
- * blocks: the most recently admitted running sequence is preempted by recompute
- * (blocks freed, back to the front of the waiting queue, later re-prefilled over
- * prompt + generated tokens). The oldest running sequence always progresses; if
- * it cannot fit even alone it fails with QC_SCHED_FINISH_NO_MEMORY (plan->failed_ids).
+ * free blocks (less watermark_blocks) hold the request's whole prefill.
+ * Chunked prefill is fair (stall-free, Sarathi-Serve): a prefill chunk never takes
+ * the batch tokens the running decodes need, so every decoding stream gets its
+ * token every step; and while a request waits that memory and max_running would
+ * admit, running prefills together take at most half of max_prefill_tokens, so
+ * a short request arriving during a long prefill is admitted in the next step
+ * (its first token then comes within two steps) and the oldest prefill still
+ * progresses by half a chunk a step.
+ * Prefix cache (when the kv pool has it on): at admission the request takes the
+ * longest run of cached full blocks matching its tokens (at most all but the
+ * last token's block) and prefills only the rest; after each commit the newly
+ * completed full blocks are entered. Cached blocks nobody holds count as free and
+ * are evicted by the kv pool only when it needs them (kv_blocks.h).
+ * Out of blocks: the most recently admitted running sequence is preempted by
+ * recompute (blocks freed, back to the front of the waiting queue, later
+ * re-prefilled over prompt + generated tokens, from the cache where it still
+ * holds them). The oldest running sequence always progresses; if it cannot fit
+ * even alone it fails with QC_SCHED_FINISH_NO_MEMORY (plan->failed_ids).
  * Forking (n choices of one prompt): qc_sched_add_group queues a request that
  * reserves running rows for its choices; qc_sched_fork, between the step that
  * completes its prompt and that step's commit, opens each other choice on the
  * prompt's K/V blocks (qc_kv_seq_fork: shared, copy-on-write of the partial
  * last block), so the prompt is prefilled once for all choices.
  * Non-goals: stop strings (detokenizer calls qc_sched_finish), sampling, beam
- * search, priorities, thread safety (one engine thread owns it).
+ * search, priorities, waiting for a running request to fill the cache before
+ * admitting one with the same prefix, thread safety (one engine thread owns it).
  * Reference: Yu et al., Orca (OSDI'22) iteration-level scheduling; Kwon et al.,
- * PagedAttention (SOSP'23) §4.5 preemption by recomputation.
+ * PagedAttention (SOSP'23) §4.5 preemption by recomputation; Agrawal et al.,
+ * Sarathi-Serve (OSDI'24) stall-free batching.
  */
 #ifndef QC_SCHEDULER_H
 #define QC_SCHEDULER_H
@@ -50,7 +65,8 @@ struct qc_sched_config {
 	int32_t max_running;        /* sequences in the running set, 1..kv max_seqs */
 	int32_t max_waiting;        /* queued requests before qc_sched_add refuses */
 	int32_t max_batch_tokens;   /* tokens fed per step, prefill + decode */
-	int32_t max_prefill_tokens; /* of those, prefill tokens per step (chunk budget) */
+	int32_t max_prefill_tokens; /* of those, prefill tokens per step (chunk budget): a
+				       running stream waits at most one step of this many */
 	int32_t watermark_blocks;   /* free blocks admission leaves for running decodes
 				       (ignored when nothing runs); 0 = none */
 };
@@ -102,6 +118,9 @@ struct qc_sched_stats {
 	uint64_t n_preemptions;     /* running sequences sent back to waiting */
 	uint64_t n_finished;        /* retired for any reason, failures included */
 	uint64_t n_failed;          /* retired with QC_SCHED_FINISH_NO_MEMORY */
+	uint64_t prefix_queried_tokens; /* tokens to prefill at every admission (re-admissions too) */
+	uint64_t prefix_hit_tokens;     /* of those, taken from the prefix cache */
+	int32_t blocks_cached;      /* K/V blocks in the prefix cache (held or idle) */
 };
 
 /* Fill cfg with defaults: max_running 64, max_waiting 1024, max_batch_tokens

@@ -87,6 +87,13 @@ int serve_metrics_render(struct serve_metrics *m, struct serve_buf *out)
 			       "Requests failed alone with 500 because their logits were not finite.", m->failed_logits);
 	rc = rc ? rc : COUNTER("qserve_preemptions_total", "Sequences preempted by recomputation.",
 			       m->sched.n_preemptions);
+	rc = rc ? rc : COUNTER("qserve_prefix_cache_queried_tokens_total",
+			       "Prompt tokens looked up in the prefix cache at admission (re-admissions too).",
+			       m->sched.prefix_queried_tokens);
+	rc = rc ? rc : COUNTER("qserve_prefix_cache_hit_tokens_total",
+			       "Of those, tokens whose K/V came from the prefix cache.", m->sched.prefix_hit_tokens);
+	rc = rc ? rc : GAUGE("qserve_kv_blocks_cached", "KV cache blocks in the prefix cache (held or idle).", "%d",
+			     m->sched.blocks_cached);
 	rc = rc ? rc : GAUGE("qserve_requests_in_flight", "Accepted requests not finished.", "%d", m->in_flight);
 	rc = rc ? rc : GAUGE("qserve_num_requests_running", "Sequences in the running set.", "%d", m->sched.n_running);
 	rc = rc ? rc : GAUGE("qserve_num_requests_waiting", "Sequences waiting for admission.", "%d", m->sched.n_waiting);
