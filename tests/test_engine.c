@@ -422,7 +422,7 @@ static void batched_equals_alone(const char *fx, const char *tmpdir)
 		unlink(bundle);
 		return;
 	}
-	qc_backend_block_bytes(m, 4, &bb, &err);
+	qc_backend_block_bytes(m, 4, QC_KV_F16, &bb, &err);
 	qc_model_close(m);
 	o.kv_budget_bytes = 24 * bb;
 	rc = qc_engine_new(bundle, &o, &e, &err);

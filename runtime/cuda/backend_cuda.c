@@ -120,6 +120,11 @@ static int cuda_create(const struct qc_model *m, const struct qc_backend_params 
 	*state = NULL;
 	if (p->n_blocks < 1 || p->block_tokens < 1 || p->max_tokens < 1 || p->max_logits < 1 || p->max_ctx < 1)
 		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "backend parameters must be positive");
+	/* before the device check: the answer must not depend on the machine */
+	if (p->kv_dtype != QC_KV_F16)
+		return qc_err_set(err, QC_EUNSUPPORTED, NULL, NULL, -1,
+				  "--kv-dtype %s: not yet on the CUDA backend (its kernels read a binary16 "
+				  "pool); use --kv-dtype f16, or --device cpu", qc_kv_dtype_name(p->kv_dtype));
 	if ((rc = check_device(err)))
 		return rc;
 	if (p->act_round != QC_ACT_ROUND_NONE)
