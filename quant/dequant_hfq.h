@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "fp16.h" /* qc_e4m3_to_f32 */
 #include "qblock.h"
 
 QC_TABLE_EXTERN(float, qc_bnb_nf4, 16)
@@ -32,23 +33,6 @@ static inline QC_HOSTDEV void qc_hfq_put_f32(uint16_t *d, float f)
 	memcpy(&u, &f, sizeof u);
 	d[0] = (uint16_t)(u & 0xffff);
 	d[1] = (uint16_t)(u >> 16);
-}
-
-/* OCP FP8 E4M3FN: bias 7, no infinities, S.1111.111 is NaN; exact in f32. */
-static inline QC_HOSTDEV float qc_e4m3_to_f32(uint8_t v)
-{
-	const int e = (v >> 3) & 0xf, m = v & 7;
-	float x;
-	if ((v & 0x7f) == 0x7f) {
-		uint32_t nan = 0x7fc00000u;
-		memcpy(&x, &nan, sizeof x);
-	} else if (e == 0) {
-		x = (float)m * (1.0f / 512.0f);              /* m/8 * 2^-6 */
-	} else {
-		uint32_t u = ((uint32_t)(e - 7 + 127) << 23) | ((uint32_t)m << 20);
-		memcpy(&x, &u, sizeof x);
-	}
-	return (v & 0x80) ? -x : x;
 }
 
 #endif

@@ -1,5 +1,6 @@
 /* fp16.h — scalar conversions between binary32 and the 16-bit / 8-bit float
- * formats that appear inside blocks: IEEE binary16, bfloat16, OCP E8M0.
+ * formats that appear inside blocks: IEEE binary16, bfloat16, OCP E8M0, and
+ * OCP FP8 E4M3FN (compressed-tensors weights, the fp8 K/V cache).
  *
  * Owns: bit-exact integer implementations usable from C and CUDA (QC_HOSTDEV).
  * Decode is exact. binary16 encode rounds to nearest, ties to even, overflows
@@ -7,7 +8,10 @@
  * portable path). bf16 encode is ggml's ggml_compute_fp32_to_bf16 contract:
  * RNE on the top 16 bits, subnormals kept, NaN forced quiet (bit 6 of the
  * result). binary16 NaNs decode with payload kept and the quiet bit set, as
- * both x86 F16C and ggml's table do.
+ * both x86 F16C and ggml's table do. E4M3 encode rounds to nearest, ties to
+ * even, and is the OCP spec's non-saturating conversion: a magnitude that
+ * rounds past 448 (> 464) and any NaN or inf become NaN (S.1111.111), so an
+ * overflow shows instead of clamping silently.
  * Non-goals: rounding modes other than RNE, vector versions.
  */
 #ifndef QC_FP16_H
@@ -116,6 +120,46 @@ static inline QC_HOSTDEV float qc_e8m0_to_f32_half(uint8_t e)
 	if (e < 2)
 		return qc_bits_to_f32(0x00200000u << e);
 	return qc_bits_to_f32((uint32_t)(e - 1) << 23);
+}
+
+/* OCP FP8 E4M3FN: bias 7, no infinities, S.1111.111 is NaN; exact in f32. */
+static inline QC_HOSTDEV float qc_e4m3_to_f32(uint8_t v)
+{
+	const int e = (v >> 3) & 0xf, m = v & 7;
+	float x;
+	if ((v & 0x7f) == 0x7f) {
+		uint32_t nan = 0x7fc00000u;
+		memcpy(&x, &nan, sizeof x);
+	} else if (e == 0) {
+		x = (float)m * (1.0f / 512.0f);              /* m/8 * 2^-6 */
+	} else {
+		uint32_t u = ((uint32_t)(e - 7 + 127) << 23) | ((uint32_t)m << 20);
+		memcpy(&x, &u, sizeof x);
+	}
+	return (v & 0x80) ? -x : x;
+}
+
+/* float -> E4M3FN code, RNE; |f| > 464 (rounds past the max finite 448), inf
+ * and NaN give the NaN code with f's sign (no saturation: see the header). */
+static inline QC_HOSTDEV uint8_t qc_f32_to_e4m3(float f)
+{
+	const uint32_t u = qc_f32_to_bits(f), a = u & 0x7fffffffu;
+	const uint8_t sign = (uint8_t)((u >> 24) & 0x80u);
+
+	if (a > 0x43e80000u) /* 464 = 1.8125 * 2^8, the tie that goes to 448; NaN, inf */
+		return sign | 0x7fu;
+	if (a >= 0x3c800000u) {
+		/* normal (>= 2^-6): keep 3 mantissa bits; adding 0x7ffff plus the kept
+		 * LSB rounds ties to even, a carry bumps the exponent; rebias 127 -> 7 */
+		return sign | (uint8_t)(((a + 0x7ffffu + ((a >> 20) & 1u)) >> 20) - (120u << 3));
+	}
+	/* subnormal: units of 2^-9, 0..8 (8 is code 8 = 2^-6, the smallest normal) */
+	const float v = qc_bits_to_f32(a) * 512.0f; /* exact: a power-of-two scale of a value < 2^-6 */
+	uint32_t q = (uint32_t)v;
+	const float r = v - (float)q;
+	if (r > 0.5f || (r == 0.5f && (q & 1u)))
+		q++;
+	return sign | (uint8_t)q;
 }
 
 #endif

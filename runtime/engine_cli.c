@@ -18,6 +18,8 @@ const char qc_engine_cli_help[] =
 	"  --device cpu|cuda        backend (default cpu); cuda: --gpu-mem-util F (0..1, default 0.9)\n"
 	"  --threads T              CPU matmul threads (default: online CPUs; results do not depend on it)\n"
 	"  --kv-mem MIB             paged K/V pool size (default: room for every running sequence)\n"
+	"  --kv-dtype f16|fp8       K/V cache storage (default f16); fp8: E4M3 with a power-of-two scale\n"
+	"                           per token and K/V head, ~2x the tokens of a binary16 pool (CPU only)\n"
 	"  --max-running N          sequences decoded together\n"
 	"  --ctx N                  longest sequence, prompt + output (default: the model's, at most 4096;\n"
 	"                           above the model's context length: allowed, with a warning)\n"
@@ -78,7 +80,7 @@ int qc_engine_cli_parse(struct qc_engine_cli *c, const char *prog, int argc, cha
 		c->no_prefix_cache = true;
 		return 1;
 	}
-	const bool known = !strcmp(a, "--device") || !strcmp(a, "--gpu-mem-util");
+	const bool known = !strcmp(a, "--device") || !strcmp(a, "--gpu-mem-util") || !strcmp(a, "--kv-dtype");
 	size_t k = 0;
 	while (k < sizeof longs / sizeof longs[0] && strcmp(a, longs[k].flag))
 		k++;
@@ -97,6 +99,14 @@ int qc_engine_cli_parse(struct qc_engine_cli *c, const char *prog, int argc, cha
 		c->device = v;
 		return 1;
 	}
+	if (!strcmp(a, "--kv-dtype")) {
+		if (strcmp(v, "f16") && strcmp(v, "fp8")) {
+			fprintf(stderr, "%s: --kv-dtype '%s': expected f16 or fp8\n", prog, v);
+			return -1;
+		}
+		c->kv_dtype = strcmp(v, "fp8") ? QC_KV_F16 : QC_KV_FP8;
+		return 1;
+	}
 	if (!strcmp(a, "--gpu-mem-util"))
 		return qc_cli_float(prog, a, v, 0.01, 1.0, &c->gpu_mem_util) ? 1 : -1;
 	return qc_cli_long(prog, a, v, longs[k].lo, longs[k].hi, (long *)((char *)c + longs[k].off)) ? 1 : -1;
@@ -109,6 +119,7 @@ void qc_engine_cli_apply(const struct qc_engine_cli *c, struct qc_engine_opts *o
 		o->act_round = QC_ACT_ROUND_NONE;
 		o->gpu_mem_util = c->gpu_mem_util;
 	}
+	o->kv_dtype = c->kv_dtype;
 	if (c->threads)
 		o->n_threads = (int32_t)c->threads;
 	if (c->kv_mib)

@@ -18,6 +18,7 @@ struct qc_engine_cli {
 	float gpu_mem_util;    /* 0: the backend's default */
 	long threads;          /* 0: online CPUs */
 	long kv_mib;           /* K/V pool in MiB; 0: the engine's default */
+	enum qc_kv_dtype kv_dtype; /* --kv-dtype; default QC_KV_F16 */
 	long max_running;      /* 0: the command's default */
 	long ctx;              /* longest sequence; 0: the model's, at most 4096 */
 	long max_batch;        /* tokens per forward; 0: 512 */

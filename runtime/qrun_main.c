@@ -4,6 +4,7 @@
  *   qrun MODEL --tokenize TEXT [--bos]
  *   qrun bench MODEL --requests N --concurrency C --in I --out O [--warmup W] [--shared-prefix P]
  *              [sampling flags] [engine flags]
+ *   qrun perplexity MODEL -f TEXT_FILE [--chunks N] [engine flags]
  *
  * MODEL is a .qb bundle or a .gguf; a GGUF of a supported architecture is converted
  * first (target cpu) into an unnamed file in $TMPDIR (engine_cli.c), so no exit,
@@ -16,10 +17,15 @@
  * llama-bench does); prints prompt and decode tokens/s, TTFT and inter-token
  * latency p50/p99. --shared-prefix P: every prompt, warm-up included, starts
  * with the same P ids (a system prompt the server has seen before), so the
- * prefix cache's effect shows against --no-prefix-cache.
+ * prefix cache's effect shows against --no-prefix-cache. perplexity: the file
+ * tokenized once (BOS as the vocabulary asks), cut into windows of --ctx tokens
+ * (default 512), each scored from its start (qc_engine_score: every position but
+ * the first predicted), as llama-perplexity does minus its half-window rule;
+ * prints the mean NLL per predicted token and exp of it.
  * Non-goals: chat templates, interactive mode.
  */
 #include <errno.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +49,7 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: %s MODEL -p TEXT [-n N] [sampling] [--stop S]... [--json] [--ignore-eos] [engine]\n"
 		"       %s MODEL --tokenize TEXT [--bos]\n"
+		"       %s perplexity MODEL -f TEXT_FILE [--chunks N] [engine] (--ctx: window, default 512)\n"
 		"       %s bench MODEL --requests N --concurrency C --in I --out O [--warmup W] [--shared-prefix P]\n"
 		"                [sampling] [engine]\n"
 		"MODEL: a .qb bundle or a .gguf (converted first into an unnamed file in $TMPDIR).\n"
@@ -61,7 +68,7 @@ static void usage(FILE *f)
 		"first use of a kernel (module loading, cuBLAS setup, graph capture) is not timed.\n"
 		"--shared-prefix P: every prompt (warm-up too) starts with the same P ids, as a common\n"
 		"system prompt does; compare with --no-prefix-cache.\n",
-		prog, prog, prog, qc_engine_cli_help);
+		prog, prog, prog, prog, qc_engine_cli_help);
 }
 
 static double now_s(void)
@@ -71,7 +78,7 @@ static double now_s(void)
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static char *read_stdin(size_t *len)
+static char *read_all(FILE *f, size_t *len)
 {
 	size_t cap = 4096, n = 0;
 	char *buf = malloc(cap);
@@ -83,7 +90,7 @@ static char *read_stdin(size_t *len)
 			buf = p;
 			cap *= 2;
 		}
-		size_t r = fread(buf + n, 1, cap - n, stdin);
+		size_t r = fread(buf + n, 1, cap - n, f);
 		n += r;
 		if (r == 0) {
 			*len = n;
@@ -406,6 +413,7 @@ static int run_bench(const char *model, int n_req, int conc, int n_in, int n_out
 		printf("requests %d, concurrency %d, in %d, out %d, threads %ld\n", n_req, conc, n_in, n_out, cli->threads);
 	else
 		printf("requests %d, concurrency %d, in %d, out %d, threads all\n", n_req, conc, n_in, n_out);
+	printf("K/V pool: %lld tokens (%s)\n", (long long)qc_engine_kv_tokens(e), qc_kv_dtype_name(o.kv_dtype));
 	printf("prompt: %llu tokens in %.3f s = %.2f tokens/s\n", (unsigned long long)pre_tok, pre_s,
 	       pre_s > 0 ? (double)pre_tok / pre_s : 0.0);
 	printf("decode: %llu tokens in %.3f s = %.2f tokens/s\n", (unsigned long long)dec_tok, dec_s,
@@ -428,6 +436,100 @@ out:
 	free(ttft);
 	free(itl);
 	return rc;
+}
+
+/* qrun perplexity MODEL -f FILE ...: argv[0] is "perplexity"; see the header. */
+static int perplexity_main(int argc, char **argv)
+{
+	const char *model = NULL, *file = NULL;
+	long chunks = 0;
+	struct qc_engine_cli cli;
+	struct qc_err err = {0};
+	struct qc_engine *e = NULL;
+	char *text = NULL;
+	int32_t *ids = NULL;
+	size_t n_ids = 0, len = 0;
+	int rc;
+
+	qc_engine_cli_init(&cli);
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		int r;
+		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			usage(stdout);
+			return 0;
+		} else if ((r = qc_engine_cli_parse(&cli, prog, argc, argv, &i))) {
+			if (r < 0)
+				return 1;
+		} else if (!strcmp(a, "-f") && i + 1 < argc) {
+			file = argv[++i];
+		} else if (!strcmp(a, "--chunks") && i + 1 < argc) {
+			if (!qc_cli_long(prog, a, argv[++i], 1, 1L << 20, &chunks))
+				return 1;
+		} else if (a[0] != '-' && !model) {
+			model = a;
+		} else {
+			fprintf(stderr, "%s perplexity: unknown or incomplete argument '%s'\n", prog, a);
+			usage(stderr);
+			return 1;
+		}
+	}
+	if (!model || !file) {
+		fprintf(stderr, "%s perplexity: need MODEL and -f TEXT_FILE\n", prog);
+		return 1;
+	}
+	FILE *f = fopen(file, "rb");
+	if (!f) {
+		fprintf(stderr, "%s: %s: %s\n", prog, file, strerror(errno));
+		return 1;
+	}
+	text = read_all(f, &len);
+	fclose(f);
+	if (!text) {
+		fprintf(stderr, "%s: %s: cannot read\n", prog, file);
+		return 1;
+	}
+	struct qc_engine_opts o;
+	qc_engine_opts_init(&o);
+	o.max_running = 64; /* positions scored per forward (qc_engine_score) */
+	o.max_seq_tokens = 512;
+	qc_engine_cli_apply(&cli, &o);
+	const int32_t ctx = o.max_seq_tokens;
+	if ((rc = qc_engine_open_path(model, "qrun", &o, &e, &err))) {
+		qc_err_print(&err, prog, stderr);
+		qc_engine_free(e);
+		free(text);
+		return qc_engine_cli_open_status(&cli, &err);
+	}
+	if ((rc = qc_engine_tokenize(e, text, len, true, &ids, &n_ids, &err)))
+		goto out;
+	long n_win = (long)(n_ids / (size_t)ctx);
+	if (chunks && chunks < n_win)
+		n_win = chunks;
+	if (n_win < 1) {
+		rc = qc_err_set(&err, QC_EINVAL, file, NULL, -1, "%zu tokens: fewer than one window of %d", n_ids,
+				ctx);
+		goto out;
+	}
+	double nll = 0.0, t0 = now_s();
+	for (long w = 0; w < n_win; w++) {
+		double one;
+		if ((rc = qc_engine_score(e, ids + w * ctx, ctx, &one, &err)))
+			goto out;
+		nll += one;
+		fprintf(stderr, "[%ld] %.4f\n", w + 1, exp(one / (ctx - 1)));
+	}
+	const double n_pred = (double)n_win * (ctx - 1), mean = nll / n_pred;
+	printf("%s: %ld windows of %d tokens (%zu in the file), %.0f predicted, kv %s: mean NLL %.6f, "
+	       "perplexity %.4f (%.1f s)\n", file, n_win, ctx, n_ids, n_pred, qc_kv_dtype_name(o.kv_dtype), mean,
+	       exp(mean), now_s() - t0);
+out:
+	if (rc)
+		qc_err_print(&err, prog, stderr);
+	free(ids);
+	free(text);
+	qc_engine_free(e);
+	return rc ? 1 : 0;
 }
 
 /* qrun bench MODEL ...: argv[0] is "bench". */
@@ -565,6 +667,8 @@ int main(int argc, char **argv)
 
 	if (argc > 1 && !strcmp(argv[1], "bench"))
 		return bench_main(argc - 1, argv + 1);
+	if (argc > 1 && !strcmp(argv[1], "perplexity"))
+		return perplexity_main(argc - 1, argv + 1);
 	qc_engine_cli_init(&cli);
 	cli.max_running = 1; /* one request */
 	qc_sampler_params_init(&sp);
@@ -627,7 +731,7 @@ int main(int argc, char **argv)
 	if (tok_text) {
 		size_t tl = strlen(tok_text);
 		if (!strcmp(tok_text, "-")) {
-			stdin_buf = read_stdin(&tl);
+			stdin_buf = read_all(stdin, &tl);
 			if (!stdin_buf) {
 				rc = qc_err_set(&err, QC_EIO, "<stdin>", NULL, -1, "cannot read the text");
 				goto out_err;
@@ -649,7 +753,7 @@ int main(int argc, char **argv)
 		return qc_engine_cli_open_status(&cli, &err);
 	}
 	if (!strcmp(prompt, "-")) {
-		stdin_buf = read_stdin(&text_len);
+		stdin_buf = read_all(stdin, &text_len);
 		if (!stdin_buf) {
 			rc = qc_err_set(&err, QC_EIO, "<stdin>", NULL, -1, "cannot read the prompt");
 			goto out_err;
@@ -751,9 +855,11 @@ int main(int argc, char **argv)
 		printf(",\"finish\":\"%s\"}\n", qc_sched_finish_name(fin));
 		free(txt.s);
 	}
-	fprintf(stderr, "%s: %zu prompt tokens, %d generated in %.3f s (first token %.3f s, %.1f tokens/s after it)\n",
+	fprintf(stderr, "%s: %zu prompt tokens, %d generated in %.3f s (first token %.3f s, %.1f tokens/s after it); "
+			"K/V pool %lld tokens (%s)\n",
 		prog, n_pids, n, t1 - t0, t_first > 0 ? t_first - t0 : 0.0,
-		n > 1 && t1 > t_first ? (double)(n - 1) / (t1 - t_first) : 0.0);
+		n > 1 && t1 > t_first ? (double)(n - 1) / (t1 - t_first) : 0.0, (long long)qc_engine_kv_tokens(e),
+		qc_kv_dtype_name(eo.kv_dtype));
 out_gen:
 	serve_text_deinit(&st);
 	serve_buf_deinit(&vis);

@@ -195,8 +195,9 @@ int main(int argc, char **argv)
 	if (server_start(&sc, e, &srv, &err))
 		goto out_err;
 	fprintf(stderr, "%s: listening on http://%s:%d (model '%s', chat template %s, context %d, running %ld, "
-			"queue %d)\n", prog, sc.host, server_port(srv), sc.model_name, qc_chat_family_name(fam),
-		sc.ctx_tokens, cli.max_running, sc.max_queue);
+			"queue %d, K/V pool %lld tokens %s)\n", prog, sc.host, server_port(srv), sc.model_name,
+		qc_chat_family_name(fam), sc.ctx_tokens, cli.max_running, sc.max_queue,
+		(long long)qc_engine_kv_tokens(e), qc_kv_dtype_name(cli.kv_dtype));
 	fflush(stderr);
 	int sig = 0;
 	sigwait(&set, &sig);

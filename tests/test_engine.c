@@ -422,7 +422,7 @@ static void batched_equals_alone(const char *fx, const char *tmpdir)
 		unlink(bundle);
 		return;
 	}
-	qc_backend_block_bytes(m, 4, &bb, &err);
+	qc_backend_block_bytes(m, 4, QC_KV_F16, &bb, &err);
 	qc_model_close(m);
 	o.kv_budget_bytes = 24 * bb;
 	rc = qc_engine_new(bundle, &o, &e, &err);
@@ -565,7 +565,7 @@ static void prefix_cache_bit_identical(const char *fx, const char *tmpdir)
 	struct qc_model *m = NULL;
 	struct qc_err err = {0};
 	if (qc_model_open(bundle, &m, &err) == QC_OK) {
-		qc_backend_block_bytes(m, 4, &bb, &err);
+		qc_backend_block_bytes(m, 4, QC_KV_F16, &bb, &err);
 		qc_model_close(m);
 		o.max_running = 4;
 		o.kv_budget_bytes = 20 * bb;   /* 20 blocks for 4 x up to 14: evict and preempt */

@@ -1,8 +1,10 @@
 /* backend_cpu.c — the plain-C backend: llama/Qwen forward over a scheduler plan.
  *
- * Owns: the float K/V pool (n_blocks blocks, each [layer][K,V][token][kv_dim]
- * floats, values rounded through binary16 as llama.cpp's f16 cache stores them)
- * and the activation buffers, all sized once at create.
+ * Owns: the K/V pool (n_blocks blocks, each [layer][K,V][token][kv_dim]) and
+ * the activation buffers, all sized once at create. f16: floats holding values
+ * rounded through binary16, as llama.cpp's f16 cache stores them. fp8: E4M3FN
+ * bytes plus, per [layer][K,V][token][kv head], one power-of-two scale exponent
+ * (runtime/ops kv_store.c; attention decodes them as it reads).
  * Matmul: matmul_cpu.c (tiled kernels; activations rounded as ggml's x86 CPU
  * path does with QC_ACT_ROUND_GGML). Everything else is the plain-C op of
  * runtime/ops (ops.h), the same code the CUDA kernels are tested against:
@@ -50,8 +52,10 @@ struct cpu {
 	const struct qc_model *m;
 	struct qc_backend_params p;
 	int64_t kv_dim, q_dim, max_in;
-	size_t block_floats;          /* floats per K/V block */
-	float *kv;                    /* (n_blocks, n_layer, 2, block_tokens, kv_dim) */
+	size_t block_floats;          /* values per K/V block */
+	float *kv;                    /* f16: (n_blocks, n_layer, 2, block_tokens, kv_dim), else NULL */
+	uint8_t *kv8;                 /* fp8: the same shape in E4M3FN codes, else NULL */
+	int8_t *kv8_exp;              /* fp8: (n_blocks, n_layer, 2, block_tokens, n_head_kv) scale exponents */
 	float *x, *xn;                /* (max_tokens, n_embd) residual / normed */
 	float *q, *k, *v, *att;       /* (max_tokens, q_dim | kv_dim) */
 	float *fa, *fb;               /* (max_tokens * max(1, n_expert_used), max(n_ff, n_ff_shexp)) gate / up */
@@ -206,19 +210,49 @@ static void matmul(struct cpu *c, const struct qc_mat *w, int64_t e, const float
 
 /* ---- K/V pool ------------------------------------------------------------ */
 
-static float *kv_at(struct cpu *c, int32_t block, int il, int which, int32_t off)
+/* Row index of (block, layer, K/V, token offset): values start at row * kv_dim,
+ * fp8 scale exponents at row * n_head_kv. */
+static size_t kv_row(const struct cpu *c, int32_t block, int il, int which, int32_t off)
 {
-	const int32_t bt = c->p.block_tokens;
-	return c->kv + (size_t)block * c->block_floats +
-	       (((size_t)il * 2 + (size_t)which) * (size_t)bt + (size_t)off) * (size_t)c->kv_dim;
+	const size_t bt = (size_t)c->p.block_tokens;
+	return (((size_t)block * (size_t)c->m->cfg.n_layer + (size_t)il) * 2 + (size_t)which) * bt + (size_t)off;
 }
 
 static void kv_copy(struct cpu *c, int32_t src, int32_t dst, int32_t n_tokens)
 {
+	const size_t n = (size_t)n_tokens * (size_t)c->kv_dim, nh = (size_t)n_tokens * (size_t)c->m->cfg.n_head_kv;
 	for (int il = 0; il < c->m->cfg.n_layer; il++)
-		for (int w = 0; w < 2; w++)
-			memcpy(kv_at(c, dst, il, w, 0), kv_at(c, src, il, w, 0),
-			       (size_t)n_tokens * (size_t)c->kv_dim * sizeof(float));
+		for (int w = 0; w < 2; w++) {
+			const size_t rd = kv_row(c, dst, il, w, 0), rs = kv_row(c, src, il, w, 0);
+			if (c->kv) {
+				memcpy(c->kv + rd * (size_t)c->kv_dim, c->kv + rs * (size_t)c->kv_dim, n * sizeof(float));
+				continue;
+			}
+			memcpy(c->kv8 + rd * (size_t)c->kv_dim, c->kv8 + rs * (size_t)c->kv_dim, n);
+			memcpy(c->kv8_exp + rd * (size_t)c->m->cfg.n_head_kv,
+			       c->kv8_exp + rs * (size_t)c->m->cfg.n_head_kv, nh);
+		}
+}
+
+/* This step's K/V rows of layer il to their slots. */
+static void kv_store(struct cpu *c, const struct qc_sched_plan *plan, int il)
+{
+	const int32_t T = plan->n_tokens, bt = plan->block_tokens;
+	if (c->kv8) {
+		qc_ref_kv_store_e4m3(c->k, c->v, plan->slots, T, c->kv8, c->kv8_exp, il, c->m->cfg.n_layer, bt,
+				     (int)c->kv_dim, c->m->cfg.head_dim);
+		return;
+	}
+	for (int32_t t = 0; t < T; t++) {
+		const float *k = c->k + t * c->kv_dim, *v = c->v + t * c->kv_dim;
+		const int32_t slot = plan->slots[t];
+		float *kd = c->kv + kv_row(c, slot / bt, il, 0, slot % bt) * (size_t)c->kv_dim;
+		float *vd = c->kv + kv_row(c, slot / bt, il, 1, slot % bt) * (size_t)c->kv_dim;
+		for (int64_t d = 0; d < c->kv_dim; d++) {
+			kd[d] = f16_round(k[d]);
+			vd[d] = f16_round(v[d]);
+		}
+	}
 }
 
 /* ---- layer pieces -------------------------------------------------------- */
@@ -246,7 +280,7 @@ static void attend(struct cpu *c, const struct qc_sched_plan *plan, int il, int3
 	const struct qc_model_config *cfg = &c->m->cfg;
 	const int hd = cfg->head_dim;
 	const struct qc_ref_attn_args a = {
-		.pool = {.f32 = c->kv, .n_layer = cfg->n_layer, .bt = plan->block_tokens, .kv_dim = (int)c->kv_dim},
+		.pool = {.f32 = c->kv, .e4m3 = c->kv8, .e4m3_exp = c->kv8_exp, .n_layer = cfg->n_layer, .bt = plan->block_tokens, .kv_dim = (int)c->kv_dim},
 		.layer = il, .n_head = cfg->n_head, .n_head_kv = cfg->n_head_kv, .hd = hd,
 		.scale = 1.0f / sqrtf((float)hd),
 		.round = c->p.act_round == QC_ACT_ROUND_GGML ? QC_REF_ATTN_F16 : QC_REF_ATTN_F32,
@@ -310,16 +344,7 @@ static void attention_block(struct cpu *c, const struct qc_sched_plan *plan, int
 		    theta_scale, cfg->rope_freq_scale, &re);
 	qc_ref_rope(c->k, plan->positions, T, cfg->n_head_kv, cfg->head_dim, cfg->rope_dim, cfg->rope_mode,
 		    theta_scale, cfg->rope_freq_scale, &re);
-	for (int32_t t = 0; t < T; t++) {
-		const float *k = c->k + t * c->kv_dim, *v = c->v + t * c->kv_dim;
-		const int32_t slot = plan->slots[t];
-		float *kd = kv_at(c, slot / plan->block_tokens, il, 0, slot % plan->block_tokens);
-		float *vd = kv_at(c, slot / plan->block_tokens, il, 1, slot % plan->block_tokens);
-		for (int64_t d = 0; d < c->kv_dim; d++) {
-			kd[d] = f16_round(k[d]);
-			vd[d] = f16_round(v[d]);
-		}
-	}
+	kv_store(c, plan, il);
 	attend_all(c, plan, il);
 	matmul(c, &L->wo, 0, c->att, T, c->xn, E);
 	qc_ref_add(c->x, c->xn, (int64_t)T * E, (int64_t)T * E);
@@ -448,6 +473,8 @@ static void cpu_destroy(void *state)
 	}
 	free(c->workers);
 	free(c->kv);
+	free(c->kv8);
+	free(c->kv8_exp);
 	free(c->x);
 	free(c->xn);
 	free(c->q);
@@ -488,6 +515,8 @@ static int cpu_create(const struct qc_model *m, const struct qc_backend_params *
 	if (p->n_blocks < 1 || p->block_tokens < 1 || p->max_tokens < 1 || p->max_logits < 1 ||
 	    p->max_ctx < 1)
 		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "backend parameters must be positive");
+	if (p->kv_dtype != QC_KV_F16 && p->kv_dtype != QC_KV_FP8)
+		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "K/V dtype %d unknown", (int)p->kv_dtype);
 	/* the CPU reads ggml rows in place; a GPU target's tensor-core tiles it cannot */
 	for (uint64_t i = 0; i < m->bundle->n_tensors; i++)
 		if (m->bundle->tensors[i].layout != QC_LAYOUT_GGML)
@@ -518,7 +547,17 @@ static int cpu_create(const struct qc_model *m, const struct qc_backend_params *
 	const size_t F = (size_t)(cfg->n_ff > cfg->n_ff_shexp ? cfg->n_ff : cfg->n_ff_shexp);
 	const size_t X = (size_t)cfg->n_expert, K = (size_t)cfg->n_expert_used;
 	const size_t wide = c->q_dim > cfg->n_embd ? (size_t)c->q_dim : E;
-	c->kv = falloc((size_t)p->n_blocks * c->block_floats);
+	const size_t n_kv = (size_t)p->n_blocks * c->block_floats;
+	const size_t n_exp = n_kv / (size_t)cfg->head_dim;
+	bool kv_ok;
+	if (p->kv_dtype == QC_KV_FP8) {
+		c->kv8 = malloc(n_kv);
+		c->kv8_exp = malloc(n_exp);
+		kv_ok = c->kv8 && c->kv8_exp;
+	} else {
+		c->kv = falloc(n_kv);
+		kv_ok = c->kv != NULL;
+	}
 	c->x = falloc(T * E);
 	c->xn = falloc(T * wide);
 	c->q = falloc(T * (size_t)c->q_dim);
@@ -540,12 +579,13 @@ static int cpu_create(const struct qc_model *m, const struct qc_backend_params *
 	c->eout = falloc(T * K * E);
 	c->moe = falloc(T * K * E);
 	c->lx = falloc((size_t)p->max_logits * E);
-	if (!c->kv || !c->x || !c->xn || !c->q || !c->k || !c->v || !c->att || !c->fa || !c->fb ||
+	if (!kv_ok || !c->x || !c->xn || !c->q || !c->k || !c->v || !c->att || !c->fa || !c->fb ||
 	    !c->xperm || !c->shg ||
 	    !c->scratch ||
 	    !c->lrows || !c->router || !c->sel ||
 	    !c->selw || !c->etok || !c->eslot || !c->ex || !c->eout || !c->moe || !c->lx) {
-		const size_t bb = c->block_floats * sizeof(float);
+		const size_t bb = p->kv_dtype == QC_KV_FP8 ? c->block_floats + c->block_floats / (size_t)cfg->head_dim
+							   : c->block_floats * sizeof(float);
 		cpu_destroy(c);
 		return qc_err_set(err, QC_ENOMEM, NULL, NULL, -1,
 				  "out of memory for the CPU backend (%d K/V blocks of %zu bytes)",
@@ -593,9 +633,12 @@ const struct qc_backend_ops qc_backend_cpu = {
 	.destroy = cpu_destroy,
 };
 
-int qc_backend_block_bytes(const struct qc_model *m, int32_t block_tokens, uint64_t *out,
+int qc_backend_block_bytes(const struct qc_model *m, int32_t block_tokens, enum qc_kv_dtype dt, uint64_t *out,
 			   struct qc_err *err)
 {
+	if (dt == QC_KV_FP8) /* head_dim code bytes + 1 exponent byte per kv head and token */
+		return qc_kv_block_bytes(m->cfg.n_layer, m->cfg.n_head_kv, m->cfg.head_dim + 1, 1, block_tokens,
+					 out, err);
 	return qc_kv_block_bytes(m->cfg.n_layer, m->cfg.n_head_kv, m->cfg.head_dim, sizeof(float),
 				 block_tokens, out, err);
 }

@@ -109,6 +109,18 @@ static int check_device(struct qc_err *err)
 	return QC_OK;
 }
 
+/* The pool is binary16 (the kernels read nothing else yet). Checked before the
+ * device, by kv_limits (the engine's first call) and create, so the answer does
+ * not depend on the machine. */
+static int check_kv_dtype(const struct qc_backend_params *p, struct qc_err *err)
+{
+	if (p->kv_dtype == QC_KV_F16)
+		return QC_OK;
+	return qc_err_set(err, QC_EUNSUPPORTED, NULL, NULL, -1,
+			  "--kv-dtype %s: not yet on the CUDA backend (its kernels read a binary16 pool); "
+			  "use --kv-dtype f16, or --device cpu", qc_kv_dtype_name(p->kv_dtype));
+}
+
 static int cuda_create(const struct qc_model *m, const struct qc_backend_params *p, void **state,
 		       struct qc_err *err)
 {
@@ -120,7 +132,7 @@ static int cuda_create(const struct qc_model *m, const struct qc_backend_params 
 	*state = NULL;
 	if (p->n_blocks < 1 || p->block_tokens < 1 || p->max_tokens < 1 || p->max_logits < 1 || p->max_ctx < 1)
 		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "backend parameters must be positive");
-	if ((rc = check_device(err)))
+	if ((rc = check_kv_dtype(p, err)) || (rc = check_device(err)))
 		return rc;
 	if (p->act_round != QC_ACT_ROUND_NONE)
 		QC_WARN_ONCE("cuda: activation rounding emulation is CPU-only; the CUDA backend uses float activations");
@@ -607,7 +619,7 @@ static int cuda_kv_limits(const struct qc_model *m, const struct qc_backend_para
 	uint64_t lo, hi;
 	int rc;
 
-	if ((rc = check_device(err)) || (rc = qc_cuda_be_ck(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo", err)))
+	if ((rc = check_kv_dtype(p, err)) || (rc = check_device(err)) || (rc = qc_cuda_be_ck(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo", err)))
 		return rc;
 	if ((rc = qc_kv_block_bytes(cfg->n_layer, cfg->n_head_kv, cfg->head_dim, 2, p->block_tokens, block_bytes,
 				    err)))

@@ -25,6 +25,16 @@ enum qc_act_round {
 				       weights, 8-bit blocks (q8_0 / q8_K) for quantized */
 };
 
+/* What the K/V pool stores (--kv-dtype). */
+enum qc_kv_dtype {
+	QC_KV_F16 = 0,              /* binary16 values (the CPU keeps them in floats) */
+	QC_KV_FP8 = 1,              /* E4M3FN codes + a power-of-two scale per token and kv
+				       head (ops.h qc_ref_kv_e4m3_exp); CPU backend only */
+};
+
+/* "f16" / "fp8". */
+const char *qc_kv_dtype_name(enum qc_kv_dtype dt);
+
 struct qc_backend_params {
 	int32_t n_blocks;           /* K/V pool size in blocks (qc_kv_blocks_total) */
 	int32_t block_tokens;       /* tokens per block */
@@ -33,6 +43,7 @@ struct qc_backend_params {
 	int32_t max_ctx;            /* longest sequence attention will see */
 	enum qc_act_round act_round;
 	int32_t n_threads;          /* worker threads for matmuls, >= 1 */
+	enum qc_kv_dtype kv_dtype;  /* a backend that cannot store it refuses at create */
 };
 
 #define QC_BACKEND_TOP_MAX 128 /* most candidates forward_top returns per row */
@@ -72,8 +83,9 @@ struct qc_backend_ops {
 /* The plain-C backend (backend_cpu.c). */
 extern const struct qc_backend_ops qc_backend_cpu;
 
-/* Bytes of one K/V block for m with float storage (qc_kv_block_bytes). */
-int qc_backend_block_bytes(const struct qc_model *m, int32_t block_tokens, uint64_t *out,
+/* Bytes of one CPU K/V block for m (qc_kv_block_bytes): f16, 4 bytes per value
+ * (floats); fp8, 1 byte per value + 1 scale-exponent byte per token and kv head. */
+int qc_backend_block_bytes(const struct qc_model *m, int32_t block_tokens, enum qc_kv_dtype dt, uint64_t *out,
 			   struct qc_err *err);
 
 #endif

@@ -18,6 +18,7 @@
  */
 #include "engine.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,6 +88,11 @@ static double mono_s(void)
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+const char *qc_kv_dtype_name(enum qc_kv_dtype dt)
+{
+	return dt == QC_KV_FP8 ? "fp8" : dt == QC_KV_F16 ? "f16" : "?";
+}
+
 void qc_engine_opts_init(struct qc_engine_opts *o)
 {
 	memset(o, 0, sizeof *o);
@@ -138,12 +144,14 @@ static void req_free(struct req *r)
 
 /* The prefix cache's key seed: everything besides the tokens that decides a K/V
  * block's bytes. The manifest names the weights (with their checksums), the
- * backend, rounding and block bytes the arithmetic and the K/V dtype. */
+ * backend and rounding the arithmetic, the K/V dtype (named: block bytes alone
+ * could coincide) and block bytes the storage. */
 static uint64_t cache_salt(const struct qc_engine *e, const struct qc_engine_opts *op,
 			   uint64_t block_bytes)
 {
 	const struct qc_bundle *b = e->model->bundle;
-	const uint64_t geo[3] = {block_bytes, (uint64_t)op->act_round, (uint64_t)op->block_tokens};
+	const uint64_t geo[4] = {block_bytes, (uint64_t)op->act_round, (uint64_t)op->block_tokens,
+				 (uint64_t)op->kv_dtype};
 	uint64_t h = XXH3_64bits_withSeed(b->map + b->manifest_off, (size_t)b->manifest_size,
 					  op->prefix_salt);
 	h = XXH3_64bits_withSeed(e->be->name, strlen(e->be->name), h);
@@ -195,12 +203,13 @@ int qc_engine_new(const char *path, const struct qc_engine_opts *o, struct qc_en
 		.max_logits = op->max_running,
 		.max_ctx = op->max_seq_tokens,
 		.act_round = op->act_round,
+		.kv_dtype = op->kv_dtype,
 	};
 	if (e->be->kv_limits) /* a device backend: its block size and what fits beside the weights */
 		rc = e->be->kv_limits(e->model, &lim, op->gpu_mem_util > 0 ? op->gpu_mem_util : 0.9f,
 				      &block_bytes, &be_max, err);
 	else
-		rc = qc_backend_block_bytes(e->model, op->block_tokens, &block_bytes, err);
+		rc = qc_backend_block_bytes(e->model, op->block_tokens, op->kv_dtype, &block_bytes, err);
 	if (rc)
 		goto out_free;
 	if (!op->kv_budget_bytes) {
@@ -247,6 +256,7 @@ int qc_engine_new(const char *path, const struct qc_engine_opts *o, struct qc_en
 		.max_ctx = qc_kv_max_seq_tokens(e->kv),
 		.act_round = op->act_round,
 		.n_threads = backend_threads(op->n_threads),
+		.kv_dtype = op->kv_dtype,
 	};
 	if ((rc = e->be->create(e->model, &bp, &e->be_state, err)))
 		goto out_free;
@@ -306,6 +316,95 @@ void qc_engine_free(struct qc_engine *e)
 	qc_vocab_free(e->vocab);
 	qc_model_close(e->model);
 	free(e);
+}
+
+/* log-softmax of row at id, sums in double (max first, as ggml's soft_max). */
+static double log_prob(const float *row, int32_t n, int32_t id)
+{
+	float mx = -INFINITY;
+	for (int32_t i = 0; i < n; i++)
+		mx = row[i] > mx ? row[i] : mx;
+	double sum = 0.0;
+	for (int32_t i = 0; i < n; i++)
+		sum += exp((double)row[i] - (double)mx);
+	return (double)row[id] - (double)mx - log(sum);
+}
+
+int qc_engine_score(struct qc_engine *e, const int32_t *ids, int32_t n, double *nll, struct qc_err *err)
+{
+	const int32_t n_vocab = e->model->cfg.n_vocab;
+	int32_t per = e->opts.max_running < e->opts.max_batch_tokens ? e->opts.max_running : e->opts.max_batch_tokens;
+	int32_t seq = -1, width = qc_kv_table_width(e->kv);
+	struct qc_sched_plan pl = {0};
+	int rc = QC_OK;
+
+	*nll = 0.0;
+	if (qc_engine_has_work(e))
+		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "score: the engine has requests");
+	if (n < 2 || n > qc_kv_max_seq_tokens(e->kv))
+		return qc_err_set(err, QC_ERANGE, NULL, NULL, -1, "score: %d tokens, expected 2..%d", n,
+				  qc_kv_max_seq_tokens(e->kv));
+	for (int32_t i = 0; i < n; i++)
+		if (ids[i] < 0 || ids[i] >= n_vocab)
+			return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "score: token %d: id %d out of range", i, ids[i]);
+	pl.tokens = calloc((size_t)per, sizeof *pl.tokens);
+	pl.positions = calloc((size_t)per, sizeof *pl.positions);
+	pl.slots = calloc((size_t)per, sizeof *pl.slots);
+	pl.seq_ids = calloc((size_t)per, sizeof *pl.seq_ids);
+	pl.tok_start = calloc((size_t)per + 1, sizeof *pl.tok_start);
+	pl.ctx_lens = calloc((size_t)per, sizeof *pl.ctx_lens);
+	pl.need_logits = calloc((size_t)per, sizeof *pl.need_logits);
+	pl.block_tables = calloc((size_t)per * (size_t)width, sizeof *pl.block_tables);
+	if (!pl.tokens || !pl.positions || !pl.slots || !pl.seq_ids || !pl.tok_start || !pl.ctx_lens ||
+	    !pl.need_logits || !pl.block_tables) {
+		rc = qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
+		goto out;
+	}
+	if ((rc = qc_kv_seq_new(e->kv, &seq, err)))
+		goto out;
+	/* Every position's logits: each token of a step is an entry of its own with
+	 * the sequence's one block table. The backend stores all of a step's K/V
+	 * before attention (backend.h), so entry i sees positions 0..pos[i]. */
+	for (int32_t p0 = 0; p0 < n - 1; p0 += per) {
+		const int32_t m = n - 1 - p0 < per ? n - 1 - p0 : per;
+		if ((rc = qc_kv_seq_append(e->kv, seq, m, pl.slots, NULL, err)))
+			goto out;
+		int32_t nb;
+		const int32_t *tab = qc_kv_seq_table(e->kv, seq, &nb);
+		pl.n_seqs = pl.n_tokens = pl.n_logits = m;
+		pl.block_tokens = qc_kv_block_tokens(e->kv);
+		pl.table_stride = width;
+		for (int32_t i = 0; i < m; i++) {
+			pl.tokens[i] = ids[p0 + i];
+			pl.positions[i] = p0 + i;
+			pl.seq_ids[i] = (uint64_t)seq;
+			pl.tok_start[i] = i;
+			pl.ctx_lens[i] = p0 + i + 1;
+			pl.need_logits[i] = 1;
+			memcpy(pl.block_tables + (size_t)i * (size_t)width, tab, sizeof(int32_t) * (size_t)width);
+		}
+		pl.tok_start[m] = m;
+		if ((rc = e->be->forward(e->be_state, &pl, e->logits, err)))
+			goto out;
+		for (int32_t i = 0; i < m; i++)
+			*nll -= log_prob(e->logits + (size_t)i * (size_t)n_vocab, n_vocab, ids[p0 + i + 1]);
+	}
+out:
+	qc_kv_seq_free(e->kv, seq);
+	free(pl.tokens);
+	free(pl.positions);
+	free(pl.slots);
+	free(pl.seq_ids);
+	free(pl.tok_start);
+	free(pl.ctx_lens);
+	free(pl.need_logits);
+	free(pl.block_tables);
+	return rc;
+}
+
+int64_t qc_engine_kv_tokens(const struct qc_engine *e)
+{
+	return (int64_t)qc_kv_blocks_total(e->kv) * qc_kv_block_tokens(e->kv);
 }
 
 const struct qc_model *qc_engine_model(const struct qc_engine *e)

@@ -58,6 +58,7 @@ struct qc_engine_opts {
 						 (results do not depend on it) */
 	uint64_t kv_budget_bytes;             /* K/V pool; 0: max_running full sequences,
 						 capped at 2 GiB (or one full sequence) */
+	enum qc_kv_dtype kv_dtype;            /* K/V pool storage; default QC_KV_F16 */
 	float gpu_mem_util;                   /* device backends: fraction of device memory for
 						 weights + buffers + K/V; 0: 0.9 */
 	enum qc_bad_logits bad_logits;        /* default QC_BAD_LOGITS_FAIL_STEP */
@@ -86,6 +87,16 @@ int qc_engine_new(const char *path, const struct qc_engine_opts *o, struct qc_en
 void qc_engine_free(struct qc_engine *e);
 
 const struct qc_model *qc_engine_model(const struct qc_engine *e);
+/* Perplexity scoring: *nll = -sum over i in 1..n-1 of log p(ids[i] | ids[0..i-1])
+ * (natural log, softmax in double), one sequence of n tokens through the backend,
+ * min(max_running, max_batch_tokens) positions per forward. The engine must be
+ * idle; n <= max_seq_tokens. QC_OK, QC_EINVAL (busy, bad id), QC_ERANGE, the
+ * K/V pool's QC_ENOMEM, or the backend's error. */
+int qc_engine_score(struct qc_engine *e, const int32_t *ids, int32_t n, double *nll, struct qc_err *err);
+
+/* Tokens the K/V pool holds (blocks * block tokens; --kv-dtype fp8: about twice
+ * f16's for the same --kv-mem, four times on the CPU, whose f16 pool is floats). */
+int64_t qc_engine_kv_tokens(const struct qc_engine *e);
 /* The tokenizer, or NULL when the bundle has none. */
 const struct qc_vocab *qc_engine_vocab(const struct qc_engine *e);
 

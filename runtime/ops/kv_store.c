@@ -1,5 +1,9 @@
 /* kv_store.c — reference of runtime/cuda/kernels/kv_store.cu: K/V rows to their
- * binary16 slots (round to nearest even), pool laid out as the CPU backend's. */
+ * binary16 slots (round to nearest even), pool laid out as the CPU backend's;
+ * and the fp8 (E4M3FN) store with one power-of-two scale per token and kv head
+ * (the scheme and why: ops.h qc_ref_kv_e4m3_exp, docs/serve.md). */
+#include <math.h>
+
 #include "fp16.h"
 #include "ops.h"
 
@@ -14,5 +18,49 @@ void qc_ref_kv_store(const float *k, const float *v, const int32_t *slots, int64
 			kd[d] = qc_f32_to_fp16(k[t * kv_dim + d]);
 			vd[d] = qc_f32_to_fp16(v[t * kv_dim + d]);
 		}
+	}
+}
+
+int8_t qc_ref_kv_e4m3_exp(const float *x, int hd)
+{
+	float amax = 0.0f;
+	for (int d = 0; d < hd; d++) {
+		const float a = fabsf(x[d]);
+		if (!(a <= 3.4028235e38f)) /* NaN, inf: no scale can hold it; it encodes as NaN */
+			continue;
+		amax = a > amax ? a : amax;
+	}
+	if (amax == 0.0f)
+		return 0;
+	/* amax = f * 2^e2, f in [0.5, 1); 448 = 0.875 * 2^9: the smallest exp with
+	 * amax <= 448 * 2^exp is e2 - 9 when f <= 0.875, else e2 - 8 */
+	int e2;
+	const float f = frexpf(amax, &e2);
+	int e = f <= 0.875f ? e2 - 9 : e2 - 8;
+	/* float's range bounds e to -158..120; below -128 a smaller exp only means
+	 * values far under 448 (never saturation) */
+	return (int8_t)(e < -128 ? -128 : e);
+}
+
+static void store_e4m3_row(const float *x, uint8_t *codes, int8_t *exps, int kv_dim, int hd)
+{
+	for (int h = 0; h * hd < kv_dim; h++) {
+		const float *xh = x + (int64_t)h * hd;
+		const int e = qc_ref_kv_e4m3_exp(xh, hd);
+		exps[h] = (int8_t)e;
+		for (int d = 0; d < hd; d++)
+			codes[(int64_t)h * hd + d] = qc_f32_to_e4m3(ldexpf(xh[d], -e));
+	}
+}
+
+void qc_ref_kv_store_e4m3(const float *k, const float *v, const int32_t *slots, int64_t n_tok,
+			  uint8_t *codes, int8_t *exps, int layer, int n_layer, int bt, int kv_dim, int hd)
+{
+	const int n_kv = kv_dim / hd;
+	for (int64_t t = 0; t < n_tok; t++) {
+		const int64_t b = slots[t] / bt, o = slots[t] % bt;
+		const int64_t rk = ((b * n_layer + layer) * 2 + 0) * bt + o, rv = rk + bt;
+		store_e4m3_row(k + t * kv_dim, codes + rk * kv_dim, exps + rk * n_kv, kv_dim, hd);
+		store_e4m3_row(v + t * kv_dim, codes + rv * kv_dim, exps + rv * n_kv, kv_dim, hd);
 	}
 }

@@ -66,13 +66,32 @@ void qc_ref_topk(const float *x, int64_t n_rows, int32_t n, const int32_t *k, in
 void qc_ref_kv_store(const float *k, const float *v, const int32_t *slots, int64_t n_tok,
 		     uint16_t *pool, int layer, int n_layer, int bt, int kv_dim);
 
+/* The fp8 K/V cache's scale: one power of two per (token, layer, K/V, kv head),
+ * 2^exp with exp the smallest integer putting the head's largest |x| at or below
+ * 448 (E4M3FN's max finite), so no value saturates whatever its magnitude, and a
+ * token's codes depend on its own K/V row only (the same alone or in a batch).
+ * Dividing by a power of two is exact: the only rounding is the E4M3 one.
+ * A head of zeros gets exp 0; a head holding NaN/inf gets exp 0 and NaN codes
+ * for those values (fp8 has no inf; it shows as NaN logits, never clamped). */
+int8_t qc_ref_kv_e4m3_exp(const float *x, int hd);
+
+/* qc_ref_kv_store into an fp8 pool: codes (n_blocks, n_layer, 2, bt, kv_dim) E4M3FN,
+ * exps (n_blocks, n_layer, 2, bt, kv_dim / hd) the heads' qc_ref_kv_e4m3_exp; value
+ * = e4m3(code) * 2^exp. (No CUDA kernel yet: the CUDA backend refuses fp8.) */
+void qc_ref_kv_store_e4m3(const float *k, const float *v, const int32_t *slots, int64_t n_tok,
+			  uint8_t *codes, int8_t *exps, int layer, int n_layer, int bt, int kv_dim, int hd);
+
 /* A paged K/V pool: the K (which 0) or V (1) row of slot off of block b in layer
  * il starts at element (((b * n_layer + il) * 2 + which) * bt + off) * kv_dim.
- * Exactly one of f16 (binary16 bits: the CUDA backend's pool) and f32 (floats
- * holding binary16 values: the CPU backend's) is set. */
+ * Exactly one of f16 (binary16 bits: the CUDA backend's pool), f32 (floats
+ * holding binary16 values: the CPU backend's f16 cache) and e4m3 (the CPU
+ * backend's fp8 cache, with e4m3_exp) is set. */
 struct qc_ref_kv_pool {
 	const uint16_t *f16;       /* (n_blocks, n_layer, 2, bt, kv_dim) binary16 bits, or NULL */
 	const float *f32;          /* the same shape in floats, or NULL */
+	const uint8_t *e4m3;       /* the same shape in E4M3FN codes, or NULL */
+	const int8_t *e4m3_exp;    /* (n_blocks, n_layer, 2, bt, kv_dim / hd) per-head scale
+				      exponents (qc_ref_kv_e4m3_exp), with e4m3 */
 	int n_layer, bt, kv_dim;
 };
 

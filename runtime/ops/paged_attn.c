@@ -31,14 +31,22 @@ static float f16_round(float x)
 }
 
 /* The hd values of the K (which 0) or V (1) row of position j, kv head offset
- * kvo, as floats in dst (binary16 pool) or in place (float pool). */
+ * kvo, as floats in dst (binary16 or fp8 pool) or in place (float pool). fp8:
+ * e4m3(code) * 2^exp is exact in float (a code has 4 significant bits). */
 static const float *kv_row(const struct qc_ref_kv_pool *p, int layer, const int32_t *table, int32_t j,
 			   int which, int64_t kvo, int hd, float *dst)
 {
 	const int64_t b = table[j / p->bt], off = j % p->bt;
-	const int64_t at = (((b * p->n_layer + layer) * 2 + which) * p->bt + off) * p->kv_dim + kvo;
+	const int64_t row = ((b * p->n_layer + layer) * 2 + which) * p->bt + off;
+	const int64_t at = row * p->kv_dim + kvo;
 	if (p->f32)
 		return p->f32 + at;
+	if (p->e4m3) {
+		const float s = ldexpf(1.0f, p->e4m3_exp[row * (p->kv_dim / hd) + kvo / hd]);
+		for (int d = 0; d < hd; d++)
+			dst[d] = qc_e4m3_to_f32(p->e4m3[at + d]) * s;
+		return dst;
+	}
 	for (int d = 0; d < hd; d++)
 		dst[d] = qc_fp16_to_f32(p->f16[at + d]);
 	return dst;

@@ -100,6 +100,8 @@ int serve_metrics_render(struct serve_metrics *m, struct serve_buf *out)
 	rc = rc ? rc : GAUGE("qserve_kv_blocks_used", "KV cache blocks in use.", "%d", m->sched.blocks_used);
 	rc = rc ? rc : GAUGE("qserve_kv_blocks_free", "KV cache blocks free.", "%d", m->sched.blocks_free);
 	rc = rc ? rc : GAUGE("qserve_kv_blocks_total", "KV cache blocks in the pool.", "%d", m->sched.blocks_total);
+	rc = rc ? rc : GAUGE("qserve_kv_pool_tokens", "Tokens the KV cache pool holds (blocks x block size).", "%lld",
+			     (long long)m->kv_pool_tokens);
 	rc = rc ? rc : hist(out, "qserve_time_to_first_token_seconds", "Submit to first generated token.", &m->ttft);
 	rc = rc ? rc : hist(out, "qserve_inter_token_latency_seconds", "Time between generated tokens.", &m->itl);
 	pthread_mutex_unlock(&m->mu);

@@ -34,6 +34,7 @@ struct serve_metrics {
 	uint64_t failed_logits;                  /* requests ended by non-finite logits (500) */
 	struct qc_sched_stats sched;             /* last snapshot from the engine thread */
 	int32_t in_flight;
+	int64_t kv_pool_tokens;                  /* K/V pool capacity (qc_engine_kv_tokens), set at start */
 	struct serve_hist ttft, itl;
 };
 

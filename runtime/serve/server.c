@@ -610,6 +610,7 @@ int server_start(const struct server_config *cfg, struct qc_engine *e, struct se
 	atomic_init(&s->next_id, (uint64_t)time(NULL) << 20);
 	atomic_init(&s->draining, false);
 	serve_metrics_init(&s->m);
+	s->m.kv_pool_tokens = qc_engine_kv_tokens(e);
 	struct serve_engine_opts so = {.max_running = cfg->max_running, .max_queue = cfg->max_queue};
 	int rc = serve_engine_start(e, &s->m, &so, &s->se, err);
 	if (rc)
