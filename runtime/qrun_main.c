@@ -1,6 +1,7 @@
 /* qrun_main.c — the qrun command: generate text from a bundle or a GGUF.
  *
- *   qrun MODEL -p TEXT [-n N] [sampling flags] [--stop S]... [--json] [--ignore-eos] [engine flags]
+ *   qrun MODEL -p TEXT [-n N] [--n-choices N] [sampling flags] [--stop S]... [--json] [--ignore-eos]
+ *        [engine flags]
  *   qrun MODEL --tokenize TEXT [--bos]
  *   qrun bench MODEL --requests N --concurrency C --in I --out O [--warmup W] [--shared-prefix P]
  *              [sampling flags] [engine flags]
@@ -9,7 +10,10 @@
  * MODEL is a .qb bundle or a .gguf; a GGUF of a supported architecture is converted
  * first (target cpu) into an unnamed file in $TMPDIR (engine_cli.c), so no exit,
  * signal or crash leaves anything behind. `-p -` reads the prompt's raw bytes from stdin. BOS is added exactly
- * when the vocabulary asks for it (llama.cpp's add_special). The engine flags
+ * when the vocabulary asks for it (llama.cpp's add_special). --n-choices N: the
+ * prompt is prefilled once and N continuations are drawn from it
+ * (qc_engine_add_n), choice i with seed + i as qserve's n does, each with its
+ * own stop strings; they print once all are done. The engine flags
  * (device, threads, K/V pool, chunked prefill) are engine_cli.h's, shared with
  * qserve. bench: N requests of I synthetic prompt ids and O tokens each (greedy
  * unless sampling flags are given, request i drawing with seed + i; EOS
@@ -47,7 +51,8 @@ static const char *prog = "qrun";
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: %s MODEL -p TEXT [-n N] [sampling] [--stop S]... [--json] [--ignore-eos] [engine]\n"
+		"usage: %s MODEL -p TEXT [-n N] [--n-choices N] [sampling] [--stop S]... [--json] [--ignore-eos]\n"
+		"                [engine]\n"
 		"       %s MODEL --tokenize TEXT [--bos]\n"
 		"       %s perplexity MODEL -f TEXT_FILE [--chunks N] [engine] (--ctx: window, default 512)\n"
 		"       %s bench MODEL --requests N --concurrency C --in I --out O [--warmup W] [--shared-prefix P]\n"
@@ -58,6 +63,10 @@ static void usage(FILE *f)
 		"--json prints {\"prompt_ids\":[...],\"ids\":[...],\"text\":\"...\",\"finish\":\"...\"}\n"
 		"(text as plain output prints it: control tokens such as </s> left out, their ids listed).\n"
 		"--stop S: end when the text contains S (up to 4; S itself is not printed).\n"
+		"--n-choices N (1..16): N continuations of the prompt, prefilled once; choice i samples\n"
+		"with seed S + i (as qserve's n), --stop ends each alone; printed when all are done, each\n"
+		"after a line \"--- choice i ---\", or with --json as an array of the objects above,\n"
+		"\"index\":i added. --max-running defaults to N.\n"
 		"sampling:\n"
 		"  --temp T (0 = greedy, the default)  --seed S  --top-k K  --top-p P  --min-p P\n"
 		"  --repeat-penalty R  --presence-penalty P  --frequency-penalty F  --penalty-last-n N\n"
@@ -600,6 +609,113 @@ static int bench_main(int argc, char **argv)
 	return 0;
 }
 
+/* One choice of a generate run (--n-choices: several of one prompt). */
+struct choice {
+	uint64_t id;               /* qc_engine_add_n's id */
+	struct serve_text st;      /* --stop holdback, per choice */
+	struct serve_buf vis;
+	char *raw;                 /* (raw_len) bytes of text so far, NUL-terminated */
+	size_t raw_len, raw_cap, raw_done; /* raw_done: bytes already printed */
+	int32_t *gen;              /* (n) generated ids, kept past the request's release */
+	size_t gen_cap;
+	int32_t n;
+	enum qc_sched_finish fin;
+	bool done;
+};
+
+/* Take choice c's new ids after a step: text through the stop-string holdback
+ * (with --stop) or as pieces; a matched stop string releases the choice at once.
+ * The continuation's pieces are as llama.cpp's common_token_to_piece gives them
+ * (no leading-space strip: it is not a sequence start), control tokens (</s>,
+ * <|im_end|>) silent, so the streamed text and --json's "text" are the same
+ * (its "ids" still list them); with --stop the text is the server's, so qrun
+ * and qserve stop alike. QC_OK or QC_ENOMEM. */
+static int choice_take(struct qc_engine *e, struct choice *c, int n_stops, struct qc_err *err)
+{
+	const int32_t *ids = NULL;
+	int32_t n_now = 0;
+	int rc = QC_OK;
+	if (c->done || qc_engine_output(e, c->id, &ids, &n_now, &c->fin))
+		return QC_OK;
+	if (n_now > c->n) {
+		int32_t *g = gen_grow(c->gen, &c->gen_cap, n_now);
+		if (!g)
+			return qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
+		c->gen = g;
+	}
+	for (; c->n < n_now && !c->st.stopped; c->n++) {
+		c->gen[c->n] = ids[c->n];
+		if (!n_stops) {
+			if ((rc = append_piece(qc_engine_vocab(e), ids[c->n], 0, &c->raw, &c->raw_len, &c->raw_cap, err)))
+				return rc;
+			continue;
+		}
+		if (serve_text_push(&c->st, ids[c->n], &c->vis))
+			return qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
+		if ((rc = append(&c->raw, &c->raw_len, &c->raw_cap, c->vis.p ? c->vis.p : "", c->vis.len, err)))
+			return rc;
+		serve_buf_consume(&c->vis, c->vis.len);
+	}
+	if (c->st.stopped) { /* the stop string is complete: end this choice now */
+		c->fin = QC_SCHED_FINISH_STOP_STRING;
+		c->done = true;
+		qc_engine_release(e, c->id);
+		return QC_OK;
+	}
+	if (c->fin == QC_SCHED_FINISH_NONE)
+		return QC_OK;
+	c->done = true;
+	if (!n_stops)
+		return QC_OK;
+	if (serve_text_finish(&c->st, &c->vis))
+		return qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
+	rc = append(&c->raw, &c->raw_len, &c->raw_cap, c->vis.p ? c->vis.p : "", c->vis.len, err);
+	serve_buf_consume(&c->vis, c->vis.len);
+	return rc;
+}
+
+/* Print choice c (index i) once generation is over: the rest of the streamed
+ * text, or with --n-choices a "--- choice i ---" header and its text, or its
+ * --json object (with --n-choices one element of the array, "index" added). */
+static int choice_print(struct choice *c, int i, const int32_t *pids, size_t n_pids, bool json, bool n_given,
+			struct qc_err *err)
+{
+	if (!json) {
+		if (n_given)
+			printf("--- choice %d ---\n", i);
+		utf8_sanitize(c->raw, c->raw_len, &c->raw_done, true, out_stdout, NULL);
+		printf("\n");
+		return QC_OK;
+	}
+	struct strbuf txt = {.err = err};
+	utf8_sanitize(c->raw, c->raw_len, &c->raw_done, true, out_strbuf, &txt);
+	if (txt.rc) {
+		free(txt.s);
+		return txt.rc;
+	}
+	if (n_given)
+		printf("%s{\"index\":%d,", i ? "," : "", i);
+	else
+		printf("{");
+	printf("\"prompt_ids\":");
+	print_json_ids(pids, n_pids);
+	printf(",\"ids\":");
+	print_json_ids(c->gen, (size_t)c->n);
+	printf(",\"text\":");
+	print_json_string(txt.s ? txt.s : "", txt.len);
+	printf(",\"finish\":\"%s\"}%s", qc_sched_finish_name(c->fin), n_given ? "" : "\n");
+	free(txt.s);
+	return QC_OK;
+}
+
+static void choice_deinit(struct choice *c)
+{
+	serve_text_deinit(&c->st);
+	serve_buf_deinit(&c->vis);
+	free(c->raw);
+	free(c->gen);
+}
+
 /* The sampling flags of a generate run; 1 consumed, -1 bad value, 0 not one of them. */
 static int sampling_flag(struct qc_sampler_params *sp, int argc, char **argv, int *i)
 {
@@ -658,8 +774,8 @@ int main(int argc, char **argv)
 {
 	const char *model = NULL, *prompt = NULL, *tok_text = NULL;
 	const char *stops[SERVE_MAX_STOPS];
-	int n_stops = 0, json = 0, bos = 0, ignore_eos = 0;
-	long n_gen = 32;
+	int n_stops = 0, json = 0, bos = 0, ignore_eos = 0, n_given = 0;
+	long n_gen = 32, n_choices = 1;
 	struct qc_engine_cli cli;
 	struct qc_sampler_params sp;
 	struct qc_err err = {0};
@@ -670,7 +786,6 @@ int main(int argc, char **argv)
 	if (argc > 1 && !strcmp(argv[1], "perplexity"))
 		return perplexity_main(argc - 1, argv + 1);
 	qc_engine_cli_init(&cli);
-	cli.max_running = 1; /* one request */
 	qc_sampler_params_init(&sp);
 	sp.temperature = 0.0f; /* greedy unless --temp says otherwise */
 	sp.seed = 0;
@@ -698,6 +813,10 @@ int main(int argc, char **argv)
 				return 1;
 			}
 			stops[n_stops++] = st;
+		} else if (!strcmp(a, "--n-choices") && has) {
+			if (!qc_cli_long(prog, a, argv[++i], 1, QC_SCHED_MAX_CHOICES, &n_choices))
+				return 1;
+			n_given = 1;
 		} else if (!strcmp(a, "--tokenize") && has) {
 			tok_text = argv[++i];
 		} else if (!strcmp(a, "--json")) {
@@ -718,15 +837,16 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 1;
 	}
+	if (!cli.max_running)
+		cli.max_running = n_choices; /* one request: its choices are the running set */
 
 	struct qc_engine *e = NULL;
 	const char *text = NULL;
 	char *stdin_buf = NULL;
 	int32_t *pids = NULL;
-	size_t n_pids = 0, text_len = 0, raw_len = 0, raw_cap = 0, raw_done = 0;
-	char *raw = NULL;
-	int32_t *gen = NULL; /* the generated ids, kept past the request's release */
-	size_t gen_cap = 0;
+	size_t n_pids = 0, text_len = 0;
+	struct choice ch[QC_SCHED_MAX_CHOICES] = {0};
+	int n_ch = 0; /* choices whose serve_text is initialized */
 
 	if (tok_text) {
 		size_t tl = strlen(tok_text);
@@ -773,105 +893,58 @@ int main(int argc, char **argv)
 
 	struct qc_engine_request q = {.prompt = pids, .n_prompt = (int32_t)n_pids,
 				      .max_tokens = (int32_t)n_gen, .ignore_eos = ignore_eos, .sampling = sp};
-	uint64_t id;
-	if ((rc = qc_engine_add(e, &q, &id, &err)))
+	uint64_t ids_n[QC_SCHED_MAX_CHOICES];
+	if ((rc = qc_engine_add_n(e, &q, (int32_t)n_choices, ids_n, &err)))
 		goto out_err;
-	/* The continuation's pieces as llama.cpp's common_token_to_piece gives them
-	 * (no leading-space strip: it is not a sequence start), made valid UTF-8,
-	 * control tokens (</s>, <|im_end|>) silent: streamed as they complete, or
-	 * as --json's "text", which is the same text (its "ids" still list them).
-	 * With --stop the text goes through the server's stop-string holdback
-	 * instead, so qrun and qserve stop alike. */
-	struct serve_text st;
-	struct serve_buf vis = {0};
-	serve_text_init(&st, qc_engine_vocab(e), stops, n_stops);
-
+	for (long c = 0; c < n_choices; c++) {
+		ch[c].id = ids_n[c];
+		serve_text_init(&ch[c].st, qc_engine_vocab(e), stops, n_stops);
+	}
+	n_ch = (int)n_choices;
+	/* Without --n-choices the one choice streams as it completes. */
+	const bool stream = !json && !n_given;
 	double t0 = now_s(), t_first = 0.0;
-	int32_t n = 0;
-	const int32_t *ids = NULL;
-	enum qc_sched_finish fin = QC_SCHED_FINISH_NONE;
-	while (qc_engine_has_work(e) && !st.stopped) {
+	while (qc_engine_has_work(e)) {
 		if ((rc = qc_engine_step(e, &err)))
-			goto out_gen;
-		int32_t n_now = 0;
-		qc_engine_output(e, id, &ids, &n_now, &fin);
-		if (n_now > 0 && t_first == 0.0)
-			t_first = now_s();
-		if (n_now > n) {
-			int32_t *g = gen_grow(gen, &gen_cap, n_now);
-			if (!g) {
-				rc = qc_err_set(&err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
-				goto out_gen;
-			}
-			gen = g;
-		}
-		for (; n < n_now && !st.stopped; n++) {
-			gen[n] = ids[n];
-			if (n_stops) {
-				if (serve_text_push(&st, ids[n], &vis) ||
-				    (rc = append(&raw, &raw_len, &raw_cap, vis.p ? vis.p : "", vis.len, &err))) {
-					rc = rc ? rc : qc_err_set(&err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
-					goto out_gen;
-				}
-				serve_buf_consume(&vis, vis.len);
-			} else if ((rc = append_piece(qc_engine_vocab(e), ids[n], 0, &raw, &raw_len, &raw_cap, &err))) {
-				goto out_gen;
-			}
-		}
-		if (st.stopped) { /* the stop string is complete: end the request now */
-			fin = QC_SCHED_FINISH_STOP_STRING;
-			qc_engine_release(e, id);
-		} else if (n_stops && fin != QC_SCHED_FINISH_NONE) {
-			if (serve_text_finish(&st, &vis) ||
-			    (rc = append(&raw, &raw_len, &raw_cap, vis.p ? vis.p : "", vis.len, &err))) {
-				rc = rc ? rc : qc_err_set(&err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
-				goto out_gen;
-			}
-			serve_buf_consume(&vis, vis.len);
-		}
-		if (!json) {
-			utf8_sanitize(raw, raw_len, &raw_done, false, out_stdout, NULL);
-			fflush(stdout);
-		}
-	}
-	ids = gen;
-	double t1 = now_s();
-	if (!json) {
-		utf8_sanitize(raw, raw_len, &raw_done, true, out_stdout, NULL);
-		printf("\n");
-	} else {
-		struct strbuf txt = {.err = &err};
-		utf8_sanitize(raw, raw_len, &raw_done, true, out_strbuf, &txt);
-		if ((rc = txt.rc)) {
-			free(txt.s);
 			goto out_err;
+		bool live = false;
+		for (int c = 0; c < n_ch; c++) {
+			if ((rc = choice_take(e, &ch[c], n_stops, &err)))
+				goto out_err;
+			if (ch[c].n > 0 && t_first == 0.0)
+				t_first = now_s();
+			live |= !ch[c].done;
+			if (stream) {
+				utf8_sanitize(ch[c].raw, ch[c].raw_len, &ch[c].raw_done, false, out_stdout, NULL);
+				fflush(stdout);
+			}
 		}
-		printf("{\"prompt_ids\":");
-		print_json_ids(pids, n_pids);
-		printf(",\"ids\":");
-		print_json_ids(ids, (size_t)n);
-		printf(",\"text\":");
-		print_json_string(txt.s ? txt.s : "", txt.len);
-		printf(",\"finish\":\"%s\"}\n", qc_sched_finish_name(fin));
-		free(txt.s);
+		if (!live)
+			break;
 	}
+	double t1 = now_s();
+	int32_t n_total = 0;
+	if (json && n_given)
+		printf("[");
+	for (int c = 0; c < n_ch; c++) {
+		n_total += ch[c].n;
+		if ((rc = choice_print(&ch[c], c, pids, n_pids, json, n_given, &err)))
+			goto out_err;
+	}
+	if (json && n_given)
+		printf("]\n");
 	fprintf(stderr, "%s: %zu prompt tokens, %d generated in %.3f s (first token %.3f s, %.1f tokens/s after it); "
 			"K/V pool %lld tokens (%s)\n",
-		prog, n_pids, n, t1 - t0, t_first > 0 ? t_first - t0 : 0.0,
-		n > 1 && t1 > t_first ? (double)(n - 1) / (t1 - t_first) : 0.0, (long long)qc_engine_kv_tokens(e),
-		qc_kv_dtype_name(eo.kv_dtype));
-out_gen:
-	serve_text_deinit(&st);
-	serve_buf_deinit(&vis);
-	if (rc)
-		goto out_err;
+		prog, n_pids, n_total, t1 - t0, t_first > 0 ? t_first - t0 : 0.0,
+		n_total > n_ch && t1 > t_first ? (double)(n_total - n_ch) / (t1 - t_first) : 0.0,
+		(long long)qc_engine_kv_tokens(e), qc_kv_dtype_name(eo.kv_dtype));
 	goto out;
 
 out_err:
 	qc_err_print(&err, prog, stderr);
 out:
-	free(gen);
-	free(raw);
+	for (int c = 0; c < n_ch; c++)
+		choice_deinit(&ch[c]);
 	free(pids);
 	free(stdin_buf);
 	qc_engine_free(e);
