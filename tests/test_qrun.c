@@ -1,7 +1,8 @@
 /* test_qrun.c — the qrun command line as a user runs it: --json greedy output on a
  * .gguf equals llama.cpp's reference ids (stories260K: every margin is large), the
  * same through a converted bundle, --tokenize (stdin bytes) equals llama.cpp's own
- * tokenizer test vectors on vocab-only GGUFs, and --device cuda says it is absent. */
+ * tokenizer test vectors on vocab-only GGUFs, --n-choices (choice i = a run with
+ * seed + i; greedy choices = llama.cpp's ids), and --device cuda says it is absent. */
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
@@ -272,6 +273,80 @@ static void check_options(const char *model)
 	char cmd[2048];
 	snprintf(cmd, sizeof cmd, "%s/qrun bench --help | grep -q -- --max-prefill-tokens", bin());
 	CHECK(system(cmd) == 0, "qrun bench --help does not list the engine flags");
+}
+
+/* qrun --n-choices: with a seed, choice i of N=3 equals a separate run with seed
+ * S + i (text and ids: the prompt prefilled once changes nothing); greedy N=2
+ * gives llama.cpp's greedy ids twice (g: the reference's first greedy case);
+ * --stop ends each choice alone; 0 and 17 are refused naming the flag. */
+static void check_n_choices(const char *model, const cJSON *g)
+{
+	const char *prompt = "Once upon a time";
+	const char *samp = "-n 24 --temp 1.0 --top-p 0.95 --repeat-penalty 1.1";
+	char f[512];
+	snprintf(f, sizeof f, "%s --seed 40 --n-choices 3", samp);
+	cJSON *all = qrun_json(model, prompt, f);
+	CHECK(cJSON_IsArray(all) && cJSON_GetArraySize(all) == 3, "--n-choices 3 --json: not an array of 3");
+	int distinct = 0;
+	for (int i = 0; i < 3 && cJSON_GetArraySize(all) == 3; i++) {
+		const cJSON *c = cJSON_GetArrayItem(all, i);
+		snprintf(f, sizeof f, "%s --seed %d", samp, 40 + i);
+		cJSON *one = qrun_json(model, prompt, f);
+		CHECK(one && cJSON_GetObjectItem(c, "index") && cJSON_GetObjectItem(c, "index")->valueint == i,
+		      "choice %d: index missing or wrong", i);
+		CHECK(one && same_ids(cJSON_GetObjectItem(c, "ids"), cJSON_GetObjectItem(one, "ids")) &&
+		      !strcmp(jstr(c, "text"), jstr(one, "text")) && !strcmp(jstr(c, "finish"), jstr(one, "finish")) &&
+		      same_ids(cJSON_GetObjectItem(c, "prompt_ids"), cJSON_GetObjectItem(one, "prompt_ids")),
+		      "choice %d differs from the run with --seed %d: '%s' vs '%s'", i, 40 + i, jstr(c, "text"),
+		      one ? jstr(one, "text") : "");
+		distinct += i > 0 && !same_ids(cJSON_GetObjectItem(c, "ids"),
+					       cJSON_GetObjectItem(cJSON_GetArrayItem(all, 0), "ids"));
+		cJSON_Delete(one);
+	}
+	CHECK(distinct > 0, "the three choices are all the same: the seeds are not seed + i");
+	cJSON_Delete(all);
+
+	cJSON *gr = qrun_json(model, cJSON_GetObjectItem(g, "prompt")->valuestring,
+			      "-n 32 --ignore-eos --n-choices 2");
+	CHECK(cJSON_GetArraySize(gr) == 2, "greedy --n-choices 2: not an array of 2");
+	for (int i = 0; i < cJSON_GetArraySize(gr); i++)
+		CHECK(same_ids(cJSON_GetObjectItem(cJSON_GetArrayItem(gr, i), "ids"), cJSON_GetObjectItem(g, "ids")),
+		      "greedy choice %d differs from llama.cpp's ids", i);
+	cJSON_Delete(gr);
+
+	/* the plain form: one header per choice, then its text (greedy: the reference's) */
+	char cmd[2048];
+	snprintf(cmd, sizeof cmd, "%s/qrun %s -p - -n 32 --ignore-eos --n-choices 2", bin(), model);
+	int rc;
+	const char *gp = cJSON_GetObjectItem(g, "prompt")->valuestring, *gt = jstr(g, "text");
+	char *out = run(cmd, gp, strlen(gp), &rc);
+	char want[1024];
+	snprintf(want, sizeof want, "--- choice 0 ---\n%s\n--- choice 1 ---\n%s\n", gt, gt);
+	CHECK(rc == 0 && out && !strcmp(out, want), "--n-choices 2 plain: '%s', want '%s'", out ? out : "", want);
+	free(out);
+
+	/* --stop per choice: each stopped choice's text ends before its own stop string */
+	snprintf(f, sizeof f, "%s --seed 40 --n-choices 3 --stop ' was'", samp);
+	cJSON *st = qrun_json(model, prompt, f);
+	CHECK(cJSON_GetArraySize(st) == 3, "--n-choices 3 --stop: not an array of 3");
+	int stopped = 0;
+	for (int i = 0; i < cJSON_GetArraySize(st); i++) {
+		const cJSON *c = cJSON_GetArrayItem(st, i);
+		bool s = !strcmp(jstr(c, "finish"), "stop_string");
+		stopped += s;
+		CHECK(!strstr(jstr(c, "text"), " was") && (s || !strcmp(jstr(c, "finish"), "length")),
+		      "choice %d with --stop ' was': finish %s, text '%s'", i, jstr(c, "finish"), jstr(c, "text"));
+	}
+	CHECK(stopped > 0, "no choice met ' was'");
+	cJSON_Delete(st);
+
+	static const char *bad[] = {"--n-choices 0", "--n-choices 17", "--n-choices x", "--n-choices"};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		snprintf(cmd, sizeof cmd, "%s/qrun %s -p hi %s", bin(), model, bad[i]);
+		char *e = run_stderr(cmd, &rc);
+		CHECK(rc == 1 && strstr(e, "--n-choices"), "qrun ... %s: exit %d, stderr '%s'", bad[i], rc, e);
+		free(e);
+	}
 }
 
 /* Entries in dir other than . and .. (-1: unreadable). */
@@ -581,6 +656,8 @@ int main(void)
 			check_greedy(bundle, g);
 		}
 	check_options(bundle);
+	if (r)
+		check_n_choices(bundle, cJSON_GetArrayItem(cJSON_GetObjectItem(r, "greedy"), 0));
 	unlink(bundle);
 	cJSON_Delete(r);
 	check_tokenize("llama-spm");
