@@ -8,15 +8,20 @@
  * order, and no block was handed to two live sequences. Runs: 20 requests on a
  * pool small enough to force preemption, a lone request too big for the pool,
  * queue/commit misuse, cancellation, and a randomized stress run with invariant
- * checks each step. Every checker is also fed a deliberately wrong input.
+ * checks each step. Groups (qc_sched_fork): a choice finished by its first
+ * token, a group preempted or cancelled before its fork, fork misuse, a group on
+ * a cached prompt (the mock copies cow blocks and checks refcounts every step).
+ * Every checker is also fed a deliberately wrong input.
  */
+/* the .c itself: the fork tests corrupt a reservation count to see qc_sched_check trip */
+#include "scheduler.c"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
 #include "kv_blocks.h"
-#include "scheduler.h"
 
 #define V 64              /* mock vocabulary */
 #define MAX_REQ_TOKENS 256
@@ -56,6 +61,13 @@ struct req {
 	long first_step;        /* run step that accepted its first token, 0 before */
 	long last_step;         /* ... its latest token */
 	long max_gap;           /* most steps between two of its tokens */
+	/* groups (qc_sched_add_group / qc_sched_fork) */
+	bool forced;            /* a forked choice: out[0] was given, not computed */
+	int32_t first;          /* ... that token */
+	struct req *kids[4];    /* a group's other choices, forked by run_step */
+	int n_kids;
+	int forks;              /* qc_sched_fork calls on it */
+	int prefills;           /* plan entries that fed it from position 0 */
 };
 
 static int32_t hist_at(const struct req *r, int32_t pos)
@@ -70,7 +82,7 @@ static int32_t ref_run(const struct req *r, int32_t *out, int *finish)
 	memcpy(h, r->prompt, (size_t)n * sizeof *h);
 	*finish = QC_SCHED_FINISH_LENGTH;
 	while (k < r->max_tokens) {
-		int32_t t = next_token(h, n);
+		int32_t t = k == 0 && r->forced ? r->first : next_token(h, n);
 		h[n++] = t;
 		out[k++] = t;
 		if (t == r->eos || (r->n_stop > 0 && (t == r->stop[0] || t == r->stop[1]))) {
@@ -145,6 +157,13 @@ static int mock_forward(struct mock *m, const struct qc_sched_plan *p, struct re
 			int32_t *sampled)
 {
 	int bad = 0;
+	/* copy-on-write of a forked group's partial block, before any write */
+	for (int32_t k = 0; k < p->n_cow; k++)
+		for (int32_t j = 0; j < p->cow_n_tokens[k]; j++) {
+			int32_t from = p->cow_src[k] * p->block_tokens + j, to = p->cow_dst[k] * p->block_tokens + j;
+			m->kv_tok[to] = m->kv_tok[from];
+			m->kv_pos[to] = m->kv_pos[from];
+		}
 	for (int32_t e = 0; e < p->n_seqs; e++) {
 		const int32_t *tab = p->block_tables + (size_t)e * (size_t)p->table_stride;
 		int32_t t0 = p->tok_start[e], t1 = p->tok_start[e + 1];
@@ -173,6 +192,8 @@ static int mock_forward(struct mock *m, const struct qc_sched_plan *p, struct re
 
 /* ---- invariant checker over the KV pool, from the public API only ---- */
 
+static bool g_groups;        /* the run forks groups: choices share blocks */
+
 /* tables[r] / nbs[r]: the live rows' block tables. Returns violations: a block
  * named twice (the scheduler never shares), refcounts that disagree, counts that
  * do not add up. */
@@ -189,8 +210,9 @@ static int check_tables(const struct qc_kv *kv, const int32_t *const *tables, co
 				continue;
 			}
 			distinct += seen[b] == 0;
-			/* only prefix-cache blocks (full, never written again) are shared */
-			bad += ++seen[b] > 1 && !qc_kv_block_cached(kv, b);
+			/* only prefix-cache blocks (full, never written again) are shared,
+			   and with groups the prompt blocks of one group's choices */
+			bad += ++seen[b] > 1 && !qc_kv_block_cached(kv, b) && !g_groups;
 		}
 	for (int32_t b = 0; b < total; b++)
 		bad += qc_kv_block_refcount(kv, b) != seen[b];
@@ -280,6 +302,29 @@ static int add_req(struct run *rn, struct req *r)
 	return rc;
 }
 
+/* Fork group parent r (plan entry e, its prompt complete) into its kids, each
+ * starting with its given first token; a kid that token finishes is done at once. */
+static void fork_kids(struct run *rn, const struct qc_sched_plan *p, int32_t e, struct req *r)
+{
+	struct qc_sched_child kids[4];
+	struct qc_err err = { 0 };
+	for (int k = 0; k < r->n_kids; k++)
+		kids[k] = (struct qc_sched_child){ .first_token = r->kids[k]->first, .user = r->kids[k] };
+	int rc = qc_sched_fork(rn->s, p, e, kids, r->n_kids, &err);
+	CHECK(rc == QC_OK, "fork: %s", err.msg);
+	r->forks++;
+	for (int k = 0; k < r->n_kids && !rc; k++) {
+		struct req *c = r->kids[k];
+		c->id = kids[k].id;
+		c->out[c->n_out++] = c->first;
+		if (kids[k].finish != QC_SCHED_FINISH_NONE) {
+			c->done = true;
+			c->finish = kids[k].finish;
+			rn->bad_plan += qc_sched_seq_live(rn->s, c->id);
+		}
+	}
+}
+
 /* One engine iteration. cancel_mid: a request to cancel between step and commit. */
 static void run_step(struct run *rn, struct req *cancel_mid)
 {
@@ -322,6 +367,12 @@ static void run_step(struct run *rn, struct req *cancel_mid)
 				reqs[e] = NULL;
 	}
 	rn->bad_plan += mock_forward(&rn->m, p, reqs, sampled);
+	for (int32_t e = 0; e < p->n_seqs; e++)
+		if (reqs[e])
+			reqs[e]->prefills += p->positions[p->tok_start[e]] == 0;
+	for (int32_t e = 0; e < p->n_seqs; e++)
+		if (reqs[e] && reqs[e]->n_kids > 0 && p->need_logits[e] && reqs[e]->n_out == 0)
+			fork_kids(rn, p, e, reqs[e]);
 	rn->bad_check += qc_sched_check(rn->s, NULL) != QC_OK;
 	rc = qc_sched_commit(rn->s, p, sampled, &err);
 	CHECK(rc == QC_OK, "commit: %s", err.msg);
@@ -903,6 +954,297 @@ static void randomized_stress_keeps_invariants(bool cache)
 	free(reqs);
 }
 
+/* ---- groups: qc_sched_fork's edge cases ---- */
+
+static int add_group(struct run *rn, struct req *r, int32_t n_choices)
+{
+	struct qc_sched_request q = { 0 };
+	struct qc_err err = { 0 };
+	q.prompt = r->prompt;
+	q.n_prompt = r->n_prompt;
+	q.max_tokens = r->max_tokens;
+	q.eos_id = r->eos;
+	q.n_stop_ids = r->n_stop;
+	memcpy(q.stop_ids, r->stop, sizeof r->stop);
+	q.user = r;
+	int rc = qc_sched_add_group(rn->s, &q, n_choices, &r->id, &err);
+	if (rc)
+		fprintf(stderr, "  add_group: %s\n", err.msg);
+	return rc;
+}
+
+/* Make kids[0..n) the other choices of group r: its prompt and limits, choice k
+ * starting with firsts[k]. */
+static void make_kids(struct req *r, struct req *kids, int n, const int32_t *firsts)
+{
+	for (int k = 0; k < n; k++) {
+		kids[k] = *r;
+		kids[k].n_kids = 0;
+		kids[k].forced = true;
+		kids[k].first = firsts[k];
+		r->kids[k] = &kids[k];
+	}
+	r->n_kids = n;
+}
+
+static void drain(struct run *rn, long max_steps)
+{
+	while (qc_sched_has_work(rn->s) && rn->steps < max_steps)
+		run_step(rn, NULL);
+	CHECK(!qc_sched_has_work(rn->s), "did not drain in %ld steps", max_steps);
+}
+
+/* A choice whose first token is eos (or whose max_tokens is 1) is retired by the
+ * fork itself: its references to the prompt's blocks are dropped at once, so
+ * after that step the blocks are held by the parent and the live choice only. */
+static void fork_choice_finished_by_first_token_is_retired_at_once(void)
+{
+	struct run rn;
+	struct req g = { 0 }, kids[2], one = { 0 }, one_kid[1];
+	g_groups = true;
+	run_open(&rn, 32, 4, 64, 5, 32, 32);   /* 5 rows: both groups at once */
+	make_prompt(&g, 21, 10);
+	g.max_tokens = 6;
+	int32_t t0 = next_token(g.prompt, g.n_prompt);  /* the parent's own first token */
+	g.eos = (t0 + 1) % V;
+	const int32_t firsts[2] = { g.eos, (t0 + 2) % V };
+	make_kids(&g, kids, 2, firsts);
+	make_prompt(&one, 22, 5);
+	one.max_tokens = 1;
+	one.eos = -1;
+	const int32_t one_first[1] = { 3 };
+	make_kids(&one, one_kid, 1, one_first);
+	CHECK(add_group(&rn, &g, 3) == QC_OK && add_group(&rn, &one, 2) == QC_OK, "add groups");
+	run_step(&rn, NULL);   /* both prompts whole: fork, commit */
+	CHECK(g.forks == 1 && kids[0].done && kids[0].finish == QC_SCHED_FINISH_STOP &&
+	      !qc_sched_seq_live(rn.s, kids[0].id) && kids[0].n_out == 1,
+	      "eos choice: done %d finish %d", kids[0].done, kids[0].finish);
+	CHECK(!kids[1].done && qc_sched_seq_live(rn.s, kids[1].id), "the other choice is not running");
+	CHECK(one_kid[0].done && one_kid[0].finish == QC_SCHED_FINISH_LENGTH && one.done &&
+	      one.finish == QC_SCHED_FINISH_LENGTH, "max_tokens 1: choice finish %d, parent %d",
+	      one_kid[0].finish, one.finish);
+	const struct seq *q = lookup(rn.s, g.id);
+	int32_t nb = 0, refs2 = 0;
+	const int32_t *tab = q ? qc_kv_seq_table(rn.kv, q->kv_seq, &nb) : NULL;
+	for (int32_t j = 0; j < nb; j++)
+		refs2 += qc_kv_block_refcount(rn.kv, tab[j]) == 2;
+	/* 10 prompt tokens: blocks 0, 1 shared by parent and live choice; the third
+	   (partial) is copied on the choice's first write, which has not happened yet */
+	CHECK(nb == 3 && refs2 == 3, "prompt blocks: %d, %d with refcount 2 (want 3 and 3)", nb, refs2);
+	CHECK(qc_kv_blocks_used(rn.kv) == 3, "%d blocks used after the step, want the group's 3",
+	      qc_kv_blocks_used(rn.kv));
+	drain(&rn, 200);
+	CHECK(compare_with_ref(&g, false) == 0 && compare_with_ref(&kids[0], false) == 0 &&
+	      compare_with_ref(&kids[1], false) == 0 && compare_with_ref(&one, false) == 0 &&
+	      compare_with_ref(&one_kid[0], false) == 0, "a choice differs from its solo reference");
+	CHECK(rn.bad_plan == 0 && rn.bad_check == 0 && rn.bad_kv == 0, "inconsistencies %d %d %d",
+	      rn.bad_plan, rn.bad_check, rn.bad_kv);
+	CHECK(qc_kv_blocks_used(rn.kv) == 0, "leak: %d blocks", qc_kv_blocks_used(rn.kv));
+	run_close(&rn);
+	g_groups = false;
+}
+
+/* A group preempted during its chunked prefill (an older decode needs the
+ * blocks) goes back to waiting with its reservation returned, is re-prefilled
+ * once the pool has room, and forks exactly once, with every output unchanged.
+ * 12 blocks of 4: a (20 prompt + 20) takes a block every 4 steps while g (18
+ * prompt, 2 a step, admitted with a's 6 blocks taken) takes one every 2; in g's
+ * 9th step, the one completing its prompt, they need 13. */
+static void group_preempted_before_fork_forks_once(void)
+{
+	struct run rn;
+	struct req a = { 0 }, g = { 0 }, kids[1];
+	struct qc_sched_stats st;
+	g_groups = true;
+	run_open(&rn, 12, 4, 64, 4, 32, 2);
+	make_prompt(&a, 31, 20);
+	a.max_tokens = 20;
+	a.eos = -1;
+	make_prompt(&g, 32, 18);
+	g.max_tokens = 6;
+	g.eos = -1;
+	const int32_t firsts[1] = { 5 };
+	make_kids(&g, kids, 1, firsts);
+	add_req(&rn, &a);
+	while (a.n_out == 0 && rn.steps < 50)
+		run_step(&rn, NULL);
+	CHECK(add_group(&rn, &g, 2) == QC_OK, "add group");
+	drain(&rn, 500);
+	qc_sched_get_stats(rn.s, &st);
+	CHECK(st.n_preemptions >= 1 && g.prefills >= 2, "group not preempted before its fork: %llu preemptions, "
+	      "%d prefills from 0", (unsigned long long)st.n_preemptions, g.prefills);
+	CHECK(g.forks == 1, "group forked %d times", g.forks);
+	CHECK(compare_with_ref(&a, false) == 0 && compare_with_ref(&g, false) == 0 &&
+	      compare_with_ref(&kids[0], false) == 0, "outputs changed by the preemption");
+	CHECK(rn.bad_plan == 0 && rn.bad_check == 0 && rn.bad_kv == 0, "inconsistencies %d %d %d",
+	      rn.bad_plan, rn.bad_check, rn.bad_kv);
+	CHECK(qc_kv_blocks_used(rn.kv) == 0, "leak: %d blocks", qc_kv_blocks_used(rn.kv));
+	run_close(&rn);
+	g_groups = false;
+}
+
+/* A group cancelled mid-prefill frees its blocks and gives its reserved rows
+ * back: three plain requests then run together on max_running 3. */
+static void group_cancelled_before_fork_returns_its_rows(void)
+{
+	struct run rn;
+	struct req g = { 0 }, kids[2], r[3];
+	g_groups = true;
+	run_open(&rn, 32, 4, 64, 3, 32, 4);
+	make_prompt(&g, 41, 16);
+	g.max_tokens = 4;
+	g.eos = -1;
+	const int32_t firsts[2] = { 1, 2 };
+	make_kids(&g, kids, 2, firsts);
+	CHECK(add_group(&rn, &g, 3) == QC_OK, "add group");
+	run_step(&rn, NULL);   /* 4 of 16 prompt tokens */
+	CHECK(qc_kv_blocks_used(rn.kv) == 1 && rn.s->n_reserved == 2, "after one chunk: %d blocks, %d reserved",
+	      qc_kv_blocks_used(rn.kv), rn.s->n_reserved);
+	struct qc_err err = { 0 };
+	CHECK(qc_sched_cancel(rn.s, g.id, &err) == QC_OK, "cancel: %s", err.msg);
+	CHECK(qc_kv_blocks_used(rn.kv) == 0 && rn.s->n_reserved == 0 && !qc_sched_has_work(rn.s),
+	      "cancelled group holds %d blocks, %d reserved rows", qc_kv_blocks_used(rn.kv), rn.s->n_reserved);
+	CHECK(qc_sched_check(rn.s, &err) == QC_OK, "check: %s", err.msg);
+	memset(r, 0, sizeof r);
+	for (int i = 0; i < 3; i++) {
+		make_prompt(&r[i], 42 + (uint32_t)i, 1);   /* 3 tokens: within the prefill budget of 4 */
+		r[i].max_tokens = 5;
+		r[i].eos = -1;
+		add_req(&rn, &r[i]);
+	}
+	run_step(&rn, NULL);
+	CHECK(r[0].n_entries == 1 && r[1].n_entries == 1 && r[2].n_entries == 1,
+	      "three requests not admitted together after the cancel: %d %d %d", r[0].n_entries,
+	      r[1].n_entries, r[2].n_entries);
+	drain(&rn, 100);
+	CHECK(g.forks == 0 && kids[0].n_out == 0, "a cancelled group forked");
+	for (int i = 0; i < 3; i++)
+		CHECK(compare_with_ref(&r[i], false) == 0, "request %d differs", i);
+	CHECK(rn.bad_plan == 0 && rn.bad_check == 0 && rn.bad_kv == 0, "inconsistencies %d %d %d",
+	      rn.bad_plan, rn.bad_check, rn.bad_kv);
+	run_close(&rn);
+	g_groups = false;
+}
+
+/* qc_sched_add_group / qc_sched_fork refuse bad calls with nothing changed, and
+ * qc_sched_check trips on a corrupted reservation count. */
+static void fork_misuse_is_refused_and_check_sees_reservations(void)
+{
+	struct run rn;
+	struct req x = { 0 }, g = { 0 }, kids[2];
+	struct qc_err err = { 0 };
+	struct qc_sched_child c[3];
+	g_groups = true;
+	run_open(&rn, 32, 4, 64, 4, 32, 32);
+	make_prompt(&x, 51, 6);
+	x.max_tokens = 5;
+	x.eos = -1;
+	g = x;
+	make_prompt(&g, 52, 6);
+	const int32_t firsts[2] = { 7, 8 };
+	make_kids(&g, kids, 2, firsts);
+	CHECK(add_group(&rn, &g, 0) == QC_EINVAL && add_group(&rn, &g, QC_SCHED_MAX_CHOICES + 1) == QC_EINVAL &&
+	      add_group(&rn, &g, 5) == QC_EINVAL && !qc_sched_has_work(rn.s),
+	      "n_choices 0, 17, 5 > max_running 4 not all refused");
+	CHECK(qc_sched_fork(rn.s, NULL, 0, c, 1, &err) == QC_EINVAL, "fork with no plan");
+	add_req(&rn, &x);
+	CHECK(add_group(&rn, &g, 3) == QC_OK, "add group");
+	struct qc_sched_plan *p;
+	CHECK(qc_sched_step(rn.s, &p, &err) == QC_OK && p->n_seqs == 2 && p->seq_ids[0] == x.id &&
+	      p->seq_ids[1] == g.id, "step: both admitted, x first");
+	CHECK(qc_sched_check(rn.s, &err) == QC_OK && rn.s->n_reserved == 2, "reserved %d", rn.s->n_reserved);
+	/* the checker must trip on a reservation count that disagrees */
+	rn.s->n_reserved++;
+	CHECK(qc_sched_check(rn.s, &err) == QC_EFORMAT && strstr(err.msg, "reserved"),
+	      "n_reserved + 1 not flagged: %s", err.msg);
+	rn.s->n_reserved--;
+	lookup(rn.s, g.id)->n_fork--;
+	CHECK(qc_sched_check(rn.s, &err) == QC_EFORMAT, "a group's n_fork - 1 not flagged");
+	lookup(rn.s, g.id)->n_fork++;
+	CHECK(qc_sched_check(rn.s, &err) == QC_OK, "restored: %s", err.msg);
+
+	struct req *reqs[2] = { &x, &g };
+	int32_t sampled[2];
+	CHECK(mock_forward(&rn.m, p, reqs, sampled) == 0, "forward");
+	for (int k = 0; k < 3; k++)
+		c[k] = (struct qc_sched_child){ .first_token = 4 + k };
+	CHECK(qc_sched_fork(rn.s, p, 0, c, 1, &err) == QC_EINVAL, "fork of a plain request: %s", err.msg);
+	CHECK(qc_sched_fork(rn.s, p, 1, c, 3, &err) == QC_EINVAL && strstr(err.msg, "reserved 2"),
+	      "3 kids of a group of 3: %s", err.msg);
+	CHECK(qc_sched_fork(rn.s, p, 2, c, 1, &err) == QC_EINVAL && qc_sched_fork(rn.s, p, -1, c, 1, &err) == QC_EINVAL,
+	      "entry out of range");
+	c[1].first_token = -1;
+	CHECK(qc_sched_fork(rn.s, p, 1, c, 2, &err) == QC_EINVAL, "negative first token: %s", err.msg);
+	CHECK(rn.s->n_reserved == 2 && rn.s->running.n == 2 && qc_sched_check(rn.s, &err) == QC_OK,
+	      "a refused fork changed something: %d reserved, %d running", rn.s->n_reserved, rn.s->running.n);
+	fork_kids(&rn, p, 1, &g);
+	CHECK(g.forks == 1 && rn.s->running.n == 4 && rn.s->n_reserved == 0, "fork: %d running, %d reserved",
+	      rn.s->running.n, rn.s->n_reserved);
+	CHECK(qc_sched_fork(rn.s, p, 1, c, 1, &err) == QC_EINVAL, "second fork of the same group");
+	CHECK(qc_sched_check(rn.s, &err) == QC_OK, "check after the fork: %s", err.msg);
+	CHECK(qc_sched_commit(rn.s, p, sampled, &err) == QC_OK, "commit: %s", err.msg);
+	x.out[x.n_out++] = sampled[0];
+	g.out[g.n_out++] = sampled[1];
+	CHECK(qc_sched_fork(rn.s, p, 1, c, 1, &err) == QC_EINVAL, "fork after the commit");
+	CHECK(qc_sched_check(rn.s, &err) == QC_OK, "check after the commit: %s", err.msg);
+	drain(&rn, 100);
+	CHECK(compare_with_ref(&x, false) == 0 && compare_with_ref(&g, false) == 0 &&
+	      compare_with_ref(&kids[0], false) == 0 && compare_with_ref(&kids[1], false) == 0,
+	      "outputs differ from the references");
+	CHECK(rn.bad_plan == 0 && rn.bad_check == 0 && rn.bad_kv == 0, "inconsistencies %d %d %d",
+	      rn.bad_plan, rn.bad_check, rn.bad_kv);
+	run_close(&rn);
+	g_groups = false;
+}
+
+/* A group whose prompt the prefix cache holds (an earlier request's): it feeds
+ * only the last partial block, forks on cached blocks (refcounts checked every
+ * step), and every choice equals its reference and the cache-off run. */
+static void run_cached_group(bool cache, struct req *a, struct req *g, struct req *kids)
+{
+	struct run rn;
+	struct qc_sched_stats st;
+	g_groups = true;
+	g_prefix_cache = cache;
+	run_open(&rn, 40, 4, 96, 4, 64, 64);
+	g_prefix_cache = false;
+	memset(a, 0, sizeof *a);
+	make_prompt(a, 61, 22);
+	a->max_tokens = 4;
+	a->eos = -1;
+	*g = *a;
+	g->max_tokens = 8;
+	const int32_t firsts[2] = { 1, 2 };
+	make_kids(g, kids, 2, firsts);
+	add_req(&rn, a);
+	drain(&rn, 50);
+	CHECK(add_group(&rn, g, 3) == QC_OK, "add group");
+	drain(&rn, 100);
+	qc_sched_get_stats(rn.s, &st);
+	CHECK(st.prefix_hit_tokens == (cache ? 20u : 0u) && g->prefills == (cache ? 0 : 1),
+	      "cache %d: %llu tokens hit, group fed from 0 %d times", cache,
+	      (unsigned long long)st.prefix_hit_tokens, g->prefills);
+	CHECK(g->forks == 1 && compare_with_ref(g, false) == 0 && compare_with_ref(&kids[0], false) == 0 &&
+	      compare_with_ref(&kids[1], false) == 0, "cache %d: a choice differs from its reference", cache);
+	CHECK(rn.bad_plan == 0 && rn.bad_check == 0 && rn.bad_kv == 0, "cache %d: inconsistencies %d %d %d",
+	      cache, rn.bad_plan, rn.bad_check, rn.bad_kv);
+	CHECK(qc_kv_blocks_used(rn.kv) == 0, "cache %d: %d blocks held at the end", cache, qc_kv_blocks_used(rn.kv));
+	run_close(&rn);
+	g_groups = false;
+}
+
+static void group_on_cached_prompt_matches_cache_off(void)
+{
+	struct req a[2], g[2], kids[2][2];
+	run_cached_group(true, &a[0], &g[0], kids[0]);
+	run_cached_group(false, &a[1], &g[1], kids[1]);
+	bool same = g[0].n_out == g[1].n_out && !memcmp(g[0].out, g[1].out, sizeof g[0].out);
+	for (int k = 0; k < 2; k++)
+		same = same && kids[0][k].n_out == kids[1][k].n_out &&
+		       !memcmp(kids[0][k].out, kids[1][k].out, sizeof kids[0][k].out);
+	CHECK(same, "group outputs with the prefix cache differ from the cache-off run");
+}
+
 int main(void)
 {
 	requests_match_solo_runs_under_preemption();
@@ -913,6 +1255,11 @@ int main(void)
 	checkers_trip_on_wrong_inputs();
 	prefix_hits_feed_only_the_rest();
 	long_prefill_does_not_stall_others();
+	fork_choice_finished_by_first_token_is_retired_at_once();
+	group_preempted_before_fork_forks_once();
+	group_cancelled_before_fork_returns_its_rows();
+	fork_misuse_is_refused_and_check_sees_reservations();
+	group_on_cached_prompt_matches_cache_off();
 	randomized_stress_keeps_invariants(false);
 	randomized_stress_keeps_invariants(true);
 	return check_report("test_scheduler");
