@@ -1,7 +1,8 @@
 /* test_qserve_openai.c — qserve through the official openai Python client
  * (tests/serve/openai_client.py, in the venv tools/pyenv.sh builds), on the CPU backend
  * with stories260K, chat template chatml and an API key: completions, chat, streaming,
- * logprobs and errors as the client parses them; the greedy text must be llama.cpp's
+ * logprobs, n=2 (indices 0 and 1, choice 1 = seed + 1) and errors as the client parses
+ * them; the greedy text must be llama.cpp's
  * (fixtures/reference/stories260K.json). The client prints its own "N passed" line;
  * this binary counts one check for it. The API through curl: test_qserve.c.
  */

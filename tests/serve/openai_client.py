@@ -64,6 +64,24 @@ def main():
     check(a == b, "same seed, different text: %r vs %r" % (a, b))
     check(a != d, "different seeds, same text %r" % a)
 
+    # n=2: two choices, indices 0 and 1; greedy both are llama.cpp's text, sampled
+    # choice i is the n=1 request with seed + i (docs/serve.md), streamed by index
+    r = c.completions.create(n=2, **greedy)
+    check(sorted(x.index for x in r.choices) == [0, 1], "n=2 indices %r" % [x.index for x in r.choices])
+    check(all(x.text == expect and x.finish_reason == "length" for x in r.choices),
+          "n=2 greedy texts %r" % [x.text for x in r.choices])
+    check(r.usage.prompt_tokens == 5 and r.usage.completion_tokens == 64, "n=2 usage %r" % r.usage)
+    r = c.completions.create(n=2, seed=1234, **sampled)
+    by = {x.index: x.text for x in r.choices}
+    one = c.completions.create(seed=1235, **sampled).choices[0].text
+    check(sorted(by) == [0, 1] and by[0] == a and by[1] == one,
+          "n=2 seed 1234: %r, want [%r, %r]" % (by, a, one))
+    parts = {}
+    for ch in c.completions.create(n=2, seed=1234, stream=True, **sampled):
+        for x in ch.choices:
+            parts[x.index] = parts.get(x.index, "") + x.text
+    check(parts == by, "n=2 streamed %r != %r" % (parts, by))
+
     # chat, plain and streamed, with logprobs
     msgs = [{"role": "system", "content": "You tell stories."},
             {"role": "user", "content": "Tell me about a cat."}]
