@@ -75,9 +75,35 @@ void qc_ref_kv_store(const float *k, const float *v, const int32_t *slots, int64
  * for those values (fp8 has no inf; it shows as NaN logits, never clamped). */
 int8_t qc_ref_kv_e4m3_exp(const float *x, int hd);
 
+/* Whether a head is rotated before it is quantized (the fp8 pool: K yes, V no). */
+enum qc_ref_kv_rot {
+	QC_REF_KV_ROT_NONE = 0,
+	QC_REF_KV_ROT_WHT = 1,     /* qc_ref_kv_rotate */
+};
+
+/* The block of qc_ref_kv_rotate for head_dim hd: the largest power of two
+ * dividing hd, or 1 (no rotation) below 16: 64 -> 64, 80 -> 16, 96 -> 32,
+ * 8 -> 1 (at head_dim 8 the rotation flipped a greedy id at margin 0.77). */
+int qc_ref_kv_rot_block(int hd);
+
+/* x (hd floats) <- H x, H block-diagonal with orthonormal Walsh-Hadamard blocks
+ * of qc_ref_kv_rot_block(hd) (Sylvester order, scaled by 1/sqrt(block)); H is
+ * symmetric and its own inverse, so rotating q and k alike keeps q . k. Why: a
+ * few channels of K carry most of its magnitude, and E4M3's 2^-4 relative error
+ * on them lands in q . k where q is large too; rotated, every channel holds a
+ * mix and the dot product's error falls (docs/serve.md: K fp8 alone +1.34%
+ * perplexity, K rotated much less). Floats: sums in the butterfly's order. */
+void qc_ref_kv_rotate(float *x, int hd);
+
 /* qc_ref_kv_store into an fp8 pool: codes (n_blocks, n_layer, 2, bt, kv_dim) E4M3FN,
- * exps (n_blocks, n_layer, 2, bt, kv_dim / hd) the heads' qc_ref_kv_e4m3_exp; value
- * = e4m3(code) * 2^exp. (No CUDA kernel yet: the CUDA backend refuses fp8.) */
+ * exps (n_blocks, n_layer, 2, bt, kv_dim / hd) the heads' scale exponents; value
+ * = e4m3(code) * 2^exp. K heads are stored rotated (qc_ref_kv_rotate of the head
+ * divided by 2^e0, e0 the exponent of its largest |x|: exact, and keeps the
+ * butterfly in range), exp the e0 plus qc_ref_kv_e4m3_exp of the rotated head;
+ * V heads as they are, exp = qc_ref_kv_e4m3_exp. Either way no code saturates
+ * and a token's bytes depend on its own row. A K head whose rotated values pass
+ * float's range (|x| near FLT_MAX / sqrt(block)) decodes as inf, never clamped.
+ * (No CUDA kernel yet: the CUDA backend refuses fp8.) */
 void qc_ref_kv_store_e4m3(const float *k, const float *v, const int32_t *slots, int64_t n_tok,
 			  uint8_t *codes, int8_t *exps, int layer, int n_layer, int bt, int kv_dim, int hd);
 
@@ -89,7 +115,9 @@ void qc_ref_kv_store_e4m3(const float *k, const float *v, const int32_t *slots, 
 struct qc_ref_kv_pool {
 	const uint16_t *f16;       /* (n_blocks, n_layer, 2, bt, kv_dim) binary16 bits, or NULL */
 	const float *f32;          /* the same shape in floats, or NULL */
-	const uint8_t *e4m3;       /* the same shape in E4M3FN codes, or NULL */
+	const uint8_t *e4m3;       /* the same shape in E4M3FN codes, or NULL; K rows
+				      rotated (qc_ref_kv_store_e4m3), so attention
+				      rotates q the same way */
 	const int8_t *e4m3_exp;    /* (n_blocks, n_layer, 2, bt, kv_dim / hd) per-head scale
 				      exponents (qc_ref_kv_e4m3_exp), with e4m3 */
 	int n_layer, bt, kv_dim;

@@ -4,7 +4,8 @@
  * Dots in double with four partial sums (the CPU backend's order, which its
  * llama.cpp comparisons were measured with), softmax sum in double, the ·V sum
  * in float. QC_REF_ATTN_F16 rounds q and the softmax weights to binary16 first,
- * as ggml's mul_mat does against an f16 cache (llama.cpp's CPU numbers).
+ * as ggml's mul_mat does against an f16 cache (llama.cpp's CPU numbers). On an
+ * fp8 pool q is then rotated as its K rows were (qc_ref_kv_rotate).
  * Reference: ggml soft_max (double sum), llama.cpp llm_build_kqv. */
 #include <math.h>
 
@@ -82,6 +83,8 @@ void qc_ref_attn_token(const struct qc_ref_attn_args *a, const float *q, float *
 		const int64_t kvo = (int64_t)(h / group) * hd;
 		for (int d = 0; d < hd; d++)
 			qh[d] = r16 ? f16_round(qs[d]) : qs[d];
+		if (a->pool.e4m3) /* its K rows are rotated: H q . H k = q . k */
+			qc_ref_kv_rotate(qh, hd);
 		for (int32_t j = 0; j < n_ctx; j++)
 			sc[j] = (float)dot(qh, kv_row(&a->pool, a->layer, table, j, 0, kvo, hd, row), hd) * a->scale;
 		softmax(sc, n_ctx);
