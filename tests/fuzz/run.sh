@@ -30,7 +30,7 @@ mkdir -p "$OUT/obj" "$OUT/seeds" "$OUT/corpus" "$OUT/crashes" || exit 1
 # ---- library, instrumented -----------------------------------------------------------
 objs=
 # the tokenizer files too (fuzz_tokenizer), not the engine
-for c in base/*.c quant/*.c formats/*.c runtime/ops/*.c runtime/text/vocab*.c runtime/text/tokenize*.c runtime/text/detok.c \
+for c in base/*.c quant/*.c formats/*.c runtime/ops/*.c runtime/text/*.c \
 	 convert/hf_quant.c convert/hfq_*.c convert/hf_config.c convert/hf_names.c convert/hf_tokenizer.c; do
 	o="$OUT/obj/$(echo "$c" | tr / _ | sed 's/\.c$/.o/')"
 	if [ ! -f "$o" ] || [ "$c" -nt "$o" ] ||
