@@ -1,7 +1,7 @@
 /* model.c — manifest config + weight views for the llama and Qwen families.
  *
- * Owns: reading "config" (one rule per architecture: RoPE pairing, experts,
- * weight renormalization, shared expert, as llama.cpp hard-codes them per arch),
+ * Owns: reading "config" (per architecture, from formats/arch.h's row: RoPE pairing,
+ * experts, weight renormalization, shared expert, as llama.cpp hard-codes them),
  * locating every tensor by llama.cpp's GGUF name and checking its shape (and its
  * optional "<base>.act_perm" permutation) once, so the backend never re-checks.
  * Fused w13 experts are found through the bundle's part table (gate rows then up
@@ -12,6 +12,7 @@
  */
 #include "model.h"
 
+#include "arch.h"
 #include "layout.h"
 
 #include <math.h>
@@ -21,31 +22,14 @@
 
 #define MAX_DIM (1 << 24)
 
-/* What llama.cpp fixes per architecture (not read from the GGUF for these). */
-enum expert_rule { EXPERTS_NONE, EXPERTS_OPTIONAL, EXPERTS_REQUIRED };
-
-struct arch_rule {
-	const char *name;
-	enum qc_rope_mode rope;
-	enum expert_rule experts;
-	bool norm_w;       /* build_moe_ffn norm_w */
-	bool shexp;        /* sigmoid-gated shared expert (ffn_*_shexp) */
-};
-
-static const struct arch_rule arch_rules[] = {
-	{"llama", QC_ROPE_NORM, EXPERTS_OPTIONAL, true, false},     /* Mixtral when experts */
-	{"qwen2", QC_ROPE_NEOX, EXPERTS_NONE, false, false},
-	{"qwen3", QC_ROPE_NEOX, EXPERTS_NONE, false, false},
-	{"qwen2moe", QC_ROPE_NEOX, EXPERTS_REQUIRED, false, true},
-	{"qwen3moe", QC_ROPE_NEOX, EXPERTS_REQUIRED, true, false},
-};
-
+/* Which architectures run, and how: formats/arch.h's table (features each arch
+ * needs) against QC_ARCH_RUNTIME_FEATURES (what this engine implements). RoPE
+ * pairing, expert rule, top-k renormalization and the shared expert are read off
+ * the same row, so a new arch is one row there plus its forward pass here. */
 bool qc_model_arch_supported(const char *arch)
 {
-	for (size_t i = 0; i < sizeof arch_rules / sizeof arch_rules[0]; i++)
-		if (!strcmp(arch, arch_rules[i].name))
-			return true;
-	return false;
+	const struct qc_arch *a = qc_arch_find(arch);
+	return a && !(a->feats & ~QC_ARCH_RUNTIME_FEATURES);
 }
 
 /* llama.cpp's YaRN beta_fast / beta_slow for these archs (hparams defaults). */
@@ -192,7 +176,7 @@ static int read_rope(const cJSON *cfg, struct qc_model_config *c, const char *p,
 }
 
 static int read_config(const struct qc_bundle *b, struct qc_model_config *c,
-		       const struct arch_rule **rule, struct qc_err *err)
+		       struct qc_arch_desc *d, struct qc_err *err)
 {
 	const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(b->manifest, "config");
 	const char *p = b->path;
@@ -200,14 +184,16 @@ static int read_config(const struct qc_bundle *b, struct qc_model_config *c,
 
 	if (!cJSON_IsObject(cfg))
 		return qc_err_set(err, QC_EFORMAT, p, NULL, -1, "manifest has no config object");
-	const cJSON *arch = cJSON_GetObjectItemCaseSensitive(cfg, "architecture");
-	const char *a = cJSON_IsString(arch) ? arch->valuestring : "";
-	*rule = NULL;
-	for (size_t i = 0; i < sizeof arch_rules / sizeof arch_rules[0]; i++)
-		if (!strcmp(a, arch_rules[i].name))
-			*rule = &arch_rules[i];
-	if (!*rule)
+	qc_arch_describe(b->manifest, d);
+	const char *a = d->name;
+	if (!d->arch)
 		return qc_err_set(err, QC_EUNSUPPORTED, p, NULL, -1, "architecture '%s' not supported", a);
+	const uint64_t missing = qc_arch_missing(d);
+	if (missing) {
+		char list[QC_ERR_MSG_MAX];
+		return qc_err_set(err, QC_EUNSUPPORTED, p, NULL, -1, "architecture '%s' not supported: missing %s", a,
+				  qc_arch_feat_list(missing, list, sizeof list));
+	}
 	if ((rc = check_config_values(cfg, p, err)))
 		return rc;
 
@@ -234,14 +220,14 @@ static int read_config(const struct qc_bundle *b, struct qc_model_config *c,
 		return qc_err_set(err, QC_EUNSUPPORTED, p, NULL, -1,
 				  "head_dim_k %d, head_dim_v %d, rope_dim %d not supported", c->head_dim,
 				  hdv, c->rope_dim);
-	if ((*rule)->experts == EXPERTS_NONE)
+	if (d->arch->experts == QC_EXPERTS_NONE)
 		c->n_expert = c->n_expert_used = 0; /* llama.cpp builds these dense whatever the keys say */
-	if ((*rule)->experts == EXPERTS_REQUIRED && !c->n_expert)
+	if (d->arch->experts == QC_EXPERTS_REQUIRED && !c->n_expert)
 		return qc_err_set(err, QC_EFORMAT, p, NULL, -1, "%s needs n_expert > 0", a);
 	if (c->n_expert && (c->n_expert_used < 1 || c->n_expert_used > c->n_expert))
 		return qc_err_set(err, QC_EFORMAT, p, NULL, -1, "n_expert_used %d of %d experts",
 				  c->n_expert_used, c->n_expert);
-	c->expert_norm_w = (*rule)->norm_w;
+	c->expert_norm_w = (d->feats & QC_AF(MOE_RENORM)) != 0; /* build_moe_ffn norm_w */
 
 	c->norm_eps = cfg_float(cfg, "norm_rms_eps", 1e-5f);
 	if (!(c->norm_eps > 0))
@@ -446,7 +432,7 @@ static int ffn_width(const struct qc_bundle *b, const char *name, int32_t *n_ff,
 int qc_model_from_bundle(struct qc_bundle *b, struct qc_model **out, struct qc_err *err)
 {
 	struct qc_model *m;
-	const struct arch_rule *rule = NULL;
+	struct qc_arch_desc arch;
 	int rc;
 
 	*out = NULL;
@@ -455,13 +441,13 @@ int qc_model_from_bundle(struct qc_bundle *b, struct qc_model **out, struct qc_e
 		return qc_err_set(err, QC_ENOMEM, b->path, NULL, -1, "out of memory");
 	m->bundle = b;
 	struct qc_model_config *c = &m->cfg;
-	if ((rc = read_config(b, c, &rule, err)) ||
+	if ((rc = read_config(b, c, &arch, err)) ||
 	    (rc = ffn_width(b, c->n_expert ? "blk.0.ffn_down_exps.weight" : "blk.0.ffn_down.weight",
 			    &c->n_ff, err)) ||
-	    (rule->shexp && (rc = ffn_width(b, "blk.0.ffn_down_shexp.weight", &c->n_ff_shexp, err))) ||
+	    ((arch.feats & QC_AF(MOE_SHARED)) && (rc = ffn_width(b, "blk.0.ffn_down_shexp.weight", &c->n_ff_shexp, err))) ||
 	    (rc = check_config_tensors(b, c, err)))
 		goto out_free;
-	c->rope_mode = rule->rope;
+	c->rope_mode = arch.feats & QC_AF(ROPE_NEOX) ? QC_ROPE_NEOX : QC_ROPE_NORM;
 
 	const struct qc_bundle_tensor *te = qc_bundle_find(b, "token_embd.weight");
 	if (!te) {

@@ -1,0 +1,90 @@
+/* arch.h — what a GGUF general.architecture name means: the features its forward
+ * pass needs (norm, activation, RoPE style and scaling, biases, q/k norm,
+ * soft-capping, sliding window, MoE, tied embeddings), one table for qconvert and
+ * the runtime (docs/bundle.md "Architectures" repeats it for users).
+ * Owns: the feature list (arch_feat.def), the architecture table qc_archs, the
+ * features this qrun/qserve implements (QC_ARCH_RUNTIME_FEATURES), and refining a
+ * row by a manifest's config/metadata (qc_arch_describe).
+ * It lives in formats/ because general.architecture is a format concept, and both
+ * convert/ (inspect, the convert-time warning) and runtime/engine (the load check)
+ * must read it; convert/ may not include the engine (floors.mk).
+ * Bloat: no hyper-parameters (gguf_meta.c), no tensor names, nothing stored in a
+ * bundle: features are computed at inspect/load so bundles stay byte-identical.
+ * Reference: llama.cpp llama-arch.cpp / llama-model.cpp (load_hparams, build_*:
+ * which arch has which norm, activation, rope type, soft-cap and window; facts only). */
+#ifndef QC_ARCH_H
+#define QC_ARCH_H
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum qc_arch_feat {
+#define X(id, key, phrase) QC_AF_##id##_BIT,
+#include "arch_feat.def"
+#undef X
+	QC_AF_COUNT
+};
+#define QC_AF(id) (UINT64_C(1) << QC_AF_##id##_BIT)
+
+struct qc_arch_feat_info {
+	const char *key;    /* JSON spelling */
+	const char *phrase; /* for people */
+};
+extern const struct qc_arch_feat_info qc_arch_feats[QC_AF_COUNT];
+
+/* How an architecture treats expert keys (llama.cpp builds some archs dense
+ * whatever expert_count says, and refuses others without experts). */
+enum qc_arch_experts { QC_EXPERTS_NONE, QC_EXPERTS_OPTIONAL, QC_EXPERTS_REQUIRED };
+
+struct qc_arch {
+	const char *name;      /* general.architecture, or a family name (see stored_as) */
+	const char *stored_as; /* NULL: name is a GGUF architecture; else the one this
+				* family is written as (mistral: "llama"), listed so its
+				* features are documented and tested, never looked up */
+	uint64_t feats;        /* QC_AF() bits the forward pass needs */
+	enum qc_arch_experts experts;
+	int window_pattern;    /* layers per window period: 0 none, 1 every layer
+				* windowed, n: n-1 windowed layers then one global */
+	const char *examples;  /* model families, for the docs table */
+};
+extern const struct qc_arch qc_archs[];
+extern const size_t qc_n_archs;
+
+/* The runtime's column: what runtime/engine/model.c and the CPU/CUDA backends
+ * implement. It sits here, not in the engine, so qconvert can warn at convert
+ * time without linking the engine; tests/test_arch.c holds it to what
+ * qc_model_open really accepts. Add a bit when a backend learns the feature. */
+#define QC_ARCH_RUNTIME_FEATURES                                                              \
+	(QC_AF(RMSNORM) | QC_AF(SWIGLU) | QC_AF(ROPE_NORM) | QC_AF(ROPE_NEOX) | QC_AF(ROPE_LINEAR) | \
+	 QC_AF(ROPE_YARN) | QC_AF(QKV_BIAS) | QC_AF(QK_NORM) | QC_AF(MOE) | QC_AF(MOE_RENORM) |      \
+	 QC_AF(MOE_SHARED) | QC_AF(TIED_EMBD))
+
+/* The row for GGUF architecture name (rows with stored_as are never found), or NULL. */
+const struct qc_arch *qc_arch_find(const char *name);
+
+/* One model's features: its row refined by what its manifest says. */
+struct qc_arch_desc {
+	const struct qc_arch *arch; /* NULL: the name is in no row */
+	char name[64];              /* config.architecture ("" when absent) */
+	uint64_t feats;
+	double attn_softcap, final_softcap; /* from metadata; 0: not stated */
+	int64_t sliding_window;             /* tokens, from metadata; 0: not stated */
+	int window_pattern;                 /* the row's, 0 when the window is off */
+	int64_t n_expert, n_expert_used, n_expert_shared;
+};
+
+/* Fill d from manifest "config" (architecture, experts, rope scaling, tied
+ * embeddings, context) and "metadata" ("<arch>.attn_logit_softcapping",
+ * "<arch>.final_logit_softcapping", "<arch>.attention.sliding_window"). Never
+ * fails: a key that is absent or not a number leaves the row's answer. */
+void qc_arch_describe(const cJSON *manifest, struct qc_arch_desc *d);
+
+/* Features in d that QC_ARCH_RUNTIME_FEATURES lacks; an unknown arch needs everything. */
+uint64_t qc_arch_missing(const struct qc_arch_desc *d);
+
+/* The phrases of the bits in mask, ", "-separated, into buf (truncated to len). Returns buf. */
+const char *qc_arch_feat_list(uint64_t mask, char *buf, size_t len);
+
+#endif
