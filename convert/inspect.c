@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "arch.h"
 #include "gguf_meta.h"
 
 static void add_tensor(cJSON *arr, const char *name, uint32_t n_dims, const int64_t *ne, const char *enc,
@@ -64,6 +65,42 @@ static cJSON *tok_summary(const cJSON *tok)
 	return s;
 }
 
+/* "architecture_features": the arch row refined by this file (formats/arch.h), and
+ * "runs": whether this qrun/qserve implements all of them, with "missing" keys.
+ * Computed here, never stored, so bundles stay byte-identical across versions. */
+static void add_arch(cJSON *r, const cJSON *man)
+{
+	struct qc_arch_desc d;
+	qc_arch_describe(man, &d);
+	cJSON *f = cJSON_AddObjectToObject(r, "architecture_features");
+	cJSON_AddBoolToObject(f, "known", d.arch != NULL);
+	cJSON *list = cJSON_AddArrayToObject(f, "features");
+	for (int i = 0; i < QC_AF_COUNT; i++)
+		if (d.feats & (UINT64_C(1) << i))
+			cJSON_AddItemToArray(list, cJSON_CreateString(qc_arch_feats[i].key));
+	if (d.attn_softcap > 0)
+		cJSON_AddNumberToObject(f, "attn_softcap", d.attn_softcap);
+	if (d.final_softcap > 0)
+		cJSON_AddNumberToObject(f, "final_softcap", d.final_softcap);
+	if (d.sliding_window > 0)
+		cJSON_AddNumberToObject(f, "sliding_window", (double)d.sliding_window);
+	cJSON_AddNumberToObject(f, "window_pattern", d.window_pattern);
+	if (d.feats & QC_AF(MOE)) {
+		cJSON *moe = cJSON_AddObjectToObject(f, "experts");
+		cJSON_AddNumberToObject(moe, "count", (double)d.n_expert);
+		cJSON_AddNumberToObject(moe, "used", (double)d.n_expert_used);
+		cJSON_AddNumberToObject(moe, "shared", (double)d.n_expert_shared);
+	}
+	const uint64_t missing = qc_arch_missing(&d);
+	cJSON_AddBoolToObject(r, "runs", !missing);
+	cJSON *ms = cJSON_AddArrayToObject(r, "missing");
+	if (!d.arch)
+		cJSON_AddItemToArray(ms, cJSON_CreateString("unknown_architecture"));
+	for (int i = 0; d.arch && i < QC_AF_COUNT; i++)
+		if (missing & (UINT64_C(1) << i))
+			cJSON_AddItemToArray(ms, cJSON_CreateString(qc_arch_feats[i].key));
+}
+
 static void add_common(cJSON *r, const cJSON *man)
 {
 	const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(man, "config");
@@ -76,6 +113,7 @@ static void add_common(cJSON *r, const cJSON *man)
 	if (cfg)
 		cJSON_AddItemToObject(r, "config", cJSON_Duplicate(cfg, 1));
 	cJSON_AddItemToObject(r, "tokenizer", tok_summary(cJSON_GetObjectItemCaseSensitive(man, "tokenizer")));
+	add_arch(r, man);
 }
 
 cJSON *qc_inspect_gguf(const struct qc_gguf_model *m, struct qc_err *err)
@@ -169,6 +207,55 @@ static double n_or(const cJSON *o, const char *k, double def)
 	return cJSON_IsNumber(x) ? x->valuedouble : def;
 }
 
+/* The phrase of feature key k (the JSON spells keys; people read phrases). */
+static const char *phrase_of(const char *k)
+{
+	for (int i = 0; i < QC_AF_COUNT; i++)
+		if (!strcmp(k, qc_arch_feats[i].key))
+			return qc_arch_feats[i].phrase;
+	return k;
+}
+
+static void print_keys(const cJSON *arr, FILE *out)
+{
+	const cJSON *k;
+	const char *sep = "";
+	cJSON_ArrayForEach(k, arr) {
+		fprintf(out, "%s%s", sep, cJSON_IsString(k) ? phrase_of(k->valuestring) : "?");
+		sep = ", ";
+	}
+}
+
+static void print_arch(const cJSON *r, FILE *out)
+{
+	const cJSON *f = cJSON_GetObjectItemCaseSensitive(r, "architecture_features");
+	const cJSON *moe = cJSON_GetObjectItemCaseSensitive(f, "experts");
+	fprintf(out, "architecture features: ");
+	if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(f, "known")))
+		fprintf(out, "unknown architecture");
+	print_keys(cJSON_GetObjectItemCaseSensitive(f, "features"), out);
+	if (n_or(f, "attn_softcap", 0) > 0 || n_or(f, "final_softcap", 0) > 0)
+		fprintf(out, "; soft-cap attention %g, final %g", n_or(f, "attn_softcap", 0), n_or(f, "final_softcap", 0));
+	const double pat = n_or(f, "window_pattern", 0), win = n_or(f, "sliding_window", 0);
+	if (pat > 0) {
+		fprintf(out, "; window ");
+		fprintf(out, win > 0 ? "%.0f tokens" : "(size not stated)", win);
+		if (pat == 1)
+			fprintf(out, " on every layer");
+		else
+			fprintf(out, " on %.0f of every %.0f layers", pat - 1, pat);
+	}
+	if (moe)
+		fprintf(out, "; experts %.0f, %.0f used, %.0f shared", n_or(moe, "count", 0), n_or(moe, "used", 0),
+			n_or(moe, "shared", 0));
+	fprintf(out, "\nruns:          %s", cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "runs")) ? "yes" : "no (missing: ");
+	if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "runs"))) {
+		print_keys(cJSON_GetObjectItemCaseSensitive(r, "missing"), out);
+		fprintf(out, ")");
+	}
+	fprintf(out, "\n");
+}
+
 void qc_inspect_print(const cJSON *r, FILE *out)
 {
 	const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(r, "config");
@@ -181,6 +268,7 @@ void qc_inspect_print(const cJSON *r, FILE *out)
 	fprintf(out, ")\n");
 	fprintf(out, "architecture:  %s%s%s%s\n", s_or(r, "architecture", "?"), cJSON_GetObjectItemCaseSensitive(r, "name") ? " (" : "",
 		s_or(r, "name", ""), cJSON_GetObjectItemCaseSensitive(r, "name") ? ")" : "");
+	print_arch(r, out);
 	fprintf(out, "parameters:    %.0f (%.3f B)\n", n_or(r, "n_params", 0), n_or(r, "n_params", 0) / 1e9);
 	if (cfg)
 		fprintf(out, "shape:         n_embd %.0f, n_layer %.0f, n_head %.0f/%.0f kv, n_ff %.0f, n_vocab %.0f, ctx %.0f, experts %.0f/%.0f\n",
