@@ -20,6 +20,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "arch.h"
 #include "bundle.h"
 #include "gguf_meta.h"
 #include "plan.h"
@@ -280,6 +281,22 @@ static cJSON *tensor_json(const struct qc_plan_tensor *t)
 	return j;
 }
 
+/* An architecture the runtime cannot run still converts (a later qrun may run the
+ * bundle), but say so now, naming what is missing, rather than only at load. */
+static void warn_arch(const char *in, const cJSON *man)
+{
+	struct qc_arch_desc d;
+	char list[1024];
+	qc_arch_describe(man, &d);
+	const uint64_t missing = qc_arch_missing(&d);
+	if (!d.arch)
+		fprintf(stderr, "%s: note: architecture '%s' does not run in this qrun/qserve: it is not a known architecture\n",
+			in, d.name);
+	else if (missing)
+		fprintf(stderr, "%s: note: architecture '%s' does not run in this qrun/qserve yet: missing %s\n", in, d.name,
+			qc_arch_feat_list(missing, list, sizeof list));
+}
+
 int qc_convert_gguf(const struct qc_convert_opts *o, struct qc_convert_stats *st, struct qc_err *err)
 {
 	struct qc_gguf_model *m = NULL;
@@ -343,6 +360,8 @@ int qc_convert_gguf(const struct qc_convert_opts *o, struct qc_convert_stats *st
 	}
 	if (!rc)
 		rc = qc_meta_from_gguf(m, man, err);
+	if (!rc && o->verbose)
+		warn_arch(o->in, man);
 	if (!rc)
 		rc = o->out_fd ? qc_bundle_writer_open_unnamed(o->out, o->alignment, o->out_fd, &w, err)
 			       : qc_bundle_writer_open(o->out, o->alignment, &w, err);
