@@ -1,0 +1,369 @@
+/* test_arch.c — formats/arch.h's table against the runtime, inspect and convert.
+ *
+ * The table says what each architecture needs; QC_ARCH_RUNTIME_FEATURES says what
+ * the engine implements. Held here to what the engine really does: every arch that
+ * should run (a list written here from the brief and llama.cpp, not read from the
+ * table) opens through qc_model_open from an mkgguf model, and its features are
+ * its row's; every other arch is refused by qc_model_open naming what it lacks,
+ * which must include the llama.cpp facts written below (gemma2's soft-caps and
+ * window, phi3's fused tensors and LongRoPE, ...). Then inspect's JSON for the
+ * stories fixture and for a copy whose general.architecture (and "<arch>." keys)
+ * say gemma2, and the convert-time note: present for gemma2, absent for llama and
+ * with -q. Expected features come from llama.cpp's build_* graphs, never from
+ * qconvert's output.
+ */
+#include <cjson/cJSON.h>
+
+#include "arch.h"
+#include "gguf_walk.h"
+#include "inspect.h"
+#include "model.h"
+
+static const char *bin_dir(void)
+{
+	const char *b = getenv("QC_BIN");
+	return b && *b ? b : "build/bin";
+}
+
+static char tmpdir[] = "/tmp/qc-test-arch-XXXXXX";
+
+/* mkgguf args -> tmpdir/name.gguf -> tmpdir/name.qb; false (counted) on failure. */
+static bool make_bundle(const char *name, const char *const *args, char *qb, size_t len)
+{
+	char gguf[256], errp[256], mk[1100];
+	snprintf(gguf, sizeof gguf, "%s/%s.gguf", tmpdir, name);
+	snprintf(qb, len, "%s/%s.qb", tmpdir, name);
+	snprintf(errp, sizeof errp, "%s/%s.err", tmpdir, name);
+	snprintf(mk, sizeof mk, "%s/mkgguf", bin_dir());
+	const char *a[16] = { "--preset", "tiny", "--threads", "1", "-o", gguf };
+	int n = 6;
+	for (int i = 0; args[i] && n < 15; i++)
+		a[n++] = args[i];
+	a[n] = NULL;
+	int rc = check_spawn(mk, a, errp);
+	CHECK(rc == 0, "%s: mkgguf exit %d (see %s)", name, rc, errp);
+	if (rc)
+		return false;
+	const char *c[] = { gguf, "--target", "cpu", "-q", "-o", qb, NULL };
+	rc = run_cli(c, errp);
+	CHECK(rc == 0, "%s: qconvert exit %d", name, rc);
+	return rc == 0;
+}
+
+/* The archs that run: the brief's list (llama.cpp names; mistral and mixtral are
+ * written as llama). Each with the mkgguf flags that make one. */
+static const struct {
+	const char *row, *args[10];
+} runs[] = {
+	{"llama", {"--arch", "llama", NULL}},
+	{"mistral", {"--arch", "llama", NULL}},
+	{"mixtral", {"--arch", "mixtral", "--n-expert", "4", "--n-expert-used", "2", NULL}},
+	{"qwen2", {"--arch", "qwen2", NULL}},
+	{"qwen2moe", {"--arch", "qwen2moe", "--n-expert", "4", "--n-expert-used", "2", "--n-ff-shexp", "128", NULL}},
+	{"qwen3", {"--arch", "qwen3", NULL}},
+	{"qwen3moe", {"--arch", "qwen3moe", "--n-expert", "4", "--n-expert-used", "2", NULL}},
+};
+
+static const struct qc_arch *row_named(const char *name)
+{
+	for (size_t i = 0; i < qc_n_archs; i++)
+		if (!strcmp(qc_archs[i].name, name))
+			return &qc_archs[i];
+	return NULL;
+}
+
+static void supported_open(char *llama_qb, size_t len)
+{
+	for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+		const struct qc_arch *row = row_named(runs[i].row);
+		CHECK(row && !(row->feats & ~QC_ARCH_RUNTIME_FEATURES), "%s: its row should need only implemented features",
+		      runs[i].row);
+		char qb[256];
+		if (!make_bundle(runs[i].row, runs[i].args, qb, sizeof qb))
+			continue;
+		if (!strcmp(runs[i].row, "llama"))
+			snprintf(llama_qb, len, "%s", qb);
+		struct qc_model *m = NULL;
+		struct qc_err err = {0};
+		int rc = qc_model_open(qb, &m, &err);
+		CHECK(rc == QC_OK, "%s: qc_model_open: %s", runs[i].row, err.msg);
+		if (m && row) {
+			struct qc_arch_desc d;
+			qc_arch_describe(m->bundle->manifest, &d);
+			/* mkgguf ties nothing: the file's features are exactly the row's, less
+			 * an optional row's MoE bits for a dense file (llama without experts) */
+			uint64_t want = row->feats;
+			if (row->experts == QC_EXPERTS_OPTIONAL)
+				want &= ~(QC_AF(MOE) | QC_AF(MOE_RENORM) | QC_AF(MOE_SHARED));
+			CHECK(d.feats == want && qc_arch_missing(&d) == 0, "%s: file features %#llx, row %#llx",
+			      runs[i].row, (unsigned long long)d.feats, (unsigned long long)want);
+			/* the engine's MoE rules are the row's (llama.cpp build_moe_ffn norm_w) */
+			const bool renorm = !strcmp(runs[i].row, "mixtral") || !strcmp(runs[i].row, "qwen3moe");
+			CHECK(m->cfg.expert_norm_w == renorm, "%s: expert_norm_w %d", runs[i].row, m->cfg.expert_norm_w);
+			CHECK((m->cfg.n_ff_shexp > 0) == !strcmp(runs[i].row, "qwen2moe"), "%s: shared expert width %d",
+			      runs[i].row, m->cfg.n_ff_shexp);
+		}
+		qc_model_close(m);
+	}
+	/* and no other row claims to run */
+	for (size_t i = 0; i < qc_n_archs; i++) {
+		bool listed = false;
+		for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++)
+			listed = listed || !strcmp(runs[k].row, qc_archs[i].name);
+		CHECK(listed == !(qc_archs[i].feats & ~QC_ARCH_RUNTIME_FEATURES), "%s: runs per the table %d, per the list %d",
+		      qc_archs[i].name, !(qc_archs[i].feats & ~QC_ARCH_RUNTIME_FEATURES), listed);
+	}
+}
+
+/* What llama.cpp's graph for each arch does that a llama/qwen engine does not
+ * (llama-model.cpp build_gemma*, build_phi3, build_starcoder2, build_falcon,
+ * build_gpt2, build_bert; llm_graph ffn types): each phrase must be named. */
+static const struct {
+	const char *arch, *want[6];
+} refused[] = {
+	{"gemma", {"RMSNorm (1+w)", "GELU-tanh gated FFN", "embeddings scaled by sqrt(n_embd)", NULL}},
+	{"gemma2", {"RMSNorm (1+w)", "GELU-tanh gated FFN", "attention soft-capping", "final-logit soft-capping",
+		    "sliding-window attention", "post-attention/post-FFN norms"}},
+	{"gemma3", {"RMSNorm (1+w)", "GELU-tanh gated FFN", "sliding-window attention", "post-attention/post-FFN norms", NULL}},
+	{"phi3", {"fused attn_qkv", "fused gate|up FFN", "LongRoPE", "sliding-window attention", NULL}},
+	{"starcoder2", {"LayerNorm", "GELU FFN (not gated)", "biases on every linear layer", NULL}},
+	{"falcon", {"LayerNorm", "GELU FFN (not gated)", "fused attn_qkv", "parallel attention and FFN", NULL}},
+	{"gpt2", {"LayerNorm", "learned position embeddings", "fused attn_qkv", "biases on every linear layer", NULL}},
+	{"bert", {"LayerNorm", "learned position embeddings", "bidirectional (encoder) attention", NULL}},
+};
+
+/* The llama bundle with its manifest edited by edit(config, metadata, arg), written
+ * to tmpdir/name.qb and opened: the rc, err filled. */
+static int open_edited(const uint8_t *src, const char *name, const char *arch, const char *md_key, double md_val,
+		       struct qc_err *err, struct qc_arch_desc *d)
+{
+	cJSON *man = bundle_manifest(src);
+	cJSON *cfg = cJSON_GetObjectItemCaseSensitive(man, "config");
+	cJSON_ReplaceItemInObjectCaseSensitive(cfg, "architecture", cJSON_CreateString(arch));
+	if (md_key)
+		cJSON_AddNumberToObject(cJSON_GetObjectItemCaseSensitive(man, "metadata"), md_key, md_val);
+	qc_arch_describe(man, d);
+	char *json = cJSON_PrintUnformatted(man);
+	struct blob out;
+	bundle_with_manifest(src, json, &out);
+	char path[256];
+	snprintf(path, sizeof path, "%s/%s.qb", tmpdir, name);
+	spit(path, out.p, out.len);
+	free(json);
+	blob_free(&out);
+	cJSON_Delete(man);
+	struct qc_model *m = NULL;
+	int rc = qc_model_open(path, &m, err);
+	qc_model_close(m);
+	return rc;
+}
+
+static void unsupported_refused(const char *llama_qb)
+{
+	size_t len;
+	uint8_t *src = slurp(llama_qb, &len);
+	CHECK(src != NULL, "cannot read %s", llama_qb);
+	if (!src)
+		return;
+	for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+		struct qc_err err = {0};
+		struct qc_arch_desc d;
+		int rc = open_edited(src, refused[i].arch, refused[i].arch, NULL, 0, &err, &d);
+		CHECK(rc == QC_EUNSUPPORTED, "%s: opened (rc %d: %s)", refused[i].arch, rc, err.msg);
+		for (int k = 0; k < 6 && refused[i].want[k]; k++)
+			CHECK(strstr(err.msg, refused[i].want[k]), "%s: '%s' not named in: %s", refused[i].arch,
+			      refused[i].want[k], err.msg);
+		/* the runtime's list is the table's (inspect and convert print that one) */
+		char list[1024], want[1200];
+		snprintf(want, sizeof want, "architecture '%s' not supported: missing %s", refused[i].arch,
+			 qc_arch_feat_list(qc_arch_missing(&d), list, sizeof list));
+		CHECK(!strcmp(err.msg, want), "%s: runtime says '%s', table '%s'", refused[i].arch, err.msg, want);
+		CHECK(!strstr(err.msg, "SiLU-gated FFN") && !strstr(err.msg, "q/k/v biases"),
+		      "%s: names a feature the engine has: %s", refused[i].arch, err.msg);
+	}
+	/* metadata refines the row: a soft-cap or a window shorter than the context
+	 * (stories: 128 tokens) stops a llama; a window as long as the context does not;
+	 * gemma2's stated 0 turns its attention soft-cap off */
+	struct qc_err err = {0};
+	struct qc_arch_desc d;
+	int rc = open_edited(src, "llama-softcap", "llama", "llama.attn_logit_softcapping", 50, &err, &d);
+	CHECK(rc == QC_EUNSUPPORTED && strstr(err.msg, "missing attention soft-capping"), "llama + soft-cap: %d %s", rc,
+	      err.msg);
+	rc = open_edited(src, "llama-swa", "llama", "llama.attention.sliding_window", 64, &err, &d);
+	CHECK(rc == QC_EUNSUPPORTED && strstr(err.msg, "missing sliding-window attention"), "llama + window 64: %d %s", rc,
+	      err.msg);
+	memset(&err, 0, sizeof err);
+	rc = open_edited(src, "llama-swa-ctx", "llama", "llama.attention.sliding_window", 4096, &err, &d);
+	CHECK(rc == QC_OK, "llama + window past the context: %s", err.msg);
+	rc = open_edited(src, "gemma2-nocap", "gemma2", "gemma2.attn_logit_softcapping", 0, &err, &d);
+	CHECK(rc == QC_EUNSUPPORTED && !strstr(err.msg, "attention soft-capping") &&
+		      strstr(err.msg, "final-logit soft-capping"),
+	      "gemma2 with attention soft-cap 0: %s", err.msg);
+	free(src);
+}
+
+/* stories260K with general.architecture "gemma2", every "llama." key renamed to
+ * "gemma2." and one extra key gemma2.attn_logit_softcapping = 50 (f32), as a new
+ * GGUF at path. Built from the independent walker's offsets. */
+static bool gemma2_gguf(const struct fixture *f, const char *path)
+{
+	const struct walk *w = &f->w;
+	struct blob b = {0};
+	put(&b, f->buf, 16);
+	put_le(&b, w->n_kv + 1, 8);
+	for (uint64_t i = 0; i < w->n_kv; i++) {
+		const struct walk_kv *kv = &w->kv[i];
+		const uint64_t end = i + 1 < w->n_kv ? w->kv[i + 1].off : w->kv_end;
+		char key[128];
+		if (!strncmp(kv->key, "llama.", 6))
+			snprintf(key, sizeof key, "gemma2.%s", kv->key + 6);
+		else
+			snprintf(key, sizeof key, "%s", kv->key);
+		put_str(&b, key, strlen(key));
+		if (!strcmp(kv->key, "general.architecture")) {
+			put_le(&b, 8, 4); /* GGUF_TYPE_STRING */
+			put_str(&b, "gemma2", 6);
+		} else {
+			put(&b, f->buf + kv->type_off, (size_t)(end - kv->type_off));
+		}
+	}
+	const char *cap = "gemma2.attn_logit_softcapping";
+	const float v = 50.0f;
+	put_str(&b, cap, strlen(cap));
+	put_le(&b, 6, 4); /* GGUF_TYPE_FLOAT32 */
+	put(&b, &v, 4);
+	put(&b, f->buf + w->kv_end, (size_t)(w->info_end - w->kv_end));
+	put_zeros(&b, (size_t)((w->align - b.len % w->align) % w->align));
+	put(&b, f->buf + w->data_off, f->len - (size_t)w->data_off);
+	bool ok = spit(path, b.p, b.len);
+	blob_free(&b);
+	return ok;
+}
+
+static bool json_has(const cJSON *arr, const char *s)
+{
+	const cJSON *e;
+	cJSON_ArrayForEach(e, arr)
+		if (cJSON_IsString(e) && !strcmp(e->valuestring, s))
+			return true;
+	return false;
+}
+
+/* The report and its text form for a GGUF; NULL (counted) when it does not open. */
+static cJSON *inspect(const char *path, char *text, size_t len)
+{
+	struct qc_gguf_model *m = NULL;
+	struct qc_err err = {0};
+	int rc = qc_gguf_model_open(path, &m, &err);
+	CHECK(rc == QC_OK, "%s: %s", path, err.msg);
+	cJSON *r = rc ? NULL : qc_inspect_gguf(m, &err);
+	qc_gguf_model_close(m);
+	FILE *f = fmemopen(text, len, "w");
+	if (r && f)
+		qc_inspect_print(r, f);
+	if (f)
+		fclose(f);
+	return r;
+}
+
+static void inspect_and_convert(const struct fixture *st)
+{
+	char g2[256], text[1 << 16], errp[256], qb[256];
+	snprintf(g2, sizeof g2, "%s/gemma2.gguf", tmpdir);
+	CHECK(gemma2_gguf(st, g2), "cannot write %s", g2);
+
+	/* stories is llama.cpp's LLM_ARCH_LLAMA: RMSNorm, SwiGLU, LLAMA_ROPE_TYPE_NORM, untied */
+	cJSON *r = inspect(st->path, text, sizeof text);
+	const cJSON *af = cJSON_GetObjectItemCaseSensitive(r, "architecture_features");
+	const cJSON *fs = cJSON_GetObjectItemCaseSensitive(af, "features");
+	CHECK(cJSON_GetArraySize(fs) == 3 && json_has(fs, "rmsnorm") && json_has(fs, "swiglu") && json_has(fs, "rope_norm"),
+	      "stories: features %s", fs ? cJSON_PrintUnformatted(fs) : "absent");
+	CHECK(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "runs")) &&
+		      cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(r, "missing")) == 0,
+	      "stories: should run");
+	CHECK(strstr(text, "\narchitecture features: RMSNorm, SiLU-gated FFN, RoPE (adjacent pairs)\nruns:          yes\n"),
+	      "stories: text report lacks the features/runs lines:\n%.400s", text);
+	cJSON_Delete(r);
+
+	r = inspect(g2, text, sizeof text);
+	af = cJSON_GetObjectItemCaseSensitive(r, "architecture_features");
+	fs = cJSON_GetObjectItemCaseSensitive(af, "features");
+	const cJSON *ms = cJSON_GetObjectItemCaseSensitive(r, "missing");
+	CHECK(json_has(fs, "rmsnorm_1p") && json_has(fs, "geglu_tanh") && json_has(fs, "attn_softcap") &&
+		      json_has(fs, "sliding_window") && !json_has(fs, "rmsnorm") && !json_has(fs, "swiglu"),
+	      "gemma2: features %s", fs ? cJSON_PrintUnformatted(fs) : "absent");
+	const cJSON *cap = cJSON_GetObjectItemCaseSensitive(af, "attn_softcap");
+	CHECK(cJSON_IsNumber(cap) && cap->valuedouble == 50.0, "gemma2: attn_softcap should be the file's 50");
+	CHECK(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(r, "runs")) && json_has(ms, "attn_softcap") &&
+		      json_has(ms, "final_softcap") && json_has(ms, "sliding_window") && !json_has(ms, "rope_neox"),
+	      "gemma2: runs/missing %s", ms ? cJSON_PrintUnformatted(ms) : "absent");
+	CHECK(strstr(text, "\nruns:          no (missing: RMSNorm (1+w), ") && strstr(text, "attention soft-capping") &&
+		      strstr(text, "; soft-cap attention 50,") && strstr(text, " on 1 of every 2 layers"),
+	      "gemma2: text report:\n%.600s", text);
+	cJSON_Delete(r);
+
+	/* convert: one note for gemma2, none with -q, none for llama */
+	snprintf(errp, sizeof errp, "%s/conv.err", tmpdir);
+	snprintf(qb, sizeof qb, "%s/g2.qb", tmpdir);
+	const char *a1[] = { g2, "--target", "cpu", "-o", qb, NULL };
+	int rc = run_cli(a1, errp);
+	char *e = check_read_file(errp, NULL);
+	CHECK(rc == 0, "gemma2 should still convert (exit %d): %s", rc, e ? e : "");
+	const char *want = "note: architecture 'gemma2' does not run in this qrun/qserve yet: missing RMSNorm (1+w), ";
+	const char *hit = e ? strstr(e, want) : NULL;
+	CHECK(hit && !strstr(hit + 1, "note: architecture") && strstr(e, "attention soft-capping, final-logit soft-capping"),
+	      "gemma2 convert stderr: %s", e ? e : "");
+	CHECK(e && !strncmp(e, g2, strlen(g2)), "the note should start with the model's path: %s", e ? e : "");
+	free(e);
+	unlink(qb);
+	const char *a2[] = { g2, "--target", "cpu", "-q", "-o", qb, NULL };
+	rc = run_cli(a2, errp);
+	e = check_read_file(errp, NULL);
+	CHECK(rc == 0 && e && !strstr(e, "does not run"), "gemma2 -q: exit %d, stderr %s", rc, e ? e : "");
+	free(e);
+	unlink(qb);
+	snprintf(qb, sizeof qb, "%s/st.qb", tmpdir);
+	const char *a3[] = { st->path, "--target", "cpu", "-o", qb, NULL };
+	rc = run_cli(a3, errp);
+	e = check_read_file(errp, NULL);
+	CHECK(rc == 0 && e && !strstr(e, "does not run") && strstr(e, "wrote"), "llama: exit %d, stderr %s", rc,
+	      e ? e : "");
+	free(e);
+}
+
+/* The checks above must be able to fail: a describe that ignored metadata, or a
+ * list that dropped a feature, would be caught. */
+static void self_check(void)
+{
+	cJSON *man = cJSON_Parse("{\"config\":{\"architecture\":\"llama\",\"n_expert\":8,\"n_expert_used\":2},"
+				 "\"metadata\":{\"llama.final_logit_softcapping\":30}}");
+	struct qc_arch_desc d;
+	qc_arch_describe(man, &d);
+	CHECK((d.feats & QC_AF(MOE)) && (d.feats & QC_AF(FINAL_SOFTCAP)) && d.n_expert == 8 && d.final_softcap == 30,
+	      "describe ignores the manifest: %#llx", (unsigned long long)d.feats);
+	CHECK(qc_arch_missing(&d) == QC_AF(FINAL_SOFTCAP), "missing %#llx", (unsigned long long)qc_arch_missing(&d));
+	char buf[16];
+	qc_arch_feat_list(QC_AF(RMSNORM) | QC_AF(LAYERNORM), buf, sizeof buf);
+	CHECK(strlen(buf) < sizeof buf, "feat_list overran its buffer");
+	cJSON_Delete(man);
+}
+
+int main(void)
+{
+	self_check();
+	if (!check_have_fixtures("test_arch"))
+		return check_report("test_arch");
+	find_bin();
+	struct fixture st;
+	CHECK(fixture_load(&st, "gguf", "stories260K.gguf"), "cannot read and walk stories260K.gguf");
+	CHECK(mkdtemp(tmpdir) != NULL, "mkdtemp");
+	char llama_qb[256] = "";
+	supported_open(llama_qb, sizeof llama_qb);
+	if (llama_qb[0])
+		unsupported_refused(llama_qb);
+	if (st.buf)
+		inspect_and_convert(&st);
+	fixture_free(&st);
+	rm_tree_files(tmpdir);
+	return check_report("test_arch");
+}
