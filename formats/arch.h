@@ -66,6 +66,12 @@ extern const size_t qc_n_archs;
 #define QC_ARCH_CPU_FEATURES                                                                  \
 	(QC_ARCH_CUDA_FEATURES | QC_AF(RMSNORM_1P) | QC_AF(GEGLU_TANH) | QC_AF(EMBD_SCALE) |         \
 	 QC_AF(POST_NORM) | QC_AF(ATTN_SOFTCAP) | QC_AF(FINAL_SOFTCAP) | QC_AF(SLIDING_WINDOW))
+/* The CPU's Gemma bits are checked against llama.cpp for gemma2 only (gemma,
+ * gemma3 and phi3 graphs differ: q scaling, local RoPE base, window rules; llama
+ * ignores a stated soft-cap or window): other rows lack them. */
+#define QC_ARCH_CPU_GEMMA2_ONLY                                                               \
+	(QC_AF(RMSNORM_1P) | QC_AF(GEGLU_TANH) | QC_AF(EMBD_SCALE) | QC_AF(POST_NORM) |             \
+	 QC_AF(ATTN_SOFTCAP) | QC_AF(FINAL_SOFTCAP) | QC_AF(SLIDING_WINDOW))
 /* What some backend of this qrun/qserve implements (the CPU's is a superset). */
 #define QC_ARCH_RUNTIME_FEATURES (QC_ARCH_CPU_FEATURES | QC_ARCH_CUDA_FEATURES)
 

@@ -437,7 +437,9 @@ static void gemma_config(const struct qc_arch_desc *d, struct qc_model_config *c
 
 int qc_model_check_backend(const struct qc_model *m, enum qc_arch_backend b, struct qc_err *err)
 {
-	const uint64_t missing = m->cfg.feats & ~qc_arch_backends[b].feats;
+	struct qc_arch_desc d = {.arch = qc_arch_find(m->cfg.arch), .feats = m->cfg.feats};
+	snprintf(d.name, sizeof d.name, "%s", m->cfg.arch);
+	const uint64_t missing = qc_arch_missing_on(&d, b);
 	char list[QC_ERR_MSG_MAX];
 	if (!missing)
 		return QC_OK;
