@@ -65,6 +65,23 @@ static const struct {
 	{"gemma2", {"--arch", "gemma2", "--sliding-window", "64", NULL}},
 };
 
+/* qrun --device cuda on a gemma2 bundle: the CUDA backend refuses before it
+ * looks for a device (so this runs on a machine without one), naming what it
+ * lacks; a build without nvcc links the stub, which says so instead. */
+static void qrun_cuda_refuses(const char *qb)
+{
+	char qrun[256], errp[256];
+	snprintf(qrun, sizeof qrun, "%s/qrun", bin_dir());
+	snprintf(errp, sizeof errp, "%s/qrun-cuda.err", tmpdir);
+	const char *a[] = { qb, "-p", "a", "-n", "1", "--device", "cuda", NULL };
+	int rc = check_spawn(qrun, a, errp);
+	char *e = check_read_file(errp, NULL);
+	const bool stub = e && strstr(e, "no CUDA backend in this build");
+	CHECK(rc != 0 && e && (stub || strstr(e, "architecture 'gemma2' not supported by the CUDA backend: missing RMSNorm (1+w), ")),
+	      "qrun --device cuda on gemma2: exit %d, stderr %s", rc, e ? e : "");
+	free(e);
+}
+
 static const struct qc_arch *row_named(const char *name)
 {
 	for (size_t i = 0; i < qc_n_archs; i++)
@@ -118,6 +135,8 @@ static void supported_open(char *llama_qb, size_t len)
 				CHECK(strstr(be.msg, g2[k]) && strstr(be.msg, "not supported by the CUDA backend"),
 				      "gemma2: CUDA message lacks '%s': %s", g2[k], be.msg);
 			CHECK(!gemma2 || !strstr(be.msg, "RoPE"), "gemma2: CUDA names a feature it has: %s", be.msg);
+			if (gemma2)
+				qrun_cuda_refuses(qb);
 		}
 		qc_model_close(m);
 	}

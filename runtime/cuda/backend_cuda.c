@@ -620,7 +620,8 @@ static int cuda_kv_limits(const struct qc_model *m, const struct qc_backend_para
 	uint64_t lo, hi;
 	int rc;
 
-	if ((rc = check_kv_dtype(p, err)) || (rc = check_device(err)) || (rc = qc_cuda_be_ck(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo", err)))
+	if ((rc = qc_model_check_backend(m, QC_ARCH_BACKEND_CUDA, err)) || (rc = check_kv_dtype(p, err)) ||
+	    (rc = check_device(err)) || (rc = qc_cuda_be_ck(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo", err)))
 		return rc;
 	if ((rc = qc_kv_block_bytes(cfg->n_layer, cfg->n_head_kv, cfg->head_dim, 2, p->block_tokens, block_bytes,
 				    err)))
