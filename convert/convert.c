@@ -295,6 +295,12 @@ static void warn_arch(const char *in, const cJSON *man)
 	else if (missing)
 		fprintf(stderr, "%s: note: architecture '%s' does not run in this qrun/qserve yet: missing %s\n", in, d.name,
 			qc_arch_feat_list(missing, list, sizeof list));
+	else
+		for (int b = 0; b < QC_ARCH_BACKEND_COUNT; b++)
+			if (qc_arch_missing_on(&d, (enum qc_arch_backend)b))
+				fprintf(stderr, "%s: note: architecture '%s' does not run on the %s backend yet: missing %s\n",
+					in, d.name, qc_arch_backends[b].name,
+					qc_arch_feat_list(qc_arch_missing_on(&d, (enum qc_arch_backend)b), list, sizeof list));
 }
 
 int qc_convert_gguf(const struct qc_convert_opts *o, struct qc_convert_stats *st, struct qc_err *err)

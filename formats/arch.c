@@ -159,9 +159,23 @@ void qc_arch_describe(const cJSON *manifest, struct qc_arch_desc *d)
 		d->feats |= QC_AF(TIED_EMBD);
 }
 
+const struct qc_arch_backend_info qc_arch_backends[QC_ARCH_BACKEND_COUNT] = {
+	[QC_ARCH_BACKEND_CPU] = {"CPU", QC_ARCH_CPU_FEATURES},
+	[QC_ARCH_BACKEND_CUDA] = {"CUDA", QC_ARCH_CUDA_FEATURES},
+};
+
+uint64_t qc_arch_missing_on(const struct qc_arch_desc *d, enum qc_arch_backend b)
+{
+	uint64_t have = qc_arch_backends[b].feats;
+	if (b == QC_ARCH_BACKEND_CPU && strcmp(d->name, "gemma2"))
+		have &= ~QC_ARCH_CPU_GEMMA2_ONLY;
+	return d->arch ? d->feats & ~have : UINT64_MAX;
+}
+
+/* The CPU's column is a superset of the CUDA one: what it lacks, no backend has. */
 uint64_t qc_arch_missing(const struct qc_arch_desc *d)
 {
-	return d->arch ? d->feats & ~QC_ARCH_RUNTIME_FEATURES : UINT64_MAX;
+	return qc_arch_missing_on(d, QC_ARCH_BACKEND_CPU);
 }
 
 const char *qc_arch_feat_list(uint64_t mask, char *buf, size_t len)

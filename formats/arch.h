@@ -3,7 +3,7 @@
  * soft-capping, sliding window, MoE, tied embeddings), one table for qconvert and
  * the runtime (docs/bundle.md "Architectures" repeats it for users).
  * Owns: the feature list (arch_feat.def), the architecture table qc_archs, the
- * features this qrun/qserve implements (QC_ARCH_RUNTIME_FEATURES), and refining a
+ * features each backend implements (qc_arch_backends, QC_ARCH_RUNTIME_FEATURES), and refining a
  * row by a manifest's config/metadata (qc_arch_describe).
  * It lives in formats/ because general.architecture is a format concept, and both
  * convert/ (inspect, the convert-time warning) and runtime/engine (the load check)
@@ -52,14 +52,36 @@ struct qc_arch {
 extern const struct qc_arch qc_archs[];
 extern const size_t qc_n_archs;
 
-/* The runtime's column: what runtime/engine/model.c and the CPU/CUDA backends
- * implement. It sits here, not in the engine, so qconvert can warn at convert
- * time without linking the engine; tests/test_arch.c holds it to what
- * qc_model_open really accepts. Add a bit when a backend learns the feature. */
-#define QC_ARCH_RUNTIME_FEATURES                                                              \
+/* The runtime's columns, one per backend: what runtime/engine/model.c and each
+ * backend's forward pass implement. They sit here, not in the engine, so qconvert
+ * can warn at convert time without linking the engine; tests/test_arch.c holds
+ * them to what qc_model_open and each backend's create really accept. Add a bit
+ * to a backend's column when it learns the feature. */
+#define QC_ARCH_CUDA_FEATURES                                                                 \
 	(QC_AF(RMSNORM) | QC_AF(SWIGLU) | QC_AF(ROPE_NORM) | QC_AF(ROPE_NEOX) | QC_AF(ROPE_LINEAR) | \
 	 QC_AF(ROPE_YARN) | QC_AF(QKV_BIAS) | QC_AF(QK_NORM) | QC_AF(MOE) | QC_AF(MOE_RENORM) |      \
 	 QC_AF(MOE_SHARED) | QC_AF(TIED_EMBD))
+/* The CPU runs Gemma 2 as well: RMSNORM_1P is a plain RMSNorm on a GGUF (its
+ * converter stores 1 + w), the rest is runtime/cpu/backend_cpu.c. */
+#define QC_ARCH_CPU_FEATURES                                                                  \
+	(QC_ARCH_CUDA_FEATURES | QC_AF(RMSNORM_1P) | QC_AF(GEGLU_TANH) | QC_AF(EMBD_SCALE) |         \
+	 QC_AF(POST_NORM) | QC_AF(ATTN_SOFTCAP) | QC_AF(FINAL_SOFTCAP) | QC_AF(SLIDING_WINDOW))
+/* The CPU's Gemma bits are checked against llama.cpp for gemma2 only (gemma,
+ * gemma3 and phi3 graphs differ: q scaling, local RoPE base, window rules; llama
+ * ignores a stated soft-cap or window): other rows lack them. */
+#define QC_ARCH_CPU_GEMMA2_ONLY                                                               \
+	(QC_AF(RMSNORM_1P) | QC_AF(GEGLU_TANH) | QC_AF(EMBD_SCALE) | QC_AF(POST_NORM) |             \
+	 QC_AF(ATTN_SOFTCAP) | QC_AF(FINAL_SOFTCAP) | QC_AF(SLIDING_WINDOW))
+/* What some backend of this qrun/qserve implements (the CPU's is a superset). */
+#define QC_ARCH_RUNTIME_FEATURES (QC_ARCH_CPU_FEATURES | QC_ARCH_CUDA_FEATURES)
+
+enum qc_arch_backend { QC_ARCH_BACKEND_CPU, QC_ARCH_BACKEND_CUDA, QC_ARCH_BACKEND_COUNT };
+
+struct qc_arch_backend_info {
+	const char *name;   /* for people: "CPU", "CUDA" */
+	uint64_t feats;     /* QC_AF() bits its forward pass implements */
+};
+extern const struct qc_arch_backend_info qc_arch_backends[QC_ARCH_BACKEND_COUNT];
 
 /* The row for GGUF architecture name (rows with stored_as are never found), or NULL. */
 const struct qc_arch *qc_arch_find(const char *name);
@@ -81,8 +103,12 @@ struct qc_arch_desc {
  * fails: a key that is absent or not a number leaves the row's answer. */
 void qc_arch_describe(const cJSON *manifest, struct qc_arch_desc *d);
 
-/* Features in d that QC_ARCH_RUNTIME_FEATURES lacks; an unknown arch needs everything. */
+/* Features in d that no backend implements (QC_ARCH_RUNTIME_FEATURES lacks): 0
+ * when some backend runs it; an unknown arch needs everything. */
 uint64_t qc_arch_missing(const struct qc_arch_desc *d);
+
+/* Features in d that backend b lacks; an unknown arch needs everything. */
+uint64_t qc_arch_missing_on(const struct qc_arch_desc *d, enum qc_arch_backend b);
 
 /* The phrases of the bits in mask, ", "-separated, into buf (truncated to len). Returns buf. */
 const char *qc_arch_feat_list(uint64_t mask, char *buf, size_t len);

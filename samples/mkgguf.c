@@ -46,11 +46,15 @@ static void usage(FILE *f)
 		"                   in every shard, tensors in order balanced by bytes);\n"
 		"                   N <= 1 writes one plain file\n"
 		"  --threads N      generator threads (default: online CPUs, at most %d)\n"
-		"  --arch A         llama|mixtral|qwen2|qwen3|qwen2moe|qwen3moe (mixtral = llama\n"
+		"  --arch A         llama|mixtral|qwen2|qwen3|qwen2moe|qwen3moe|gemma2 (mixtral = llama\n"
 		"                   with experts, 8 experts / 2 used unless given; qwen2 adds q/k/v\n"
 		"                   biases, qwen3 adds q/k norms; the moe variants add stacked\n"
 		"                   experts (n_ff each), qwen2moe also a shared expert with a\n"
-		"                   sigmoid gate; the vocab is always the SPM one)\n"
+		"                   sigmoid gate; gemma2 adds post-attention/FFN norms, soft-caps\n"
+		"                   and a window, ties its output, and needs --n-layer 26, 42\n"
+		"                   or 46 to load in llama.cpp; the vocab is always the SPM one)\n"
+		"  --attn-softcap F --final-softcap F  gemma2 soft-caps (default 50, 30)\n"
+		"  --sliding-window N  gemma2 window in tokens (default 4096)\n"
 		"  --rope-scaling S none|linear|yarn|llama3 (llama3: a rope_freqs.weight tensor of\n"
 		"                   Llama 3.1 factors, low/high frequency factors 1 and 4)\n"
 		"  --rope-factor F  scaling factor (default 4)\n"
@@ -241,7 +245,7 @@ static int parse_args(int argc, char **argv, struct opts *o, bool *help)
 				if (!strcmp(val, qc_mkgguf_arch_names[k]))
 					arch = k;
 			if (arch < 0) {
-				fprintf(stderr, PROG ": unknown --arch '%s' (llama|mixtral|qwen2|qwen3|qwen2moe|qwen3moe)\n",
+				fprintf(stderr, PROG ": unknown --arch '%s' (llama|mixtral|qwen2|qwen3|qwen2moe|qwen3moe|gemma2)\n",
 					val);
 				return 2;
 			}
@@ -255,6 +259,20 @@ static int parse_args(int argc, char **argv, struct opts *o, bool *help)
 				fprintf(stderr, PROG ": unknown --rope-scaling '%s' (none|linear|yarn|llama3)\n", val);
 				return 2;
 			}
+		} else if (!strcmp(a, "--attn-softcap") || !strcmp(a, "--final-softcap")) {
+			char *end;
+			double v = strtod(val, &end);
+			if (*end || !(v > 0 && v < 1e6)) {
+				fprintf(stderr, PROG ": %s needs a positive number\n", a);
+				return 2;
+			}
+			*(!strcmp(a, "--attn-softcap") ? &o->hx.attn_softcap : &o->hx.final_softcap) = (float)v;
+		} else if (!strcmp(a, "--sliding-window")) {
+			if (!parse_i64(val, 1, INT32_MAX, &x)) {
+				fprintf(stderr, PROG ": --sliding-window needs a positive integer\n");
+				return 2;
+			}
+			o->hx.sliding_window = x;
 		} else if (!strcmp(a, "--rope-factor") || !strcmp(a, "--weight-std")) {
 			char *end;
 			double v = strtod(val, &end);

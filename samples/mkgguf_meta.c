@@ -63,10 +63,21 @@ int qc_mkgguf_add_metadata(struct qc_gguf_writer *w, const struct opts *o, const
 	if (!rc)
 		rc = add_hparam_f32(w, hp, "attention.layer_norm_rms_epsilon", hp->rms_eps, err);
 	const bool qwen3 = hp->arch == ARCH_QWEN3 || hp->arch == ARCH_QWEN3MOE;
-	if (!rc && qwen3)
+	const bool gemma2 = hp->arch == ARCH_GEMMA2;
+	if (!rc && (qwen3 || gemma2))
 		rc = add_hparam(w, hp, "attention.key_length", hd, err);
-	if (!rc && qwen3)
+	if (!rc && (qwen3 || gemma2))
 		rc = add_hparam(w, hp, "attention.value_length", hd, err);
+	/* convert_hf_to_gguf Gemma2Model: both soft-caps and the window, always */
+	const struct hparams_x *gx = &o->hx;
+	if (!rc && gemma2)
+		rc = add_hparam_f32(w, hp, "attn_logit_softcapping", gx->attn_softcap > 0 ? gx->attn_softcap : 50.0f, err);
+	if (!rc && gemma2)
+		rc = add_hparam_f32(w, hp, "final_logit_softcapping", gx->final_softcap > 0 ? gx->final_softcap : 30.0f,
+				    err);
+	if (!rc && gemma2)
+		rc = add_hparam(w, hp, "attention.sliding_window",
+				(uint32_t)(gx->sliding_window > 0 ? gx->sliding_window : 4096), err);
 	if (!rc && hp->n_expert)
 		rc = add_hparam(w, hp, "expert_count", (uint32_t)hp->n_expert, err);
 	if (!rc && hp->n_expert)

@@ -2,7 +2,9 @@
  *
  * Owns: the list of tensors for llama/mixtral/qwen2/qwen3/qwen2moe/qwen3moe
  * (llama-arch.cpp / llama-model.cpp load_tensors), with optional q/k/v biases, q/k
- * norms, stacked experts, a shared expert and Llama 3.1's rope_freqs.weight factors.
+ * norms, stacked experts, a shared expert and Llama 3.1's rope_freqs.weight factors;
+ * gemma2's post-attention/post-FFN norms (post_attention_norm, post_ffw_norm) and
+ * its always-tied output (llama.cpp reads token_embd for it).
  * Norms, biases and routers stay f32 (as llama.cpp's converter and quantizer keep
  * them); every other matrix has the chosen type. Each tensor's seed comes from
  * --seed and its name, so plans of any layer count agree on shared tensors.
@@ -84,6 +86,7 @@ int qc_mkgguf_plan_tensors(const struct hparams *hp, const struct hparams_x *hx,
 	int64_t sh = hx->n_ff_shexp ? hx->n_ff_shexp : ff;
 	const bool bias = hp->arch == ARCH_QWEN2 || hp->arch == ARCH_QWEN2MOE;
 	const bool qk_norm = hp->arch == ARCH_QWEN3 || hp->arch == ARCH_QWEN3MOE;
+	const bool gemma2 = hp->arch == ARCH_GEMMA2;
 	const enum qc_type f32 = QC_TYPE_F32;
 	char nm[QC_GGUF_MAX_NAME];
 	int rc = plan_add(p, &n, cap, "token_embd.weight", wt, INIT_WEIGHT, 2, e, hp->n_vocab, 1, seed, err);
@@ -112,6 +115,8 @@ int qc_mkgguf_plan_tensors(const struct hparams *hp, const struct hparams_x *hx,
 			T("attn_k_norm.weight", f32, INIT_NORM, 1, hd, 1, 1)
 		}
 		T("attn_output.weight", wt, INIT_WEIGHT, 2, hd * hp->n_head, e, 1)
+		if (gemma2)
+			T("post_attention_norm.weight", f32, INIT_NORM, 1, e, 1, 1)
 		T("ffn_norm.weight", f32, INIT_NORM, 1, e, 1, 1)
 		if (x) {
 			/* router stays f32, as llama.cpp's converter and quantizer keep it */
@@ -132,11 +137,13 @@ int qc_mkgguf_plan_tensors(const struct hparams *hp, const struct hparams_x *hx,
 			T("ffn_up.weight", wt, INIT_WEIGHT, 2, e, ff, 1)
 			T("ffn_down.weight", wt, INIT_WEIGHT, 2, ff, e, 1)
 		}
+		if (gemma2)
+			T("post_ffw_norm.weight", f32, INIT_NORM, 1, e, 1, 1)
 #undef T
 	}
 	if (!rc)
 		rc = plan_add(p, &n, cap, "output_norm.weight", f32, INIT_NORM, 1, e, 1, 1, seed, err);
-	if (!rc && !hx->tie_embeddings)
+	if (!rc && !hx->tie_embeddings && !gemma2)
 		rc = plan_add(p, &n, cap, "output.weight", wt, INIT_WEIGHT, 2, e, hp->n_vocab, 1, seed, err);
 	if (rc) {
 		free(p);

@@ -9,7 +9,7 @@
  * first reference margin below MARGIN_MIN, first-step top-10 logits within the
  * tolerance test_engine.c uses. Each model also runs once with the feature it
  * exercises switched off (biases, q/k norms, renormalization, shared expert,
- * YaRN, rope factors) and must then fail that comparison: the reference can
+ * YaRN, rope factors; gemma2: its window, its attention soft-cap) and must then fail that comparison: the reference can
  * tell. Act-order: a model whose weight columns are permuted, with the
  * "<base>.act_perm" tensors, gives the unpermuted model's logits bit for bit;
  * without the permutation, or with its inverse, it does not; a non-permutation
@@ -193,6 +193,16 @@ static void no_rope_factors(struct qc_model *m)
 	m->rope_freqs = NULL;
 }
 
+static void no_window(struct qc_model *m)
+{
+	m->cfg.sliding_window = 0;
+}
+
+static void no_attn_softcap(struct qc_model *m)
+{
+	m->cfg.attn_softcap = 0.0f;
+}
+
 /* Greedy-decode every reference prompt on bundle; breaker (may be NULL) edits
  * the model first. Returns QC_OK and *out, or an engine error. */
 static int run_bundle(const char *bundle, const struct ref *ref, breaker_fn breaker,
@@ -273,6 +283,8 @@ static const struct model_case cases[] = {
 	{"llama-yarn-q4_0", no_yarn, "no YaRN ramp"},
 	{"llama3-rope-f32", no_rope_factors, "no rope factors"},
 	{"llama3-rope-q8_0", no_rope_factors, "no rope factors"},
+	{"gemma2-f32", no_window, "no sliding window"},
+	{"gemma2-q8_0", no_attn_softcap, "no attention soft-cap"},
 };
 
 static const struct model_case *find_case(const char *name)

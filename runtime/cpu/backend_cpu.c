@@ -1,4 +1,4 @@
-/* backend_cpu.c — the plain-C backend: llama/Qwen forward over a scheduler plan.
+/* backend_cpu.c — the plain-C backend: llama/Qwen/Gemma 2 forward over a scheduler plan.
  *
  * Owns: the K/V pool (n_blocks blocks, each [layer][K,V][token][kv_dim]) and
  * the activation buffers, all sized once at create. f16: floats holding values
@@ -22,7 +22,11 @@
  * in rank order then the sigmoid-gated shared expert, then the residual, in
  * build_moe_ffn's order of float additions.
  * Non-goals: flash attention.
- * Reference: llama.cpp c392e50 build_llama, llm_build_kqv, llm_build_moe_ffn,
+ * Gemma 2 (build_gemma2): embeddings times sqrt(n_embd), q scaled after RoPE,
+ * soft-capped scores, a window on even layers, post-attention/post-FFN norms
+ * before each residual add, GELU-tanh (binary16 table as ggml's CPU under
+ * QC_ACT_ROUND_GGML), soft-capped logits.
+ * Reference: llama.cpp c392e50 build_llama, build_gemma2, llm_build_kqv, llm_build_moe_ffn,
  * build_qwen2moe (the op-level references are named in runtime/ops/).
  */
 #include "backend.h"
@@ -282,8 +286,10 @@ static void attend(struct cpu *c, const struct qc_sched_plan *plan, int il, int3
 	const struct qc_ref_attn_args a = {
 		.pool = {.f32 = c->kv, .e4m3 = c->kv8, .e4m3_exp = c->kv8_exp, .n_layer = cfg->n_layer, .bt = plan->block_tokens, .kv_dim = (int)c->kv_dim},
 		.layer = il, .n_head = cfg->n_head, .n_head_kv = cfg->n_head_kv, .hd = hd,
-		.scale = 1.0f / sqrtf((float)hd),
+		.scale = cfg->q_scale > 0.0f ? 1.0f : 1.0f / sqrtf((float)hd),
 		.round = c->p.act_round == QC_ACT_ROUND_GGML ? QC_REF_ATTN_F16 : QC_REF_ATTN_F32,
+		.softcap = cfg->attn_softcap,
+		.window = qc_model_layer_windowed(cfg, il) ? cfg->sliding_window : 0,
 	};
 	float *scratch = c->scratch + (size_t)k * (size_t)(2 * hd + c->p.max_ctx);
 	qc_ref_attn_token(&a, c->q + (int64_t)t * c->q_dim, c->att + (int64_t)t * c->q_dim, plan->positions[t],
@@ -344,9 +350,13 @@ static void attention_block(struct cpu *c, const struct qc_sched_plan *plan, int
 		    theta_scale, cfg->rope_freq_scale, &re);
 	qc_ref_rope(c->k, plan->positions, T, cfg->n_head_kv, cfg->head_dim, cfg->rope_dim, cfg->rope_mode,
 		    theta_scale, cfg->rope_freq_scale, &re);
+	if (cfg->q_scale > 0.0f) /* Gemma 2: q scaled after RoPE, scores then unscaled */
+		qc_ref_scale(c->q, (int64_t)T * c->q_dim, cfg->q_scale);
 	kv_store(c, plan, il);
 	attend_all(c, plan, il);
 	matmul(c, &L->wo, 0, c->att, T, c->xn, E);
+	if (L->attn_post_norm)
+		qc_ref_rms_norm(c->xn, E, NULL, L->attn_post_norm, c->xn, E, T, E, cfg->norm_eps);
 	qc_ref_add(c->x, c->xn, (int64_t)T * E, (int64_t)T * E);
 }
 
@@ -357,7 +367,11 @@ static void ffn_swiglu(struct cpu *c, const struct qc_mat *gate, const struct qc
 	const int64_t F = gate->n_out;
 	matmul(c, gate, e, in, n, c->fa, F);
 	matmul(c, up, e, in, n, c->fb, F);
-	qc_ref_silu_mul(c->fa, c->fb, c->fa, n * F);
+	if (c->m->cfg.ffn_gelu)
+		qc_ref_gelu_mul(c->fa, c->fb, c->fa, n * F,
+				c->p.act_round == QC_ACT_ROUND_GGML ? QC_REF_GELU_F16_TABLE : QC_REF_GELU_EXACT);
+	else
+		qc_ref_silu_mul(c->fa, c->fb, c->fa, n * F);
 	matmul(c, down, e, c->fa, n, out, down->n_out);
 }
 
@@ -410,6 +424,8 @@ static void ffn_block(struct cpu *c, const struct qc_sched_plan *plan, int il)
 		return;
 	}
 	ffn_swiglu(c, &L->ffn_gate, &L->ffn_up, &L->ffn_down, 0, c->xn, T, c->att);
+	if (L->ffn_post_norm)
+		qc_ref_rms_norm(c->att, E, NULL, L->ffn_post_norm, c->att, E, T, E, cfg->norm_eps);
 	qc_ref_add(c->x, c->att, (int64_t)T * E, (int64_t)T * E);
 }
 
@@ -444,6 +460,8 @@ static int cpu_forward(void *state, const struct qc_sched_plan *plan, float *log
 		return QC_OK;
 	qc_ref_embed(qc_mat_row(&m->token_embd, 0, 0), m->token_embd.type, m->token_embd.row_bytes, E, plan->tokens, T,
 		     c->x);
+	if (cfg->embd_scale != 1.0f)
+		qc_ref_scale(c->x, (int64_t)T * E, cfg->embd_scale);
 	for (int il = 0; il < cfg->n_layer; il++) {
 		attention_block(c, plan, il);
 		ffn_block(c, plan, il);
@@ -454,6 +472,8 @@ static int cpu_forward(void *state, const struct qc_sched_plan *plan, float *log
 			c->lrows[n++] = plan->tok_start[i + 1] - 1;
 	qc_ref_rms_norm(c->x, E, c->lrows, m->output_norm, c->lx, E, n, E, cfg->norm_eps);
 	matmul(c, &m->output, 0, c->lx, n, logits, cfg->n_vocab);
+	if (cfg->final_softcap > 0.0f)
+		qc_ref_softcap(logits, (int64_t)n * cfg->n_vocab, cfg->final_softcap);
 	return QC_OK;
 }
 
@@ -515,6 +535,9 @@ static int cpu_create(const struct qc_model *m, const struct qc_backend_params *
 	if (p->n_blocks < 1 || p->block_tokens < 1 || p->max_tokens < 1 || p->max_logits < 1 ||
 	    p->max_ctx < 1)
 		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "backend parameters must be positive");
+	int rc0 = qc_model_check_backend(m, QC_ARCH_BACKEND_CPU, err);
+	if (rc0)
+		return rc0;
 	if (p->kv_dtype != QC_KV_F16 && p->kv_dtype != QC_KV_FP8)
 		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "K/V dtype %d unknown", (int)p->kv_dtype);
 	/* the CPU reads ggml rows in place; a GPU target's tensor-core tiles it cannot */

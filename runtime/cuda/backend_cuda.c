@@ -132,7 +132,8 @@ static int cuda_create(const struct qc_model *m, const struct qc_backend_params 
 	*state = NULL;
 	if (p->n_blocks < 1 || p->block_tokens < 1 || p->max_tokens < 1 || p->max_logits < 1 || p->max_ctx < 1)
 		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "backend parameters must be positive");
-	if ((rc = check_kv_dtype(p, err)) || (rc = check_device(err)))
+	if ((rc = qc_model_check_backend(m, QC_ARCH_BACKEND_CUDA, err)) || (rc = check_kv_dtype(p, err)) ||
+	    (rc = check_device(err)))
 		return rc;
 	if (p->act_round != QC_ACT_ROUND_NONE)
 		QC_WARN_ONCE("cuda: activation rounding emulation is CPU-only; the CUDA backend uses float activations");
@@ -619,7 +620,8 @@ static int cuda_kv_limits(const struct qc_model *m, const struct qc_backend_para
 	uint64_t lo, hi;
 	int rc;
 
-	if ((rc = check_kv_dtype(p, err)) || (rc = check_device(err)) || (rc = qc_cuda_be_ck(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo", err)))
+	if ((rc = qc_model_check_backend(m, QC_ARCH_BACKEND_CUDA, err)) || (rc = check_kv_dtype(p, err)) ||
+	    (rc = check_device(err)) || (rc = qc_cuda_be_ck(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo", err)))
 		return rc;
 	if ((rc = qc_kv_block_bytes(cfg->n_layer, cfg->n_head_kv, cfg->head_dim, 2, p->block_tokens, block_bytes,
 				    err)))

@@ -371,11 +371,14 @@ static int load_layer(const struct qc_bundle *b, const struct qc_model_config *c
 	char n[96];
 	int64_t E = c->n_embd, hd = c->head_dim, q_dim = (int64_t)c->n_head * hd;
 	int64_t kv_dim = (int64_t)c->n_head_kv * hd;
+	const bool post = (c->feats & QC_AF(POST_NORM)) != 0;
 	int rc;
 
 #define NAME(s) (snprintf(n, sizeof n, "blk.%d." s, il), n)
 	if ((rc = vec_load(b, NAME("attn_norm.weight"), E, true, store, &L->attn_norm, err)) ||
 	    (rc = vec_load(b, NAME("ffn_norm.weight"), E, true, store, &L->ffn_norm, err)) ||
+	    (rc = vec_load(b, NAME("post_attention_norm.weight"), E, post, store, &L->attn_post_norm, err)) ||
+	    (rc = vec_load(b, NAME("post_ffw_norm.weight"), E, post, store, &L->ffn_post_norm, err)) ||
 	    (rc = vec_load(b, NAME("attn_q.bias"), q_dim, false, store, &L->bq, err)) ||
 	    (rc = vec_load(b, NAME("attn_k.bias"), kv_dim, false, store, &L->bk, err)) ||
 	    (rc = vec_load(b, NAME("attn_v.bias"), kv_dim, false, store, &L->bv, err)) ||
@@ -409,6 +412,40 @@ static int load_layer(const struct qc_bundle *b, const struct qc_model_config *c
 	}
 #undef NAME
 	return QC_OK;
+}
+
+/* Gemma's extras, from the arch row and the file (llama.cpp build_gemma2):
+ * embeddings times sqrtf(n_embd); q times 1/sqrt(head_dim) after RoPE (Gemma 2
+ * 2B/9B; llama.cpp's 27B, told by its 46 layers, uses 1/sqrt(n_embd/n_head));
+ * the soft-caps and window as the file states them. The GGUF's norm weights
+ * already hold 1 + w (convert_hf_to_gguf Gemma2Model adds 1), so RMSNorm (1+w)
+ * is a plain RMSNorm here. */
+static void gemma_config(const struct qc_arch_desc *d, struct qc_model_config *c)
+{
+	c->feats = d->feats;
+	snprintf(c->arch, sizeof c->arch, "%s", d->name);
+	c->embd_scale = d->feats & QC_AF(EMBD_SCALE) ? sqrtf((float)c->n_embd) : 1.0f;
+	c->ffn_gelu = (d->feats & QC_AF(GEGLU_TANH)) != 0;
+	c->q_scale = 0.0f;
+	if (!strcmp(d->name, "gemma2"))
+		c->q_scale = 1.0f / sqrtf((float)(c->n_layer == 46 ? c->n_embd / c->n_head : c->head_dim));
+	c->attn_softcap = d->feats & QC_AF(ATTN_SOFTCAP) ? (float)d->attn_softcap : 0.0f;
+	c->final_softcap = d->feats & QC_AF(FINAL_SOFTCAP) ? (float)d->final_softcap : 0.0f;
+	c->sliding_window = d->feats & QC_AF(SLIDING_WINDOW) ? (int32_t)d->sliding_window : 0;
+	c->window_pattern = d->window_pattern;
+}
+
+int qc_model_check_backend(const struct qc_model *m, enum qc_arch_backend b, struct qc_err *err)
+{
+	struct qc_arch_desc d = {.arch = qc_arch_find(m->cfg.arch), .feats = m->cfg.feats};
+	snprintf(d.name, sizeof d.name, "%s", m->cfg.arch);
+	const uint64_t missing = qc_arch_missing_on(&d, b);
+	char list[QC_ERR_MSG_MAX];
+	if (!missing)
+		return QC_OK;
+	return qc_err_set(err, QC_EUNSUPPORTED, m->bundle ? m->bundle->path : NULL, NULL, -1,
+			  "architecture '%s' not supported by the %s backend: missing %s", m->cfg.arch,
+			  qc_arch_backends[b].name, qc_arch_feat_list(missing, list, sizeof list));
 }
 
 /* An FFN width comes from the weights (n_ff in the config may be the dense or
@@ -448,6 +485,7 @@ int qc_model_from_bundle(struct qc_bundle *b, struct qc_model **out, struct qc_e
 	    (rc = check_config_tensors(b, c, err)))
 		goto out_free;
 	c->rope_mode = arch.feats & QC_AF(ROPE_NEOX) ? QC_ROPE_NEOX : QC_ROPE_NORM;
+	gemma_config(&arch, c);
 
 	const struct qc_bundle_tensor *te = qc_bundle_find(b, "token_embd.weight");
 	if (!te) {
@@ -462,12 +500,14 @@ int qc_model_from_bundle(struct qc_bundle *b, struct qc_model **out, struct qc_e
 	if ((rc = mat_view(b, "token_embd.weight", c->n_embd, c->n_vocab, 1, true, &m->token_embd, err)) ||
 	    (rc = mat_view(b, "output.weight", c->n_embd, c->n_vocab, 1, false, &m->output, err)))
 		goto out_free;
+	if (arch.arch->feats & QC_AF(TIED_EMBD))
+		m->output.data = NULL; /* llama.cpp's Gemma reads token_embd whatever the file has */
 	c->tied_embeddings = m->output.data == NULL;
 	if (c->tied_embeddings)
 		m->output = m->token_embd;
 
 	int64_t hd = c->head_dim;
-	size_t per_layer = 2 * (size_t)c->n_embd + (size_t)(c->n_head + 2 * c->n_head_kv) * hd + 2 * hd;
+	size_t per_layer = 4 * (size_t)c->n_embd + (size_t)(c->n_head + 2 * c->n_head_kv) * hd + 2 * hd;
 	m->vec_store = malloc(sizeof(float) * (per_layer * (size_t)c->n_layer + (size_t)c->n_embd +
 					       (size_t)c->rope_dim / 2));
 	m->layers = calloc((size_t)c->n_layer, sizeof *m->layers);

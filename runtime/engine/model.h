@@ -8,7 +8,8 @@
  * (q/k RMSNorm), "qwen2moe" (top-k not renormalized, sigmoid-gated shared expert),
  * "qwen3moe" (top-k renormalized); GQA, tied embeddings, RoPE NORM/NEOX with linear,
  * YaRN or llama3 (rope_freqs.weight) scaling.
- * Non-goals: sliding window, MLA, expert groups/bias, longrope, other archs.
+ * "gemma2" (embedding scale, post norms, GELU-tanh, soft-caps, sliding window).
+ * Non-goals: MLA, expert groups/bias, longrope, other archs.
  * Reference: llama.cpp llama-model.cpp, build_moe_ffn, ggml rope_yarn (facts only).
  */
 #ifndef QC_MODEL_H
@@ -17,6 +18,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "arch.h"
 #include "bundle.h"
 #include "layout.h"
 #include "ops.h"      /* enum qc_rope_mode */
@@ -65,13 +67,31 @@ struct qc_model_config {
 	float norm_eps;            /* RMSNorm epsilon */
 	int32_t n_ctx_train;
 	bool tied_embeddings;      /* output weight is token_embd */
+	/* Gemma 2 (llama.cpp build_gemma2); neutral values for the other archs */
+	float embd_scale;          /* token embeddings times this: sqrt(n_embd) for Gemma, else 1 */
+	bool ffn_gelu;             /* gelu_tanh(gate) * up instead of silu(gate) * up */
+	float q_scale;             /* q times this after RoPE, attention scale then 1;
+				    * 0: attention scale 1/sqrt(head_dim) */
+	float attn_softcap;        /* attention scores soft-capped at this; 0: none */
+	float final_softcap;       /* logits soft-capped at this; 0: none */
+	int32_t sliding_window;    /* tokens a windowed layer sees; 0: none */
+	int32_t window_pattern;    /* formats/arch.h's: n-1 windowed layers then one global */
+	uint64_t feats;            /* formats/arch.h QC_AF() bits this model needs */
+	char arch[64];             /* config.architecture */
 };
+
+/* Whether layer il attends through the sliding window (Gemma 2: even layers). */
+static inline bool qc_model_layer_windowed(const struct qc_model_config *c, int il)
+{
+	return c->sliding_window > 0 && c->window_pattern > 0 && il % c->window_pattern < c->window_pattern - 1;
+}
 
 struct qc_layer {
 	const float *attn_norm;    /* (n_embd) */
 	const float *ffn_norm;     /* (n_embd) */
 	const float *bq, *bk, *bv; /* (n_head*hd), (n_head_kv*hd) x2; NULL when absent */
 	const float *q_norm, *k_norm; /* (head_dim) per-head RMSNorm weights; NULL when absent */
+	const float *attn_post_norm, *ffn_post_norm; /* (n_embd) Gemma 2's; NULL when absent */
 	struct qc_mat wq, wk, wv, wo;
 	struct qc_mat ffn_gate, ffn_up, ffn_down;          /* dense FFN */
 	struct qc_mat gate_inp;                            /* (n_expert, n_embd) router */
@@ -106,6 +126,11 @@ int qc_model_from_bundle(struct qc_bundle *b, struct qc_model **out, struct qc_e
  * converting it. The file's metadata may still add one (a soft-cap, a window) that
  * qc_model_open refuses, naming it. */
 bool qc_model_arch_supported(const char *arch);
+
+/* QC_OK when backend b implements every feature m needs, else QC_EUNSUPPORTED
+ * naming the backend and the missing features (formats/arch.h's column).
+ * Each backend's create calls it. */
+int qc_model_check_backend(const struct qc_model *m, enum qc_arch_backend b, struct qc_err *err);
 
 /* Accepts NULL; closes the bundle when the model owns it. */
 void qc_model_close(struct qc_model *m);

@@ -43,6 +43,23 @@ struct qc_ref_rope_ext {
 void qc_ref_rope(float *x, const int32_t *pos, int64_t n_tok, int n_heads, int hd, int n_rot,
 		 int mode, float theta_scale, float freq_scale, const struct qc_ref_rope_ext *ext);
 
+/* How gelu_tanh is evaluated: exactly in float, or through binary16 as ggml's
+ * CPU backend does (GGML_GELU_FP16 table). */
+enum qc_ref_gelu_mode {
+	QC_REF_GELU_EXACT = 0,
+	QC_REF_GELU_F16_TABLE = 1,
+};
+
+/* y[i] = gelu_tanh(g[i]) * u[i]; y may be g or u (gelu_mul.c). */
+void qc_ref_gelu_mul(const float *g, const float *u, float *y, int64_t n, enum qc_ref_gelu_mode mode);
+
+/* x[i] *= s (softcap.c). */
+void qc_ref_scale(float *x, int64_t n, float s);
+
+/* tanh(x / cap) * cap for one value, and for n in place (softcap.c). */
+float qc_ref_softcap1(float x, float cap);
+void qc_ref_softcap(float *x, int64_t n, float cap);
+
 /* y[i] = silu(g[i]) * u[i]; y may be g or u. */
 void qc_ref_silu_mul(const float *g, const float *u, float *y, int64_t n);
 
@@ -135,9 +152,12 @@ struct qc_ref_attn_args {
 	int n_head, n_head_kv, hd; /* GQA: head h reads kv head h / (n_head / n_head_kv) */
 	float scale;               /* applied to q . k */
 	enum qc_ref_attn_round round;
+	float softcap;             /* scores -> tanh(s / softcap) * softcap before softmax; 0: none */
+	int32_t window;            /* only the last window positions (pos - j < window); 0: all */
 };
 
-/* Causal attention of one token at position pos over positions 0..pos of its
+/* Causal attention of one token at position pos over positions 0..pos (with a
+ * window W: max(0, pos - W + 1)..pos, llama.cpp's SWA mask) of its
  * sequence: q, out (n_head * hd) floats; table: the sequence's block ids
  * (pos / bt + 1 used); scratch: (2 * hd + pos + 1) floats of the caller's.
  * Dots in double (four partial sums), softmax sum in double, ·V in float. */

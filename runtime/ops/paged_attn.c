@@ -1,6 +1,7 @@
 /* paged_attn.c — reference of runtime/cuda/kernels/paged_attn.cu, and the CPU
  * backend's attention: for each token and head, softmax(q . k_j * scale) over
- * positions 0..pos of its sequence (K/V found through the block table), times V.
+ * positions 0..pos of its sequence (K/V found through the block table), times V;
+ * optionally soft-capped scores and a sliding window (Gemma 2).
  * Dots in double with four partial sums (the CPU backend's order, which its
  * llama.cpp comparisons were measured with), softmax sum in double, the ·V sum
  * in float. QC_REF_ATTN_F16 rounds q and the softmax weights to binary16 first,
@@ -73,7 +74,8 @@ void qc_ref_attn_token(const struct qc_ref_attn_args *a, const float *q, float *
 		       const int32_t *table, float *scratch)
 {
 	const int hd = a->hd, group = a->n_head / a->n_head_kv;
-	const int32_t n_ctx = pos + 1;
+	const int32_t j0 = a->window > 0 && pos >= a->window ? pos - a->window + 1 : 0;
+	const int32_t n_ctx = pos + 1 - j0;
 	const int r16 = a->round == QC_REF_ATTN_F16;
 	float *qh = scratch, *row = scratch + hd, *sc = scratch + 2 * hd;
 
@@ -85,14 +87,17 @@ void qc_ref_attn_token(const struct qc_ref_attn_args *a, const float *q, float *
 			qh[d] = r16 ? f16_round(qs[d]) : qs[d];
 		if (a->pool.e4m3) /* its K rows are rotated: H q . H k = q . k */
 			qc_ref_kv_rotate(qh, hd);
-		for (int32_t j = 0; j < n_ctx; j++)
-			sc[j] = (float)dot(qh, kv_row(&a->pool, a->layer, table, j, 0, kvo, hd, row), hd) * a->scale;
+		for (int32_t j = 0; j < n_ctx; j++) {
+			sc[j] = (float)dot(qh, kv_row(&a->pool, a->layer, table, j0 + j, 0, kvo, hd, row), hd) * a->scale;
+			if (a->softcap > 0.0f)
+				sc[j] = qc_ref_softcap1(sc[j], a->softcap);
+		}
 		softmax(sc, n_ctx);
 		for (int d = 0; d < hd; d++)
 			o[d] = 0.0f;
 		for (int32_t j = 0; j < n_ctx; j++) {
 			const float p = r16 ? f16_round(sc[j]) : sc[j];
-			const float *v = kv_row(&a->pool, a->layer, table, j, 1, kvo, hd, row);
+			const float *v = kv_row(&a->pool, a->layer, table, j0 + j, 1, kvo, hd, row);
 			for (int d = 0; d < hd; d++)
 				o[d] += p * v[d];
 		}

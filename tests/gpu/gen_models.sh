@@ -12,7 +12,8 @@ for spec in "qwen2 q8_0 --n-embd 128" "qwen3 q4_0 --n-embd 128" "qwen3moe q4_0 -
 	    "mixtral bf16" "llama f16 --rope-scaling linear --tie-embeddings" \
 	    "qwen2moe q8_0 --n-embd 128 --n-ff-shexp 256" \
 	    "llama q8_0 --rope-scaling yarn --ctx 256 --rope-orig-ctx 64" \
-	    "llama q4_0 --rope-scaling llama3 --ctx 256 --rope-orig-ctx 64"; do
+	    "llama q4_0 --rope-scaling llama3 --ctx 256 --rope-orig-ctx 64" \
+	    "gemma2 q8_0 --sliding-window 8"; do
 	set -- $spec
 	a=$1 t=$2
 	shift 2

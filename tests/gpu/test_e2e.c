@@ -16,6 +16,8 @@
  * split-K attention is too, flash prefill only per run). Dense and MoE fixtures.
  * Sampled: seeded top-k / top-p / full-row requests give the same tokens with
  * the device's selection (forward_top) as with every row sampled on the host.
+ * A model the CPU runs and the CUDA column of formats/arch.h lacks (gemma2) must be
+ * refused by the CUDA backend's create, naming what it lacks.
  * The margin checker gets a deliberately wrong case that must fail.
  * Debugging: QC_E2E_ONLY=substring runs only matching fixtures, QC_E2E_PROMPT=n
  * a shorter prompt, QC_E2E_VERBOSE=1 prints every step's choices and logit
@@ -35,6 +37,7 @@
 #include "bundle.h"
 #include "convert.h"
 #include "hf_convert.h"
+#include "model.h"
 #include "engine.h"
 #include "plan.h"
 
@@ -189,6 +192,17 @@ static bool has_gpu_layout(const char *path)
 	return any;
 }
 
+/* Whether formats/arch.h's CUDA column lacks a feature this bundle needs (gemma2). */
+static bool cuda_lacks(const char *bundle)
+{
+	struct qc_model *m = NULL;
+	struct qc_err err = {0};
+	bool lacks = qc_model_open(bundle, &m, &err) == QC_OK &&
+		     qc_model_check_backend(m, QC_ARCH_BACKEND_CUDA, &err) != QC_OK;
+	qc_model_close(m);
+	return lacks;
+}
+
 static void run_fixture(const char *dir, const char *name, const char *tmp, bool hf)
 {
 	char in[1024], out[1200], out90[1200];
@@ -216,6 +230,12 @@ static void run_fixture(const char *dir, const char *name, const char *tmp, bool
 	if (rc) { /* a model the engine refuses: the CUDA backend must refuse it too */
 		printf("  %-44s cpu refuses (%s): cuda must too\n", name, err.msg);
 		CHECK(generate(out, &qc_backend_cuda, prompt, n_prompt, &gpu, &err) != QC_OK, "%s: cuda accepts it", name);
+		free(gpu.logits);
+	} else if (cuda_lacks(out)) { /* the table says the CPU runs it, CUDA not yet */
+		rc = generate(out, &qc_backend_cuda, prompt, n_prompt, &gpu, &err);
+		printf("  %-44s cpu only: cuda says: %s\n", name, rc ? err.msg : "(accepted)");
+		CHECK(rc == QC_EUNSUPPORTED && strstr(err.msg, "not supported by the CUDA backend: missing "),
+		      "%s: cuda should refuse at create naming what it lacks (rc %d: %s)", name, rc, err.msg);
 		free(gpu.logits);
 	} else {
 		compare_gpu(name, "", out, prompt, n_prompt, &cpu);
