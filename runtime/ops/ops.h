@@ -46,6 +46,10 @@ void qc_ref_rope(float *x, const int32_t *pos, int64_t n_tok, int n_heads, int h
 /* y[i] = silu(g[i]) * u[i]; y may be g or u. */
 void qc_ref_silu_mul(const float *g, const float *u, float *y, int64_t n);
 
+/* ggml's vector exp (ggml_v_expf, AVX2/FMA), one value: what llama.cpp's CPU build
+ * uses in soft_max and SiLU (expf_ggml.c). */
+float qc_ref_expf_ggml(float x);
+
 /* y[i] += x[i % n_x] (a residual with n_x == n, a bias with n_x = row length). */
 void qc_ref_add(float *y, const float *x, int64_t n, int64_t n_x);
 

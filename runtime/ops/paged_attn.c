@@ -6,7 +6,14 @@
  * in float. QC_REF_ATTN_F16 rounds q and the softmax weights to binary16 first,
  * as ggml's mul_mat does against an f16 cache (llama.cpp's CPU numbers). On an
  * fp8 pool q is then rotated as its K rows were (qc_ref_kv_rotate).
- * Reference: ggml soft_max (double sum), llama.cpp llm_build_kqv. */
+ * On a float pool with QC_REF_ATTN_F16 and head_dim a multiple of 8 the whole token
+ * is computed as llama.cpp's AVX2/FMA CPU build computes it, bit for bit: q.k and P.V
+ * as llamafile's tinyBLAS f16 tiles (8 fma lanes, k mod 8, then hsum), the softmax as
+ * ggml_vec_soft_max_f32 (ggml_v_expf on 8 values at a time, each 8-sum added in
+ * double). On a trained model (SmolLM2, docs/accuracy.md) a last-bit difference in P
+ * flips its binary16 rounding and, a few layers on, logits by 0.1.
+ * Reference: ggml soft_max (double sum), llama.cpp llm_build_kqv, ggml-cpu.c
+ * ggml_v_expf / ggml_vec_soft_max_f32, llamafile sgemm.cpp tinyBLAS. */
 #include <math.h>
 
 #include "fp16.h"
@@ -69,12 +76,72 @@ static void softmax(float *x, int64_t n)
 		x[i] *= inv;
 }
 
+/* x86 hsum of 8 lanes (hsum_float_8, tinyBLAS hsum): high half + low half, then
+ * (0 + 2) + (1 + 3). */
+static float hsum8(const float *a)
+{
+	float h[4];
+	for (int j = 0; j < 4; j++)
+		h[j] = a[j + 4] + a[j];
+	return (h[0] + h[2]) + (h[1] + h[3]);
+}
+
+/* ggml_compute_forward_soft_max_f32 on AVX2/FMA: max, ggml_v_expf 8 at a time
+ * (positions past n count as exp(-inf) = 0, as llama.cpp's padded, masked n_kv),
+ * each 8-sum added in double, scaled by (float)(1 / sum). */
+static void softmax_ggml(float *x, int64_t n)
+{
+	float mx = -INFINITY;
+	for (int64_t i = 0; i < n; i++)
+		mx = x[i] > mx ? x[i] : mx;
+	double sum = 0.0;
+	for (int64_t c = 0; c < n; c += 8) {
+		float v[8] = {0};
+		for (int64_t i = c; i < c + 8 && i < n; i++)
+			x[i] = v[i - c] = qc_ref_expf_ggml(x[i] - mx);
+		sum += (double)hsum8(v);
+	}
+	const float inv = (float)(1.0 / sum);
+	for (int64_t i = 0; i < n; i++)
+		x[i] *= inv;
+}
+
+/* tinyBLAS's f16 dot as llama.cpp's AVX2 build runs q.k: 8 fma lanes, then hsum8. */
+static float dot_lanes8(const float *a, const float *b, int n)
+{
+	float acc[8] = {0};
+	for (int i = 0; i < n; i += 8)
+		for (int l = 0; l < 8; l++)
+			acc[l] = fmaf(a[i + l], b[i + l], acc[l]);
+	return hsum8(acc);
+}
+
+/* One head as llama.cpp's AVX2/FMA CPU build (float pool, hd % 8 == 0). */
+static void attn_head_ggml(const struct qc_ref_attn_args *a, const float *qh, float *o,
+			   int32_t n_ctx, int64_t kvo, const int32_t *table, float *sc)
+{
+	const int hd = a->hd;
+	for (int32_t j = 0; j < n_ctx; j++)
+		sc[j] = dot_lanes8(qh, kv_row(&a->pool, a->layer, table, j, 0, kvo, hd, NULL), hd) * a->scale;
+	softmax_ggml(sc, n_ctx);
+	for (int32_t j = 0; j < n_ctx; j++)
+		sc[j] = f16_round(sc[j]);
+	for (int d = 0; d < hd; d++) {
+		float acc[8] = {0};
+		for (int32_t j = 0; j < n_ctx; j++)
+			acc[j % 8] = fmaf(sc[j], kv_row(&a->pool, a->layer, table, j, 1, kvo, hd, NULL)[d],
+					  acc[j % 8]);
+		o[d] = hsum8(acc);
+	}
+}
+
 void qc_ref_attn_token(const struct qc_ref_attn_args *a, const float *q, float *out, int32_t pos,
 		       const int32_t *table, float *scratch)
 {
 	const int hd = a->hd, group = a->n_head / a->n_head_kv;
 	const int32_t n_ctx = pos + 1;
 	const int r16 = a->round == QC_REF_ATTN_F16;
+	const int ggml = r16 && a->pool.f32 && hd % 8 == 0;
 	float *qh = scratch, *row = scratch + hd, *sc = scratch + 2 * hd;
 
 	for (int h = 0; h < a->n_head; h++) {
@@ -85,6 +152,10 @@ void qc_ref_attn_token(const struct qc_ref_attn_args *a, const float *q, float *
 			qh[d] = r16 ? f16_round(qs[d]) : qs[d];
 		if (a->pool.e4m3) /* its K rows are rotated: H q . H k = q . k */
 			qc_ref_kv_rotate(qh, hd);
+		if (ggml) {
+			attn_head_ggml(a, qh, o, n_ctx, kvo, table, sc);
+			continue;
+		}
 		for (int32_t j = 0; j < n_ctx; j++)
 			sc[j] = (float)dot(qh, kv_row(&a->pool, a->layer, table, j, 0, kvo, hd, row), hd) * a->scale;
 		softmax(sc, n_ctx);
