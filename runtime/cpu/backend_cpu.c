@@ -284,6 +284,9 @@ static void attend(struct cpu *c, const struct qc_sched_plan *plan, int il, int3
 		.layer = il, .n_head = cfg->n_head, .n_head_kv = cfg->n_head_kv, .hd = hd,
 		.scale = 1.0f / sqrtf((float)hd),
 		.round = c->p.act_round == QC_ACT_ROUND_GGML ? QC_REF_ATTN_F16 : QC_REF_ATTN_F32,
+		.n_seq_tokens = c->p.attn_order == QC_ATTN_ORDER_LLAMA
+					? plan->tok_start[i + 1] - plan->tok_start[i]
+					: 2, /* the tile order whatever the batch */
 	};
 	float *scratch = c->scratch + (size_t)k * (size_t)(2 * hd + c->p.max_ctx);
 	qc_ref_attn_token(&a, c->q + (int64_t)t * c->q_dim, c->att + (int64_t)t * c->q_dim, plan->positions[t],

@@ -139,6 +139,9 @@ struct qc_ref_attn_args {
 	int n_head, n_head_kv, hd; /* GQA: head h reads kv head h / (n_head / n_head_kv) */
 	float scale;               /* applied to q . k */
 	enum qc_ref_attn_round round;
+	int32_t n_seq_tokens;      /* tokens of this token's sequence in this forward: with
+				      QC_REF_ATTN_F16 on a float pool llama.cpp's order is
+				      tinyBLAS tiles for 2 or more, ggml_vec_dot_f16 for 1 */
 };
 
 /* Causal attention of one token at position pos over positions 0..pos of its

@@ -8,7 +8,9 @@
  * fp8 pool q is then rotated as its K rows were (qc_ref_kv_rotate).
  * On a float pool with QC_REF_ATTN_F16 and head_dim a multiple of 8 the whole token
  * is computed as llama.cpp's AVX2/FMA CPU build computes it, bit for bit: q.k and P.V
- * as llamafile's tinyBLAS f16 tiles (8 fma lanes, k mod 8, then hsum), the softmax as
+ * as llamafile's tinyBLAS f16 tiles (8 fma lanes, k mod 8, then hsum) when the sequence
+ * has 2 or more tokens in the batch, else (tinyBLAS skips n < 2) as ggml_vec_dot_f16
+ * (4 x 8 fma lanes over 32, reduced, leftovers in double); the softmax as
  * ggml_vec_soft_max_f32 (ggml_v_expf on 8 values at a time, each 8-sum added in
  * double). On a trained model (SmolLM2, docs/accuracy.md) a last-bit difference in P
  * flips its binary16 rounding and, a few layers on, logits by 0.1.
@@ -116,22 +118,57 @@ static float dot_lanes8(const float *a, const float *b, int n)
 	return hsum8(acc);
 }
 
-/* One head as llama.cpp's AVX2/FMA CPU build (float pool, hd % 8 == 0). */
+/* ggml_vec_dot_f16's AVX2 reduction of its 4 x 8 lanes (GGML_F32x8_REDUCE): 0 += 2,
+ * 1 += 3, 0 += 1, then low half + high half and two horizontal adds. */
+static float reduce32(float acc[4][8])
+{
+	float t[4];
+	for (int l = 0; l < 8; l++) {
+		acc[0][l] = acc[0][l] + acc[2][l];
+		acc[1][l] = acc[1][l] + acc[3][l];
+		acc[0][l] = acc[0][l] + acc[1][l];
+	}
+	for (int l = 0; l < 4; l++)
+		t[l] = acc[0][l] + acc[0][l + 4];
+	return (t[0] + t[1]) + (t[2] + t[3]);
+}
+
+/* ggml_vec_dot_f16 (AVX2): element i in lane i mod 8 of accumulator (i mod 32) / 8,
+ * fma; the reduced float then the n mod 32 leftovers' float products in double. */
+static float dot_vec_f16(const float *a, const float *b, int n)
+{
+	float acc[4][8] = {{0}};
+	const int np = n & ~31;
+	for (int i = 0; i < np; i++)
+		acc[(i % 32) / 8][i % 8] = fmaf(a[i], b[i], acc[(i % 32) / 8][i % 8]);
+	double s = reduce32(acc);
+	for (int i = np; i < n; i++)
+		s += (double)(a[i] * b[i]);
+	return (float)s;
+}
+
+/* One head as llama.cpp's AVX2/FMA CPU build (float pool, hd % 8 == 0). P.V runs
+ * over llama.cpp's padded n_kv (a multiple of 32): the zero weights past n_ctx add
+ * nothing to any lane, and there are no leftovers. */
 static void attn_head_ggml(const struct qc_ref_attn_args *a, const float *qh, float *o,
 			   int32_t n_ctx, int64_t kvo, const int32_t *table, float *sc)
 {
-	const int hd = a->hd;
-	for (int32_t j = 0; j < n_ctx; j++)
-		sc[j] = dot_lanes8(qh, kv_row(&a->pool, a->layer, table, j, 0, kvo, hd, NULL), hd) * a->scale;
+	const int hd = a->hd, tiles = a->n_seq_tokens >= 2;
+	for (int32_t j = 0; j < n_ctx; j++) {
+		const float *k = kv_row(&a->pool, a->layer, table, j, 0, kvo, hd, NULL);
+		sc[j] = (tiles ? dot_lanes8(qh, k, hd) : dot_vec_f16(qh, k, hd)) * a->scale;
+	}
 	softmax_ggml(sc, n_ctx);
 	for (int32_t j = 0; j < n_ctx; j++)
 		sc[j] = f16_round(sc[j]);
 	for (int d = 0; d < hd; d++) {
-		float acc[8] = {0};
-		for (int32_t j = 0; j < n_ctx; j++)
-			acc[j % 8] = fmaf(sc[j], kv_row(&a->pool, a->layer, table, j, 1, kvo, hd, NULL)[d],
-					  acc[j % 8]);
-		o[d] = hsum8(acc);
+		float acc[4][8] = {{0}};
+		for (int32_t j = 0; j < n_ctx; j++) {
+			const int r = tiles ? 0 : (j % 32) / 8;
+			acc[r][j % 8] = fmaf(sc[j], kv_row(&a->pool, a->layer, table, j, 1, kvo, hd, NULL)[d],
+					     acc[r][j % 8]);
+		}
+		o[d] = tiles ? hsum8(acc[0]) : reduce32(acc);
 	}
 }
 
