@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
@@ -343,7 +344,8 @@ static int fetch_gguf(const char *name, const char *script, char *path, size_t p
 	const int st = f ? pclose(f) : -1;
 	path[strcspn(path, "\n")] = 0;
 	if (st != 0 || !path[0]) {
-		printf("  %-18s SKIP: %s could not fetch it (status %d; no network?)\n", name, script, st);
+		printf("  %-18s SKIP: %s could not fetch it (exit %d; no network?)\n", name, script,
+		       st > 0 && WIFEXITED(st) ? WEXITSTATUS(st) : st);
 		return 1;
 	}
 	return 0;
