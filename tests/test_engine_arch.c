@@ -14,6 +14,10 @@
  * "<base>.act_perm" tensors, gives the unpermuted model's logits bit for bit;
  * without the permutation, or with its inverse, it does not; a non-permutation
  * is refused at load.
+ * A real trained model too: a models.tsv row whose ARGS read "fetch SCRIPT" takes
+ * its GGUF from SCRIPT (SmolLM2-135M-Instruct Q4_1, tools/fetch_smollm2.sh; a SKIP
+ * line when it cannot be fetched). Its reference also gives first-step log-probs
+ * (first_step_logsumexp): ours must be within TOL_LOGPROB (docs/accuracy.md).
  */
 #include <math.h>
 #include <stdint.h>
@@ -21,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
@@ -39,6 +44,7 @@
 #define MARGIN_MIN 0.05
 #define TOL_FLOAT 5e-3 /* test_engine.c: f32/f16/bf16 weights */
 #define TOL_QUANT 1e-4 /* test_engine.c: quantized weights, activations rounded as ggml */
+#define TOL_LOGPROB 1e-3 /* first-step log-probs of the top 10, where the reference has them */
 
 struct ref_prompt {
 	int32_t prompt[MAX_PROMPT];
@@ -47,6 +53,7 @@ struct ref_prompt {
 	double margins[N_GEN];
 	int32_t top_ids[10];
 	double top_logits[10];
+	double lse;                /* first_step_logsumexp, NAN when the file has none */
 };
 
 struct ref {
@@ -57,6 +64,7 @@ struct ref {
 /* How far one run is from the reference. */
 struct outcome {
 	double top10_err;     /* worst first-step top-10 logit error over the prompts */
+	double logprob_err;   /* same for log-probs (0 when the reference has none) */
 	int mismatches;       /* prompts whose ids differ before the margin cut */
 	int compared;         /* steps compared, all prompts */
 };
@@ -96,6 +104,8 @@ static int load_ref(const char *path, struct ref *r)
 			r->p[p].ids[i] = (int32_t)cJSON_GetArrayItem(ids, i)->valuedouble;
 			r->p[p].margins[i] = cJSON_GetArrayItem(mg, i)->valuedouble;
 		}
+		const cJSON *lse = cJSON_GetObjectItem(e, "first_step_logsumexp");
+		r->p[p].lse = cJSON_IsNumber(lse) ? lse->valuedouble : NAN;
 		for (int i = 0; i < 10; i++) {
 			const cJSON *t = cJSON_GetArrayItem(top, i);
 			r->p[p].top_ids[i] = (int32_t)cJSON_GetObjectItem(t, "id")->valuedouble;
@@ -129,6 +139,27 @@ static double top10_err(const float *logits, const struct ref_prompt *rp)
 	double e = 0.0;
 	for (int i = 0; i < 10; i++) {
 		double d = fabs((double)logits[rp->top_ids[i]] - rp->top_logits[i]);
+		e = d > e ? d : e;
+	}
+	return e;
+}
+
+/* Worst first-step top-10 log-prob error (log-sum-exp over n_vocab in double);
+ * 0 when the reference has no log-sum-exp. */
+static double logprob_err(const float *logits, int32_t n_vocab, const struct ref_prompt *rp)
+{
+	if (isnan(rp->lse))
+		return 0.0;
+	float mx = logits[0];
+	for (int32_t i = 1; i < n_vocab; i++)
+		mx = logits[i] > mx ? logits[i] : mx;
+	double sum = 0.0;
+	for (int32_t i = 0; i < n_vocab; i++)
+		sum += exp((double)logits[i] - (double)mx);
+	const double lse = (double)mx + log(sum);
+	double e = 0.0;
+	for (int i = 0; i < 10; i++) {
+		const double d = fabs(((double)logits[rp->top_ids[i]] - lse) - (rp->top_logits[i] - rp->lse));
 		e = d > e ? d : e;
 	}
 	return e;
@@ -203,6 +234,11 @@ static void no_attn_softcap(struct qc_model *m)
 	m->cfg.attn_softcap = 0.0f;
 }
 
+static void rope_base_1e4(struct qc_model *m)
+{
+	m->cfg.rope_freq_base = 10000.0f;
+}
+
 /* Greedy-decode every reference prompt on bundle; breaker (may be NULL) edits
  * the model first. Returns QC_OK and *out, or an engine error. */
 static int run_bundle(const char *bundle, const struct ref *ref, breaker_fn breaker,
@@ -220,6 +256,8 @@ static int run_bundle(const char *bundle, const struct ref *ref, breaker_fn brea
 	o.n_threads = 1;
 	o.on_logits = on_logits;
 	o.cb_ctx = &r;
+	/* decode steps summed as llama.cpp sums them (matters on the real model only) */
+	o.attn_order = QC_ATTN_ORDER_LLAMA;
 	int rc = qc_engine_new(bundle, &o, &e, &err);
 	CHECK(rc == QC_OK, "%s: engine: %s", bundle, err.msg);
 	if (rc)
@@ -255,6 +293,8 @@ static int run_bundle(const char *bundle, const struct ref *ref, breaker_fn brea
 			out->compared += cmp;
 			double te = top10_err(r.first[p], &ref->p[p]);
 			out->top10_err = te > out->top10_err ? te : out->top10_err;
+			double le = logprob_err(r.first[p], m->cfg.n_vocab, &ref->p[p]);
+			out->logprob_err = le > out->logprob_err ? le : out->logprob_err;
 		}
 		free(r.first[p]);
 	}
@@ -285,6 +325,7 @@ static const struct model_case cases[] = {
 	{"llama3-rope-q8_0", no_rope_factors, "no rope factors"},
 	{"gemma2-f32", no_window, "no sliding window"},
 	{"gemma2-q8_0", no_attn_softcap, "no attention soft-cap"},
+	{"smollm2-q4_1", rope_base_1e4, "rope base 1e4 instead of 1e5"},
 };
 
 static const struct model_case *find_case(const char *name)
@@ -302,19 +343,47 @@ static const char *bin_dir(void)
 }
 
 /* Regenerate tmpdir/NAME.gguf with mkgguf; its bytes must be the recorded ones. */
+/* ARGS "fetch SCRIPT": the GGUF SCRIPT prints (a download cache, never deleted);
+ * 1 (after a SKIP line) when it cannot be fetched, else 0 or -1 as make_gguf. */
+static int fetch_gguf(const char *name, const char *script, char *path, size_t path_len)
+{
+	char cmd[1024];
+	snprintf(cmd, sizeof cmd, "sh %s", script);
+	FILE *f = popen(cmd, "r");
+	path[0] = 0;
+	if (f && !fgets(path, (int)path_len, f))
+		path[0] = 0;
+	const int st = f ? pclose(f) : -1;
+	path[strcspn(path, "\n")] = 0;
+	if (st != 0 || !path[0]) {
+		printf("  %-18s SKIP: %s could not fetch it (exit %d; no network?)\n", name, script,
+		       st > 0 && WIFEXITED(st) ? WEXITSTATUS(st) : st);
+		return 1;
+	}
+	return 0;
+}
+
 static int make_gguf(const char *tmpdir, const char *name, const char *args, uint64_t want_size,
 		     uint64_t want_xxh3, char *path, size_t path_len)
 {
 	char cmd[2048];
-	snprintf(path, path_len, "%s/%s.gguf", tmpdir, name);
-	snprintf(cmd, sizeof cmd, "%s/mkgguf %s --threads 1 -o %s", bin_dir(), args, path);
-	int st = system(cmd);
-	CHECK(st == 0, "%s failed (%d)", cmd, st);
+	const bool fetched = !strncmp(args, "fetch ", 6);
+	int st;
+	if (fetched) {
+		if ((st = fetch_gguf(name, args + 6, path, path_len)))
+			return st;
+	} else {
+		snprintf(path, path_len, "%s/%s.gguf", tmpdir, name);
+		snprintf(cmd, sizeof cmd, "%s/mkgguf %s --threads 1 -o %s", bin_dir(), args, path);
+		st = system(cmd);
+		CHECK(st == 0, "%s failed (%d)", cmd, st);
+	}
 	size_t len = 0;
 	char *data = st ? NULL : check_read_file(path, &len);
 	CHECK(st || data != NULL, "%s unreadable", path);
 	if (!data) {
-		unlink(path);
+		if (!fetched)
+			unlink(path);
 		return -1;
 	}
 	uint64_t h = XXH3_64bits(data, len);
@@ -326,7 +395,8 @@ static int make_gguf(const char *tmpdir, const char *name, const char *args, uin
 	      (unsigned long long)want_xxh3);
 	if (len == want_size && h == want_xxh3)
 		return 0;
-	unlink(path);
+	if (!fetched)
+		unlink(path);
 	return -1;
 }
 
@@ -340,6 +410,7 @@ static void run_model(const char *tmpdir, const struct model_case *mc, const cha
 	CHECK(load_ref(refp, &ref) == 0, "%s unreadable", refp);
 	if (make_gguf(tmpdir, mc->name, args, size, xxh3, gguf, sizeof gguf))
 		return;
+	const bool fetched = !strncmp(args, "fetch ", 6);
 	const bool moe = strstr(mc->name, "moe") != NULL;
 	for (int fused = 1; fused >= (moe ? 0 : 1); fused--) {
 		snprintf(bundle, sizeof bundle, "%s/%s.qb", tmpdir, mc->name);
@@ -353,9 +424,13 @@ static void run_model(const char *tmpdir, const struct model_case *mc, const cha
 			      mc->name, good.mismatches, ref.n);
 			CHECK(good.top10_err <= tol, "%s: first-step top-10 error %.2e > %.0e", mc->name,
 			      good.top10_err, tol);
+			CHECK(good.logprob_err <= TOL_LOGPROB, "%s: first-step log-prob error %.2e > %.0e",
+			      mc->name, good.logprob_err, TOL_LOGPROB);
 			printf("  %-18s%s ids %d/%d prompts, %3d steps; top10 max err %.2e (tol %g)", mc->name,
 			       fused ? "" : " (unfused)", ref.n - good.mismatches, ref.n, good.compared,
 			       good.top10_err, tol);
+			if (good.logprob_err > 0.0)
+				printf("; log-prob max err %.2e (tol %g)", good.logprob_err, TOL_LOGPROB);
 			if (fused && run_bundle(bundle, &ref, mc->breaker, &bad, &fl) == QC_OK) {
 				CHECK(bad.mismatches > 0 || bad.top10_err > 100 * tol,
 				      "%s with %s still matches llama.cpp (err %.2e): the check is blind",
@@ -367,7 +442,8 @@ static void run_model(const char *tmpdir, const struct model_case *mc, const cha
 		}
 		unlink(bundle);
 	}
-	unlink(gguf);
+	if (!fetched)
+		unlink(gguf);
 }
 
 /* ---- act-order permutations ------------------------------------------------ */
@@ -669,6 +745,14 @@ static void checkers_fail_on_wrong_input(void)
 	}
 	lg[6] = 2.01f;
 	CHECK(top10_err(lg, &rp) > TOL_FLOAT, "a logit off by 0.01 must fail the float tolerance");
+	rp.lse = NAN;
+	CHECK(logprob_err(lg, 16, &rp) == 0.0, "no reference log-sum-exp: nothing to compare");
+	lg[6] = 2.0f;
+	rp.lse = 2.0 + log(10.0 + 6.0 * exp(-2.0)); /* lg: ten 2s, six 0s */
+	CHECK(logprob_err(lg, 16, &rp) < 1e-6, "log-probs of a known distribution (%.2e)",
+	      logprob_err(lg, 16, &rp));
+	rp.lse += 0.002;
+	CHECK(logprob_err(lg, 16, &rp) > TOL_LOGPROB, "a log-sum-exp off by 2e-3 must fail");
 }
 
 int main(void)

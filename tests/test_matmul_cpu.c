@@ -6,7 +6,8 @@
  * tile): outputs NaN-poisoned first, each within the kernel's bound of
  * sum_k w[k] * x[k] in double (x as the kernel rounds it); rows split over two
  * slots, each token alone and the portable kernels all give the same bits.
- * Engine: the logits of every step are bit-identical whether the 100-token
+ * q4_1 / q5_1 with ggml rounding take the q8_1 kernel (ggml's float order), bounded as
+ * float chains. Engine: the logits of every step are bit-identical whether the 100-token
  * prompt runs as one prefill or one token per forward (decode-shaped).
  * Includes runtime/cpu/matmul_cpu_int.h to force the portable kernels and read the job.
  */
@@ -107,6 +108,8 @@ static double err_ratio(const struct qc_matmul *mm, const float *dec, const floa
 			}
 			const double bound = mm->kind == MM_FLOAT
 						     ? ((double)n_in / 16.0 + 8.0) * u * mag + 1e-30
+					     : mm->kind == MM_Q81 /* 8 fma chains of n/256, n/32 adds */
+						     ? ((double)n_in / 32.0 + 8.0) * u * mag + 1e-30
 						     : u * fabs(truth) + 1e-12 * mag + 1e-30;
 			const double e = fabs((double)y[t * ldy + r] - truth) / bound;
 			if (!(e <= 1.0) && *first_bad < 0)

@@ -290,6 +290,9 @@ static void attend(struct cpu *c, const struct qc_sched_plan *plan, int il, int3
 		.round = c->p.act_round == QC_ACT_ROUND_GGML ? QC_REF_ATTN_F16 : QC_REF_ATTN_F32,
 		.softcap = cfg->attn_softcap,
 		.window = qc_model_layer_windowed(cfg, il) ? cfg->sliding_window : 0,
+		.n_seq_tokens = c->p.attn_order == QC_ATTN_ORDER_LLAMA
+					? plan->tok_start[i + 1] - plan->tok_start[i]
+					: 2, /* the tile order whatever the batch */
 	};
 	float *scratch = c->scratch + (size_t)k * (size_t)(2 * hd + c->p.max_ctx);
 	qc_ref_attn_token(&a, c->q + (int64_t)t * c->q_dim, c->att + (int64_t)t * c->q_dim, plan->positions[t],

@@ -2,11 +2,13 @@
  *
  * Owns: qc_matmul_new/free (buffers; CPU features pick the SIMD clones once),
  * qc_matmul_prepare (rounds the activations, chooses the kernel) and qc_matmul_rows
- * (runs it on a row range). Three kernels, chosen per matmul from the weight type and
+ * (runs it on a row range). Four kernels, chosen per matmul from the weight type and
  * enum qc_act_round:
  *  - float (f32/f16 weights, float lanes): matmul_float.c;
  *  - int8 (q8_0 / q4_0 weights x q8_0 activation codes, QC_ACT_ROUND_GGML), exact
  *    integer block sums summed in double: matmul_int8.c;
+ *  - q8_1 (q4_1 / q5_1 weights x q8_1 activation codes, QC_ACT_ROUND_GGML), ggml's
+ *    own float order, bit for bit: matmul_q8_1.c;
  *  - reference (every other case), decoded rows dotted in double: matmul_ref.c.
  * Activation rounding (ggml's x86 quantize_row_q8_*): matmul_round.c. SIMD clones do
  * the same IEEE operations as the portable code, bit for bit (matmul_cpu.h's invariant).
@@ -34,9 +36,13 @@ void qc_matmul_prepare(struct qc_matmul *mm, const struct qc_mat *w, int64_t e, 
 	mm->i8 = i8;
 	mm->pack = i8 && mm->avx2 && i8->pack_simd ? i8->pack_simd : qc_matmul_pack_generic;
 	mm->dot16 = i8 && mm->vnni && n_tok < DOT16_MAX_TOK ? i8->dot16_vnni : NULL;
-	mm->xa = qc_matmul_round_act(mm, w->type, x, w->n_in, n_tok, i8 != NULL);
-	mm->kind = qc_matmul_float_kernel(w->type) ? MM_FLOAT : i8 ? MM_INT8 : MM_REF;
+	const bool q81 = mm->ar == QC_ACT_ROUND_GGML && qc_matmul_q81_kernel(w->type);
+	mm->xa = qc_matmul_round_act(mm, w->type, x, w->n_in, n_tok, i8 != NULL || q81);
 	mm->q81 = mm->xa == mm->xr && pairs_q8_1(w->type);
+	mm->kind = qc_matmul_float_kernel(w->type) ? MM_FLOAT
+		   : i8				    ? MM_INT8
+		   : q81 && mm->q81		    ? MM_Q81
+						    : MM_REF;
 	for (int64_t i = 0; mm->kind == MM_REF && i < n_tok * w->n_in; i++)
 		mm->xd[i] = (double)mm->xa[i];
 }
@@ -48,6 +54,8 @@ void qc_matmul_rows(struct qc_matmul *mm, int slot, int64_t r0, int64_t r1)
 		qc_matmul_rows_float(mm, s, r0, r1);
 	else if (mm->kind == MM_INT8)
 		qc_matmul_rows_int8(mm, s, r0, r1);
+	else if (mm->kind == MM_Q81)
+		qc_matmul_rows_q81(mm, r0, r1);
 	else
 		qc_matmul_rows_ref(mm, s, r0, r1);
 }
@@ -86,6 +94,7 @@ void qc_matmul_free(struct qc_matmul *mm)
 	free(mm->xr);
 	free(mm->xd);
 	free(mm->sdelta);
+	free(mm->xs81);
 	free(mm->xq);
 	free(mm->xqd);
 	free(mm->xs);
@@ -111,11 +120,12 @@ int qc_matmul_new(int64_t max_in, int64_t max_tok, int n_slots, enum qc_act_roun
 	mm->xr = malloc(tok * in * sizeof(float));
 	mm->xd = malloc(tok * in * sizeof(double));
 	mm->sdelta = malloc(tok * nb * sizeof(double));
+	mm->xs81 = malloc(tok * nb * sizeof(float));
 	mm->xq = malloc(tok * in);
 	mm->xqd = malloc(tok * nb * sizeof(double));
 	mm->xs = malloc(tok * nb * sizeof(int32_t));
 	mm->qbuf = malloc(in * 8 + 64);
-	bool ok = mm->slots && mm->xr && mm->xd && mm->sdelta && mm->xq && mm->xqd && mm->xs &&
+	bool ok = mm->slots && mm->xr && mm->xd && mm->sdelta && mm->xs81 && mm->xq && mm->xqd && mm->xs &&
 		  mm->qbuf;
 	for (int k = 0; ok && k < n_slots; k++) {
 		struct slot *s = &mm->slots[k];

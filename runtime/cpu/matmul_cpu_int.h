@@ -3,8 +3,8 @@
  * Owns: the tile sizes and index grammar, struct qc_matmul (the prepared job and the
  * kernels chosen for this CPU), the per-thread scratch slot, the int8 weight-type
  * record, and the entry points each kernel file gives the dispatcher: matmul_cpu.c
- * (jobs, lifetime, CPU features), matmul_float.c, matmul_int8.c, matmul_ref.c (the
- * three kernels), matmul_round.c (activation rounding).
+ * (jobs, lifetime, CPU features), matmul_float.c, matmul_int8.c, matmul_q8_1.c,
+ * matmul_ref.c (the four kernels), matmul_round.c (activation rounding).
  * Index grammar: r output row (weight row), t token, k input element, b 32-element
  * block, i row inside a tile, g 4-byte group inside a block.
  * Not an interface for callers: matmul_cpu.h is; tests/test_matmul_cpu.c includes this
@@ -34,7 +34,7 @@
 #define DOT16_MAX_TOK 4 /* int8 kernel: fewer tokens than this skip the repack */
 #define TOK_L2 (1 << 20) /* bytes of activations kept hot while a row tile streams */
 
-enum mm_kind { MM_REF, MM_FLOAT, MM_INT8 };
+enum mm_kind { MM_REF, MM_FLOAT, MM_INT8, MM_Q81 };
 
 /* Codes of block b of a weight row as int8 (value = d * code), d returned. */
 typedef float (*codes_fn)(const uint8_t *row, int64_t b, int8_t *codes);
@@ -77,6 +77,7 @@ struct qc_matmul {
 	float *xr;                    /* (max_tok, max_in) rounded activations */
 	double *xd;                   /* (max_tok, max_in) activations widened (reference) */
 	double *sdelta;               /* (max_tok, max_in / 32) q8_1: s - d16 * sum q */
+	float *xs81;                  /* (max_tok, max_in / 32) q8_1: s = fp16(d * sum q), as float */
 	int8_t *xq;                   /* (max_tok, max_in) q8_0 activation codes */
 	double *xqd;                  /* (max_tok, max_in / 32) their d16, widened */
 	int32_t *xs;                  /* (max_tok, max_in / 32) -128 * sum of a block's codes */
@@ -168,6 +169,14 @@ void qc_matmul_itile_vnni(const uint8_t *pk, const double *pkd, int64_t nb, cons
 
 /* Output rows [r0, r1) of the prepared job with the int8 kernel, scratch s. */
 void qc_matmul_rows_int8(struct qc_matmul *mm, struct slot *s, int64_t r0, int64_t r1);
+
+/* ---- q8_1 kernel (matmul_q8_1.c) ------------------------------------------ */
+
+/* Whether the q8_1 kernel reads weights of type t (q4_1, q5_1). */
+bool qc_matmul_q81_kernel(enum qc_type t);
+
+/* Output rows [r0, r1) of the prepared job with the q8_1 kernel (ggml's float order). */
+void qc_matmul_rows_q81(struct qc_matmul *mm, int64_t r0, int64_t r1);
 
 /* ---- reference kernel (matmul_ref.c) -------------------------------------- */
 

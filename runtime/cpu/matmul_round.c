@@ -43,10 +43,11 @@ static void round_q8_k(const float *x, float *y, int64_t n)
  * The reference encoder (qc_quant_row_Q8_0: id = 1 / d, roundf) picks a
  * different code now and then, which these random models amplify to 0.05
  * logits. With sdelta (q8_1) each block also gets s - d16 * sum q, where
- * s = fp16(d * sum q) with the unrounded float d, as ggml stores it; with
+ * s = fp16(d * sum q) with the unrounded float d, as ggml stores it (and s itself
+ * in s81, for the q8_1 kernel); with
  * codes the int8 codes, their d16 and -128 * sum q are kept (int8 kernel). */
-static void round_q8_x86(const float *x, float *y, double *sdelta, int8_t *codes, double *dcodes,
-			 int32_t *xs, int64_t n)
+static void round_q8_x86(const float *x, float *y, double *sdelta, float *s81, int8_t *codes,
+			 double *dcodes, int32_t *xs, int64_t n)
 {
 	for (int64_t b = 0; b < n; b += 32) {
 		float amax = 0.0f;
@@ -70,6 +71,7 @@ static void round_q8_x86(const float *x, float *y, double *sdelta, int8_t *codes
 		if (sdelta) {
 			const float s = qc_fp16_to_f32(qc_f32_to_fp16(d32 * (float)sum));
 			sdelta[b / 32] = (double)s - (double)d * (double)sum;
+			s81[b / 32] = s;
 		}
 	}
 }
@@ -140,13 +142,13 @@ const float *qc_matmul_round_act(struct qc_matmul *mm, enum qc_type wt, const fl
 		if (at == QC_TYPE_Q8_K) {
 			round_q8_k(src, dst, n_in);
 #ifdef QC_X86
-		} else if (at == QC_TYPE_Q8_0 && codes && mm->avx2) {
+		} else if (at == QC_TYPE_Q8_0 && codes && mm->avx2 && !pairs_q8_1(wt)) {
 			round_q8_codes_avx2(src, dst, mm->xq + t * n_in, mm->xqd + t * nb, mm->xs + t * nb,
 					    n_in);
 #endif
 		} else if (at == QC_TYPE_Q8_0) {
 			round_q8_x86(src, dst, pairs_q8_1(wt) ? mm->sdelta + t * nb : NULL,
-				     codes ? mm->xq + t * n_in : NULL, mm->xqd + t * nb,
+				     mm->xs81 + t * nb, codes ? mm->xq + t * n_in : NULL, mm->xqd + t * nb,
 				     mm->xs + t * nb, n_in);
 		} else if (qc_types[at].quant_row) {
 			qc_types[at].quant_row(src, mm->qbuf, n_in);

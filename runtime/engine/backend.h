@@ -25,6 +25,18 @@ enum qc_act_round {
 				       weights, 8-bit blocks (q8_0 / q8_K) for quantized */
 };
 
+/* How the CPU backend orders attention sums with QC_ACT_ROUND_GGML. llama.cpp's CPU
+ * build sums q.k and P.V in tinyBLAS tiles for a sequence with 2 or more tokens in a
+ * batch and with ggml_vec_dot_f16 for 1 (a decode step): last-bit different, which on
+ * a trained model can flip a later q8 code (docs/accuracy.md). */
+enum qc_attn_order {
+	QC_ATTN_ORDER_FIXED = 0,    /* always the tile order: a token's logits do not depend
+				       on how its sequence was batched (prefill = one token
+				       per forward, prefix cache on or off: same bits) */
+	QC_ATTN_ORDER_LLAMA = 1,    /* llama.cpp's: tiles for 2+ tokens, vec_dot for 1;
+				       bit-identical to its AVX2/FMA build, batching-dependent */
+};
+
 /* What the K/V pool stores (--kv-dtype). */
 enum qc_kv_dtype {
 	QC_KV_F16 = 0,              /* binary16 values (the CPU keeps them in floats) */
@@ -42,6 +54,7 @@ struct qc_backend_params {
 	int32_t max_logits;         /* most logits rows one forward will write */
 	int32_t max_ctx;            /* longest sequence attention will see */
 	enum qc_act_round act_round;
+	enum qc_attn_order attn_order;
 	int32_t n_threads;          /* worker threads for matmuls, >= 1 */
 	enum qc_kv_dtype kv_dtype;  /* a backend that cannot store it refuses at create */
 };

@@ -255,6 +255,7 @@ int qc_engine_new(const char *path, const struct qc_engine_opts *o, struct qc_en
 		.max_logits = op->max_running,
 		.max_ctx = qc_kv_max_seq_tokens(e->kv),
 		.act_round = op->act_round,
+		.attn_order = op->attn_order,
 		.n_threads = backend_threads(op->n_threads),
 		.kv_dtype = op->kv_dtype,
 	};

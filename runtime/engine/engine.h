@@ -42,6 +42,7 @@ enum qc_bad_logits {
 struct qc_engine_opts {
 	const struct qc_backend_ops *backend; /* NULL: qc_backend_cpu */
 	enum qc_act_round act_round;          /* default QC_ACT_ROUND_GGML */
+	enum qc_attn_order attn_order;        /* default QC_ATTN_ORDER_FIXED (CPU backend) */
 	int32_t block_tokens;                 /* K/V block size in tokens; 0: 16 */
 	int32_t max_running;                  /* concurrent sequences; 0: 8 */
 	int32_t max_seq_tokens;               /* longest sequence; 0: min(n_ctx_train, 4096) */

@@ -63,6 +63,10 @@ void qc_ref_softcap(float *x, int64_t n, float cap);
 /* y[i] = silu(g[i]) * u[i]; y may be g or u. */
 void qc_ref_silu_mul(const float *g, const float *u, float *y, int64_t n);
 
+/* ggml's vector exp (ggml_v_expf, AVX2/FMA), one value: what llama.cpp's CPU build
+ * uses in soft_max and SiLU (expf_ggml.c). */
+float qc_ref_expf_ggml(float x);
+
 /* y[i] += x[i % n_x] (a residual with n_x == n, a bias with n_x = row length). */
 void qc_ref_add(float *y, const float *x, int64_t n, int64_t n_x);
 
@@ -154,6 +158,9 @@ struct qc_ref_attn_args {
 	enum qc_ref_attn_round round;
 	float softcap;             /* scores -> tanh(s / softcap) * softcap before softmax; 0: none */
 	int32_t window;            /* only the last window positions (pos - j < window); 0: all */
+	int32_t n_seq_tokens;      /* tokens of this token's sequence in this forward: with
+				      QC_REF_ATTN_F16 on a float pool llama.cpp's order is
+				      tinyBLAS tiles for 2 or more, ggml_vec_dot_f16 for 1 */
 };
 
 /* Causal attention of one token at position pos over positions 0..pos (with a

@@ -7,7 +7,16 @@
  * in float. QC_REF_ATTN_F16 rounds q and the softmax weights to binary16 first,
  * as ggml's mul_mat does against an f16 cache (llama.cpp's CPU numbers). On an
  * fp8 pool q is then rotated as its K rows were (qc_ref_kv_rotate).
- * Reference: ggml soft_max (double sum), llama.cpp llm_build_kqv. */
+ * On a float pool with QC_REF_ATTN_F16 and head_dim a multiple of 8 the whole token
+ * is computed as llama.cpp's AVX2/FMA CPU build computes it, bit for bit: q.k and P.V
+ * as llamafile's tinyBLAS f16 tiles (8 fma lanes, k mod 8, then hsum) when the sequence
+ * has 2 or more tokens in the batch, else (tinyBLAS skips n < 2) as ggml_vec_dot_f16
+ * (4 x 8 fma lanes over 32, reduced, leftovers in double); the softmax as
+ * ggml_vec_soft_max_f32 (ggml_v_expf on 8 values at a time, each 8-sum added in
+ * double). On a trained model (SmolLM2, docs/accuracy.md) a last-bit difference in P
+ * flips its binary16 rounding and, a few layers on, logits by 0.1.
+ * Reference: ggml soft_max (double sum), llama.cpp llm_build_kqv, ggml-cpu.c
+ * ggml_v_expf / ggml_vec_soft_max_f32, llamafile sgemm.cpp tinyBLAS. */
 #include <math.h>
 
 #include "fp16.h"
@@ -70,6 +79,108 @@ static void softmax(float *x, int64_t n)
 		x[i] *= inv;
 }
 
+/* x86 hsum of 8 lanes (hsum_float_8, tinyBLAS hsum): high half + low half, then
+ * (0 + 2) + (1 + 3). */
+static float hsum8(const float *a)
+{
+	float h[4];
+	for (int j = 0; j < 4; j++)
+		h[j] = a[j + 4] + a[j];
+	return (h[0] + h[2]) + (h[1] + h[3]);
+}
+
+/* ggml_compute_forward_soft_max_f32 on AVX2/FMA: max, ggml_v_expf 8 at a time
+ * (positions past n count as exp(-inf) = 0, as llama.cpp's padded, masked n_kv),
+ * each 8-sum added in double, scaled by (float)(1 / sum). */
+static void softmax_ggml(float *x, int64_t n)
+{
+	float mx = -INFINITY;
+	for (int64_t i = 0; i < n; i++)
+		mx = x[i] > mx ? x[i] : mx;
+	double sum = 0.0;
+	for (int64_t c = 0; c < n; c += 8) {
+		float v[8] = {0};
+		for (int64_t i = c; i < c + 8 && i < n; i++)
+			x[i] = v[i - c] = qc_ref_expf_ggml(x[i] - mx);
+		sum += (double)hsum8(v);
+	}
+	const float inv = (float)(1.0 / sum);
+	for (int64_t i = 0; i < n; i++)
+		x[i] *= inv;
+}
+
+/* tinyBLAS's f16 dot as llama.cpp's AVX2 build runs q.k: 8 fma lanes, then hsum8. */
+static float dot_lanes8(const float *a, const float *b, int n)
+{
+	float acc[8] = {0};
+	for (int i = 0; i < n; i += 8)
+		for (int l = 0; l < 8; l++)
+			acc[l] = fmaf(a[i + l], b[i + l], acc[l]);
+	return hsum8(acc);
+}
+
+/* ggml_vec_dot_f16's AVX2 reduction of its 4 x 8 lanes (GGML_F32x8_REDUCE): 0 += 2,
+ * 1 += 3, 0 += 1, then low half + high half and two horizontal adds. */
+static float reduce32(float acc[4][8])
+{
+	float t[4];
+	for (int l = 0; l < 8; l++) {
+		acc[0][l] = acc[0][l] + acc[2][l];
+		acc[1][l] = acc[1][l] + acc[3][l];
+		acc[0][l] = acc[0][l] + acc[1][l];
+	}
+	for (int l = 0; l < 4; l++)
+		t[l] = acc[0][l] + acc[0][l + 4];
+	return (t[0] + t[1]) + (t[2] + t[3]);
+}
+
+/* ggml_vec_dot_f16 (AVX2): element i in lane i mod 8 of accumulator (i mod 32) / 8,
+ * fma; the reduced float then the n mod 32 leftovers' float products in double. */
+static float dot_vec_f16(const float *a, const float *b, int n)
+{
+	float acc[4][8] = {{0}};
+	const int np = n & ~31;
+	for (int i = 0; i < np; i++)
+		acc[(i % 32) / 8][i % 8] = fmaf(a[i], b[i], acc[(i % 32) / 8][i % 8]);
+	double s = reduce32(acc);
+	for (int i = np; i < n; i++)
+		s += (double)(a[i] * b[i]);
+	return (float)s;
+}
+
+/* One head as llama.cpp's AVX2/FMA CPU build (float pool, hd % 8 == 0). P.V runs
+ * over llama.cpp's padded n_kv (a multiple of 32): the zero weights past n_ctx add
+ * nothing to any lane, and there are no leftovers. */
+static void attn_head_ggml(const struct qc_ref_attn_args *a, const float *qh, float *o, int32_t j0,
+			   int32_t n_all, int64_t kvo, const int32_t *table, float *sc)
+{
+	/* positions before the window stay in the rows as -inf (ggml's mask), so the
+	   8-lane sums group the same indices as llama.cpp's: exp(-inf) adds 0 */
+	const int hd = a->hd, tiles = a->n_seq_tokens >= 2;
+	for (int32_t j = 0; j < n_all; j++) {
+		if (j < j0) {
+			sc[j] = -INFINITY;
+			continue;
+		}
+		const float *k = kv_row(&a->pool, a->layer, table, j, 0, kvo, hd, NULL);
+		sc[j] = (tiles ? dot_lanes8(qh, k, hd) : dot_vec_f16(qh, k, hd)) * a->scale;
+		if (a->softcap > 0.0f)
+			sc[j] = qc_ref_softcap1(sc[j], a->softcap);
+	}
+	softmax_ggml(sc, n_all);
+	for (int32_t j = 0; j < n_all; j++)
+		sc[j] = f16_round(sc[j]);
+	for (int d = 0; d < hd; d++) {
+		float acc[4][8] = {{0}};
+		for (int32_t j = j0; j < n_all; j++) {
+			const int r = tiles ? 0 : (j % 32) / 8;
+			acc[r][j % 8] = fmaf(sc[j], kv_row(&a->pool, a->layer, table, j, 1, kvo, hd, NULL)[d],
+					     acc[r][j % 8]);
+		}
+		o[d] = tiles ? hsum8(acc[0]) : reduce32(acc);
+	}
+}
+
 void qc_ref_attn_token(const struct qc_ref_attn_args *a, const float *q, float *out, int32_t pos,
 		       const int32_t *table, float *scratch)
 {
@@ -77,6 +188,7 @@ void qc_ref_attn_token(const struct qc_ref_attn_args *a, const float *q, float *
 	const int32_t j0 = a->window > 0 && pos >= a->window ? pos - a->window + 1 : 0;
 	const int32_t n_ctx = pos + 1 - j0;
 	const int r16 = a->round == QC_REF_ATTN_F16;
+	const int ggml = r16 && a->pool.f32 && hd % 8 == 0;
 	float *qh = scratch, *row = scratch + hd, *sc = scratch + 2 * hd;
 
 	for (int h = 0; h < a->n_head; h++) {
@@ -87,6 +199,10 @@ void qc_ref_attn_token(const struct qc_ref_attn_args *a, const float *q, float *
 			qh[d] = r16 ? f16_round(qs[d]) : qs[d];
 		if (a->pool.e4m3) /* its K rows are rotated: H q . H k = q . k */
 			qc_ref_kv_rotate(qh, hd);
+		if (ggml) {
+			attn_head_ggml(a, qh, o, j0, pos + 1, kvo, table, sc);
+			continue;
+		}
 		for (int32_t j = 0; j < n_ctx; j++) {
 			sc[j] = (float)dot(qh, kv_row(&a->pool, a->layer, table, j0 + j, 0, kvo, hd, row), hd) * a->scale;
 			if (a->softcap > 0.0f)

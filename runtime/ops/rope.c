@@ -3,7 +3,11 @@
  * float multiplication (ggml's rope cache), divided by ff[i] (llama3 factors),
  * times freq_scale; with YaRN blended with the unscaled angle by the ramp of
  * ggml rope_yarn, cos/sin times mscale. Mode 0 pairs (x[2i], x[2i+1]) (NORM),
- * mode 2 pairs (x[i], x[i + n_rot/2]) (NEOX). */
+ * mode 2 pairs (x[i], x[i + n_rot/2]) (NEOX). The rotation is fused as GCC compiles
+ * ggml's rope_f32 for an FMA target (GNU C contracts by default): x0 cos - x1 sin is
+ * fma(x0, cos, -(x1 sin)) and x0 sin + x1 cos is fma(x0, sin, x1 cos). Bit for bit the
+ * same as llama.cpp's AVX2/FMA build (docs/accuracy.md: on SmolLM2 a last-bit difference
+ * here moves logits by 0.1 a few layers later). */
 #include <math.h>
 
 #include "ops.h"
@@ -29,8 +33,8 @@ void qc_ref_rope(float *x, const int32_t *pos, int64_t n_tok, int n_heads, int h
 			for (int h = 0; h < n_heads; h++) {
 				float *v = x + (t * n_heads + h) * hd + j;
 				const float x0 = v[0], x1 = v[stride];
-				v[0] = x0 * cs - x1 * sn;
-				v[stride] = x0 * sn + x1 * cs;
+				v[0] = fmaf(x0, cs, -(x1 * sn));
+				v[stride] = fmaf(x0, sn, x1 * cs);
 			}
 			theta *= theta_scale;
 		}

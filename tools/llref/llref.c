@@ -3,13 +3,15 @@
  * Owns: loading a GGUF through llama.cpp's public C API (llama.h) and writing the
  * format of fixtures/reference/NAME.json: per prompt, prompt_ids, 32 greedy ids
  * (argmax of the raw logits, ties to the lowest id), margins (top-1 minus top-2
- * logit per step) and first_step_top10. 1 thread, f16 K/V cache, no flash
+ * logit per step), first_step_top10 and first_step_logsumexp (over the whole
+ * vocabulary, in double: a log-prob is logit - it). 1 thread, f16 K/V cache, no flash
  * attention, prompt decoded in one batch then one token per step, a fresh
  * context per prompt. Prompts are given as ids (no tokenizer question).
  * Built outside the repository's Makefile against a llama.cpp build that stays
  * out of the tree (tools/llref/README.md); never linked into qconvert.
  * Non-goals: sampling, text output, GPU.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +72,7 @@ static int run_prompt(struct llama_model *m, int n_vocab, const llama_token *pro
 	double margins[N_GEN];
 	int top_id[10];
 	float top_logit[10];
+	double lse = 0.0;
 	if (!ctx)
 		return -1;
 	llama_token buf[MAX_PROMPT];
@@ -91,7 +94,11 @@ static int run_prompt(struct llama_model *m, int n_vocab, const llama_token *pro
 		}
 		ids[step] = best;
 		margins[step] = (double)lg[best] - (double)lg[second];
-		if (step == 0) {
+		if (step == 0) { /* log-sum-exp in double: log-probs are logit - lse */
+			double sum = 0.0;
+			for (int i = 0; i < n_vocab; i++)
+				sum += exp((double)lg[i] - (double)lg[best]);
+			lse = (double)lg[best] + log(sum);
 			for (int k = 0; k < 10; k++) { /* selection: 10 passes, ties to the lowest id */
 				int b = -1;
 				for (int i = 0; i < n_vocab; i++) {
@@ -125,7 +132,7 @@ static int run_prompt(struct llama_model *m, int n_vocab, const llama_token *pro
 	for (int i = 0; i < 10; i++)
 		fprintf(out, "%s{\"id\": %d, \"logit\": %.9g}", i ? ", " : "", top_id[i],
 			(double)top_logit[i]);
-	fprintf(out, "]}");
+	fprintf(out, "],\n     \"first_step_logsumexp\": %.9g}", lse);
 	return 0;
 }
 
