@@ -5,7 +5,7 @@
  *   qrun MODEL --tokenize TEXT [--bos]
  *   qrun bench MODEL --requests N --concurrency C --in I --out O [--warmup W] [--shared-prefix P]
  *              [sampling flags] [engine flags]
- *   qrun perplexity MODEL -f TEXT_FILE [--chunks N] [engine flags]
+ *   qrun perplexity MODEL -f TEXT_FILE [--chunks N] [--ctx N] [--score-all] [engine flags]
  *
  * MODEL is a .qb bundle or a .gguf; a GGUF of a supported architecture is converted
  * first (target cpu) into an unnamed file in $TMPDIR (engine_cli.c), so no exit,
@@ -21,11 +21,15 @@
  * llama-bench does); prints prompt and decode tokens/s, TTFT and inter-token
  * latency p50/p99. --shared-prefix P: every prompt, warm-up included, starts
  * with the same P ids (a system prompt the server has seen before), so the
- * prefix cache's effect shows against --no-prefix-cache. perplexity: the file
- * tokenized once (BOS as the vocabulary asks), cut into windows of --ctx tokens
- * (default 512), each scored from its start (qc_engine_score: every position but
- * the first predicted), as llama-perplexity does minus its half-window rule;
- * prints the mean NLL per predicted token and exp of it.
+ * prefix cache's effect shows against --no-prefix-cache. perplexity: as
+ * llama-perplexity (llama.cpp examples/perplexity, perplexity()): the file
+ * tokenized once (BOS as the vocabulary asks), cut into min(--chunks, n/ctx)
+ * windows of --ctx tokens (default 512), a window's first token replaced by BOS
+ * when the vocabulary adds it, and only the second half scored: the logits at
+ * positions ctx/2..ctx-2 predict tokens ctx/2+1..ctx-1 (ctx - 1 - ctx/2 per
+ * window); prints the mean NLL per predicted token and exp of it (its "Final
+ * estimate: PPL"). --score-all: every position but the first of each window
+ * (first = 0), the rule docs/serve.md's fp8 table was measured with.
  * Non-goals: chat templates, interactive mode.
  */
 #include <errno.h>
@@ -54,7 +58,9 @@ static void usage(FILE *f)
 		"usage: %s MODEL -p TEXT [-n N] [--n-choices N] [sampling] [--stop S]... [--json] [--ignore-eos]\n"
 		"                [engine]\n"
 		"       %s MODEL --tokenize TEXT [--bos]\n"
-		"       %s perplexity MODEL -f TEXT_FILE [--chunks N] [engine] (--ctx: window, default 512)\n"
+		"       %s perplexity MODEL -f TEXT_FILE [--chunks N] [--score-all] [engine] (--ctx: window, default 512;\n"
+		"                scored as llama-perplexity: BOS (if the vocab adds it) at each window's start, only the\n"
+		"                second half predicted; --score-all: every position but the first)\n"
 		"       %s bench MODEL --requests N --concurrency C --in I --out O [--warmup W] [--shared-prefix P]\n"
 		"                [sampling] [engine]\n"
 		"MODEL: a .qb bundle or a .gguf (converted first into an unnamed file in $TMPDIR).\n"
@@ -452,6 +458,7 @@ static int perplexity_main(int argc, char **argv)
 {
 	const char *model = NULL, *file = NULL;
 	long chunks = 0;
+	bool score_all = false;
 	struct qc_engine_cli cli;
 	struct qc_err err = {0};
 	struct qc_engine *e = NULL;
@@ -472,6 +479,8 @@ static int perplexity_main(int argc, char **argv)
 				return 1;
 		} else if (!strcmp(a, "-f") && i + 1 < argc) {
 			file = argv[++i];
+		} else if (!strcmp(a, "--score-all")) {
+			score_all = true;
 		} else if (!strcmp(a, "--chunks") && i + 1 < argc) {
 			if (!qc_cli_long(prog, a, argv[++i], 1, 1L << 20, &chunks))
 				return 1;
@@ -520,18 +529,31 @@ static int perplexity_main(int argc, char **argv)
 				ctx);
 		goto out;
 	}
+	if (ctx < 2) {
+		rc = qc_err_set(&err, QC_EINVAL, NULL, NULL, -1, "--ctx %d: need at least 2", ctx);
+		goto out;
+	}
+	const struct qc_vocab *v = qc_engine_vocab(e);
+	const bool bos = v && qc_vocab_add_bos(v);
+	const int32_t first = score_all ? 0 : ctx / 2, per_win = ctx - 1 - first;
 	double nll = 0.0, t0 = now_s();
 	for (long w = 0; w < n_win; w++) {
+		int32_t *win = ids + w * ctx, saved = win[0];
 		double one;
-		if ((rc = qc_engine_score(e, ids + w * ctx, ctx, &one, &err)))
+		if (bos && !score_all)
+			win[0] = qc_vocab_bos(v); /* llama-perplexity's BOS at each window's start */
+		rc = qc_engine_score(e, win, ctx, first, &one, &err);
+		win[0] = saved;
+		if (rc)
 			goto out;
 		nll += one;
-		fprintf(stderr, "[%ld] %.4f\n", w + 1, exp(one / (ctx - 1)));
+		fprintf(stderr, "[%ld] %.4f\n", w + 1, exp(one / per_win));
 	}
-	const double n_pred = (double)n_win * (ctx - 1), mean = nll / n_pred;
-	printf("%s: %ld windows of %d tokens (%zu in the file), %.0f predicted, kv %s: mean NLL %.6f, "
-	       "perplexity %.4f (%.1f s)\n", file, n_win, ctx, n_ids, n_pred, qc_kv_dtype_name(o.kv_dtype), mean,
-	       exp(mean), now_s() - t0);
+	const double n_pred = (double)n_win * per_win, mean = nll / n_pred;
+	printf("%s: %ld windows of %d tokens (%zu in the file), %.0f predicted (%s), kv %s: mean NLL %.6f, "
+	       "perplexity %.4f (%.1f s)\n", file, n_win, ctx, n_ids, n_pred,
+	       score_all ? "every position but the first" : "second halves, as llama-perplexity",
+	       qc_kv_dtype_name(o.kv_dtype), mean, exp(mean), now_s() - t0);
 out:
 	if (rc)
 		qc_err_print(&err, prog, stderr);

@@ -331,7 +331,8 @@ static double log_prob(const float *row, int32_t n, int32_t id)
 	return (double)row[id] - (double)mx - log(sum);
 }
 
-int qc_engine_score(struct qc_engine *e, const int32_t *ids, int32_t n, double *nll, struct qc_err *err)
+int qc_engine_score(struct qc_engine *e, const int32_t *ids, int32_t n, int32_t first, double *nll,
+		    struct qc_err *err)
 {
 	const int32_t n_vocab = e->model->cfg.n_vocab;
 	int32_t per = e->opts.max_running < e->opts.max_batch_tokens ? e->opts.max_running : e->opts.max_batch_tokens;
@@ -345,6 +346,8 @@ int qc_engine_score(struct qc_engine *e, const int32_t *ids, int32_t n, double *
 	if (n < 2 || n > qc_kv_max_seq_tokens(e->kv))
 		return qc_err_set(err, QC_ERANGE, NULL, NULL, -1, "score: %d tokens, expected 2..%d", n,
 				  qc_kv_max_seq_tokens(e->kv));
+	if (first < 0 || first > n - 2)
+		return qc_err_set(err, QC_ERANGE, NULL, NULL, -1, "score: first %d, expected 0..%d", first, n - 2);
 	for (int32_t i = 0; i < n; i++)
 		if (ids[i] < 0 || ids[i] >= n_vocab)
 			return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "score: token %d: id %d out of range", i, ids[i]);
@@ -363,8 +366,8 @@ int qc_engine_score(struct qc_engine *e, const int32_t *ids, int32_t n, double *
 	}
 	if ((rc = qc_kv_seq_new(e->kv, &seq, err)))
 		goto out;
-	/* Every position's logits: each token of a step is an entry of its own with
-	 * the sequence's one block table. The backend stores all of a step's K/V
+	/* Positions 0..n-2 go through, logits from first on: each token of a step is
+	 * an entry of its own with the sequence's one block table. The backend stores all of a step's K/V
 	 * before attention (backend.h), so entry i sees positions 0..pos[i]. */
 	for (int32_t p0 = 0; p0 < n - 1; p0 += per) {
 		const int32_t m = n - 1 - p0 < per ? n - 1 - p0 : per;
@@ -372,7 +375,8 @@ int qc_engine_score(struct qc_engine *e, const int32_t *ids, int32_t n, double *
 			goto out;
 		int32_t nb;
 		const int32_t *tab = qc_kv_seq_table(e->kv, seq, &nb);
-		pl.n_seqs = pl.n_tokens = pl.n_logits = m;
+		pl.n_seqs = pl.n_tokens = m;
+		pl.n_logits = 0;
 		pl.block_tokens = qc_kv_block_tokens(e->kv);
 		pl.table_stride = width;
 		for (int32_t i = 0; i < m; i++) {
@@ -381,14 +385,16 @@ int qc_engine_score(struct qc_engine *e, const int32_t *ids, int32_t n, double *
 			pl.seq_ids[i] = (uint64_t)seq;
 			pl.tok_start[i] = i;
 			pl.ctx_lens[i] = p0 + i + 1;
-			pl.need_logits[i] = 1;
+			pl.need_logits[i] = p0 + i >= first;
+			pl.n_logits += pl.need_logits[i];
 			memcpy(pl.block_tables + (size_t)i * (size_t)width, tab, sizeof(int32_t) * (size_t)width);
 		}
 		pl.tok_start[m] = m;
 		if ((rc = e->be->forward(e->be_state, &pl, e->logits, err)))
 			goto out;
-		for (int32_t i = 0; i < m; i++)
-			*nll -= log_prob(e->logits + (size_t)i * (size_t)n_vocab, n_vocab, ids[p0 + i + 1]);
+		for (int32_t i = 0, k = 0; i < m; i++)
+			if (pl.need_logits[i])
+				*nll -= log_prob(e->logits + (size_t)k++ * (size_t)n_vocab, n_vocab, ids[p0 + i + 1]);
 	}
 out:
 	qc_kv_seq_free(e->kv, seq);

@@ -88,12 +88,14 @@ int qc_engine_new(const char *path, const struct qc_engine_opts *o, struct qc_en
 void qc_engine_free(struct qc_engine *e);
 
 const struct qc_model *qc_engine_model(const struct qc_engine *e);
-/* Perplexity scoring: *nll = -sum over i in 1..n-1 of log p(ids[i] | ids[0..i-1])
- * (natural log, softmax in double), one sequence of n tokens through the backend,
- * min(max_running, max_batch_tokens) positions per forward. The engine must be
- * idle; n <= max_seq_tokens. QC_OK, QC_EINVAL (busy, bad id), QC_ERANGE, the
- * K/V pool's QC_ENOMEM, or the backend's error. */
-int qc_engine_score(struct qc_engine *e, const int32_t *ids, int32_t n, double *nll, struct qc_err *err);
+/* Perplexity scoring: *nll = -sum over i in first+1..n-1 of log p(ids[i] |
+ * ids[0..i-1]) (natural log, softmax in double), one sequence of n tokens through
+ * the backend, min(max_running, max_batch_tokens) positions per forward; logits
+ * are computed only at positions first..n-2. first = 0 scores every position but
+ * the first; llama-perplexity's rule is first = n/2 (n - 1 - n/2 tokens). The
+ * engine must be idle; n <= max_seq_tokens, 0 <= first <= n - 2. QC_OK, QC_EINVAL
+ * (busy, bad id), QC_ERANGE, the K/V pool's QC_ENOMEM, or the backend's error. */
+int qc_engine_score(struct qc_engine *e, const int32_t *ids, int32_t n, int32_t first, double *nll, struct qc_err *err);
 
 /* Tokens the K/V pool holds (blocks * block tokens; --kv-dtype fp8: about twice
  * f16's for the same --kv-mem, four times on the CPU, whose f16 pool is floats). */
