@@ -17,7 +17,10 @@
  * A real trained model too: a models.tsv row whose ARGS read "fetch SCRIPT" takes
  * its GGUF from SCRIPT (SmolLM2-135M-Instruct Q4_1, tools/fetch_smollm2.sh; a SKIP
  * line when it cannot be fetched). Its reference also gives first-step log-probs
- * (first_step_logsumexp): ours must be within TOL_LOGPROB (docs/accuracy.md).
+ * (first_step_logsumexp): ours must be within TOL_LOGPROB (docs/accuracy.md), and
+ * its perplexity (qrun perplexity's rule, which is llama-perplexity's) on the text,
+ * chunks and window of tests/data/ref/NAME-ppl.txt within TOL_PPL of the
+ * llama-perplexity estimate recorded there; with its breaker, off by more.
  */
 #include <math.h>
 #include <stdint.h>
@@ -37,6 +40,7 @@
 #include "gguf.h"
 #include "gguf_write.h"
 #include "plan.h"
+#include "vocab.h"
 
 #define N_GEN 32
 #define MAX_PROMPTS 8
@@ -45,6 +49,7 @@
 #define TOL_FLOAT 5e-3 /* test_engine.c: f32/f16/bf16 weights */
 #define TOL_QUANT 1e-4 /* test_engine.c: quantized weights, activations rounded as ggml */
 #define TOL_LOGPROB 1e-3 /* first-step log-probs of the top 10, where the reference has them */
+#define TOL_PPL 1e-3     /* perplexity relative to llama-perplexity's (issue 20: within 0.1%) */
 
 struct ref_prompt {
 	int32_t prompt[MAX_PROMPT];
@@ -308,6 +313,107 @@ struct model_case {
 	const char *broken;   /* what the breaker does */
 };
 
+/* ---- perplexity on the real model ------------------------------------------ */
+
+/* tests/data/ref/NAME-ppl.txt: "# ..." comments (the llama-perplexity command)
+ * and one line "FILE CHUNKS CTX PPL": llama-perplexity's final estimate. */
+struct ppl_ref {
+	char file[256];
+	int chunks, ctx;
+	double ppl;
+};
+
+static int load_ppl_ref(const char *path, struct ppl_ref *r)
+{
+	FILE *f = fopen(path, "r");
+	char line[512];
+	int n = 0;
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof line, f))
+		if (line[0] != '#' && line[0] != '\n' &&
+		    sscanf(line, "%255s %d %d %lf", r->file, &r->chunks, &r->ctx, &r->ppl) == 4)
+			n++;
+	fclose(f);
+	return n == 1 ? 0 : -1;
+}
+
+/* qrun perplexity's computation (runtime/qrun_main.c): windows of ctx tokens, BOS
+ * first when the vocabulary adds it, second halves scored. Returns the perplexity
+ * or -1 on an engine error (reported). */
+static double bundle_ppl(const char *bundle, const struct ppl_ref *pr, breaker_fn breaker)
+{
+	struct qc_engine_opts o;
+	struct qc_err err = {0};
+	struct qc_engine *e = NULL;
+	int32_t *ids = NULL;
+	size_t n_ids = 0, len = 0;
+	double nll = 0.0, ppl = -1.0;
+	char *text = check_read_file(pr->file, &len);
+	CHECK(text != NULL, "%s unreadable", pr->file);
+	if (!text)
+		return -1.0;
+	qc_engine_opts_init(&o);
+	o.max_running = 64; /* as qrun perplexity */
+	o.max_seq_tokens = pr->ctx;
+	o.n_threads = 2;
+	int rc = qc_engine_new(bundle, &o, &e, &err);
+	CHECK(rc == QC_OK, "%s: engine: %s", bundle, err.msg);
+	if (rc)
+		goto out;
+	if (breaker)
+		breaker((struct qc_model *)(uintptr_t)qc_engine_model(e));
+	rc = qc_engine_tokenize(e, text, len, true, &ids, &n_ids, &err);
+	CHECK(rc == QC_OK, "%s: tokenize: %s", pr->file, err.msg);
+	CHECK(rc || n_ids >= (size_t)pr->chunks * (size_t)pr->ctx, "%s: %zu tokens, fewer than %d windows",
+	      pr->file, n_ids, pr->chunks);
+	if (rc || n_ids < (size_t)pr->chunks * (size_t)pr->ctx)
+		goto out;
+	const struct qc_vocab *v = qc_engine_vocab(e);
+	const int32_t first = pr->ctx / 2;
+	for (int w = 0; w < pr->chunks && rc == QC_OK; w++) {
+		int32_t *win = ids + (size_t)w * (size_t)pr->ctx;
+		double one = 0.0;
+		if (v && qc_vocab_add_bos(v))
+			win[0] = qc_vocab_bos(v);
+		rc = qc_engine_score(e, win, pr->ctx, first, &one, &err);
+		nll += one;
+	}
+	CHECK(rc == QC_OK, "%s: score: %s", bundle, err.msg);
+	if (rc == QC_OK)
+		ppl = exp(nll / ((double)pr->chunks * (pr->ctx - 1 - first)));
+out:
+	qc_engine_free(e);
+	free(ids);
+	free(text);
+	return ppl;
+}
+
+/* Within TOL_PPL (relative) of llama-perplexity's; with breaker, off by more. */
+static void check_ppl(const char *bundle, const struct model_case *mc)
+{
+	struct ppl_ref pr;
+	char path[512];
+	snprintf(path, sizeof path, "tests/data/ref/%s-ppl.txt", mc->name);
+	CHECK(load_ppl_ref(path, &pr) == 0, "%s unreadable or not one FILE CHUNKS CTX PPL line", path);
+	if (access(pr.file, R_OK)) {
+		printf("  %-18s perplexity SKIP: %s not readable\n", mc->name, pr.file);
+		return;
+	}
+	const double good = bundle_ppl(bundle, &pr, NULL);
+	if (good < 0)
+		return;
+	const double rel = fabs(good / pr.ppl - 1.0);
+	CHECK(rel <= TOL_PPL, "%s: perplexity %.4f, llama-perplexity %.4f (%.3f%% off, tol %.1f%%)", mc->name,
+	      good, pr.ppl, 100 * rel, 100 * TOL_PPL);
+	const double bad = bundle_ppl(bundle, &pr, mc->breaker);
+	const double rel_bad = fabs(bad / pr.ppl - 1.0);
+	CHECK(bad >= 0 && rel_bad > TOL_PPL, "%s with %s: perplexity %.4f still within %.1f%%: the check is blind",
+	      mc->name, mc->broken, bad, 100 * TOL_PPL);
+	printf("  %-18s perplexity %.4f, llama-perplexity %.4f (%d x %d, %s): %.4f%% off (tol %.1f%%); %s: %.4f\n",
+	       mc->name, good, pr.ppl, pr.chunks, pr.ctx, pr.file, 100 * rel, 100 * TOL_PPL, mc->broken, bad);
+}
+
 /* Each models.tsv row must have a case here (and the reverse). */
 static const struct model_case cases[] = {
 	{"qwen2-f32", no_biases, "no q/k/v biases"},
@@ -440,6 +546,8 @@ static void run_model(const char *tmpdir, const struct model_case *mc, const cha
 			}
 			printf("\n");
 		}
+		if (fetched && fused)
+			check_ppl(bundle, mc);
 		unlink(bundle);
 	}
 	if (!fetched)
