@@ -994,6 +994,17 @@ static void drain(struct run *rn, long max_steps)
 	CHECK(!qc_sched_has_work(rn->s), "did not drain in %ld steps", max_steps);
 }
 
+/* The end of a group test: the scheduler, plan and kv checks held at every step,
+ * no block is left, and the run is closed with groups switched back off. */
+static void group_run_end(struct run *rn)
+{
+	CHECK(rn->bad_plan == 0 && rn->bad_check == 0 && rn->bad_kv == 0, "inconsistencies %d %d %d",
+	      rn->bad_plan, rn->bad_check, rn->bad_kv);
+	CHECK(qc_kv_blocks_used(rn->kv) == 0, "leak: %d blocks", qc_kv_blocks_used(rn->kv));
+	run_close(rn);
+	g_groups = false;
+}
+
 /* A choice whose first token is eos (or whose max_tokens is 1) is retired by the
  * fork itself: its references to the prompt's blocks are dropped at once, so
  * after that step the blocks are held by the parent and the live choice only. */
@@ -1037,11 +1048,7 @@ static void fork_choice_finished_by_first_token_is_retired_at_once(void)
 	CHECK(compare_with_ref(&g, false) == 0 && compare_with_ref(&kids[0], false) == 0 &&
 	      compare_with_ref(&kids[1], false) == 0 && compare_with_ref(&one, false) == 0 &&
 	      compare_with_ref(&one_kid[0], false) == 0, "a choice differs from its solo reference");
-	CHECK(rn.bad_plan == 0 && rn.bad_check == 0 && rn.bad_kv == 0, "inconsistencies %d %d %d",
-	      rn.bad_plan, rn.bad_check, rn.bad_kv);
-	CHECK(qc_kv_blocks_used(rn.kv) == 0, "leak: %d blocks", qc_kv_blocks_used(rn.kv));
-	run_close(&rn);
-	g_groups = false;
+	group_run_end(&rn);
 }
 
 /* A group preempted during its chunked prefill (an older decode needs the
@@ -1076,11 +1083,7 @@ static void group_preempted_before_fork_forks_once(void)
 	CHECK(g.forks == 1, "group forked %d times", g.forks);
 	CHECK(compare_with_ref(&a, false) == 0 && compare_with_ref(&g, false) == 0 &&
 	      compare_with_ref(&kids[0], false) == 0, "outputs changed by the preemption");
-	CHECK(rn.bad_plan == 0 && rn.bad_check == 0 && rn.bad_kv == 0, "inconsistencies %d %d %d",
-	      rn.bad_plan, rn.bad_check, rn.bad_kv);
-	CHECK(qc_kv_blocks_used(rn.kv) == 0, "leak: %d blocks", qc_kv_blocks_used(rn.kv));
-	run_close(&rn);
-	g_groups = false;
+	group_run_end(&rn);
 }
 
 /* A group cancelled mid-prefill frees its blocks and gives its reserved rows
