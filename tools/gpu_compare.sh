@@ -19,6 +19,9 @@
 # token embedding (gathered, not streamed) unless the output matrix is tied to it.
 # Roofline % = bytes per token x tg128 / copy rate.
 # Prints one markdown table last (also $OUT/compare.md, raw rows in $OUT/compare.tsv).
+# A/B on the same bundles: $QC_CMP_AB, space-separated LABEL@ENV@QRUN entries (ENV one
+# VAR=VALUE or -), each measured for tg128 like ours; $OUT/ab.tsv and a second table.
+# $QC_CMP_CONC empty: no concurrent-decode columns (and no llama-batched-bench).
 # Binaries from $QC_BIN (default: the payload tools/gpu_pack.sh makes, unpacked at
 # /tmp/qc-payload/bin); models in $QC_CMP_DIR (default /tmp/qc-cmp), each deleted
 # after its row. Exit 1 when a step fails (the table still prints what was measured).
@@ -27,7 +30,7 @@ BIN=${QC_BIN:-/tmp/qc-payload/bin}
 D=${QC_CMP_DIR:-/tmp/qc-cmp}
 OUT=${OUT:-gpu-logs}
 TARGET=${QC_CMP_TARGET:-sm90}
-CONC=${QC_CMP_CONC:-64 256}
+CONC=${QC_CMP_CONC-64 256}
 mkdir -p "$D" "$OUT"
 [ -d /tmp/qc-payload/lib ] && export LD_LIBRARY_PATH="/tmp/qc-payload/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 LOG="$OUT/compare.log"
@@ -56,6 +59,9 @@ R=$("$BIN/bench_copy" 2>>"$LOG" | tee -a "$LOG" | sed -n 's/^copy rate (read + w
 [ -n "$R" ] || { echo "gpu_compare: bench_copy failed (see $LOG)"; exit 1; }
 say "device: $gpu; copy rate (read + write): $R GB/s; $(date -u '+%Y-%m-%d %H:%M UTC')"
 printf 'model\tbytes\tours_pp\tllama_pp\tours_tg\tllama_tg' >"$TSV"
+printf 'model\tbytes\tours' >"$OUT/ab.tsv"
+for ab in ${QC_CMP_AB:-}; do printf '\t%s' "${ab%%@*}" >>"$OUT/ab.tsv"; done
+echo >>"$OUT/ab.tsv"
 for c in $CONC; do printf '\tours_%s\tllama_%s' "$c" "$c" >>"$TSV"; done
 echo >>"$TSV"
 
@@ -92,7 +98,17 @@ tied = "output.weight" not in names
 print(sum(x["size"] for x in t if x["name"] != "token_embd.weight" or tied))')
 	set -- $(ours "$D/m.qb" 1 512 128)
 	o_pp=$1; o_tg=$2
-	row="$m	$bytes	$o_pp"
+	abrow="$m	$bytes	$o_tg"
+	for ab in ${QC_CMP_AB:-}; do
+		ab_env=$(echo "$ab" | cut -d@ -f2); ab_bin=$(echo "$ab" | cut -d@ -f3)
+		[ "$ab_env" = "-" ] && ab_env=""
+		env $ab_env "$ab_bin" bench "$D/m.qb" --device cuda --requests 1 --concurrency 1 --in 512 --out 128 \
+			>"$D/ab.txt" 2>&1
+		cat "$D/ab.txt" >>"$LOG"
+		t=$(sed -n 's/^decode: .* = \([0-9.]*\) tokens\/s$/\1/p' "$D/ab.txt")
+		abrow="$abrow	${t:-nan}"
+	done
+	echo "$abrow" >>"$OUT/ab.tsv"
 	# llama.cpp: llama-bench, best of -fa 0/1 (3 repetitions each, its average)
 	"$LLAMA_BIN/llama-bench" -m "$D/m.gguf" -ngl 99 -p 512 -n 128 -fa 0,1 -r 3 -o json >"$D/lb.json" 2>>"$LOG" ||
 		{ say "$m: llama-bench failed"; rc=1; }
@@ -110,6 +126,7 @@ print(pp, tg)' "$D/lb.json")
 	npl=$(echo $CONC | tr ' ' ',')
 	: >"$D/bb.txt"
 	for fa in "" "-fa"; do
+		[ -n "$npl" ] || break
 		echo "-- llama-batched-bench $fa" >>"$D/bb.txt"
 		"$LLAMA_BIN/llama-batched-bench" -m "$D/m.gguf" -ngl 99 -c $((maxc * 256)) -b 2048 -ub 512 \
 			-npp 128 -ntg 128 -npl "$npl" $fa >>"$D/bb.txt" 2>>"$LOG" || { say "$m: llama-batched-bench $fa failed"; rc=1; }
@@ -153,5 +170,27 @@ for r in rows:
         line += f" {num(oc)} | {num(lc)} | {ratio(oc, lc)} |"
     print(line)
 EOF
+if [ -n "${QC_CMP_AB:-}" ]; then
+	python3 - "$OUT/ab.tsv" "$R" "$gpu" >>"$OUT/compare.md" <<'EOF'
+import sys, math
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])]
+R = float(sys.argv[2])
+head = rows[0]
+print()
+print(f"A/B tg128 on the same bundles, {sys.argv[3]} (tokens/s; % of the copy-rate roofline)")
+print()
+print("| model | " + " | ".join(head[2:]) + " |")
+print("|---|" + "---|" * (len(head) - 2))
+for r in rows[1:]:
+    b = float(r[1])
+    cells = []
+    for x in r[2:]:
+        try:
+            v = float(x); cells.append(f"{v:,.1f} ({100.0 * b * v / (R * 1e9):.0f}%)")
+        except ValueError:
+            cells.append("-")
+    print(f"| {r[0]} | " + " | ".join(cells) + " |")
+EOF
+fi
 cat "$OUT/compare.md"
 exit $rc

@@ -38,6 +38,7 @@
 #include "kernels/moe_gemm.h"
 #include "kernels/moe_route.h"
 #include "kernels/paged_attn.h"
+#include "kernels/pdl.h"
 #include "kernels/rms_norm.h"
 #include "kernels/rope.h"
 #include "kernels/silu_mul.h"
@@ -49,6 +50,17 @@
 #define GRAPH_MAX_ROWS 256             /* steps of more rows run eagerly (launches amortized) */
 #define GRAPH_CACHE 64                 /* step shapes kept as instantiated graphs */
 
+/* Split-K arrival counters for the widest matmul output: one per 32 outputs per
+ * activation row of a GEMV launch (at most 4 rows share one, marlin_gemv.cu). */
+static int64_t flag_count(const struct qc_model_config *cfg, int64_t q_dim)
+{
+	int64_t n = cfg->n_vocab;
+	const int64_t w[] = {q_dim, cfg->n_embd, cfg->n_ff, cfg->n_ff_shexp, cfg->n_expert};
+	for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
+		n = w[i] > n ? w[i] : n;
+	return 4 * (n / 32 + 1);
+}
+
 /* Floats of every activation buffer create allocates (kv_limits subtracts them). */
 static uint64_t buffer_floats(const struct qc_model_config *cfg, const struct qc_backend_params *p)
 {
@@ -59,7 +71,7 @@ static uint64_t buffer_floats(const struct qc_model_config *cfg, const struct qc
 	const uint64_t kv = (uint64_t)cfg->n_head_kv * (uint64_t)cfg->head_dim;
 	const uint64_t wide = q > E ? q : E, L = (uint64_t)p->max_logits, V = (uint64_t)cfg->n_vocab;
 	return T * E + 2 * T * wide + T * q + 2 * T * kv + 2 * T * KF + T * X + 2 * T * K +
-	       T * K * E + L * E + L * V + T;
+	       T * K * E + L * E + L * V + T + (uint64_t)flag_count(cfg, (int64_t)q); /* counters: 4 bytes too */
 }
 
 static uint64_t plan_ints(const struct qc_backend_params *p)
@@ -121,6 +133,19 @@ static int check_kv_dtype(const struct qc_backend_params *p, struct qc_err *err)
 			  "use --kv-dtype f16, or --device cpu", qc_kv_dtype_name(p->kv_dtype));
 }
 
+/* Programmatic dependent launch (kernels/pdl.h) on compute capability 9.0 and up,
+ * unless QC_CUDA_PDL=0; a process-wide switch, set here for every later launch. */
+static int pdl_setup(struct cu *c, struct qc_err *err)
+{
+	int dev = 0, major = 0, rc;
+	if ((rc = qc_cuda_be_ck(cudaGetDevice(&dev), "cudaGetDevice", err)) ||
+	    (rc = qc_cuda_be_ck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev),
+				"cudaDeviceGetAttribute", err)))
+		return rc;
+	qc_cuda_pdl_set(c->env.pdl && major >= 9);
+	return QC_OK;
+}
+
 static int cuda_create(const struct qc_model *m, const struct qc_backend_params *p, void **state,
 		       struct qc_err *err)
 {
@@ -143,6 +168,8 @@ static int cuda_create(const struct qc_model *m, const struct qc_backend_params 
 	c->m = m;
 	c->p = *p;
 	qc_cuda_env_read(&c->env);
+	if ((rc = pdl_setup(c, err)))
+		goto fail;
 	c->L = calloc((size_t)cfg->n_layer, sizeof *c->L);
 	if (!c->L) {
 		rc = qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
@@ -239,6 +266,8 @@ static int cuda_create(const struct qc_model *m, const struct qc_backend_params 
 	    (rc = qc_cuda_be_dfloats(c, LG * V, &c->d_logits, err)) ||
 	    (rc = qc_cuda_be_dalloc(c, c->plan_cap * sizeof(int32_t), (void **)&c->d_plan, err)) ||
 	    (rc = qc_cuda_be_dalloc(c, c->ws_bytes, &c->d_ws, err)) ||
+	    (rc = qc_cuda_be_dalloc(c, (size_t)(c->n_flags = flag_count(cfg, c->q_dim)) * sizeof(uint32_t),
+				    (void **)&c->d_flags, err)) ||
 	    (rc = qc_cuda_be_ck(cudaMallocHost((void **)&c->h_plan, c->plan_cap * sizeof(int32_t)), "cudaMallocHost", err)) ||
 	    (rc = qc_cuda_be_dalloc(c, LG * sizeof(int32_t), (void **)&c->d_argmax, err)) ||
 	    (c->any_perm && (rc = qc_cuda_be_dfloats(c, (size_t)(c->xperm_cap = (int64_t)(T * K * max_in)),
@@ -255,6 +284,8 @@ static int cuda_create(const struct qc_model *m, const struct qc_backend_params 
 	/* poison: a kernel reading K/V it never wrote shows up as NaN, not as plausible zeros */
 	if ((rc = qc_cuda_be_ck(cudaMemsetAsync(c->d_kv, 0xff, (size_t)p->n_blocks * c->block_elems * 2, c->st),
 		     "cudaMemset (K/V)", err)) ||
+	    (rc = qc_cuda_be_ck(cudaMemsetAsync(c->d_flags, 0, (size_t)c->n_flags * sizeof(uint32_t), c->st),
+				"cudaMemset (flags)", err)) ||
 	    (rc = qc_cuda_be_ck(cudaStreamSynchronize(c->st), "cudaStreamSynchronize", err)))
 		goto fail;
 	*state = c;
@@ -296,9 +327,10 @@ static int attention_block(struct cu *c, const struct qc_sched_plan *plan, const
 	if ((rc = rms(c, c->d_x, E, NULL, L->d_attn_norm, c->d_xn, E, T, E, err)))
 		return rc;
 	qc_cuda_prof_mark(c->prof, c->st, QC_PROF_NORM);
-	if ((rc = qc_cuda_be_mm(c, &L->wq, c->d_xn, E, 1, NULL, T, c->d_q, c->q_dim, err)) ||
-	    (rc = qc_cuda_be_mm(c, &L->wk, c->d_xn, E, 1, NULL, T, c->d_k, c->kv_dim, err)) ||
-	    (rc = qc_cuda_be_mm(c, &L->wv, c->d_xn, E, 1, NULL, T, c->d_v, c->kv_dim, err)) ||
+	const struct dmat *const qkv[] = {&L->wq, &L->wk, &L->wv};
+	float *const qkv_y[] = {c->d_q, c->d_k, c->d_v};
+	const int64_t qkv_ld[] = {c->q_dim, c->kv_dim, c->kv_dim};
+	if ((rc = qc_cuda_be_mm_multi(c, qkv, qkv_y, qkv_ld, 3, c->d_xn, E, T, err)) ||
 	    (rc = add(c, c->d_q, L->d_bq, T * c->q_dim, c->q_dim, err)) ||
 	    (rc = add(c, c->d_k, L->d_bk, T * c->kv_dim, c->kv_dim, err)) ||
 	    (rc = add(c, c->d_v, L->d_bv, T * c->kv_dim, c->kv_dim, err)))
@@ -336,11 +368,9 @@ static int attention_block(struct cu *c, const struct qc_sched_plan *plan, const
 	    (rc = qc_cuda_kv_store(&ks, c->st, err)) || (rc = qc_cuda_paged_attn(&pa, c->st, err)))
 		return rc;
 	qc_cuda_prof_mark(c->prof, c->st, QC_PROF_ATTN);
-	if ((rc = qc_cuda_be_mm(c, &L->wo, c->d_att, c->q_dim, 1, NULL, T, c->d_xn, E, err)))
-		return rc;
+	/* x += Wo att (the residual add in the GEMV's store where it can) */
+	rc = qc_cuda_be_mm_fused(c, &L->wo, c->d_att, NULL, c->q_dim, T, c->d_x, E, true, c->d_xn, err);
 	qc_cuda_prof_mark(c->prof, c->st, QC_PROF_WO);
-	rc = add(c, c->d_x, c->d_xn, T * E, T * E, err);
-	qc_cuda_prof_mark(c->prof, c->st, QC_PROF_NORM);
 	return rc;
 }
 
@@ -355,16 +385,14 @@ static int ffn_block(struct cu *c, int64_t T, int il, struct qc_err *err)
 		return rc;
 	qc_cuda_prof_mark(c->prof, c->st, QC_PROF_NORM);
 	if (!cfg->n_expert) {
-		const struct qc_cuda_silu_mul_args sm = {c->d_fa, c->d_fb, c->d_fa, T * F};
-		if ((rc = qc_cuda_be_mm(c, &L->gate, c->d_xn, E, 1, NULL, T, c->d_fa, F, err)) ||
-		    (rc = qc_cuda_be_mm(c, &L->up, c->d_xn, E, 1, NULL, T, c->d_fb, F, err)))
+		const struct dmat *const gu[] = {&L->gate, &L->up};
+		float *const gu_y[] = {c->d_fa, c->d_fb};
+		const int64_t gu_ld[] = {F, F};
+		if ((rc = qc_cuda_be_mm_multi(c, gu, gu_y, gu_ld, 2, c->d_xn, E, T, err)))
 			return rc;
 		qc_cuda_prof_mark(c->prof, c->st, QC_PROF_FFN_UP);
-		if ((rc = qc_cuda_silu_mul(&sm, c->st, err)))
-			return rc;
-		qc_cuda_prof_mark(c->prof, c->st, QC_PROF_NORM);
-		if ((rc = qc_cuda_be_mm(c, &L->down, c->d_fa, F, 1, NULL, T, c->d_att, E, err)) ||
-		    (rc = add(c, c->d_x, c->d_att, T * E, T * E, err)))
+		/* x += down(silu(gate) * up): both fused into the GEMV where it can */
+		if ((rc = qc_cuda_be_mm_fused(c, &L->down, c->d_fa, c->d_fb, F, T, c->d_x, E, true, c->d_att, err)))
 			return rc;
 		qc_cuda_prof_mark(c->prof, c->st, QC_PROF_FFN_DOWN);
 		return QC_OK;

@@ -33,4 +33,6 @@ void qc_cuda_env_read(struct qc_cuda_env *e)
 	e->mm.gemv_kt = kt && atoi(kt) == 8 ? QC_CUDA_GEMV_KT8 : QC_CUDA_GEMV_KT4;
 	const char *fl = getenv("QC_CUDA_FLASH");
 	e->flash = fl && !strcmp(fl, "0") ? QC_CUDA_ATTN_FLASH_OFF : QC_CUDA_ATTN_FLASH_AUTO;
+	const char *pdl = getenv("QC_CUDA_PDL");
+	e->pdl = !(pdl && !strcmp(pdl, "0"));
 }

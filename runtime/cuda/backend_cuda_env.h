@@ -16,6 +16,8 @@ struct qc_cuda_env {
 	struct qc_cuda_mm_tuning mm;   /* QC_CUDA_GEMV_MAX_ROWS, QC_MARLIN_CUBLAS_ROWS,
 					  QC_MARLIN_GEMV_ROWS, QC_MARLIN_GEMV_KTW */
 	enum qc_cuda_attn_flash flash; /* QC_CUDA_FLASH=0: OFF */
+	int pdl;                       /* QC_CUDA_PDL=0: plain launches (default: programmatic
+					  dependent launch where the device has it, pdl.h) */
 };
 
 /* Fill *e from the environment (unset or empty: the defaults). Never fails: a

@@ -82,6 +82,8 @@ struct cu {
 	float *d_top_vals, *h_top_vals; /* (max_logits, QC_BACKEND_TOP_MAX) and their logits */
 	void *d_ws;                /* gemm scratch */
 	uint64_t ws_bytes;
+	uint32_t *d_flags;         /* split-K arrival counters (qc_cuda_mm_args.d_flags), zeroed once */
+	int64_t n_flags;
 	struct qc_cuda_env env;    /* the knobs, read once at create (backend_cuda_env.c) */
 	int32_t table_stride;      /* block-table entries per sequence on the device: fixed, so a
 				      captured graph stays valid as sequences grow */
@@ -118,5 +120,16 @@ uint64_t qc_cuda_be_ws_need(const struct cu *c);
  * kind qc_layout_kernel picks. */
 int qc_cuda_be_mm(struct cu *c, const struct dmat *w, const float *d_x, int64_t ldx, int32_t x_div,
 		  const int32_t *d_expert, int64_t n_rows, float *d_y, int64_t ldy, struct qc_err *err);
+/* y = W x (acc: y += W x) for n_rows dense rows (x_div 1), where x = silu(x) * x2
+ * when d_x2; fused into the matmul where its kernel kind can, else silu_mul in
+ * place in d_x first and, for acc, the product into d_tmp ((n_rows, ldy) floats)
+ * then the add kernel. */
+int qc_cuda_be_mm_fused(struct cu *c, const struct dmat *w, float *d_x, const float *d_x2, int64_t ldx,
+			int64_t n_rows, float *d_y, int64_t ldy, bool acc, float *d_tmp, struct qc_err *err);
+
+/* d_y[i] = w[i] x for i < n (n <= 3) dense rows: one launch where the kind can take
+ * several matrices and w[] agree in layout, type and n_in, else n matmuls. */
+int qc_cuda_be_mm_multi(struct cu *c, const struct dmat *const *w, float *const *d_y, const int64_t *ldy, int n,
+			const float *d_x, int64_t ldx, int64_t n_rows, struct qc_err *err);
 
 #endif

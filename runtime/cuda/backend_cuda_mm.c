@@ -2,16 +2,30 @@
  * kernel kind runs (qc_layout_kernel, quant/layout.c), matmul_dispatch.h gives the
  * kind's function for the weight's (layout, type); act-order weights get their
  * activations gathered first. This file holds no row-count rule of its own.
+ * qc_cuda_be_mm_fused asks the kind what it fuses (qc_cuda_mm_kernels.fuse) and
+ * runs the SwiGLU product or the residual add as kernels of their own where it
+ * cannot: the same bits either way (silu.cuh, add.cu). qc_cuda_be_mm_multi runs
+ * matrices on the same activations (Q, K, V; gate, up) in one launch where the
+ * kind can (QC_MM_FUSE_MULTI) and their layouts agree, else one after the other.
  */
 #include <stdio.h>
 
 #include "backend_cuda_int.h"
 #include "kernels/act_gather.h"
+#include "kernels/add.h"
 #include "kernels/moe_gemm.h"
+#include "kernels/silu_mul.h"
 
-/* y = W x for n_rows activation rows (see matmul_dispatch.h). */
-int qc_cuda_be_mm(struct cu *c, const struct dmat *w, const float *d_x, int64_t ldx, int32_t x_div,
-		  const int32_t *d_expert, int64_t n_rows, float *d_y, int64_t ldy, struct qc_err *err)
+/* The kernel kind the layout table picks for this matmul. */
+static enum qc_kernel_kind kind_of(const struct cu *c, const struct dmat *w, int64_t n_rows, bool experts)
+{
+	return qc_layout_kernel(w->layout, n_rows, experts, w->n_in, w->n_out, &c->env.mm.rows);
+}
+
+/* y (+)= W x, x = silu(x) * x2 when x2: the kind takes the fusions (checked by the callers) */
+static int mm_run(struct cu *c, const struct dmat *w, const float *d_x, int64_t ldx, int32_t x_div,
+		  const int32_t *d_expert, int64_t n_rows, float *d_y, int64_t ldy, const float *d_x2, bool acc,
+		  struct qc_err *err)
 {
 	if (w->d_perm) { /* act-order: x gathered into the order of the weight's columns */
 		if (n_rows * w->n_in > c->xperm_cap)
@@ -31,9 +45,10 @@ int qc_cuda_be_mm(struct cu *c, const struct dmat *w, const float *d_x, int64_t 
 		.row_bytes = w->row_bytes, .mat_stride = w->mat_stride, .d_x = d_x, .ldx = ldx,
 		.x_div = x_div, .d_expert = d_expert, .n_rows = n_rows, .d_y = d_y, .ldy = ldy,
 		.d_ws = c->d_ws, .ws_bytes = c->ws_bytes, .blas = c->blas, .gemv_kt = c->env.mm.gemv_kt,
+		.d_flags = c->d_flags, .n_flags = c->n_flags, .d_x2 = d_x2, .accumulate = acc,
 	};
 	const struct qc_kernel_rows *r = &c->env.mm.rows;
-	const enum qc_kernel_kind kind = qc_layout_kernel(w->layout, n_rows, d_expert != NULL, w->n_in, w->n_out, r);
+	const enum qc_kernel_kind kind = kind_of(c, w, n_rows, d_expert != NULL);
 	if (kind == QC_KERNEL_MOE_GEMM) {
 		const struct qc_cuda_moe_gemm_args g = {a, w->n_mat};
 		return qc_cuda_moe_gemm(&g, c->st, err);
@@ -47,4 +62,65 @@ int qc_cuda_be_mm(struct cu *c, const struct dmat *w, const float *d_x, int64_t 
 		return qc_err_set(err, QC_EUNSUPPORTED, NULL, NULL, -1, "cuda: no %s kernel for %s %s",
 				  qc_kernel_kind_name(kind), qc_layout_name(w->layout), qc_types[w->type].name);
 	return fn(&a, c->st, err);
+}
+
+int qc_cuda_be_mm(struct cu *c, const struct dmat *w, const float *d_x, int64_t ldx, int32_t x_div,
+		  const int32_t *d_expert, int64_t n_rows, float *d_y, int64_t ldy, struct qc_err *err)
+{
+	return mm_run(c, w, d_x, ldx, x_div, d_expert, n_rows, d_y, ldy, NULL, false, err);
+}
+
+int qc_cuda_be_mm_fused(struct cu *c, const struct dmat *w, float *d_x, const float *d_x2, int64_t ldx,
+			int64_t n_rows, float *d_y, int64_t ldy, bool acc, float *d_tmp, struct qc_err *err)
+{
+	const enum qc_kernel_kind kind = kind_of(c, w, n_rows, false);
+	const unsigned have = (unsigned)kind < QC_KERNEL_COUNT && !w->d_perm ? w->k->fuse[kind] : 0u;
+	const bool f_silu = d_x2 && (have & QC_MM_FUSE_SILU), f_acc = acc && (have & QC_MM_FUSE_ACC);
+	int rc;
+	if (d_x2 && !f_silu) { /* x = silu(x) * x2 in place, then a plain matmul */
+		const struct qc_cuda_silu_mul_args sm = {d_x, d_x2, d_x, n_rows * ldx};
+		if ((rc = qc_cuda_silu_mul(&sm, c->st, err)))
+			return rc;
+	}
+	if (!acc || f_acc)
+		return mm_run(c, w, d_x, ldx, 1, NULL, n_rows, d_y, ldy, f_silu ? d_x2 : NULL, acc, err);
+	/* y += through d_tmp and the add kernel */
+	if ((rc = mm_run(c, w, d_x, ldx, 1, NULL, n_rows, d_tmp, ldy, f_silu ? d_x2 : NULL, false, err)))
+		return rc;
+	const struct qc_cuda_add_args ad = {d_y, d_tmp, n_rows * ldy, n_rows * ldy};
+	return qc_cuda_add(&ad, c->st, err);
+}
+
+int qc_cuda_be_mm_multi(struct cu *c, const struct dmat *const *w, float *const *d_y, const int64_t *ldy, int n,
+			const float *d_x, int64_t ldx, int64_t n_rows, struct qc_err *err)
+{
+	const enum qc_kernel_kind kind = kind_of(c, w[0], n_rows, false);
+	bool one = n > 1 && n <= 1 + QC_CUDA_MM_MORE && (unsigned)kind < QC_KERNEL_COUNT &&
+		   (w[0]->k->fuse[kind] & QC_MM_FUSE_MULTI) && !w[0]->d_perm;
+	int64_t cols = w[0]->n_out;
+	for (int i = 1; one && i < n; i++) {
+		one = w[i]->layout == w[0]->layout && w[i]->type == w[0]->type && w[i]->n_in == w[0]->n_in &&
+		      !w[i]->d_perm && kind_of(c, w[i], n_rows, false) == kind;
+		cols += w[i]->n_out;
+	}
+	if (one && w[0]->k->ws_bytes(w[0]->n_in, cols, n_rows, &c->env.mm) > c->ws_bytes)
+		one = false;
+	if (!one) {
+		for (int i = 0; i < n; i++) {
+			int rc = qc_cuda_be_mm(c, w[i], d_x, ldx, 1, NULL, n_rows, d_y[i], ldy[i], err);
+			if (rc)
+				return rc;
+		}
+		return QC_OK;
+	}
+	struct qc_cuda_mm_args a = {
+		.d_w = w[0]->d_w, .type = w[0]->type, .layout = w[0]->layout, .n_in = w[0]->n_in, .n_out = w[0]->n_out,
+		.row_bytes = w[0]->row_bytes, .mat_stride = w[0]->mat_stride, .d_x = d_x, .ldx = ldx,
+		.x_div = 1, .n_rows = n_rows, .d_y = d_y[0], .ldy = ldy[0],
+		.d_ws = c->d_ws, .ws_bytes = c->ws_bytes, .blas = c->blas, .gemv_kt = c->env.mm.gemv_kt,
+		.d_flags = c->d_flags, .n_flags = c->n_flags, .n_more = n - 1,
+	};
+	for (int i = 1; i < n; i++)
+		a.more[i - 1] = (struct qc_cuda_mm_more){w[i]->d_w, w[i]->n_out, d_y[i], ldy[i]};
+	return w[0]->k->run[kind](&a, c->st, err);
 }

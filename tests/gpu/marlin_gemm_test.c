@@ -22,6 +22,9 @@
 #include "layout_marlin.h"
 #include "marlin_gemm.cuh"
 #include "matmul_dispatch.h"
+#include "pdl.h"
+#include "add.h"
+#include "silu_mul.h"
 #include "fp16.h"
 
 static int n_pass, n_fail;
@@ -440,13 +443,141 @@ static void check_gemv(enum qc_layout l, int64_t rows, int64_t n, int64_t k, int
 		CU(cudaMemcpy(y1, d_y, (size_t)ldy * 4, cudaMemcpyDeviceToHost));
 		differ += memcmp(y1, y + r * ldy, (size_t)n * 4) != 0;
 	}
+	/* the in-kernel split-K sum (arrival counters), launched with programmatic
+	 * dependent launch on a stream of its own, twice in a row (the counters must
+	 * be back at zero): the same bits as the reduce kernel's, every counter 0 after */
+	int64_t fl_differ = 0, fl_left = 0;
+	if (!rc) {
+		const int64_t nf = 4 * (n / 32 + 1);
+		uint32_t *d_fl = NULL, *hf = malloc((size_t)nf * 4);
+		float *y2 = malloc((size_t)(rows * ldy) * 4);
+		cudaStream_t st;
+		CU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+		CU(cudaMalloc((void **)&d_fl, (size_t)nf * 4));
+		CU(cudaMemset(d_fl, 0, (size_t)nf * 4));
+		struct qc_cuda_mm_args mf = m;
+		mf.d_flags = d_fl;
+		mf.n_flags = nf;
+		qc_cuda_pdl_set(1);
+		for (int rep = 0; rep < 2 && !rc; rep++) {
+			CU(cudaMemset(d_y, 0xff, (size_t)(rows * ldy) * 4));
+			rc = qc_cuda_marlin_gemv(&mf, st, &err);
+			if (!rc)
+				rc = qc_cuda_check(cudaStreamSynchronize(st), "sync", &err);
+			CU(cudaMemcpy(y2, d_y, (size_t)(rows * ldy) * 4, cudaMemcpyDeviceToHost));
+			fl_differ += memcmp(y2, y, (size_t)(rows * ldy) * 4) != 0;
+		}
+		/* three matrices in one launch (the same weights: each must give y) */
+		if (E == 1 && !rc) {
+			void *d_y2, *d_y3;
+			CU(cudaMalloc(&d_y2, (size_t)(rows * ldy) * 4));
+			CU(cudaMalloc(&d_y3, (size_t)(rows * ldy) * 4));
+			CU(cudaMemset(d_y, 0xff, (size_t)(rows * ldy) * 4));
+			CU(cudaMemset(d_y2, 0xff, (size_t)(rows * ldy) * 4));
+			CU(cudaMemset(d_y3, 0xff, (size_t)(rows * ldy) * 4));
+			struct qc_cuda_mm_args m3 = mf;
+			m3.n_more = 2;
+			m3.more[0] = (struct qc_cuda_mm_more){d_w, n, d_y2, ldy};
+			m3.more[1] = (struct qc_cuda_mm_more){d_w, n, d_y3, ldy};
+			const uint64_t w3 = qc_cuda_marlin_gemv_ws(k, 3 * n, rows, QC_CUDA_GEMV_KT4);
+			void *d_ws3 = NULL;
+			if (w3)
+				CU(cudaMalloc(&d_ws3, w3));
+			m3.d_ws = d_ws3;
+			m3.ws_bytes = w3;
+			rc = qc_cuda_marlin_gemv(&m3, st, &err);
+			if (!rc)
+				rc = qc_cuda_check(cudaStreamSynchronize(st), "sync", &err);
+			void *const outs[3] = {d_y, d_y2, d_y3};
+			for (int o = 0; o < 3 && !rc; o++) {
+				CU(cudaMemcpy(y2, outs[o], (size_t)(rows * ldy) * 4, cudaMemcpyDeviceToHost));
+				fl_differ += memcmp(y2, y, (size_t)(rows * ldy) * 4) != 0;
+			}
+			cudaFree(d_y2);
+			cudaFree(d_y3);
+			cudaFree(d_ws3);
+		}
+		qc_cuda_pdl_set(0);
+		CU(cudaMemcpy(hf, d_fl, (size_t)nf * 4, cudaMemcpyDeviceToHost));
+		for (int64_t i = 0; i < nf; i++)
+			fl_left += hf[i] != 0;
+		cudaFree(d_fl);
+		cudaStreamDestroy(st);
+		free(hf);
+		free(y2);
+	}
+	/* the fusions: silu(x) * x2 in the loads and y += in the store (with the
+	 * counters and PDL) against silu_mul, the plain GEMV into a scratch and add:
+	 * the same bits in every written element */
+	int64_t fu_differ = 0;
+	if (!rc) {
+		const size_t nx = (size_t)(rows * ldx), ny = (size_t)(rows * ldy);
+		float *x2 = malloc(nx * 4), *y0 = malloc(ny * 4), *ya = malloc(ny * 4), *yb = malloc(ny * 4);
+		for (size_t i = 0; i < nx; i++)
+			x2[i] = (float)((int)(i * 2654435761u % 2001u) - 1000) / 500.0f;
+		for (size_t i = 0; i < ny; i++)
+			y0[i] = (float)((int)(i * 40503u % 1001u) - 500) / 50.0f;
+		void *d_x2, *d_xs, *d_t, *d_ya, *d_yb;
+		uint32_t *d_fl;
+		const int64_t nf = 4 * (n / 32 + 1);
+		CU(cudaMalloc(&d_x2, nx * 4));
+		CU(cudaMalloc(&d_xs, nx * 4));
+		CU(cudaMalloc(&d_t, ny * 4));
+		CU(cudaMalloc(&d_ya, ny * 4));
+		CU(cudaMalloc(&d_yb, ny * 4));
+		CU(cudaMalloc((void **)&d_fl, (size_t)nf * 4));
+		CU(cudaMemset(d_fl, 0, (size_t)nf * 4));
+		CU(cudaMemset(d_t, 0xff, ny * 4));
+		CU(cudaMemcpy(d_x2, x2, nx * 4, cudaMemcpyHostToDevice));
+		CU(cudaMemcpy(d_ya, y0, ny * 4, cudaMemcpyHostToDevice));
+		CU(cudaMemcpy(d_yb, y0, ny * 4, cudaMemcpyHostToDevice));
+		const struct qc_cuda_silu_mul_args sa = {d_x, d_x2, d_xs, (int64_t)nx};
+		struct qc_cuda_mm_args mu = m;
+		mu.d_x = d_xs;
+		mu.d_y = d_t;
+		const struct qc_cuda_add_args aa = {d_yb, d_t, (int64_t)ny, (int64_t)ny};
+		struct qc_cuda_mm_args mf = m;
+		mf.d_x2 = d_x2;
+		mf.accumulate = 1;
+		mf.d_y = d_ya;
+		mf.d_flags = d_fl;
+		mf.n_flags = nf;
+		rc = qc_cuda_silu_mul(&sa, 0, &err);
+		if (!rc)
+			rc = qc_cuda_marlin_gemv(&mu, 0, &err);
+		if (!rc)
+			rc = qc_cuda_add(&aa, 0, &err);
+		qc_cuda_pdl_set(1);
+		if (!rc)
+			rc = qc_cuda_marlin_gemv(&mf, 0, &err);
+		qc_cuda_pdl_set(0);
+		if (!rc)
+			rc = qc_cuda_check(cudaDeviceSynchronize(), "sync", &err);
+		CU(cudaMemcpy(ya, d_ya, ny * 4, cudaMemcpyDeviceToHost));
+		CU(cudaMemcpy(yb, d_yb, ny * 4, cudaMemcpyDeviceToHost));
+		for (int64_t r = 0; r < rows; r++)
+			fu_differ += memcmp(ya + r * ldy, yb + r * ldy, (size_t)n * 4) != 0 ||
+				     memcmp(ya + r * ldy + n, y0 + r * ldy + n, (size_t)(ldy - n) * 4) != 0;
+		cudaFree(d_x2);
+		cudaFree(d_xs);
+		cudaFree(d_t);
+		cudaFree(d_ya);
+		cudaFree(d_yb);
+		cudaFree(d_fl);
+		free(x2);
+		free(y0);
+		free(ya);
+		free(yb);
+	}
 	double rg = sqrt(eg / nrm), rb = sqrt(eb / nrm);
-	int ok = rc == QC_OK && bad == 0 && touched == 0 && differ == 0 && rg <= 2 * rb + 1e-6;
+	int ok = rc == QC_OK && bad == 0 && touched == 0 && differ == 0 && fl_differ == 0 && fl_left == 0 &&
+		 fu_differ == 0 && rg <= 2 * rb + 1e-6;
 	printf("%s gemv %-9s rows=%lld n=%lld k=%lld experts=%lld ws=%llu rel_err %.3e (fp16 plain %.3e) nan %lld "
-	       "written past n %lld rows differing alone %lld%s%s\n",
+	       "written past n %lld rows differing alone %lld in-kernel sum differing %lld counters left %lld "
+	       "fused rows differing %lld%s%s\n",
 	       ok ? "PASS" : "FAIL", qc_layout_name(l), (long long)rows, (long long)n, (long long)k, (long long)E,
 	       (unsigned long long)wsb, rg, rb, (long long)bad, (long long)touched, (long long)differ,
-	       rc ? " err: " : "", rc ? err.msg : "");
+	       (long long)fl_differ, (long long)fl_left, (long long)fu_differ, rc ? " err: " : "", rc ? err.msg : "");
 	ok ? n_pass++ : n_fail++;
 	cudaFree(d_w);
 	cudaFree(d_x);

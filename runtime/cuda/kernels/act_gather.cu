@@ -4,11 +4,13 @@
  * Reference: runtime/ops/act_gather.c (the CPU backend's act_gather).
  */
 #include "act_gather.h"
+#include "pdl.cuh"
 
 #include <cuda_runtime.h>
 
 static __global__ void act_gather_kernel(const struct qc_cuda_act_gather_args a)
 {
+	qc_pdl_enter();
 	const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
 	if (i >= a.n_rows * a.k)
 		return;
@@ -24,6 +26,6 @@ extern "C" int qc_cuda_act_gather(const struct qc_cuda_act_gather_args *a, cudaS
 				  (long long)a->n_rows, (long long)a->k, (long long)a->ldx, a->x_div);
 	if (!a->n_rows)
 		return QC_OK;
-	act_gather_kernel<<<(unsigned)((a->n_rows * a->k + 255) / 256), 256, 0, s>>>(*a);
+	(void)qc_launch(act_gather_kernel, dim3((unsigned)((a->n_rows * a->k + 255) / 256)), dim3(256), 0, s, *a);
 	return qc_cuda_check(cudaGetLastError(), "act_gather_kernel", err);
 }

@@ -3,11 +3,13 @@
  * Non-goals: fusing into neighbours. Reference: runtime/ops/add.c.
  */
 #include "add.h"
+#include "pdl.cuh"
 
 #include <cuda_runtime.h>
 
 static __global__ void add_kernel(const struct qc_cuda_add_args a)
 {
+	qc_pdl_enter();
 	const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
 	if (i < a.n)
 		a.d_y[i] += a.d_x[i % a.n_x];
@@ -20,6 +22,6 @@ extern "C" int qc_cuda_add(const struct qc_cuda_add_args *a, cudaStream_t s, str
 				  (long long)a->n_x);
 	if (!a->n)
 		return QC_OK;
-	add_kernel<<<(unsigned)((a->n + 255) / 256), 256, 0, s>>>(*a);
+	(void)qc_launch(add_kernel, dim3((unsigned)((a->n + 255) / 256)), dim3(256), 0, s, *a);
 	return qc_cuda_check(cudaGetLastError(), "add_kernel", err);
 }

@@ -5,6 +5,7 @@
  * Reference: runtime/ops/argmax.c.
  */
 #include "argmax.h"
+#include "pdl.cuh"
 
 #include <cuda_runtime.h>
 #include <math.h>
@@ -19,6 +20,7 @@ static __device__ __forceinline__ bool beats(float v, int32_t i, float w, int32_
 
 static __global__ void __launch_bounds__(THREADS) argmax_kernel(const struct qc_cuda_argmax_args a)
 {
+	qc_pdl_enter();
 	__shared__ float sv[THREADS / 32];
 	__shared__ int32_t si[THREADS / 32];
 	__shared__ int sbad[THREADS / 32];
@@ -69,6 +71,6 @@ extern "C" int qc_cuda_argmax(const struct qc_cuda_argmax_args *a, cudaStream_t 
 				  a->n);
 	if (!a->n_rows)
 		return QC_OK;
-	argmax_kernel<<<(unsigned)a->n_rows, THREADS, 0, s>>>(*a);
+	(void)qc_launch(argmax_kernel, dim3((unsigned)a->n_rows), dim3(THREADS), 0, s, *a);
 	return qc_cuda_check(cudaGetLastError(), "argmax_kernel", err);
 }

@@ -4,6 +4,7 @@
  * Reference: runtime/ops/embed.c.
  */
 #include "embed.h"
+#include "pdl.cuh"
 
 #include <cuda_runtime.h>
 
@@ -11,6 +12,7 @@
 
 template <int T> static __global__ void embed_kernel(const struct qc_cuda_embed_args a)
 {
+	qc_pdl_enter();
 	const int64_t n_chunks = (a.n_embd + 31) / 32;
 	const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
 	if (i >= a.n_tok * n_chunks)
@@ -34,7 +36,7 @@ typedef void (*launch_fn)(const struct qc_cuda_embed_args *a, cudaStream_t s);
 template <int T> static void launch(const struct qc_cuda_embed_args *a, cudaStream_t s)
 {
 	const int64_t n = a->n_tok * ((a->n_embd + 31) / 32);
-	embed_kernel<T><<<(unsigned)((n + 127) / 128), 128, 0, s>>>(*a);
+	(void)qc_launch(embed_kernel<T>, dim3((unsigned)((n + 127) / 128)), dim3(128), 0, s, *a);
 }
 
 /* The launcher for t, nullptr when t has no device decoder (decode_dispatch.cuh). */

@@ -37,6 +37,8 @@ static int blas_check(cublasStatus_t st, const char *what, struct qc_err *err)
 
 extern "C" int qc_cuda_gemm_f16(const struct qc_cuda_mm_args *a, cudaStream_t s, struct qc_err *err)
 {
+	if (qc_cuda_mm_check_fuse(a, 0, "gemm_f16", err))
+		return QC_EUNSUPPORTED;
 	cublasHandle_t h = (cublasHandle_t)a->blas;
 	const float one = 1.0f, zero = 0.0f;
 	int rc;

@@ -24,6 +24,7 @@
  * Reference: runtime/ops/gemv_q.c (decode a row with qc_dequant_row_*, dot).
  */
 #include "gemv_q.h"
+#include "pdl.cuh"
 
 #include <cuda_runtime.h>
 
@@ -124,6 +125,7 @@ template <int G> struct gemv_ctx {
 template <int T, int G, int U>
 static __global__ void __launch_bounds__(32 * WARPS) gemv_plain_kernel(const struct qc_cuda_mm_args a)
 {
+	qc_pdl_enter();
 	__shared__ float xs[G][XS(U)];
 	gemv_ctx<G> c(a);
 	const int64_t n_chunks = a.n_in / 32;
@@ -190,6 +192,7 @@ static __device__ __forceinline__ void span_issue(const uint8_t *row, int64_t s,
 template <int T, int G, int U>
 static __global__ void __launch_bounds__(32 * WARPS) gemv_blk_kernel(const struct qc_cuda_mm_args a)
 {
+	qc_pdl_enter();
 	using S = span_of<T>;
 	extern __shared__ __align__(16) unsigned char smem[];
 	float(*xs)[XS(U)] = (float(*)[XS(U)])(void *)smem;
@@ -231,7 +234,7 @@ template <int T, int G, int U>
 static int launch_one(const struct qc_cuda_mm_args *a, dim3 g, cudaStream_t s, struct qc_err *err)
 {
 	if constexpr (qc_dev<T>::PLAIN) {
-		gemv_plain_kernel<T, G, U><<<g, 32 * WARPS, 0, s>>>(*a);
+		(void)qc_launch(gemv_plain_kernel<T, G, U>, g, dim3(32 * WARPS), 0, s, *a);
 		return qc_cuda_check(cudaGetLastError(), "gemv_plain_kernel", err);
 	} else {
 		constexpr size_t smem = blk_smem<T, G, U>();
@@ -244,7 +247,7 @@ static int launch_one(const struct qc_cuda_mm_args *a, dim3 g, cudaStream_t s, s
 				return rc;
 			raised = true;
 		}
-		gemv_blk_kernel<T, G, U><<<g, 32 * WARPS, smem, s>>>(*a);
+		(void)qc_launch(gemv_blk_kernel<T, G, U>, g, dim3(32 * WARPS), smem, s, *a);
 		return qc_cuda_check(cudaGetLastError(), "gemv_blk_kernel", err);
 	}
 }
@@ -281,6 +284,8 @@ extern "C" bool qc_cuda_gemv_q_supports(enum qc_type t)
 
 extern "C" int qc_cuda_gemv_q(const struct qc_cuda_mm_args *a, cudaStream_t s, struct qc_err *err)
 {
+	if (qc_cuda_mm_check_fuse(a, 0, "gemv_q", err))
+		return QC_EUNSUPPORTED;
 	const launch_fn f = find(a->type);
 	if (!f)
 		return qc_err_set(err, QC_EUNSUPPORTED, NULL, NULL, -1, "gemv_q: no device decoder for %s",

@@ -11,6 +11,7 @@
  * st a stage, mt an m16 tile, j an n8 tile of the stripe, ks a k16 tile of a stage.
  */
 #include "marlin_gemm.cuh"
+#include "pdl.cuh"
 
 extern "C" {
 #include "layout_marlin.h"
@@ -137,6 +138,7 @@ __device__ __forceinline__ void dq_i8(uint32_t q, uint32_t b[2])
 template <int BITS, int MT, bool ZP>
 __global__ void __launch_bounds__(THREADS) marlin_gemm_kernel(const kparams p)
 {
+	qc_pdl_enter();
 	using G = geo<BITS>;
 	using SP = smem_plan<BITS, MT, ZP>;
 	constexpr int BM = 16 * MT;
@@ -292,6 +294,7 @@ __global__ void __launch_bounds__(THREADS) marlin_gemm_kernel(const kparams p)
 __global__ void marlin_reduce_kernel(const float *ws, void *c, int splits, size_t n, size_t mn, size_t ldc,
 				     int c_f16)
 {
+	qc_pdl_enter();
 	size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 2;
 	if (i >= mn)
 		return;
@@ -311,7 +314,7 @@ __global__ void marlin_reduce_kernel(const float *ws, void *c, int splits, size_
 template <int BITS, int MT, bool ZP>
 int launch(const kparams &p, dim3 grid, cudaStream_t s, struct qc_err *err)
 {
-	marlin_gemm_kernel<BITS, MT, ZP><<<grid, THREADS, smem_plan<BITS, MT, ZP>::TOTAL, s>>>(p);
+	(void)qc_launch(marlin_gemm_kernel<BITS, MT, ZP>, grid, dim3(THREADS), smem_plan<BITS, MT, ZP>::TOTAL, s, p);
 	return qc_cuda_check(cudaGetLastError(), "marlin_gemm_kernel", err);
 }
 
@@ -464,7 +467,7 @@ extern "C" int qc_cuda_marlin_gemm(const struct qc_marlin_gemm_args *a, cudaStre
 		return rc;
 	if (pl.splits > 1) {
 		size_t mn = (size_t)a->m * (size_t)a->n, pairs = mn / 2;
-		marlin_reduce_kernel<<<(unsigned)((pairs + 255) / 256), 256, 0, s>>>(p.ws, a->c, pl.splits, (size_t)a->n,
+		(void)qc_launch(marlin_reduce_kernel, dim3((unsigned)((pairs + 255) / 256)), dim3(256), 0, s, p.ws, a->c, pl.splits, (size_t)a->n,
 										      mn, p.ldc, p.c_f16);
 		rc = qc_cuda_check(cudaGetLastError(), "marlin_reduce_kernel", err);
 	}

@@ -17,6 +17,17 @@
  * go to the scratch and a second kernel sums them in block order. The partition
  * depends on (n, k) only and each row has its own accumulators, so a row's
  * result never depends on the other rows (batched == alone, bit for bit).
+ * In-kernel sum (the caller passes arrival counters, d_flags): each block adds
+ * one to its stripe's counter after its partials are out; the block that
+ * arrives last sums the stripe's partials in block order, exactly as the second
+ * kernel would (same bits), and re-zeroes the counter. One kernel per matmul
+ * instead of two: a decode step is bound by its kernel count (docs/perf-notes.md).
+ * Fusions (matmul_dispatch.h): several matrices on the same x share a launch
+ * (their stripes side by side along the grid, each block finds its matrix), x2 makes the staged activations silu(x) * x2,
+ * acc makes the final store y += (silu.cuh and add.cu's arithmetic: same bits as
+ * the separate kernels).
+ * Programmatic dependent launch (pdl.cuh): the weight tiles and scales are
+ * loaded before qc_pdl_wait, so they stream while the previous kernel drains.
  * Rows: whatever the backend sends (the layout table's GEMV column: one row of
  * an int4 layout, and MoE rows, an expert per row, one row per block; more with
  * QC_MARLIN_GEMV_ROWS, docs/cuda.md); ROWS at a time share a block's weight loads.
@@ -25,6 +36,8 @@
  */
 #include "marlin_gemm.cuh"
 #include "matmul_dispatch.h"
+#include "pdl.cuh"
+#include "silu.cuh"
 
 extern "C" {
 #include "layout_marlin.h"
@@ -40,15 +53,23 @@ constexpr int ROWS = 4;                     /* activation rows per launch (more:
 constexpr int TILE = 512;                   /* bytes of one k16 tile of a stripe */
 
 struct gparams {
-	const uint8_t *w;
 	uint64_t mat_stride, stripe_bytes;
 	const int32_t *expert;     /* (rows) or NULL */
 	const float *x;
 	int64_t ldx;
 	int32_t x_div;
-	float *y;                  /* final output (one block per stripe along K) */
-	int64_t ldy;
+	/* matrices side by side along n (QC_MM_FUSE_MULTI; one without it): matrix m
+	 * has columns col0[m] .. col0[m + 1] - 1 of the launch, its weights at wm[m],
+	 * its outputs at ym[m] with row stride ldym[m] */
+	int n_mats;
+	const uint8_t *wm[1 + QC_CUDA_MM_MORE];
+	float *ym[1 + QC_CUDA_MM_MORE];
+	int64_t ldym[1 + QC_CUDA_MM_MORE];
+	int col0[2 + QC_CUDA_MM_MORE];
 	float *ws;                 /* (kb, rows, n) partials when kb > 1 */
+	uint32_t *flags;           /* (rows, n / S) arrival counters, or NULL: marlin_gemv_reduce sums */
+	const float *x2;           /* NULL, or x is silu(x) * x2 (the SwiGLU product, fused into the load) */
+	int acc;                   /* y += (the residual add, fused into the store) */
 	int64_t r0;                /* first row of this launch */
 	int nr, n, k, kb;
 };
@@ -89,6 +110,26 @@ template <int BITS, int Z> __device__ __forceinline__ void weights(const uint32_
 	}
 }
 
+/* The matrix holding launch column n. */
+__device__ __forceinline__ int mat_of(const gparams &p, int64_t n)
+{
+	int m = 0;
+	while (m + 1 < p.n_mats && n >= p.col0[m + 1])
+		m++;
+	return m;
+}
+
+/* y = s, or y += s (one float add: the residual add kernel's bits), for launch row
+ * `row` and launch column n of matrix m */
+__device__ __forceinline__ void store(const gparams &p, int m, int64_t row, int64_t n, float s)
+{
+	float *y = p.ym[m] + (p.r0 + row) * p.ldym[m] + (n - p.col0[m]);
+	if (p.acc)
+		*y += s;
+	else
+		*y = s;
+}
+
 /* KT_WARP: k16 tiles per warp (an even number: whole 32-k groups) */
 template <int BITS, bool ZP, int G, int KT_WARP>
 __global__ void __launch_bounds__(32 * WARPS) marlin_gemv_kernel(const gparams p)
@@ -103,10 +144,15 @@ __global__ void __launch_bounds__(32 * WARPS) marlin_gemv_kernel(const gparams p
 	const int rb = G == 1 ? blockIdx.z : 0; /* MoE: this block's row */
 	const int nr = G == 1 ? 1 : p.nr;
 	const int64_t row0 = p.r0 + rb;
-	const uint8_t *w = p.w + (p.expert ? (uint64_t)p.expert[row0] * p.mat_stride : 0) +
-			   (uint64_t)stripe * p.stripe_bytes;
+	if (p.expert) /* the routing kernel wrote it */
+		qc_pdl_wait();
+	const int mat = mat_of(p, (int64_t)stripe * S);
+	const uint8_t *w = p.wm[mat] + (p.expert ? (uint64_t)p.expert[row0] * p.mat_stride : 0) +
+			   (uint64_t)(stripe - p.col0[mat] / S) * p.stripe_bytes;
 	const int KT = p.k / 16, G32 = p.k / 32;
 	const int kt0 = kb * KT_BLOCK, kt_end = min(KT, kt0 + KT_BLOCK);
+	__shared__ bool last;
+	qc_pdl_trigger();
 
 	const int wt0 = kt0 + warp * KT_WARP;
 	const uint8_t *sc = w + (size_t)KT * TILE; /* scales, then (i4z/i8z) offsets */
@@ -134,11 +180,13 @@ __global__ void __launch_bounds__(32 * WARPS) marlin_gemv_kernel(const gparams p
 			}
 		}
 	}
+	qc_pdl_wait(); /* everything below reads or writes what earlier kernels touch */
 	/* x of this block's k range, every row */
 	for (int i = threadIdx.x; i < G * KT_BLOCK * 16; i += 32 * WARPS) {
 		const int t = i / (KT_BLOCK * 16), kk = i % (KT_BLOCK * 16);
 		const int64_t kg = (int64_t)kt0 * 16 + kk;
-		xs[t][kk] = t < nr && kg < p.k ? p.x[((row0 + t) / p.x_div) * p.ldx + kg] : 0.0f;
+		const int64_t xi = ((row0 + t) / p.x_div) * p.ldx + kg;
+		xs[t][kk] = t < nr && kg < p.k ? (p.x2 ? qc_silu_mul(p.x[xi], p.x2[xi]) : p.x[xi]) : 0.0f;
 	}
 	__syncthreads();
 
@@ -236,15 +284,40 @@ __global__ void __launch_bounds__(32 * WARPS) marlin_gemv_kernel(const gparams p
 		const int64_t n = (int64_t)stripe * S + col;
 		const int64_t row = G == 1 ? rb : t; /* within this launch */
 		if (p.kb == 1)
-			p.y[(p.r0 + row) * p.ldy + n] = s;
+			store(p, mat, row, n, s);
 		else
 			p.ws[((int64_t)kb * p.nr + row) * p.n + n] = s;
 	}
+	if (p.kb == 1 || !p.flags)
+		return;
+	/* the last of the stripe's kb blocks sums them (the threadfence pattern: every
+	 * thread's partials visible device-wide before the block counts itself) */
+	__threadfence();
+	__syncthreads();
+	uint32_t *flag = &p.flags[(int64_t)rb * gridDim.x + stripe];
+	if (threadIdx.x == 0)
+		last = atomicAdd(flag, 1u) == (uint32_t)p.kb - 1;
+	__syncthreads();
+	if (!last)
+		return;
+	__threadfence();
+	for (int i = threadIdx.x; i < nr * S; i += 32 * WARPS) {
+		const int t = i / S, col = i % S;
+		const int64_t n = (int64_t)stripe * S + col;
+		const int64_t row = G == 1 ? rb : t;
+		float s = 0.0f;
+		for (int b = 0; b < p.kb; b++) /* block order: marlin_gemv_reduce's sum */
+			s += __ldcg(&p.ws[((int64_t)b * p.nr + row) * p.n + n]);
+		store(p, mat, row, n, s);
+	}
+	if (threadIdx.x == 0)
+		*flag = 0u; /* ready for the next launch (stream order, or its qc_pdl_wait) */
 }
 
 /* y[r][n] = sum over kb in order of ws[kb][r][n] */
 __global__ void marlin_gemv_reduce(const gparams p)
 {
+	qc_pdl_enter();
 	const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
 	if (i >= (int64_t)p.nr * p.n)
 		return;
@@ -252,7 +325,7 @@ __global__ void marlin_gemv_reduce(const gparams p)
 	float s = 0.0f;
 	for (int b = 0; b < p.kb; b++)
 		s += p.ws[((int64_t)b * p.nr + row) * p.n + n];
-	p.y[(p.r0 + row) * p.ldy + n] = s;
+	store(p, mat_of(p, n), row, n, s);
 }
 
 /* k16 tiles per warp: 4 (512 k per block; measured a little faster than 8 on
@@ -271,28 +344,35 @@ int blocks_along_k(int64_t k, enum qc_cuda_gemv_kt kt)
 }
 
 template <int BITS, bool ZP, int KTW>
-int launch(const gparams &p0, int64_t n_rows, cudaStream_t s, struct qc_err *err)
+int launch(const gparams &p0, int64_t n_rows, uint64_t n_flags, cudaStream_t s, struct qc_err *err)
 {
 	constexpr int S = BITS == 4 ? 64 : 32;
 	gparams p = p0;
+	const dim3 block(32 * WARPS);
 	for (int64_t r0 = 0; r0 < n_rows; r0 += ROWS) {
 		p.r0 = r0;
 		p.nr = (int)(n_rows - r0 < ROWS ? n_rows - r0 : ROWS);
+		/* counters: one per (block row, stripe); too few, the reduce kernel */
+		const uint64_t need = (uint64_t)(p.expert ? p.nr : 1) * (uint64_t)(p.n / S);
+		p.flags = p0.flags && need <= n_flags ? p0.flags : NULL;
+		cudaError_t e;
 		if (p.expert)
-			marlin_gemv_kernel<BITS, ZP, 1, KTW>
-				<<<dim3((unsigned)(p.n / S), (unsigned)p.kb, (unsigned)p.nr), 32 * WARPS, 0, s>>>(p);
+			e = qc_launch(marlin_gemv_kernel<BITS, ZP, 1, KTW>,
+				      dim3((unsigned)(p.n / S), (unsigned)p.kb, (unsigned)p.nr), block, 0, s, p);
 		else if (p.nr == 1)
-			marlin_gemv_kernel<BITS, ZP, 1, KTW><<<dim3((unsigned)(p.n / S), (unsigned)p.kb, 1), 32 * WARPS, 0, s>>>(p);
+			e = qc_launch(marlin_gemv_kernel<BITS, ZP, 1, KTW>, dim3((unsigned)(p.n / S), (unsigned)p.kb, 1),
+				      block, 0, s, p);
 		else
-			marlin_gemv_kernel<BITS, ZP, ROWS, KTW>
-				<<<dim3((unsigned)(p.n / S), (unsigned)p.kb, 1), 32 * WARPS, 0, s>>>(p);
-		int rc = qc_cuda_check(cudaGetLastError(), "marlin_gemv_kernel", err);
+			e = qc_launch(marlin_gemv_kernel<BITS, ZP, ROWS, KTW>,
+				      dim3((unsigned)(p.n / S), (unsigned)p.kb, 1), block, 0, s, p);
+		int rc = qc_cuda_check(e, "marlin_gemv_kernel", err);
 		if (rc)
 			return rc;
-		if (p.kb > 1) {
+		if (p.kb > 1 && !p.flags) {
 			const int64_t total = (int64_t)p.nr * p.n;
-			marlin_gemv_reduce<<<(unsigned)((total + 255) / 256), 256, 0, s>>>(p);
-			if ((rc = qc_cuda_check(cudaGetLastError(), "marlin_gemv_reduce", err)))
+			if ((rc = qc_cuda_check(qc_launch(marlin_gemv_reduce, dim3((unsigned)((total + 255) / 256)),
+							  dim3(256), 0, s, p),
+						"marlin_gemv_reduce", err)))
 				return rc;
 		}
 	}
@@ -320,6 +400,8 @@ extern "C" uint64_t qc_cuda_marlin_ws(int64_t n_in, int64_t n_out, int64_t n_row
 
 extern "C" int qc_cuda_marlin_gemv(const struct qc_cuda_mm_args *a, cudaStream_t s, struct qc_err *err)
 {
+	if (qc_cuda_mm_check_fuse(a, QC_MM_FUSE_SILU | QC_MM_FUSE_ACC | QC_MM_FUSE_MULTI, "marlin_gemv", err))
+		return QC_EUNSUPPORTED;
 	if (a->n_rows == 0)
 		return QC_OK;
 	const int S = qc_marlin_stripe(a->layout);
@@ -331,32 +413,57 @@ extern "C" int qc_cuda_marlin_gemv(const struct qc_cuda_mm_args *a, cudaStream_t
 				  "marlin_gemv: %s %s n_in %lld, n_out %lld, x_div %d not supported",
 				  qc_layout_name(a->layout), qc_types[a->type].name, (long long)a->n_in,
 				  (long long)a->n_out, a->x_div);
+	bool more_ok = a->n_more >= 0 && a->n_more <= QC_CUDA_MM_MORE && (!a->n_more || !a->d_expert);
+	int64_t cols = a->n_out;
+	for (int m = 0; more_ok && m < a->n_more; m++) {
+		more_ok = a->more[m].n_out > 0 && a->more[m].n_out % S == 0 && (uintptr_t)a->more[m].d_w % 16 == 0;
+		cols += a->more[m].n_out;
+	}
+	if (!more_ok || cols > INT32_MAX)
+		return qc_err_set(err, QC_EUNSUPPORTED, NULL, NULL, -1,
+				  "marlin_gemv: %d more matrices (%lld columns in all) not supported", a->n_more,
+				  (long long)cols);
 	gparams p = {};
-	p.w = a->d_w;
+	p.n_mats = 1 + a->n_more;
+	p.wm[0] = a->d_w;
+	p.ym[0] = a->d_y;
+	p.ldym[0] = a->ldy;
+	p.col0[0] = 0;
+	cols = a->n_out;
+	for (int m = 0; m < a->n_more; m++) {
+		p.col0[1 + m] = (int)cols;
+		p.wm[1 + m] = a->more[m].d_w;
+		p.ym[1 + m] = a->more[m].d_y;
+		p.ldym[1 + m] = a->more[m].ldy;
+		cols += a->more[m].n_out;
+	}
+	p.col0[p.n_mats] = (int)cols;
 	p.mat_stride = a->mat_stride;
 	p.stripe_bytes = (uint64_t)S * row;
 	p.expert = a->d_expert;
 	p.x = a->d_x;
 	p.ldx = a->ldx;
 	p.x_div = a->x_div;
-	p.y = a->d_y;
-	p.ldy = a->ldy;
-	p.n = (int)a->n_out;
+	p.n = (int)cols;
 	p.k = (int)a->n_in;
 	p.kb = blocks_along_k(a->n_in, a->gemv_kt);
 	p.ws = (float *)a->d_ws;
-	const uint64_t need = qc_cuda_marlin_gemv_ws(a->n_in, a->n_out, a->n_rows, a->gemv_kt);
+	p.flags = a->d_flags;
+	p.x2 = a->d_x2;
+	p.acc = a->accumulate != 0;
+	const uint64_t nf = a->d_flags && a->n_flags > 0 ? (uint64_t)a->n_flags : 0;
+	const uint64_t need = qc_cuda_marlin_gemv_ws(a->n_in, cols, a->n_rows, a->gemv_kt);
 	if (need && (!a->d_ws || a->ws_bytes < need))
 		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1,
 				  "marlin_gemv: n_in %lld, n_out %lld needs %llu scratch bytes, got %llu",
-				  (long long)a->n_in, (long long)a->n_out, (unsigned long long)need,
+				  (long long)a->n_in, (long long)cols, (unsigned long long)need,
 				  (unsigned long long)a->ws_bytes);
 	/* the (bits, offsets) pair picks the instantiation; qc_marlin_stripe above
 	 * refused every non-marlin id */
 	const bool k8 = kt_warp(a->gemv_kt) == 8, zp = qc_marlin_has_offsets(a->layout);
 	if (qc_marlin_bits(a->layout) == 4)
-		return zp ? (k8 ? launch<4, true, 8>(p, a->n_rows, s, err) : launch<4, true, 4>(p, a->n_rows, s, err))
-			  : (k8 ? launch<4, false, 8>(p, a->n_rows, s, err) : launch<4, false, 4>(p, a->n_rows, s, err));
-	return zp ? (k8 ? launch<8, true, 8>(p, a->n_rows, s, err) : launch<8, true, 4>(p, a->n_rows, s, err))
-		  : (k8 ? launch<8, false, 8>(p, a->n_rows, s, err) : launch<8, false, 4>(p, a->n_rows, s, err));
+		return zp ? (k8 ? launch<4, true, 8>(p, a->n_rows, nf, s, err) : launch<4, true, 4>(p, a->n_rows, nf, s, err))
+			  : (k8 ? launch<4, false, 8>(p, a->n_rows, nf, s, err) : launch<4, false, 4>(p, a->n_rows, nf, s, err));
+	return zp ? (k8 ? launch<8, true, 8>(p, a->n_rows, nf, s, err) : launch<8, true, 4>(p, a->n_rows, nf, s, err))
+		  : (k8 ? launch<8, false, 8>(p, a->n_rows, nf, s, err) : launch<8, false, 4>(p, a->n_rows, nf, s, err));
 }

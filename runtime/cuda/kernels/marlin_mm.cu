@@ -13,6 +13,7 @@
  * the conversion.
  */
 #include "marlin_gemm.cuh"
+#include "pdl.cuh"
 #include "marlin_dequant.h"
 #include "matmul_dispatch.h"
 
@@ -28,6 +29,7 @@ namespace {
 /* a[r][k] = fp16(x[(r / x_div) * ldx + k]) */
 __global__ void rows_to_f16(const float *x, int64_t ldx, int32_t x_div, int64_t n_rows, int64_t n_in, __half *a)
 {
+	qc_pdl_enter();
 	const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
 	if (i >= n_rows * n_in)
 		return;
@@ -110,7 +112,7 @@ static int rows_in(const struct qc_cuda_mm_args *a, uint64_t ab, const char *wha
 				  (long long)a->n_rows, (long long)a->n_in, (unsigned long long)ab,
 				  (unsigned long long)a->ws_bytes);
 	const int64_t total = a->n_rows * a->n_in;
-	rows_to_f16<<<(unsigned)((total + 255) / 256), 256, 0, s>>>(a->d_x, a->ldx, a->x_div, a->n_rows, a->n_in,
+	(void)qc_launch(rows_to_f16, dim3((unsigned)((total + 255) / 256)), dim3(256), 0, s, a->d_x, a->ldx, a->x_div, a->n_rows, a->n_in,
 								    (__half *)a->d_ws);
 	return qc_cuda_check(cudaGetLastError(), "marlin_mm: rows_to_f16", err);
 }
@@ -119,6 +121,8 @@ static int rows_in(const struct qc_cuda_mm_args *a, uint64_t ab, const char *wha
  * scratch, one cuBLAS GemmEx. No experts; the scratch must hold both. */
 extern "C" int qc_cuda_marlin_f16(const struct qc_cuda_mm_args *a, cudaStream_t s, struct qc_err *err)
 {
+	if (qc_cuda_mm_check_fuse(a, 0, "marlin_f16", err))
+		return QC_EUNSUPPORTED;
 	if (a->n_rows == 0)
 		return QC_OK;
 	const uint64_t ab = act_bytes(a->n_rows, a->n_in), wb = (uint64_t)a->n_in * (uint64_t)a->n_out * 2;
@@ -151,6 +155,8 @@ extern "C" int qc_cuda_marlin_f16(const struct qc_cuda_mm_args *a, cudaStream_t 
 /* QC_KERNEL_MMA: y = W x through the marlin tensor-core GEMM (experts allowed). */
 extern "C" int qc_cuda_marlin_mm(const struct qc_cuda_mm_args *a, cudaStream_t s, struct qc_err *err)
 {
+	if (qc_cuda_mm_check_fuse(a, 0, "marlin_mm", err))
+		return QC_EUNSUPPORTED;
 	if (a->n_rows == 0)
 		return QC_OK;
 	const uint64_t ab = act_bytes(a->n_rows, a->n_in);

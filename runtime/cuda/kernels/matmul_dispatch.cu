@@ -22,16 +22,16 @@ static uint64_t ggml_ws(int64_t n_in, int64_t n_out, int64_t n_rows, const struc
 }
 
 static const struct qc_cuda_mm_kernels ggml_kernels = {
-	"gemv_q/cublas", {NULL, qc_cuda_gemv_q, NULL, qc_cuda_gemm_f16, NULL}, ggml_ws,
+	"gemv_q/cublas", {NULL, qc_cuda_gemv_q, NULL, qc_cuda_gemm_f16, NULL}, ggml_ws, {0, 0, 0, 0, 0},
 };
 
 extern "C" const struct qc_cuda_mm_kernels *qc_cuda_mm_find(enum qc_layout l, enum qc_type t)
 {
 	if (l == QC_LAYOUT_GGML)
 		return qc_cuda_gemv_q_supports(t) ? &ggml_kernels : NULL;
-#define QC_CUDA_MM(LAYOUT, TYPE, NAME, GEMV, MMA, F16, WS) \
+#define QC_CUDA_MM(LAYOUT, TYPE, NAME, GEMV, MMA, F16, WS, GEMV_FUSE) \
 	if (l == (LAYOUT) && t == (TYPE)) { \
-		static const struct qc_cuda_mm_kernels k = {NAME, {NULL, GEMV, MMA, F16, NULL}, WS}; \
+		static const struct qc_cuda_mm_kernels k = {NAME, {NULL, GEMV, MMA, F16, NULL}, WS, {0, GEMV_FUSE, 0, 0, 0}}; \
 		return &k; \
 	}
 #include "matmul_layouts.def"

@@ -30,6 +30,7 @@ extern "C" {
 #endif
 
 #define QC_CUDA_MM_PAD 16 /* readable bytes after a weight stack's end */
+#define QC_CUDA_MM_MORE 2 /* most extra matrices of one multi-matrix launch */
 
 /* k16 tiles each warp of the marlin GEMV takes (the partition is fixed for the
  * process, so a row's result stays batch-invariant); 4 is faster on every
@@ -57,6 +58,34 @@ struct qc_cuda_mm_args {
 	uint64_t ws_bytes;
 	void *blas;                /* cublasHandle_t bound to the launch stream (f16+cublas) */
 	enum qc_cuda_gemv_kt gemv_kt; /* marlin GEMV: k16 tiles per warp (QC_MARLIN_GEMV_KTW) */
+	/* Zeroed arrival counters for a split-K GEMV's in-kernel sum (the last block of
+	 * a column range to finish sums the partials in block order, then re-zeroes its
+	 * counter): NULL or fewer than the kernel needs, a second kernel sums instead.
+	 * Same bits either way. Owned by the caller, never shared with d_ws. */
+	uint32_t *d_flags;
+	int64_t n_flags;
+	/* Fusions, for the kinds whose qc_cuda_mm_kernels.fuse has their bit (any other
+	 * kind refuses them with QC_EUNSUPPORTED): */
+	const float *d_x2;         /* QC_MM_FUSE_SILU: activations are silu(x) * x2, x2 at the same
+				      ldx and x_div (silu.cuh: silu_mul's bits) */
+	int32_t accumulate;        /* QC_MM_FUSE_ACC: y += W x (the residual add; add.cu's bits) */
+	/* QC_MM_FUSE_MULTI: n_more more matrices of the same layout, type and n_in, each
+	 * with its own weights, n_out, y and ldy, times the same activations in the same
+	 * launch (Q, K and V; gate and up): one kernel instead of up to three. */
+	int32_t n_more;
+	struct qc_cuda_mm_more {
+		const uint8_t *d_w;
+		int64_t n_out;
+		float *d_y;
+		int64_t ldy;
+	} more[QC_CUDA_MM_MORE];
+};
+
+/* What a kernel kind can fuse (qc_cuda_mm_kernels.fuse). */
+enum {
+	QC_MM_FUSE_SILU = 1,
+	QC_MM_FUSE_ACC = 2,
+	QC_MM_FUSE_MULTI = 4,
 };
 
 /* The matmul knobs, read once by the backend (runtime/cuda/backend_cuda_env.c):
@@ -77,7 +106,11 @@ struct qc_cuda_mm_kernels {
 	qc_cuda_mm_fn run[QC_KERNEL_COUNT];  /* by kind; NULL where the layout has none (moe_gemm has
 						its own entry point, moe_gemm.h) */
 	qc_cuda_mm_ws_fn ws_bytes;           /* never NULL */
+	unsigned fuse[QC_KERNEL_COUNT];      /* QC_MM_FUSE_* bits each kind takes */
 };
+
+/* QC_EUNSUPPORTED naming the kernel when a asks for a fusion outside `have`. */
+int qc_cuda_mm_check_fuse(const struct qc_cuda_mm_args *a, unsigned have, const char *kernel, struct qc_err *err);
 
 /* Kernels for weights of this layout and type, or NULL when none exists
  * (the caller then needs a host conversion, and must say so once). */

@@ -6,11 +6,13 @@
  * Reference: runtime/ops/moe_combine.c.
  */
 #include "moe_combine.h"
+#include "pdl.cuh"
 
 #include <cuda_runtime.h>
 
 static __global__ void moe_combine_kernel(const struct qc_cuda_moe_combine_args a)
 {
+	qc_pdl_enter();
 	const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
 	if (i >= a.n_tok * a.n)
 		return;
@@ -35,6 +37,6 @@ extern "C" int qc_cuda_moe_combine(const struct qc_cuda_moe_combine_args *a, cud
 	const int64_t n = a->n_tok * a->n;
 	if (!n)
 		return QC_OK;
-	moe_combine_kernel<<<(unsigned)((n + 255) / 256), 256, 0, s>>>(*a);
+	(void)qc_launch(moe_combine_kernel, dim3((unsigned)((n + 255) / 256)), dim3(256), 0, s, *a);
 	return qc_cuda_check(cudaGetLastError(), "moe_combine_kernel", err);
 }

@@ -347,6 +347,8 @@ extern "C" uint64_t qc_cuda_moe_gemm_ws_bytes(int64_t n_rows, int64_t n_experts)
 extern "C" int qc_cuda_moe_gemm(const struct qc_cuda_moe_gemm_args *ga, cudaStream_t s, struct qc_err *err)
 {
 	const struct qc_cuda_mm_args *a = &ga->mm;
+	if (qc_cuda_mm_check_fuse(a, 0, "moe_gemm", err))
+		return QC_EUNSUPPORTED;
 	const int64_t nx = ga->n_experts;
 	const launch_fn f = (unsigned)a->type < QC_TYPE_COUNT ? find(a->type) : nullptr;
 	if (!f || a->layout != QC_LAYOUT_GGML)

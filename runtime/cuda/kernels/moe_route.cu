@@ -7,6 +7,7 @@
  * backend, which runs the reference) do. Reference: runtime/ops/moe_route.c.
  */
 #include "moe_route.h"
+#include "pdl.cuh"
 
 #include <cuda_runtime.h>
 
@@ -14,6 +15,7 @@
 
 static __global__ void moe_route_kernel(const struct qc_cuda_moe_route_args a)
 {
+	qc_pdl_enter();
 	const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
 	if (t >= a.n_tok)
 		return;
@@ -56,6 +58,6 @@ extern "C" int qc_cuda_moe_route(const struct qc_cuda_moe_route_args *a, cudaStr
 				  a->k, a->n_expert);
 	if (!a->n_tok)
 		return QC_OK;
-	moe_route_kernel<<<(unsigned)((a->n_tok + 63) / 64), 64, 0, s>>>(*a);
+	(void)qc_launch(moe_route_kernel, dim3((unsigned)((a->n_tok + 63) / 64)), dim3(64), 0, s, *a);
 	return qc_cuda_check(cudaGetLastError(), "moe_route_kernel", err);
 }

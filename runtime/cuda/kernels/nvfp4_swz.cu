@@ -200,6 +200,8 @@ extern "C" uint64_t qc_cuda_nvfp4_swz_ws(int64_t n_in, int64_t n_out, int64_t n_
 
 extern "C" int qc_cuda_nvfp4_swz_gemv(const struct qc_cuda_mm_args *a, cudaStream_t s, struct qc_err *err)
 {
+	if (qc_cuda_mm_check_fuse(a, 0, "nvfp4_swz_gemv", err))
+		return QC_EUNSUPPORTED;
 	geom gm;
 	int rc = check(a, "nvfp4_swz_gemv", &gm, err);
 	if (rc || a->n_rows == 0 || a->n_out == 0)
@@ -225,6 +227,8 @@ extern "C" int qc_cuda_nvfp4_swz_gemv(const struct qc_cuda_mm_args *a, cudaStrea
 
 extern "C" int qc_cuda_nvfp4_swz_gemm(const struct qc_cuda_mm_args *a, cudaStream_t s, struct qc_err *err)
 {
+	if (qc_cuda_mm_check_fuse(a, 0, "nvfp4_swz_gemm", err))
+		return QC_EUNSUPPORTED;
 	geom gm;
 	int rc = check(a, "nvfp4_swz_gemm", &gm, err);
 	if (rc)

@@ -17,6 +17,7 @@
  * Reference: runtime/ops/paged_attn.c; vLLM paged_attention v1 (facts only).
  */
 #include "paged_attn.h"
+#include "pdl.cuh"
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -44,6 +45,7 @@ static __device__ __forceinline__ const __half *kv_row(const struct qc_cuda_page
 
 static __global__ void paged_attn_kernel(const struct qc_cuda_paged_attn_args a, const int32_t *skip)
 {
+	qc_pdl_enter();
 	extern __shared__ float sm[];
 	float *q = sm, *sc = sm + a.hd;
 	const int64_t t = blockIdx.x;
@@ -141,6 +143,7 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 							       int32_t chunk_max, int32_t n_split, float *part_o,
 							       float *part_ml, const int32_t *skip)
 {
+	qc_pdl_enter();
 	extern __shared__ float sm[];
 	const int64_t t = blockIdx.x;
 	if (skip && skip[t])
@@ -271,6 +274,7 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 static __global__ void attn_merge_kernel(const struct qc_cuda_paged_attn_args a, int32_t n_split,
 					 const float *part_o, const float *part_ml, const int32_t *skip)
 {
+	qc_pdl_enter();
 	const int64_t t = blockIdx.x;
 	if (skip && skip[t])
 		return;
@@ -349,11 +353,11 @@ static int paged_attn_split(const struct qc_cuda_paged_attn_args *a, const int32
 		b.d_tok_seq = a->d_tok_seq + t0;
 		float *part_o = (float *)a->d_ws;
 		float *part_ml = part_o + (size_t)b.n_tok * (size_t)a->n_head * (size_t)ns * (size_t)a->hd;
-		attn_split_kernel<<<dim3((unsigned)b.n_tok, (unsigned)a->n_head_kv, (unsigned)ns), ST, smem, s>>>(
-			b, chunk_max, ns, part_o, part_ml, skip ? skip + t0 : NULL);
+		(void)qc_launch(attn_split_kernel, dim3((unsigned)b.n_tok, (unsigned)a->n_head_kv, (unsigned)ns), dim3(ST),
+				smem, s, b, chunk_max, ns, part_o, part_ml, skip ? skip + t0 : NULL);
 		if ((rc = qc_cuda_check(cudaGetLastError(), "attn_split_kernel", err)))
 			return rc;
-		attn_merge_kernel<<<dim3((unsigned)b.n_tok, (unsigned)a->n_head), 128, 0, s>>>(b, ns, part_o, part_ml,
+		(void)qc_launch(attn_merge_kernel, dim3((unsigned)b.n_tok, (unsigned)a->n_head), dim3(128), 0, s, b, ns, part_o, part_ml,
 												 skip ? skip + t0 : NULL);
 		if ((rc = qc_cuda_check(cudaGetLastError(), "attn_merge_kernel", err)))
 			return rc;
@@ -433,6 +437,6 @@ extern "C" int qc_cuda_paged_attn(const struct qc_cuda_paged_attn_args *a, cudaS
 	    (rc = qc_cuda_check(cudaFuncSetAttribute(paged_attn_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
 						     (int)smem), "cudaFuncSetAttribute(paged_attn)", err)))
 		return rc;
-	paged_attn_kernel<<<dim3((unsigned)a->n_tok, (unsigned)a->n_head), THREADS, smem, s>>>(*a, skip);
+	(void)qc_launch(paged_attn_kernel, dim3((unsigned)a->n_tok, (unsigned)a->n_head), dim3(THREADS), smem, s, *a, skip);
 	return qc_cuda_check(cudaGetLastError(), "paged_attn_kernel", err);
 }

@@ -1,18 +1,20 @@
 /* silu_mul.cu — SwiGLU: y = silu(gate) * up, elementwise.
  * silu(x) = x / (1 + expf(-x)) as ggml (accurate expf, not __expf).
- * Non-goals: fusing into the gate/up matmul. Reference: runtime/ops/silu_mul.c.
+ * The formula lives in silu.cuh (the marlin GEMV fuses it into its loads). Reference: runtime/ops/silu_mul.c.
  */
 #include "silu_mul.h"
+#include "pdl.cuh"
+#include "silu.cuh"
 
 #include <cuda_runtime.h>
 
 static __global__ void silu_mul_kernel(const struct qc_cuda_silu_mul_args a)
 {
+	qc_pdl_enter();
 	const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
 	if (i >= a.n)
 		return;
-	const float g = a.d_g[i];
-	a.d_y[i] = __fmul_rn(__fdiv_rn(g, 1.0f + expf(-g)), a.d_u[i]);
+	a.d_y[i] = qc_silu_mul(a.d_g[i], a.d_u[i]);
 }
 
 extern "C" int qc_cuda_silu_mul(const struct qc_cuda_silu_mul_args *a, cudaStream_t s, struct qc_err *err)
@@ -21,6 +23,6 @@ extern "C" int qc_cuda_silu_mul(const struct qc_cuda_silu_mul_args *a, cudaStrea
 		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "silu_mul: n %lld", (long long)a->n);
 	if (!a->n)
 		return QC_OK;
-	silu_mul_kernel<<<(unsigned)((a->n + 255) / 256), 256, 0, s>>>(*a);
+	(void)qc_launch(silu_mul_kernel, dim3((unsigned)((a->n + 255) / 256)), dim3(256), 0, s, *a);
 	return qc_cuda_check(cudaGetLastError(), "silu_mul_kernel", err);
 }

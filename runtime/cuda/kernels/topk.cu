@@ -11,6 +11,7 @@
  * host's heap selection (runtime/engine/sampler.c). Reference: runtime/ops/topk.c.
  */
 #include "topk.h"
+#include "pdl.cuh"
 
 #include <cuda_runtime.h>
 #include <math.h>
@@ -34,6 +35,7 @@ static __device__ __forceinline__ bool better(float v, int32_t i, float w, int32
 
 static __global__ void __launch_bounds__(THREADS) topk_kernel(const struct qc_cuda_topk_args a)
 {
+	qc_pdl_enter();
 	__shared__ uint32_t hist[256];
 	__shared__ uint32_t s_prefix, s_need;
 	__shared__ int s_bad, s_any, s_cnt;
@@ -166,6 +168,6 @@ extern "C" int qc_cuda_topk(const struct qc_cuda_topk_args *a, cudaStream_t s, s
 				  (long long)a->n_rows, a->n, a->stride);
 	if (!a->n_rows)
 		return QC_OK;
-	topk_kernel<<<(unsigned)a->n_rows, THREADS, 0, s>>>(*a);
+	(void)qc_launch(topk_kernel, dim3((unsigned)a->n_rows), dim3(THREADS), 0, s, *a);
 	return qc_cuda_check(cudaGetLastError(), "topk_kernel", err);
 }
