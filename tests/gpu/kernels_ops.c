@@ -1,6 +1,7 @@
 /* kernels_ops.c — test_kernels, the small ops against their C references: rms_norm,
  * rope, add and silu_mul, act_gather, argmax, top-k (relative max error, indices exact),
- * and MoE routing and combine (moe_route, moe_combine; combine bit for bit).
+ * and MoE routing and combine (moe_route, moe_combine; combine bit for bit); the fused
+ * ones (add_rms_norm) also bit for bit against the kernels they replace.
  */
 #include "kernels_harness.h"
 #include "kernels/act_gather.h"
@@ -53,6 +54,129 @@ void test_rms_norm(void)
 		cudaFree(d_rows);
 		cudaFree(d_y);
 	}
+}
+
+/* Where y lives in an add_rms_norm case: its own buffer, or sharing the
+ * residual's (the matmul output that is both the delta and the norm's output)
+ * or x's storage (rms_norm.h: then no row list and ldy == ldx). */
+enum y_at { Y_OWN, Y_RES, Y_X };
+
+/* One case of test_add_rms_norm: R rows of n (gathered from 2R rows when
+ * gather, each once), eps 1e-5. */
+static void add_rms_case(int64_t R, int64_t n, bool gather, enum y_at at)
+{
+	const int64_t NX = gather ? 2 * R : R, ldx = at == Y_OWN ? n + 3 : n + 2, ldy = at == Y_OWN ? n + 1 : ldx;
+	const size_t xb = sizeof(float) * (size_t)(NX * ldx), yb = sizeof(float) * (size_t)(R * ldy);
+	float *x = malloc(xb), *res = malloc(xb), *xa = malloc(xb), *w = malloc(sizeof(float) * (size_t)n);
+	float *want = calloc((size_t)(R * ldy), sizeof(float)), *got = malloc(yb);
+	float *gx = malloc(xb), *gx2 = malloc(xb), *gy = malloc(yb), *gy2 = malloc(yb);
+	int32_t *rows = malloc(sizeof(int32_t) * (size_t)NX);
+	fill(x, (size_t)(NX * ldx), -3, 3);
+	fill(res, (size_t)(NX * ldx), -3, 3);
+	fill(w, (size_t)n, -2, 2);
+	for (int64_t i = 0; i < NX; i++) /* distinct rows, shuffled: the residual goes to each once */
+		rows[i] = (int32_t)i;
+	for (int64_t i = NX - 1; gather && i > 0; i--) {
+		const int64_t j = rnd() % (uint32_t)(i + 1);
+		const int32_t t = rows[i];
+		rows[i] = rows[j];
+		rows[j] = t;
+	}
+	/* reference: the residual added on the host (x of the rows not gathered stays), then the norm */
+	memcpy(xa, x, xb);
+	for (int64_t r = 0; r < R; r++)
+		qc_ref_add(xa + rows[r] * ldx, res + rows[r] * ldx, n, n);
+	qc_ref_rms_norm(xa, ldx, gather ? rows : NULL, w, want, ldy, R, n, 1e-5f);
+
+	float *d_w = up(w, sizeof(float) * (size_t)n);
+	int32_t *d_rows = gather ? up(rows, sizeof(int32_t) * (size_t)R) : NULL;
+	float *d_x = up(x, xb), *d_res = up(res, xb), *d_x2 = up(x, xb), *d_res2 = up(res, xb);
+	float *d_own = at == Y_OWN ? poisoned(yb) : NULL, *d_own2 = at == Y_OWN ? poisoned(yb) : NULL;
+	float *d_y = at == Y_RES ? d_res : at == Y_X ? d_x : d_own;
+	float *d_y2 = at == Y_RES ? d_res2 : at == Y_X ? d_x2 : d_own2;
+	struct qc_err err = {0};
+	const struct qc_cuda_add_rms_norm_args a = {d_x, ldx, d_rows, d_w, d_y, ldy, R, n, 1e-5f, d_res};
+	CHECK(qc_cuda_add_rms_norm(&a, 0, &err) == QC_OK, "add_rms_norm: %s", err.msg);
+	/* the kernels it replaces: the residual add of each row, then the plain norm */
+	for (int64_t r = 0; r < R; r++) {
+		const struct qc_cuda_add_args aa = {d_x2 + rows[r] * ldx, d_res2 + rows[r] * ldx, n, n};
+		CHECK(qc_cuda_add(&aa, 0, &err) == QC_OK, "add: %s", err.msg);
+	}
+	const struct qc_cuda_rms_norm_args a2 = {d_x2, ldx, d_rows, d_w, d_y2, ldy, R, n, 1e-5f};
+	CHECK(qc_cuda_rms_norm(&a2, 0, &err) == QC_OK, "rms_norm: %s", err.msg);
+	down(gx, d_x, xb);
+	down(gx2, d_x2, xb);
+	down(gy, d_y, yb);
+	down(gy2, d_y2, yb);
+
+	char what[96];
+	snprintf(what, sizeof what, "add_rms_norm %lld rows of %lld%s%s", (long long)R, (long long)n,
+		 gather ? ", gathered" : "", at == Y_RES ? ", y = res" : at == Y_X ? ", y = x" : "");
+	const bool same_x = !memcmp(gx, gx2, xb), same_y = !memcmp(gy, gy2, yb);
+	printf("  %s: x %s, y %s the add + rms_norm kernels'\n", what, same_x ? "equal to" : "DIFFERENT from",
+	       same_y ? "equal to" : "DIFFERENT from");
+	CHECK(same_x && same_y, "%s: not bit for bit the separate kernels' (x %d, y %d)", what, same_x, same_y);
+	if (at != Y_X) /* x after the add: one float add, exact on both sides */
+		CHECK(!memcmp(gx, xa, xb), "%s: x after the add differs from the host's", what);
+	memcpy(got, gy, yb);
+	for (int64_t r = 0; r < R; r++)
+		for (int64_t i = n; i < ldy; i++)
+			got[r * ldy + i] = want[r * ldy + i] = 0;
+	const double tol = 4e-6 * compare(got, want, (size_t)(R * ldy), 0).ref_max;
+	CHECK(report(what, compare(got, want, (size_t)(R * ldy), tol), tol), "%s", what);
+	free(x);
+	free(res);
+	free(xa);
+	free(w);
+	free(want);
+	free(got);
+	free(gx);
+	free(gx2);
+	free(gy);
+	free(gy2);
+	free(rows);
+	cudaFree(d_w);
+	cudaFree(d_rows);
+	cudaFree(d_x);
+	cudaFree(d_res);
+	cudaFree(d_x2);
+	cudaFree(d_res2);
+	cudaFree(d_own);
+	cudaFree(d_own2);
+}
+
+/* add_rms_norm (the residual add fused into the norm) vs the C references (host
+ * add, qc_ref_rms_norm) and bit for bit vs qc_cuda_add + qc_cuda_rms_norm; the
+ * aliasings rms_norm.h forbids and a missing residual must be refused. */
+void test_add_rms_norm(void)
+{
+	add_rms_case(1, 4096, false, Y_RES); /* decode: wo's output is the delta and the norm's output */
+	add_rms_case(5, 576, false, Y_OWN);
+	add_rms_case(4, 576, true, Y_OWN);
+	add_rms_case(7, 1001, false, Y_RES);
+	add_rms_case(3, 1025, false, Y_RES);
+	add_rms_case(3, 4096, true, Y_OWN);
+	add_rms_case(6, 33, false, Y_X);
+	add_rms_case(2, 4097, true, Y_OWN);
+	add_rms_case(quick ? 9 : 200, 4096, false, Y_RES);
+
+	/* refused before any launch: y = res with a row list or another stride, y = x
+	 * with a row list, res = x, no residual */
+	float *d_a = poisoned(sizeof(float) * 64 * 4), *d_b = poisoned(sizeof(float) * 64 * 4);
+	int32_t *d_rows = poisoned(sizeof(int32_t) * 2);
+	struct qc_err err = {0};
+	const struct qc_cuda_add_rms_norm_args bad[] = {
+		{d_a, 64, d_rows, d_b, d_b, 64, 2, 64, 1e-5f, d_b},
+		{d_a, 64, NULL, d_b, d_b, 65, 2, 64, 1e-5f, d_b},
+		{d_a, 64, d_rows, d_b, d_a, 64, 2, 64, 1e-5f, d_b},
+		{d_a, 64, NULL, d_b, d_b, 64, 2, 64, 1e-5f, d_a},
+		{d_a, 64, NULL, d_b, d_b, 64, 2, 64, 1e-5f, NULL},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+		CHECK(qc_cuda_add_rms_norm(&bad[i], 0, &err) == QC_EINVAL, "add_rms_norm: bad case %zu accepted", i);
+	cudaFree(d_a);
+	cudaFree(d_b);
+	cudaFree(d_rows);
 }
 
 void test_rope(void)
