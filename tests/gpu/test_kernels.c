@@ -51,6 +51,7 @@ int main(void)
 	test_rms_norm();
 	test_rope();
 	test_add_rms_norm();
+	test_rope_kv();
 	test_elementwise();
 	test_act_gather();
 	test_argmax(128256);
