@@ -167,9 +167,12 @@ void test_decoders(enum qc_type t);
 void test_matmul_type(enum qc_type t, cublasHandle_t blas);
 void test_nvfp4_swz(cublasHandle_t blas);
 void test_moe_gemm(void);
-/* kernels_ops.c: norms, RoPE, elementwise, gathers, argmax/top-k, MoE routing */
+/* kernels_ops.c: norms, RoPE, the fused add + norm and RoPE + K/V store, elementwise,
+ * gathers, argmax/top-k, MoE routing */
 void test_rms_norm(void);
 void test_rope(void);
+void test_add_rms_norm(void);
+void test_rope_kv(void);
 void test_elementwise(void);
 void test_act_gather(void);
 void test_argmax(int32_t n);

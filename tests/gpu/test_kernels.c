@@ -50,6 +50,8 @@ int main(void)
 	printf("other ops:\n");
 	test_rms_norm();
 	test_rope();
+	test_add_rms_norm();
+	test_rope_kv();
 	test_elementwise();
 	test_act_gather();
 	test_argmax(128256);
