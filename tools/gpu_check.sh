@@ -1,6 +1,6 @@
 #!/bin/sh
 # tools/gpu_check.sh — run on the GPU machine (the device tool), from the repo root,
-# with .gpu/payload.tgz from tools/gpu_pack.sh carried: unpacks it, then runs the
+# with .gpu/payload.tar.xz from tools/gpu_pack.sh carried: unpacks it, then runs the
 # kernel tests (plus compute-sanitizer memcheck/racecheck on quick shapes), the
 # end-to-end tests against the CPU backend (fixtures + a few mkgguf models), and
 # qrun --device cuda on two fixtures.
@@ -11,7 +11,7 @@ set -u
 OUT=${OUT:-gpu-logs}
 mkdir -p "$OUT"
 P=/tmp/qc-payload
-rm -rf "$P" && mkdir -p "$P" && tar xzf .gpu/payload.tgz -C "$P" || exit 1
+rm -rf "$P" && mkdir -p "$P" && tar xJf .gpu/payload.tar.xz -C "$P" || exit 1
 export LD_LIBRARY_PATH="$P/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export QC_FIXTURES="$P/fixtures"
 export PATH="$PATH:/usr/local/cuda/bin"

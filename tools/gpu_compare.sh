@@ -109,6 +109,7 @@ print(sum(x["size"] for x in t if x["name"] != "token_embd.weight" or tied))')
 		abrow="$abrow	${t:-nan}"
 	done
 	echo "$abrow" >>"$OUT/ab.tsv"
+	row="$m	$bytes	$o_pp"
 	# llama.cpp: llama-bench, best of -fa 0/1 (3 repetitions each, its average)
 	"$LLAMA_BIN/llama-bench" -m "$D/m.gguf" -ngl 99 -p 512 -n 128 -fa 0,1 -r 3 -o json >"$D/lb.json" 2>>"$LOG" ||
 		{ say "$m: llama-bench failed"; rc=1; }

@@ -1,6 +1,6 @@
 #!/bin/sh
 # tools/gpu_pack.sh — build here, pack what a GPU machine without this project's
-# Debian libraries needs into .gpu/payload.tgz (git-ignored; carried by the device
+# Debian libraries needs into .gpu/payload.tar.xz (git-ignored; carried by the device
 # tool, unpacked by tools/gpu_check.sh): qrun, the tests/gpu binaries and
 # bench_gemv and bench_copy (stripped),
 # the shared libraries they load (all but glibc, libstdc++ and CUDA's: a CUDA image
@@ -25,7 +25,9 @@ for l in $(ldd "$d"/bin/* 2>/dev/null | awk '$3 ~ /^\// {print $3}' | sort -u |
 done
 cp -r "$FX/gguf" "$FX/gguf-quant" "$d/fixtures/"
 mkdir -p .gpu
-tar czf .gpu/payload.tgz -C "$d" bin lib fixtures
+rm -f .gpu/payload.tgz
+# xz: a third smaller than gzip (the carried tree is capped at 64 MiB)
+tar cf - -C "$d" bin lib fixtures | xz -T"$(nproc)" -6 >.gpu/payload.tar.xz
 rm -rf "$d"
 # llama.cpp's source for tools/gpu_compare.sh, when $LLAMA_GIT names a clone of it:
 # its HEAD without the vocab models, docs and web UI (~20 MB unpacked, ~4 MB packed;
@@ -41,4 +43,4 @@ if [ -n "${LLAMA_GIT:-}" ]; then
 	rm -rf "$l"
 	ls -la .gpu/llama.tgz
 fi
-ls -la .gpu/payload.tgz
+ls -la .gpu/payload.tar.xz
