@@ -167,6 +167,11 @@ enum qc_kernel_kind qc_layout_kernel(enum qc_layout l, int64_t n_rows, bool expe
 		return big;
 	if (r->mma_gemv_rows != 0 && has_kind(t, QC_KERNEL_MMA))
 		return n_rows <= r->mma_gemv_rows ? QC_KERNEL_GEMV : big;
+	/* H100, one decode row, marlin_i8 (docs/perf-notes.md): SmolLM2's 576-wide
+	 * matrices 431 -> 721 tok/s on the GEMV; Llama-3-8B's 14336 x 4096 ones 4% slower */
+	if (n_rows <= 1 && t->kernel[QC_ROWS_1] == QC_KERNEL_MMA && n_in * n_out <= r->gemv_small_elems &&
+	    (has_kind(t, QC_KERNEL_GEMV) || t->experts == QC_KERNEL_GEMV))
+		return QC_KERNEL_GEMV;
 	return t->kernel[n_rows <= 1 ? QC_ROWS_1 : QC_ROWS_2_8] == QC_KERNEL_GEMV ? QC_KERNEL_GEMV : big;
 }
 

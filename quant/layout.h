@@ -96,8 +96,11 @@ struct qc_kernel_rows {
 	int64_t f16_max_elems;     /* a matrix of more elements keeps its 9-127 kernel at >= 128 rows
 				      when that differs (its fp16 copy would not fit the scratch: the
 				      vocabulary matrix); 2^27 */
+	int64_t gemv_small_elems;  /* one row of a matrix of at most this many elements runs the GEMV
+				      where the 1-row column says mma and the layout has a GEMV (the
+				      GEMM's fixed cost dominates small matrices); 2^24, 0: never */
 };
-#define QC_KERNEL_ROWS_DEFAULT { 8, 128, 0, (int64_t)1 << 27 }
+#define QC_KERNEL_ROWS_DEFAULT { 8, 128, 0, (int64_t)1 << 27, (int64_t)1 << 24 }
 
 /* "gemv", "mma", "f16+cublas", "moe_gemm" ("none"; "unknown" out of range). */
 const char *qc_kernel_kind_name(enum qc_kernel_kind k);

@@ -67,7 +67,7 @@ static void kernel_choice_matches_old_rules(void)
 	int64_t bad = 0, total = 0;
 	for (size_t k = 0; k < sizeof knobs / sizeof knobs[0]; k++) {
 		const int64_t C = knobs[k][1] <= 0 ? INT64_MAX : knobs[k][1];
-		const struct qc_kernel_rows r = { knobs[k][0], C, knobs[k][2], (int64_t)1 << 27 };
+		const struct qc_kernel_rows r = { knobs[k][0], C, knobs[k][2], (int64_t)1 << 27, 0 }; /* the old rules had no size rule */
 		for (int l = 0; l < QC_LAYOUT_COUNT; l++)
 			for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
 				for (int e = 0; e < 2; e++)
@@ -88,6 +88,39 @@ static void kernel_choice_matches_old_rules(void)
 	}
 	CHECK(bad == 0, "%lld of %lld (layout, rows, experts, shape, knobs) cases changed kernel", (long long)bad,
 	      (long long)total);
+}
+
+/* One decode row of a small matrix: the GEMV where the 1-row column says mma and the
+ * layout has a GEMV (marlin_i8, marlin_i8z), from gemv_small_elems down; nothing
+ * else moves, and 0 turns it off. */
+static void small_matrix_rule(void)
+{
+	const struct qc_kernel_rows def = QC_KERNEL_ROWS_DEFAULT;
+	const int64_t lim = def.gemv_small_elems;
+	CHECK(lim == (int64_t)1 << 24, "default size %lld", (long long)lim);
+	int64_t bad = 0;
+	for (int l = 0; l < QC_LAYOUT_COUNT; l++) {
+		const struct qc_layout_traits *t = &qc_layouts[l];
+		const bool takes = t->kernel[QC_ROWS_1] == QC_KERNEL_MMA;
+		struct qc_kernel_rows off = def;
+		off.gemv_small_elems = 0;
+		/* at the limit, one past it, a 1-row call of 0 rows, and 2 rows (never moved) */
+		const struct { int64_t rows, in, out; bool small; } c[] = {
+			{ 1, 4096, 4096, true }, { 1, 4096, 4097, false }, { 0, 576, 576, true }, { 2, 576, 576, false },
+		};
+		for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+			const enum qc_kernel_kind got = qc_layout_kernel((enum qc_layout)l, c[i].rows, false, c[i].in, c[i].out, &def);
+			const enum qc_kernel_kind plain = qc_layout_kernel((enum qc_layout)l, c[i].rows, false, c[i].in, c[i].out, &off);
+			const enum qc_kernel_kind want = takes && c[i].small ? QC_KERNEL_GEMV : plain;
+			bad += got != want;
+		}
+		CHECK(!takes || qc_layout_kernel((enum qc_layout)l, 1, false, 4096, 4096, &off) == QC_KERNEL_MMA,
+		      "%s: 0 turns the rule off", t->name);
+	}
+	CHECK(bad == 0, "%lld small-matrix cases wrong", (long long)bad);
+	CHECK(qc_layout_kernel(QC_LAYOUT_MARLIN_I8, 1, false, 576, 1536, &def) == QC_KERNEL_GEMV &&
+		      qc_layout_kernel(QC_LAYOUT_MARLIN_I8, 1, false, 4096, 14336, &def) == QC_KERNEL_MMA,
+	      "marlin_i8: SmolLM2's matrix on the GEMV, Llama-3-8B's FFN on mma");
 }
 
 /* The cells of one markdown table row, trimmed, backticks dropped; returns the count. */
@@ -194,6 +227,7 @@ int main(void)
 {
 	table_rows_sane();
 	kernel_choice_matches_old_rules();
+	small_matrix_rule();
 	doc_table_matches();
 	return check_report("test_layout_table");
 }

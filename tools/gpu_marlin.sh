@@ -33,15 +33,16 @@ $NVCC $NVFLAGS -c runtime/cuda/kernels/pdl.cu -o $BUILD/obj/pdl_cu.o
 $NVCC $NVFLAGS -c runtime/cuda/kernels/mm_fuse.cu -o $BUILD/obj/mm_fuse_cu.o
 $NVCC $NVFLAGS -c runtime/cuda/kernels/silu_mul.cu -o $BUILD/obj/silu_mul_cu.o
 $NVCC $NVFLAGS -c runtime/cuda/kernels/add.cu -o $BUILD/obj/add_cu.o
+$NVCC $NVFLAGS -c runtime/cuda/kernels/rms_norm.cu -o $BUILD/obj/rms_norm_cu.o
 $NVCC $NVFLAGS -c runtime/cuda/kernels/marlin_dequant.cu -o $BUILD/obj/marlin_dequant_cu.o
 if $CC $CFLAGS -DQC_WITH_CUBLAS -c tests/gpu/marlin_gemm_test.c -o $BUILD/obj/test_cublas.o &&
-   $NVCC -o $BUILD/marlin_gemm_test $BUILD/obj/test_cublas.o $BUILD/obj/marlin_gemm_cu.o $BUILD/obj/marlin_mm_cu.o $BUILD/obj/marlin_gemv_cu.o $BUILD/obj/marlin_dequant_cu.o $BUILD/obj/cuda_err_cu.o $BUILD/obj/pdl_cu.o $BUILD/obj/mm_fuse_cu.o $BUILD/obj/silu_mul_cu.o $BUILD/obj/add_cu.o \
+   $NVCC -o $BUILD/marlin_gemm_test $BUILD/obj/test_cublas.o $BUILD/obj/marlin_gemm_cu.o $BUILD/obj/marlin_mm_cu.o $BUILD/obj/marlin_gemv_cu.o $BUILD/obj/marlin_dequant_cu.o $BUILD/obj/cuda_err_cu.o $BUILD/obj/pdl_cu.o $BUILD/obj/mm_fuse_cu.o $BUILD/obj/silu_mul_cu.o $BUILD/obj/add_cu.o $BUILD/obj/rms_norm_cu.o \
 	$BUILD/libmrl.a -lcublas -lm 2>/dev/null; then
 	echo "gpu_marlin: built with cuBLAS fp16 comparison"
 else
 	echo "gpu_marlin: cuBLAS did not link; timings without the cuBLAS comparison"
 	$CC $CFLAGS -c tests/gpu/marlin_gemm_test.c -o $BUILD/obj/test.o
-	$NVCC -o $BUILD/marlin_gemm_test $BUILD/obj/test.o $BUILD/obj/marlin_gemm_cu.o $BUILD/obj/marlin_mm_cu.o $BUILD/obj/marlin_gemv_cu.o $BUILD/obj/marlin_dequant_cu.o $BUILD/obj/cuda_err_cu.o $BUILD/obj/pdl_cu.o $BUILD/obj/mm_fuse_cu.o $BUILD/obj/silu_mul_cu.o $BUILD/obj/add_cu.o \
+	$NVCC -o $BUILD/marlin_gemm_test $BUILD/obj/test.o $BUILD/obj/marlin_gemm_cu.o $BUILD/obj/marlin_mm_cu.o $BUILD/obj/marlin_gemv_cu.o $BUILD/obj/marlin_dequant_cu.o $BUILD/obj/cuda_err_cu.o $BUILD/obj/pdl_cu.o $BUILD/obj/mm_fuse_cu.o $BUILD/obj/silu_mul_cu.o $BUILD/obj/add_cu.o $BUILD/obj/rms_norm_cu.o \
 		$BUILD/libmrl.a -lcublas -lm
 fi
 exec $BUILD/marlin_gemm_test "$@"

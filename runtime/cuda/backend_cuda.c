@@ -32,7 +32,6 @@
 #include "kernels/add.h"
 #include "kernels/argmax.h"
 #include "kernels/embed.h"
-#include "kernels/kv_store.h"
 #include "kernels/matmul_dispatch.h"
 #include "kernels/moe_combine.h"
 #include "kernels/moe_gemm.h"
@@ -40,7 +39,7 @@
 #include "kernels/paged_attn.h"
 #include "kernels/pdl.h"
 #include "kernels/rms_norm.h"
-#include "kernels/rope.h"
+#include "kernels/rope_kv.h"
 #include "kernels/silu_mul.h"
 #include "kernels/topk.h"
 #include "fp16.h"
@@ -302,6 +301,48 @@ static int rms(struct cu *c, const float *d_x, int64_t ldx, const int32_t *d_row
 	return qc_cuda_rms_norm(&a, c->st, err);
 }
 
+/* y = norm(x) (rows d_rows, or all n_rows) after adding the pending residual into
+ * x, in one kernel (add_rms_norm) when one is pending. */
+static int norm_in(struct cu *c, const int32_t *d_rows, const float *d_w, float *d_y, int64_t n_rows,
+		   struct qc_err *err)
+{
+	const int64_t E = c->m->cfg.n_embd;
+	float *res = c->d_pend;
+	c->d_pend = NULL;
+	if (!res)
+		return rms(c, c->d_x, E, d_rows, d_w, d_y, E, n_rows, E, err);
+	const struct qc_cuda_add_rms_norm_args a = {c->d_x, E, d_rows, d_w, d_y, E, n_rows, E, c->m->cfg.norm_eps, res};
+	return qc_cuda_add_rms_norm(&a, c->st, err);
+}
+
+/* y[i] = w[i] RMSNorm(x) for the n matrices after a norm (Q, K, V; gate, up): the
+ * norm inside their one GEMV launch where it can (no residual pending), else
+ * norm_in into d_xn first. */
+static int normed_mm(struct cu *c, const float *d_norm_w, const struct dmat *const *w, float *const *y,
+		     const int64_t *ld, int n, int64_t T, struct qc_err *err)
+{
+	const int64_t E = c->m->cfg.n_embd;
+	int rc;
+	if (c->env.fuse_norm && !c->d_pend && qc_cuda_be_mm_multi_can(c, w, n, T, QC_MM_FUSE_NORM))
+		return qc_cuda_be_mm_multi(c, w, y, ld, n, c->d_x, E, T, d_norm_w, err);
+	if ((rc = norm_in(c, NULL, d_norm_w, c->d_xn, T, err)))
+		return rc;
+	return qc_cuda_be_mm_multi(c, w, y, ld, n, c->d_xn, E, T, NULL, err);
+}
+
+/* x += W in: the GEMV's store does the add where its kind can; else W in goes to
+ * tmp and the next norm_in adds it. in = silu(in) * in2 when in2 (fused likewise,
+ * or silu_mul first). */
+static int mm_residual(struct cu *c, const struct dmat *w, float *in, const float *in2, int64_t ld_in, int64_t T,
+		       float *tmp, struct qc_err *err)
+{
+	const int64_t E = c->m->cfg.n_embd;
+	if (qc_cuda_be_mm_fuses(c, w, T) & QC_MM_FUSE_ACC)
+		return qc_cuda_be_mm_fused(c, w, in, in2, ld_in, T, c->d_x, E, true, tmp, err);
+	c->d_pend = tmp;
+	return qc_cuda_be_mm_fused(c, w, in, in2, ld_in, T, tmp, E, false, NULL, err);
+}
+
 static int add(struct cu *c, float *d_y, const float *d_x, int64_t n, int64_t n_x, struct qc_err *err)
 {
 	if (!d_x)
@@ -321,16 +362,13 @@ static int attention_block(struct cu *c, const struct qc_sched_plan *plan, const
 {
 	const struct qc_model_config *cfg = &c->m->cfg;
 	const struct dlayer *L = &c->L[il];
-	const int64_t T = plan->n_tokens, E = cfg->n_embd;
+	const int64_t T = plan->n_tokens;
 	int rc;
 
-	if ((rc = rms(c, c->d_x, E, NULL, L->d_attn_norm, c->d_xn, E, T, E, err)))
-		return rc;
-	qc_cuda_prof_mark(c->prof, c->st, QC_PROF_NORM);
 	const struct dmat *const qkv[] = {&L->wq, &L->wk, &L->wv};
 	float *const qkv_y[] = {c->d_q, c->d_k, c->d_v};
 	const int64_t qkv_ld[] = {c->q_dim, c->kv_dim, c->kv_dim};
-	if ((rc = qc_cuda_be_mm_multi(c, qkv, qkv_y, qkv_ld, 3, c->d_xn, E, T, err)) ||
+	if ((rc = normed_mm(c, L->d_attn_norm, qkv, qkv_y, qkv_ld, 3, T, err)) ||
 	    (rc = add(c, c->d_q, L->d_bq, T * c->q_dim, c->q_dim, err)) ||
 	    (rc = add(c, c->d_k, L->d_bk, T * c->kv_dim, c->kv_dim, err)) ||
 	    (rc = add(c, c->d_v, L->d_bv, T * c->kv_dim, c->kv_dim, err)))
@@ -345,31 +383,32 @@ static int attention_block(struct cu *c, const struct qc_sched_plan *plan, const
 	float ms = cfg->rope_attn_factor;
 	if (cfg->rope_ext_factor != 0.0f)
 		ms *= 1.0f + 0.1f * logf(1.0f / cfg->rope_freq_scale);
-	struct qc_cuda_rope_args rq = {
+	const struct qc_cuda_rope_args rq = {
 		.d_x = c->d_q, .d_pos = dp->pos, .n_tok = T, .n_heads = cfg->n_head, .hd = hd,
 		.n_rot = cfg->rope_dim, .mode = (int32_t)cfg->rope_mode,
 		.theta_scale = powf(cfg->rope_freq_base, -2.0f / (float)cfg->rope_dim),
 		.freq_scale = cfg->rope_freq_scale, .ext_factor = cfg->rope_ext_factor, .mscale = ms,
 		.corr = {cfg->rope_corr_dims[0], cfg->rope_corr_dims[1]}, .d_ff = c->d_rope_ff,
 	};
-	struct qc_cuda_rope_args rk = rq;
-	rk.d_x = c->d_k;
-	rk.n_heads = cfg->n_head_kv;
-	const struct qc_cuda_kv_store_args ks = {c->d_k, c->d_v, dp->slots, T, c->d_kv, il, cfg->n_layer,
-						 plan->block_tokens, (int32_t)c->kv_dim};
+	/* RoPE of Q and K and the K/V store: one kernel (rope_kv.cu) */
+	const struct qc_cuda_rope_kv_args rkv = {
+		.rope = rq, .d_q = c->d_q, .n_head = cfg->n_head, .d_k = c->d_k, .d_v = c->d_v,
+		.n_head_kv = cfg->n_head_kv, .d_slots = dp->slots, .d_pool = c->d_kv, .layer = il,
+		.n_layer = cfg->n_layer, .block_tokens = plan->block_tokens,
+	};
 	const struct qc_cuda_paged_attn_args pa = {
 		.d_q = c->d_q, .d_out = c->d_att, .d_pool = c->d_kv, .layer = il, .n_layer = cfg->n_layer,
 		.block_tokens = plan->block_tokens, .n_head = cfg->n_head, .n_head_kv = cfg->n_head_kv,
 		.hd = hd, .d_pos = dp->pos, .d_tok_seq = dp->tok_seq, .d_tables = dp->tables,
 		.table_stride = dp->stride, .n_tok = T, .max_ctx = c->p.max_ctx,
 		.scale = 1.0f / sqrtf((float)hd), .d_ws = c->d_ws, .ws_bytes = c->ws_bytes, .flash = c->env.flash,
+		.d_flags = c->d_flags, .n_flags = c->n_flags,
 	};
-	if ((rc = qc_cuda_rope(&rq, c->st, err)) || (rc = qc_cuda_rope(&rk, c->st, err)) ||
-	    (rc = qc_cuda_kv_store(&ks, c->st, err)) || (rc = qc_cuda_paged_attn(&pa, c->st, err)))
+	if ((rc = qc_cuda_rope_kv(&rkv, c->st, err)) || (rc = qc_cuda_paged_attn(&pa, c->st, err)))
 		return rc;
 	qc_cuda_prof_mark(c->prof, c->st, QC_PROF_ATTN);
-	/* x += Wo att (the residual add in the GEMV's store where it can) */
-	rc = qc_cuda_be_mm_fused(c, &L->wo, c->d_att, NULL, c->q_dim, T, c->d_x, E, true, c->d_xn, err);
+	/* x += Wo att */
+	rc = mm_residual(c, &L->wo, c->d_att, NULL, c->q_dim, T, c->d_xn, err);
 	qc_cuda_prof_mark(c->prof, c->st, QC_PROF_WO);
 	return rc;
 }
@@ -381,22 +420,22 @@ static int ffn_block(struct cu *c, int64_t T, int il, struct qc_err *err)
 	const int64_t E = cfg->n_embd, F = cfg->n_ff;
 	int rc;
 
-	if ((rc = rms(c, c->d_x, E, NULL, L->d_ffn_norm, c->d_xn, E, T, E, err)))
-		return rc;
-	qc_cuda_prof_mark(c->prof, c->st, QC_PROF_NORM);
 	if (!cfg->n_expert) {
 		const struct dmat *const gu[] = {&L->gate, &L->up};
 		float *const gu_y[] = {c->d_fa, c->d_fb};
 		const int64_t gu_ld[] = {F, F};
-		if ((rc = qc_cuda_be_mm_multi(c, gu, gu_y, gu_ld, 2, c->d_xn, E, T, err)))
+		if ((rc = normed_mm(c, L->d_ffn_norm, gu, gu_y, gu_ld, 2, T, err)))
 			return rc;
 		qc_cuda_prof_mark(c->prof, c->st, QC_PROF_FFN_UP);
-		/* x += down(silu(gate) * up): both fused into the GEMV where it can */
-		if ((rc = qc_cuda_be_mm_fused(c, &L->down, c->d_fa, c->d_fb, F, T, c->d_x, E, true, c->d_att, err)))
+		/* x += down(silu(gate) * up) */
+		if ((rc = mm_residual(c, &L->down, c->d_fa, c->d_fb, F, T, c->d_att, err)))
 			return rc;
 		qc_cuda_prof_mark(c->prof, c->st, QC_PROF_FFN_DOWN);
 		return QC_OK;
 	}
+	if ((rc = norm_in(c, NULL, L->d_ffn_norm, c->d_xn, T, err)))
+		return rc;
+	qc_cuda_prof_mark(c->prof, c->st, QC_PROF_NORM);
 	const int32_t K = cfg->n_expert_used;
 	const int64_t R = T * K; /* (token, slot) rows */
 	const struct qc_cuda_moe_route_args ra = {c->d_router, T, cfg->n_expert, K, c->d_sel, c->d_selw,
@@ -496,12 +535,13 @@ static int fwd_body(void *ctx, cudaStream_t s, struct qc_err *err)
 	if ((rc = qc_cuda_embed(&ea, c->st, err)))
 		return rc;
 	qc_cuda_prof_mark(c->prof, c->st, QC_PROF_UPLOAD);
+	c->d_pend = NULL;
 	for (int il = 0; il < cfg->n_layer; il++)
 		if ((rc = attention_block(c, f->plan, f->dp, il, err)) || (rc = ffn_block(c, T, il, err)))
 			return rc;
 	if (!n)
 		return QC_OK;
-	if ((rc = rms(c, c->d_x, E, f->dp->logit_rows, c->d_out_norm, c->d_lx, E, n, E, err)) ||
+	if ((rc = norm_in(c, f->dp->logit_rows, c->d_out_norm, c->d_lx, n, err)) ||
 	    (rc = qc_cuda_be_mm(c, &c->out, c->d_lx, E, 1, NULL, n, c->d_logits, cfg->n_vocab, err)))
 		return rc;
 	/* greedy choice of every row (a few microseconds), used when the caller asks;

@@ -29,10 +29,14 @@ void qc_cuda_env_read(struct qc_cuda_env *e)
 		e->mm.rows.blas_min_rows = INT64_MAX;
 	/* N: marlin layouts run their GEMV up to N rows (batch-invariant runs) */
 	e->mm.rows.mma_gemv_rows = env_i64("QC_MARLIN_GEMV_ROWS", 0);
+	/* one row of a matrix of at most this many elements: the GEMV over the 1-row mma */
+	e->mm.rows.gemv_small_elems = env_i64("QC_MARLIN_GEMV_SMALL", def.rows.gemv_small_elems);
 	const char *kt = getenv("QC_MARLIN_GEMV_KTW");
 	e->mm.gemv_kt = kt && atoi(kt) == 8 ? QC_CUDA_GEMV_KT8 : QC_CUDA_GEMV_KT4;
 	const char *fl = getenv("QC_CUDA_FLASH");
 	e->flash = fl && !strcmp(fl, "0") ? QC_CUDA_ATTN_FLASH_OFF : QC_CUDA_ATTN_FLASH_AUTO;
 	const char *pdl = getenv("QC_CUDA_PDL");
 	e->pdl = !(pdl && !strcmp(pdl, "0"));
+	const char *fn = getenv("QC_CUDA_FUSE_NORM");
+	e->fuse_norm = !(fn && !strcmp(fn, "0"));
 }

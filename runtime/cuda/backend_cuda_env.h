@@ -18,6 +18,8 @@ struct qc_cuda_env {
 	enum qc_cuda_attn_flash flash; /* QC_CUDA_FLASH=0: OFF */
 	int pdl;                       /* QC_CUDA_PDL=0: plain launches (default: programmatic
 					  dependent launch where the device has it, pdl.h) */
+	int fuse_norm;                 /* QC_CUDA_FUSE_NORM=0: the attention/FFN RMSNorm as a kernel of
+					  its own even where the GEMV could take it */
 };
 
 /* Fill *e from the environment (unset or empty: the defaults). Never fails: a

@@ -83,6 +83,8 @@ struct cu {
 	void *d_ws;                /* gemm scratch */
 	uint64_t ws_bytes;
 	uint32_t *d_flags;         /* split-K arrival counters (qc_cuda_mm_args.d_flags), zeroed once */
+	float *d_pend;             /* during a forward: a residual not yet added into d_x (the
+				      next norm adds it, add_rms_norm), or NULL */
 	int64_t n_flags;
 	struct qc_cuda_env env;    /* the knobs, read once at create (backend_cuda_env.c) */
 	int32_t table_stride;      /* block-table entries per sequence on the device: fixed, so a
@@ -128,8 +130,16 @@ int qc_cuda_be_mm_fused(struct cu *c, const struct dmat *w, float *d_x, const fl
 			int64_t n_rows, float *d_y, int64_t ldy, bool acc, float *d_tmp, struct qc_err *err);
 
 /* d_y[i] = w[i] x for i < n (n <= 3) dense rows: one launch where the kind can take
- * several matrices and w[] agree in layout, type and n_in, else n matmuls. */
+ * several matrices and w[] agree in layout, type and n_in, else n matmuls; with
+ * d_norm_w, x is RMSNorm(x) * d_norm_w inside that one launch. */
 int qc_cuda_be_mm_multi(struct cu *c, const struct dmat *const *w, float *const *d_y, const int64_t *ldy, int n,
-			const float *d_x, int64_t ldx, int64_t n_rows, struct qc_err *err);
+			const float *d_x, int64_t ldx, int64_t n_rows, const float *d_norm_w, struct qc_err *err);
+
+/* Whether qc_cuda_be_mm_multi runs w[0..n) in one launch that also takes the
+ * QC_MM_FUSE_* bits in fuse (d_norm_w may be given only then). */
+bool qc_cuda_be_mm_multi_can(const struct cu *c, const struct dmat *const *w, int n, int64_t n_rows, unsigned fuse);
+
+/* The QC_MM_FUSE_* bits the kernel for w at n_rows dense rows takes. */
+unsigned qc_cuda_be_mm_fuses(const struct cu *c, const struct dmat *w, int64_t n_rows);
 
 #endif

@@ -73,8 +73,7 @@ int qc_cuda_be_mm(struct cu *c, const struct dmat *w, const float *d_x, int64_t 
 int qc_cuda_be_mm_fused(struct cu *c, const struct dmat *w, float *d_x, const float *d_x2, int64_t ldx,
 			int64_t n_rows, float *d_y, int64_t ldy, bool acc, float *d_tmp, struct qc_err *err)
 {
-	const enum qc_kernel_kind kind = kind_of(c, w, n_rows, false);
-	const unsigned have = (unsigned)kind < QC_KERNEL_COUNT && !w->d_perm ? w->k->fuse[kind] : 0u;
+	const unsigned have = qc_cuda_be_mm_fuses(c, w, n_rows);
 	const bool f_silu = d_x2 && (have & QC_MM_FUSE_SILU), f_acc = acc && (have & QC_MM_FUSE_ACC);
 	int rc;
 	if (d_x2 && !f_silu) { /* x = silu(x) * x2 in place, then a plain matmul */
@@ -91,20 +90,28 @@ int qc_cuda_be_mm_fused(struct cu *c, const struct dmat *w, float *d_x, const fl
 	return qc_cuda_add(&ad, c->st, err);
 }
 
-int qc_cuda_be_mm_multi(struct cu *c, const struct dmat *const *w, float *const *d_y, const int64_t *ldy, int n,
-			const float *d_x, int64_t ldx, int64_t n_rows, struct qc_err *err)
+bool qc_cuda_be_mm_multi_can(const struct cu *c, const struct dmat *const *w, int n, int64_t n_rows, unsigned fuse)
 {
 	const enum qc_kernel_kind kind = kind_of(c, w[0], n_rows, false);
-	bool one = n > 1 && n <= 1 + QC_CUDA_MM_MORE && (unsigned)kind < QC_KERNEL_COUNT &&
-		   (w[0]->k->fuse[kind] & QC_MM_FUSE_MULTI) && !w[0]->d_perm;
+	const unsigned need = fuse | (n > 1 ? (unsigned)QC_MM_FUSE_MULTI : 0u);
+	bool one = n >= 1 && n <= 1 + QC_CUDA_MM_MORE && (unsigned)kind < QC_KERNEL_COUNT &&
+		   (w[0]->k->fuse[kind] & need) == need && !w[0]->d_perm;
 	int64_t cols = w[0]->n_out;
 	for (int i = 1; one && i < n; i++) {
 		one = w[i]->layout == w[0]->layout && w[i]->type == w[0]->type && w[i]->n_in == w[0]->n_in &&
 		      !w[i]->d_perm && kind_of(c, w[i], n_rows, false) == kind;
 		cols += w[i]->n_out;
 	}
-	if (one && w[0]->k->ws_bytes(w[0]->n_in, cols, n_rows, &c->env.mm) > c->ws_bytes)
-		one = false;
+	return one && w[0]->k->ws_bytes(w[0]->n_in, cols, n_rows, &c->env.mm) <= c->ws_bytes;
+}
+
+int qc_cuda_be_mm_multi(struct cu *c, const struct dmat *const *w, float *const *d_y, const int64_t *ldy, int n,
+			const float *d_x, int64_t ldx, int64_t n_rows, const float *d_norm_w, struct qc_err *err)
+{
+	const enum qc_kernel_kind kind = kind_of(c, w[0], n_rows, false);
+	const bool one = qc_cuda_be_mm_multi_can(c, w, n, n_rows, d_norm_w ? (unsigned)QC_MM_FUSE_NORM : 0u);
+	if (d_norm_w && !one) /* the caller asks qc_cuda_be_mm_multi_can first */
+		return qc_err_set(err, QC_EUNSUPPORTED, NULL, NULL, -1, "cuda: RMSNorm cannot be fused here");
 	if (!one) {
 		for (int i = 0; i < n; i++) {
 			int rc = qc_cuda_be_mm(c, w[i], d_x, ldx, 1, NULL, n_rows, d_y[i], ldy[i], err);
@@ -119,8 +126,15 @@ int qc_cuda_be_mm_multi(struct cu *c, const struct dmat *const *w, float *const 
 		.x_div = 1, .n_rows = n_rows, .d_y = d_y[0], .ldy = ldy[0],
 		.d_ws = c->d_ws, .ws_bytes = c->ws_bytes, .blas = c->blas, .gemv_kt = c->env.mm.gemv_kt,
 		.d_flags = c->d_flags, .n_flags = c->n_flags, .n_more = n - 1,
+		.d_norm_w = d_norm_w, .norm_eps = c->m->cfg.norm_eps,
 	};
 	for (int i = 1; i < n; i++)
 		a.more[i - 1] = (struct qc_cuda_mm_more){w[i]->d_w, w[i]->n_out, d_y[i], ldy[i]};
 	return w[0]->k->run[kind](&a, c->st, err);
+}
+
+unsigned qc_cuda_be_mm_fuses(const struct cu *c, const struct dmat *w, int64_t n_rows)
+{
+	const enum qc_kernel_kind kind = kind_of(c, w, n_rows, false);
+	return (unsigned)kind < QC_KERNEL_COUNT && !w->d_perm ? w->k->fuse[kind] : 0u;
 }

@@ -74,7 +74,12 @@ void test_attention(int bt, int hd, int n_head, int n_head_kv, int long_ctx)
 	void *d_ws = NULL;
 	CHECK(wsb > 0 && cudaMalloc(&d_ws, wsb) == cudaSuccess, "paged_attn scratch of %llu bytes",
 	      (unsigned long long)wsb);
-	for (int split = 0; split < 2; split++) {
+	/* split 2: the merge inside the split kernel (arrival counters): split 1's bits */
+	const int64_t nfl = (int64_t)T * n_head_kv;
+	uint32_t *d_fl = up(NULL, sizeof(uint32_t) * (size_t)nfl), *hfl = malloc(sizeof(uint32_t) * (size_t)nfl);
+	float *got1 = malloc(sizeof(float) * (size_t)T * q_dim);
+	cudaMemset(d_fl, 0, sizeof(uint32_t) * (size_t)nfl);
+	for (int split = 0; split < 3; split++) {
 		if (split)
 			cudaMemset(d_o, 0xff, sizeof(float) * (size_t)T * q_dim);
 		const struct qc_cuda_paged_attn_args pa = {
@@ -82,15 +87,31 @@ void test_attention(int bt, int hd, int n_head, int n_head_kv, int long_ctx)
 			.n_head = n_head, .n_head_kv = n_head_kv, .hd = hd, .d_pos = d_pos, .d_tok_seq = d_seq,
 			.d_tables = d_tab, .table_stride = stride, .n_tok = T, .max_ctx = max_len, .scale = scale,
 			.d_ws = split ? d_ws : NULL, .ws_bytes = split ? wsb : 0, .flash = QC_CUDA_ATTN_FLASH_OFF,
+			.d_flags = split == 2 ? d_fl : NULL, .n_flags = split == 2 ? nfl : 0,
 		};
 		CHECK(qc_cuda_paged_attn(&pa, 0, &err) == QC_OK, "paged_attn: %s", err.msg);
 		down(got, d_o, sizeof(float) * (size_t)T * q_dim);
 		char what[128];
 		snprintf(what, sizeof what, "paged_attn%s bt %d hd %d heads %d/%d, %d tokens, ctx %d",
-			 split ? " split-K" : "", bt, hd, n_head, n_head_kv, T, max_len);
+			 split == 2 ? " split-K, merged in-kernel" : split ? " split-K" : "", bt, hd, n_head, n_head_kv,
+			 T, max_len);
 		const double tol = 2e-5 * 2;
 		CHECK(report(what, compare(got, want, (size_t)T * q_dim, tol), tol), "%s", what);
+		if (split == 1)
+			memcpy(got1, got, sizeof(float) * (size_t)T * q_dim);
+		if (split == 2) {
+			down(hfl, d_fl, sizeof(uint32_t) * (size_t)nfl);
+			int64_t left = 0;
+			for (int64_t i = 0; i < nfl; i++)
+				left += hfl[i] != 0;
+			CHECK(!memcmp(got, got1, sizeof(float) * (size_t)T * q_dim) && left == 0,
+			      "%s: the merge kernel's bits (%s), counters left %lld", what,
+			      memcmp(got, got1, sizeof(float) * (size_t)T * q_dim) ? "differ" : "same", (long long)left);
+		}
 	}
+	cudaFree(d_fl);
+	free(hfl);
+	free(got1);
 	cudaFree(d_ws);
 	free(tables);
 	free(perm);

@@ -24,7 +24,9 @@
  * instead of two: a decode step is bound by its kernel count (docs/perf-notes.md).
  * Fusions (matmul_dispatch.h): several matrices on the same x share a launch
  * (their stripes side by side along the grid, each block finds its matrix), x2 makes the staged activations silu(x) * x2,
- * acc makes the final store y += (silu.cuh and add.cu's arithmetic: same bits as
+ * norm_w makes them RMSNorm(x) * norm_w (each block sums the squares of its rows
+ * in a fixed order: deterministic and batch-invariant, not the rms_norm kernel's
+ * bits), acc makes the final store y += (silu.cuh and add.cu's arithmetic: same bits as
  * the separate kernels).
  * Programmatic dependent launch (pdl.cuh): the weight tiles and scales are
  * loaded before qc_pdl_wait, so they stream while the previous kernel drains.
@@ -70,6 +72,8 @@ struct gparams {
 	uint32_t *flags;           /* (rows, n / S) arrival counters, or NULL: marlin_gemv_reduce sums */
 	const float *x2;           /* NULL, or x is silu(x) * x2 (the SwiGLU product, fused into the load) */
 	int acc;                   /* y += (the residual add, fused into the store) */
+	const float *norm_w;       /* NULL, or x is RMSNorm(x) * norm_w (every block sums its rows' squares) */
+	float norm_eps;
 	int64_t r0;                /* first row of this launch */
 	int nr, n, k, kb;
 };
@@ -181,12 +185,47 @@ __global__ void __launch_bounds__(32 * WARPS) marlin_gemv_kernel(const gparams p
 		}
 	}
 	qc_pdl_wait(); /* everything below reads or writes what earlier kernels touch */
+	/* RMSNorm: each block sums its rows' squares over the whole row, in a fixed
+	 * order (thread strides, a shuffle tree, the warps in order), so every block
+	 * and every batch gets the same scale for a row */
+	__shared__ float nscale[G];
+	if (p.norm_w) {
+		__shared__ float nred[WARPS][G];
+#pragma unroll
+		for (int t = 0; t < G; t++) {
+			float ss = 0.0f;
+			if (t < nr) {
+				const float *xr = p.x + ((row0 + t) / p.x_div) * p.ldx;
+				for (int i = threadIdx.x; i < p.k; i += 32 * WARPS)
+					ss = fmaf(xr[i], xr[i], ss);
+			}
+#pragma unroll
+			for (int off = 16; off > 0; off >>= 1)
+				ss += __shfl_xor_sync(0xffffffffu, ss, off);
+			if (lane == 0)
+				nred[warp][t] = ss;
+		}
+		__syncthreads();
+		if (threadIdx.x < G) {
+			float ss = 0.0f;
+			for (int ww = 0; ww < WARPS; ww++)
+				ss += nred[ww][threadIdx.x];
+			nscale[threadIdx.x] = 1.0f / sqrtf(ss / (float)p.k + p.norm_eps);
+		}
+		__syncthreads();
+	}
 	/* x of this block's k range, every row */
 	for (int i = threadIdx.x; i < G * KT_BLOCK * 16; i += 32 * WARPS) {
 		const int t = i / (KT_BLOCK * 16), kk = i % (KT_BLOCK * 16);
 		const int64_t kg = (int64_t)kt0 * 16 + kk;
 		const int64_t xi = ((row0 + t) / p.x_div) * p.ldx + kg;
-		xs[t][kk] = t < nr && kg < p.k ? (p.x2 ? qc_silu_mul(p.x[xi], p.x2[xi]) : p.x[xi]) : 0.0f;
+		float xv = 0.0f;
+		if (t < nr && kg < p.k) {
+			xv = p.x2 ? qc_silu_mul(p.x[xi], p.x2[xi]) : p.x[xi];
+			if (p.norm_w)
+				xv = (xv * nscale[t]) * p.norm_w[kg]; /* rms_norm.cu's rounding */
+		}
+		xs[t][kk] = xv;
 	}
 	__syncthreads();
 
@@ -400,8 +439,11 @@ extern "C" uint64_t qc_cuda_marlin_ws(int64_t n_in, int64_t n_out, int64_t n_row
 
 extern "C" int qc_cuda_marlin_gemv(const struct qc_cuda_mm_args *a, cudaStream_t s, struct qc_err *err)
 {
-	if (qc_cuda_mm_check_fuse(a, QC_MM_FUSE_SILU | QC_MM_FUSE_ACC | QC_MM_FUSE_MULTI, "marlin_gemv", err))
+	if (qc_cuda_mm_check_fuse(a, QC_MM_FUSE_SILU | QC_MM_FUSE_ACC | QC_MM_FUSE_MULTI | QC_MM_FUSE_NORM, "marlin_gemv",
+				  err))
 		return QC_EUNSUPPORTED;
+	if (a->d_norm_w && a->d_x2)
+		return qc_err_set(err, QC_EUNSUPPORTED, NULL, NULL, -1, "marlin_gemv: RMSNorm and silu(x)*x2 together");
 	if (a->n_rows == 0)
 		return QC_OK;
 	const int S = qc_marlin_stripe(a->layout);
@@ -451,6 +493,8 @@ extern "C" int qc_cuda_marlin_gemv(const struct qc_cuda_mm_args *a, cudaStream_t
 	p.flags = a->d_flags;
 	p.x2 = a->d_x2;
 	p.acc = a->accumulate != 0;
+	p.norm_w = a->d_norm_w;
+	p.norm_eps = a->norm_eps;
 	const uint64_t nf = a->d_flags && a->n_flags > 0 ? (uint64_t)a->n_flags : 0;
 	const uint64_t need = qc_cuda_marlin_gemv_ws(a->n_in, cols, a->n_rows, a->gemv_kt);
 	if (need && (!a->d_ws || a->ws_bytes < need))

@@ -72,6 +72,10 @@ struct qc_cuda_mm_args {
 	/* QC_MM_FUSE_MULTI: n_more more matrices of the same layout, type and n_in, each
 	 * with its own weights, n_out, y and ldy, times the same activations in the same
 	 * launch (Q, K and V; gate and up): one kernel instead of up to three. */
+	/* QC_MM_FUSE_NORM: x is RMSNorm(x) * norm_w first (norm over the whole row of n_in,
+	 * eps norm_eps; rms_norm.cu's formula, its own fixed summation order) */
+	const float *d_norm_w;
+	float norm_eps;
 	int32_t n_more;
 	struct qc_cuda_mm_more {
 		const uint8_t *d_w;
@@ -86,6 +90,7 @@ enum {
 	QC_MM_FUSE_SILU = 1,
 	QC_MM_FUSE_ACC = 2,
 	QC_MM_FUSE_MULTI = 4,
+	QC_MM_FUSE_NORM = 8,
 };
 
 /* The matmul knobs, read once by the backend (runtime/cuda/backend_cuda_env.c):

@@ -138,10 +138,35 @@ static __global__ void paged_attn_kernel(const struct qc_cuda_paged_attn_args a,
 #define ST 128 /* threads of a split block */
 #define TG 8   /* lanes per position in the score pass */
 
-/* Scores, softmax and unnormalized P V of one (token, K/V head, chunk). */
+/* out[h] of token t = merge of its ns chunks in chunk order: sum_s e^(m_s - M) o_s /
+ * sum_s e^(m_s - M) l_s; threads tid, tid + nth, ... take the dimensions. Read through
+ * L2 (__ldcg): the split kernel's last block merges chunks other blocks wrote. */
+static __device__ void merge_head(const struct qc_cuda_paged_attn_args &a, int64_t t, int h, int ns, int32_t n_split,
+				  const float *part_o, const float *part_ml, int tid, int nth)
+{
+	float *out = a.d_out + (t * a.n_head + h) * (int64_t)a.hd;
+	const float *ml = part_ml + (t * a.n_head + h) * (int64_t)n_split * 2;
+	const float *po = part_o + (t * a.n_head + h) * (int64_t)n_split * a.hd;
+	float M = -INFINITY;
+	for (int s = 0; s < ns; s++)
+		M = fmaxf(M, __ldcg(&ml[2 * s]));
+	float L = 0.0f;
+	for (int s = 0; s < ns; s++)
+		L += expf(__ldcg(&ml[2 * s]) - M) * __ldcg(&ml[2 * s + 1]);
+	const float inv = 1.0f / L;
+	for (int d = tid; d < a.hd; d += nth) {
+		float r = 0.0f;
+		for (int s = 0; s < ns; s++)
+			r = fmaf(expf(__ldcg(&ml[2 * s]) - M), __ldcg(&po[(int64_t)s * a.hd + d]), r);
+		out[d] = r * inv;
+	}
+}
+
+/* Scores, softmax and unnormalized P V of one (token, K/V head, chunk); with
+ * counters (flags), the chunk that finishes last merges the (token, K/V head). */
 static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_cuda_paged_attn_args a,
 							       int32_t chunk_max, int32_t n_split, float *part_o,
-							       float *part_ml, const int32_t *skip)
+							       float *part_ml, const int32_t *skip, uint32_t *flags)
 {
 	qc_pdl_enter();
 	extern __shared__ float sm[];
@@ -155,8 +180,13 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 	const int32_t n_ctx = a.d_pos[t] + 1;
 	const int32_t chunk = n_ctx <= a.max_ctx ? qc_attn_chunk(n_ctx) : 0, j0 = sp * chunk;
 	const int32_t j1 = n_ctx < j0 + chunk ? n_ctx : j0 + chunk;
+	if (flags && n_ctx > a.max_ctx && sp == 0) { /* broken contract: NaN out, as the merge kernel */
+		for (int i = threadIdx.x; i < G * hd; i += ST)
+			a.d_out[(t * a.n_head + (int64_t)kvh * G + i / hd) * hd + i % hd] = __int_as_float(0x7fc00000);
+		return;
+	}
 	if (n_ctx > a.max_ctx || j0 >= n_ctx)
-		return; /* the merge kernel reads only the chunks a token has (and NaNs a broken one) */
+		return; /* the merge reads only the chunks a token has (and NaNs a broken one) */
 	const int32_t *table = a.d_tables + (int64_t)a.d_tok_seq[t] * a.table_stride;
 	const int64_t q_dim = (int64_t)a.n_head * hd;
 	for (int i = threadIdx.x; i < G * hd; i += ST)
@@ -257,17 +287,34 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 			}
 	}
 	__syncthreads();
-	if (grp != 0)
-		return;
-	for (int g = 0; g < G; g++) {
-		for (int r = 1; r < ng; r++) {
-			acc[g][0] += red[(r * G + g) * hd + 2 * d2];
-			acc[g][1] += red[(r * G + g) * hd + 2 * d2 + 1];
+	if (grp == 0)
+		for (int g = 0; g < G; g++) {
+			for (int r = 1; r < ng; r++) {
+				acc[g][0] += red[(r * G + g) * hd + 2 * d2];
+				acc[g][1] += red[(r * G + g) * hd + 2 * d2 + 1];
+			}
+			float *o = part_o + ((t * a.n_head + (int64_t)kvh * G + g) * n_split + sp) * hd;
+			o[2 * d2] = acc[g][0];
+			o[2 * d2 + 1] = acc[g][1];
 		}
-		float *o = part_o + ((t * a.n_head + (int64_t)kvh * G + g) * n_split + sp) * hd;
-		o[2 * d2] = acc[g][0];
-		o[2 * d2 + 1] = acc[g][1];
-	}
+	if (!flags)
+		return;
+	/* every thread's chunk results visible device-wide, then the block counts itself */
+	__shared__ int last;
+	const int ns = qc_attn_n_chunks(n_ctx);
+	__threadfence();
+	__syncthreads();
+	uint32_t *flag = &flags[t * a.n_head_kv + kvh];
+	if (threadIdx.x == 0)
+		last = atomicAdd(flag, 1u) == (uint32_t)ns - 1;
+	__syncthreads();
+	if (!last)
+		return;
+	__threadfence();
+	for (int g = warp; g < G; g += ST / 32)
+		merge_head(a, t, kvh * G + g, ns, n_split, part_o, part_ml, lane, 32);
+	if (threadIdx.x == 0)
+		*flag = 0u; /* ready for the next launch */
 }
 
 /* out = merge of a token's chunks in chunk order: sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s. */
@@ -286,22 +333,7 @@ static __global__ void attn_merge_kernel(const struct qc_cuda_paged_attn_args a,
 			out[d] = __int_as_float(0x7fc00000);
 		return;
 	}
-	const int ns = qc_attn_n_chunks(n_ctx);
-	const float *ml = part_ml + (t * a.n_head + h) * (int64_t)n_split * 2;
-	const float *po = part_o + (t * a.n_head + h) * (int64_t)n_split * a.hd;
-	float M = -INFINITY;
-	for (int s = 0; s < ns; s++)
-		M = fmaxf(M, ml[2 * s]);
-	float L = 0.0f;
-	for (int s = 0; s < ns; s++)
-		L += expf(ml[2 * s] - M) * ml[2 * s + 1];
-	const float inv = 1.0f / L;
-	for (int d = threadIdx.x; d < a.hd; d += blockDim.x) {
-		float r = 0.0f;
-		for (int s = 0; s < ns; s++)
-			r = fmaf(expf(ml[2 * s] - M), po[(int64_t)s * a.hd + d], r);
-		out[d] = r * inv;
-	}
+	merge_head(a, t, h, qc_attn_n_chunks(n_ctx), n_split, part_o, part_ml, threadIdx.x, blockDim.x);
 }
 
 extern "C" uint64_t qc_cuda_paged_attn_ws_bytes(int64_t n_tok, int32_t n_head, int32_t hd, int32_t max_ctx)
@@ -353,10 +385,14 @@ static int paged_attn_split(const struct qc_cuda_paged_attn_args *a, const int32
 		b.d_tok_seq = a->d_tok_seq + t0;
 		float *part_o = (float *)a->d_ws;
 		float *part_ml = part_o + (size_t)b.n_tok * (size_t)a->n_head * (size_t)ns * (size_t)a->hd;
+		/* the merge in the split kernel when the counters cover this launch */
+		uint32_t *flags = a->d_flags && b.n_tok * a->n_head_kv <= a->n_flags ? a->d_flags : NULL;
 		(void)qc_launch(attn_split_kernel, dim3((unsigned)b.n_tok, (unsigned)a->n_head_kv, (unsigned)ns), dim3(ST),
-				smem, s, b, chunk_max, ns, part_o, part_ml, skip ? skip + t0 : NULL);
+				smem, s, b, chunk_max, ns, part_o, part_ml, skip ? skip + t0 : NULL, flags);
 		if ((rc = qc_cuda_check(cudaGetLastError(), "attn_split_kernel", err)))
 			return rc;
+		if (flags)
+			continue;
 		(void)qc_launch(attn_merge_kernel, dim3((unsigned)b.n_tok, (unsigned)a->n_head), dim3(128), 0, s, b, ns, part_o, part_ml,
 												 skip ? skip + t0 : NULL);
 		if ((rc = qc_cuda_check(cudaGetLastError(), "attn_merge_kernel", err)))

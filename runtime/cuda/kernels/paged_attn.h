@@ -37,6 +37,12 @@ struct qc_cuda_paged_attn_args {
 				      taken as many at a time as it holds); NULL: one block per
 				      (token, head) */
 	uint64_t ws_bytes;
+	/* Zeroed arrival counters (n_tok x n_head_kv per launch; each launch leaves them
+	 * zero): the split path's last chunk of a (token, K/V head) merges the chunks
+	 * itself, in chunk order (the merge kernel's bits); NULL or too few: the merge
+	 * kernel runs. May be the matmuls' counters (matmul_dispatch.h d_flags). */
+	uint32_t *d_flags;
+	int64_t n_flags;
 };
 
 /* Scratch bytes the split-K path needs for n_tok tokens (0 on a bad shape). */

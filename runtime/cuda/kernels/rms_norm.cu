@@ -15,10 +15,12 @@
 #include <cuda_runtime.h>
 
 #include "block_reduce.cuh"
+#include "pdl.cuh"
 
 /* d_res NULL: the plain norm, x only read */
 static __global__ void rms_norm_kernel(const struct qc_cuda_add_rms_norm_args a)
 {
+	qc_pdl_enter();
 	const int64_t r = blockIdx.x, src = a.d_rows ? a.d_rows[r] : r;
 	float *x = a.d_x + src * a.ldx;
 	float *y = a.d_y + r * a.ldy;
@@ -54,8 +56,8 @@ static int launch(const struct qc_cuda_add_rms_norm_args *a, const char *op, cud
 				  (long long)a->ldy, (long long)a->ldx);
 	if (!a->n_rows)
 		return QC_OK;
-	rms_norm_kernel<<<(unsigned)a->n_rows, a->n >= 1024 ? 512 : 128, 0, s>>>(*a);
-	return qc_cuda_check(cudaGetLastError(), "rms_norm_kernel", err);
+	return qc_cuda_check(qc_launch(rms_norm_kernel, dim3((unsigned)a->n_rows), dim3(a->n >= 1024 ? 512 : 128), 0, s, *a),
+			     "rms_norm_kernel", err);
 }
 
 extern "C" int qc_cuda_rms_norm(const struct qc_cuda_rms_norm_args *a, cudaStream_t s, struct qc_err *err)

@@ -16,6 +16,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "pdl.cuh"
 #include "rope_pair.cuh"
 
 enum {
@@ -38,6 +39,7 @@ static __host__ __device__ struct rope_kv_items rope_kv_count(const struct qc_cu
 
 static __global__ void rope_kv_kernel(const struct qc_cuda_rope_kv_args a)
 {
+	qc_pdl_enter();
 	extern __shared__ struct rope_cs ang[]; /* (n_rot / 2) this token's cos/sin */
 	const struct qc_cuda_rope_args &r = a.rope;
 	const struct rope_kv_items n = rope_kv_count(a);
@@ -95,6 +97,7 @@ extern "C" int qc_cuda_rope_kv(const struct qc_cuda_rope_kv_args *a, cudaStream_
 	if (!r->n_tok)
 		return QC_OK;
 	const dim3 grid((unsigned)r->n_tok, (unsigned)chunks);
-	rope_kv_kernel<<<grid, ROPE_KV_THREADS, sizeof(struct rope_cs) * (r->n_rot / 2), s>>>(*a);
-	return qc_cuda_check(cudaGetLastError(), "rope_kv_kernel", err);
+	return qc_cuda_check(qc_launch(rope_kv_kernel, grid, dim3(ROPE_KV_THREADS), sizeof(struct rope_cs) * (r->n_rot / 2),
+				       s, *a),
+			     "rope_kv_kernel", err);
 }
