@@ -132,8 +132,11 @@ static int check_kv_dtype(const struct qc_backend_params *p, struct qc_err *err)
 			  "use --kv-dtype f16, or --device cpu", qc_kv_dtype_name(p->kv_dtype));
 }
 
-/* Programmatic dependent launch (kernels/pdl.h) on compute capability 9.0 and up,
- * unless QC_CUDA_PDL=0; a process-wide switch, set here for every later launch. */
+/* Programmatic dependent launch (kernels/pdl.h) on compute capability 9.0 and up: a
+ * process-wide switch, set here for every later launch. QC_CUDA_PDL=1/0 forces it;
+ * by default on only for bundles under 1 GiB of weights: measured on one H100
+ * (docs/perf-notes.md), it sped a 0.14 GB model's decode up 5.6% and slowed the
+ * 8B-shape ones down 4.7% (Q4_0) and 1.7% (Q8_0). */
 static int pdl_setup(struct cu *c, struct qc_err *err)
 {
 	int dev = 0, major = 0, rc;
@@ -141,7 +144,8 @@ static int pdl_setup(struct cu *c, struct qc_err *err)
 	    (rc = qc_cuda_be_ck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev),
 				"cudaDeviceGetAttribute", err)))
 		return rc;
-	qc_cuda_pdl_set(c->env.pdl && major >= 9);
+	const bool want = c->env.pdl >= 0 ? c->env.pdl != 0 : c->file_hi - c->file_lo < ((uint64_t)1 << 30);
+	qc_cuda_pdl_set(want && major >= 9);
 	return QC_OK;
 }
 
@@ -167,8 +171,6 @@ static int cuda_create(const struct qc_model *m, const struct qc_backend_params 
 	c->m = m;
 	c->p = *p;
 	qc_cuda_env_read(&c->env);
-	if ((rc = pdl_setup(c, err)))
-		goto fail;
 	c->L = calloc((size_t)cfg->n_layer, sizeof *c->L);
 	if (!c->L) {
 		rc = qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
@@ -190,7 +192,7 @@ static int cuda_create(const struct qc_model *m, const struct qc_backend_params 
 		rc = qc_err_set(err, QC_ECUDA, NULL, NULL, -1, "cublasSetWorkspace failed");
 		goto fail;
 	}
-	if ((rc = qc_cuda_be_upload_file(c, err)))
+	if ((rc = qc_cuda_be_upload_file(c, err)) || (rc = pdl_setup(c, err)))
 		goto fail;
 
 	/* weights and small vectors */

@@ -36,7 +36,7 @@ void qc_cuda_env_read(struct qc_cuda_env *e)
 	const char *fl = getenv("QC_CUDA_FLASH");
 	e->flash = fl && !strcmp(fl, "0") ? QC_CUDA_ATTN_FLASH_OFF : QC_CUDA_ATTN_FLASH_AUTO;
 	const char *pdl = getenv("QC_CUDA_PDL");
-	e->pdl = !(pdl && !strcmp(pdl, "0"));
+	e->pdl = pdl && *pdl ? atoi(pdl) != 0 : -1;
 	const char *fn = getenv("QC_CUDA_FUSE_NORM");
 	e->fuse_norm = !(fn && !strcmp(fn, "0"));
 }

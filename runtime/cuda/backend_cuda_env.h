@@ -16,8 +16,9 @@ struct qc_cuda_env {
 	struct qc_cuda_mm_tuning mm;   /* QC_CUDA_GEMV_MAX_ROWS, QC_MARLIN_CUBLAS_ROWS,
 					  QC_MARLIN_GEMV_ROWS, QC_MARLIN_GEMV_KTW */
 	enum qc_cuda_attn_flash flash; /* QC_CUDA_FLASH=0: OFF */
-	int pdl;                       /* QC_CUDA_PDL=0: plain launches (default: programmatic
-					  dependent launch where the device has it, pdl.h) */
+	int pdl;                       /* QC_CUDA_PDL: 1 programmatic dependent launch (pdl.h) where
+					  the device has it, 0 plain launches, unset (-1): on for
+					  bundles under 1 GiB of weights (docs/perf-notes.md) */
 	int fuse_norm;                 /* QC_CUDA_FUSE_NORM=0: the attention/FFN RMSNorm as a kernel of
 					  its own even where the GEMV could take it */
 };
