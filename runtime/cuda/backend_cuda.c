@@ -404,7 +404,7 @@ static int attention_block(struct cu *c, const struct qc_sched_plan *plan, const
 		.hd = hd, .d_pos = dp->pos, .d_tok_seq = dp->tok_seq, .d_tables = dp->tables,
 		.table_stride = dp->stride, .n_tok = T, .max_ctx = c->p.max_ctx,
 		.scale = 1.0f / sqrtf((float)hd), .d_ws = c->d_ws, .ws_bytes = c->ws_bytes, .flash = c->env.flash,
-		.d_flags = c->d_flags, .n_flags = c->n_flags,
+		.d_flags = c->env.attn_merge ? c->d_flags : NULL, .n_flags = c->env.attn_merge ? c->n_flags : 0,
 	};
 	if ((rc = qc_cuda_rope_kv(&rkv, c->st, err)) || (rc = qc_cuda_paged_attn(&pa, c->st, err)))
 		return rc;

@@ -37,6 +37,8 @@ void qc_cuda_env_read(struct qc_cuda_env *e)
 	e->flash = fl && !strcmp(fl, "0") ? QC_CUDA_ATTN_FLASH_OFF : QC_CUDA_ATTN_FLASH_AUTO;
 	const char *pdl = getenv("QC_CUDA_PDL");
 	e->pdl = pdl && *pdl ? atoi(pdl) != 0 : -1;
+	const char *am = getenv("QC_CUDA_ATTN_MERGE");
+	e->attn_merge = !(am && !strcmp(am, "0"));
 	const char *fn = getenv("QC_CUDA_FUSE_NORM");
 	e->fuse_norm = !(fn && !strcmp(fn, "0"));
 }

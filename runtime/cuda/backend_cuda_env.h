@@ -19,6 +19,8 @@ struct qc_cuda_env {
 	int pdl;                       /* QC_CUDA_PDL: 1 programmatic dependent launch (pdl.h) where
 					  the device has it, 0 plain launches, unset (-1): on for
 					  bundles under 1 GiB of weights (docs/perf-notes.md) */
+	int attn_merge;                /* QC_CUDA_ATTN_MERGE=0: the split attention's merge as a kernel
+					  of its own (A/B of the in-kernel merge) */
 	int fuse_norm;                 /* QC_CUDA_FUSE_NORM=0: the attention/FFN RMSNorm as a kernel of
 					  its own even where the GEMV could take it */
 };
