@@ -27,7 +27,10 @@ const char qc_engine_cli_help[] =
 	"  --max-prefill-tokens N   prompt tokens per step: longer prompts are prefilled in chunks, and a\n"
 	"                           running stream waits at most one such step (default: cpu 128,\n"
 	"                           cuda --max-batch-tokens)\n"
-	"  --no-prefix-cache        do not reuse the K/V of earlier requests' identical prompt prefixes\n";
+	"  --no-prefix-cache        do not reuse the K/V of earlier requests' identical prompt prefixes\n"
+	"  --no-verify              load without checking every tensor's XXH3 against the manifest (the\n"
+	"                           check runs on threads beside the load and refuses a bundle whose bytes\n"
+	"                           changed after qconvert wrote it, naming the tensor)\n";
 
 void qc_engine_cli_init(struct qc_engine_cli *c)
 {
@@ -76,6 +79,10 @@ int qc_engine_cli_parse(struct qc_engine_cli *c, const char *prog, int argc, cha
 		{"--max-prefill-tokens", offsetof(struct qc_engine_cli, max_prefill), 1, 1L << 16},
 	};
 	const char *a = argv[*i];
+	if (!strcmp(a, "--no-verify")) {
+		c->no_verify = true;
+		return 1;
+	}
 	if (!strcmp(a, "--no-prefix-cache")) {
 		c->no_prefix_cache = true;
 		return 1;
@@ -134,6 +141,7 @@ void qc_engine_cli_apply(const struct qc_engine_cli *c, struct qc_engine_opts *o
 		o->max_prefill_tokens = (int32_t)c->max_prefill;
 	if (c->no_prefix_cache)
 		o->prefix_cache = false;
+	o->no_verify = c->no_verify;
 }
 
 bool qc_path_is_gguf(const char *path)

@@ -24,6 +24,7 @@ struct qc_engine_cli {
 	long max_batch;        /* tokens per forward; 0: 512 */
 	long max_prefill;      /* prompt tokens per forward (chunk); 0: the backend's default */
 	bool no_prefix_cache;  /* --no-prefix-cache */
+	bool no_verify;        /* --no-verify */
 };
 
 /* The flags' help lines, for a command's usage text. */

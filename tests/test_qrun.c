@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "../tests/check.h"
+#include "bundle.h"
 
 static const char *bin(void)
 {
@@ -514,6 +515,60 @@ static void check_qrun_refuses_unsupported_arch_first(const char *work)
 	unlink(model);
 }
 
+/* issue 17 #1: a bundle whose tensor bytes changed after conversion is refused at
+ * load, naming the file and the tensor, unless --no-verify; an intact one loads
+ * and says what it checked. The flipped byte is in the middle of the largest
+ * tensor (found through the bundle reader, not by a fixed offset). */
+static void check_verify_at_load(const char *work)
+{
+	char gguf[1100], qb[1100], cmd[4096];
+	snprintf(gguf, sizeof gguf, "%s/verify.gguf", work);
+	snprintf(qb, sizeof qb, "%s/verify.qb", work);
+	snprintf(cmd, sizeof cmd, "%s/mkgguf --preset tiny -o %s >/dev/null 2>&1 && %s/qconvert %s --target cpu -q -o %s",
+		 bin(), gguf, bin(), gguf, qb);
+	CHECK(system(cmd) == 0, "%s", cmd);
+	int rc;
+	snprintf(cmd, sizeof cmd, "%s/qrun %s -p hi -n 2", bin(), qb);
+	char *e = run_stderr(cmd, &rc);
+	CHECK(rc == 0 && strstr(e, "verify: ") && strstr(e, "checked (XXH3)"), "intact bundle: exit %d, stderr '%s'", rc,
+	      e);
+	free(e);
+	struct qc_bundle *b = NULL;
+	struct qc_err err = {0};
+	char name[256] = "";
+	uint64_t off = 0;
+	if (qc_bundle_open(qb, &b, &err) == QC_OK) {
+		const struct qc_bundle_tensor *big = NULL;
+		for (uint64_t i = 0; i < b->n_tensors; i++)
+			if (!big || b->tensors[i].size > big->size)
+				big = &b->tensors[i];
+		if (big) {
+			snprintf(name, sizeof name, "%s", big->name);
+			off = big->off + big->size / 2;
+		}
+		qc_bundle_close(b);
+	}
+	CHECK(name[0] && off, "no tensor found in %s: %s", qb, err.msg);
+	int fd = open(qb, O_RDWR);
+	unsigned char c = 0;
+	bool flipped = fd >= 0 && pread(fd, &c, 1, (off_t)off) == 1 && (c ^= 0x20, pwrite(fd, &c, 1, (off_t)off) == 1);
+	if (fd >= 0)
+		close(fd);
+	CHECK(flipped, "cannot flip a byte of %s", qb);
+	e = run_stderr(cmd, &rc);
+	CHECK(rc == 1 && strstr(e, qb) && strstr(e, name) && strstr(e, "checksum mismatch") && strstr(e, "--no-verify"),
+	      "flipped byte in %s: exit %d, stderr '%s'", name, rc, e);
+	free(e);
+	snprintf(cmd, sizeof cmd, "%s/qrun %s -p hi -n 2 --no-verify", bin(), qb);
+	e = run_stderr(cmd, &rc);
+	CHECK(rc == 0 && !strstr(e, "verify: "), "--no-verify: exit %d, stderr '%s'", rc, e);
+	free(e);
+	snprintf(cmd, sizeof cmd, "%s/qserve --help 2>&1 | grep -q -- --no-verify", bin());
+	CHECK(system(cmd) == 0, "qserve --help does not list --no-verify");
+	unlink(gguf);
+	unlink(qb);
+}
+
 /* mkgguf --preset tiny (+ extra flags) at path; its vocab is <unk> <s> </s> ... */
 static bool make_tiny(const char *path, const char *extra)
 {
@@ -629,6 +684,7 @@ int main(void)
 		check_ctx_warning(work);
 		check_bos_forced(work);
 		check_json_text_drops_control_tokens(work);
+		check_verify_at_load(work);
 		rm_dir(work);
 	}
 	/* the comparator must notice a wrong id list */

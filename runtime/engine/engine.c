@@ -27,6 +27,7 @@
 
 #include <xxhash.h>
 
+#include "bundle_verify.h"
 #include "sample_par.h"
 #include "vocab.h"
 
@@ -36,6 +37,16 @@ static int32_t backend_threads(int32_t asked)
 	const char *env = getenv("QC_THREADS");
 	long n = asked > 0 ? asked : env && *env ? strtol(env, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
 	return n < 1 ? 1 : n > 256 ? 256 : (int32_t)n;
+}
+
+/* Verification threads: every CPU but one for the loader's own copy (a device
+ * upload), at most 8; the CPU backend computes from the mapping, so it gets all. */
+static int verify_threads(const struct qc_engine_opts *o)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	const bool cpu = !o->backend || o->backend == &qc_backend_cpu;
+	n = cpu ? n : n - 1;
+	return n < 1 ? 1 : n > 8 ? 8 : (int)n;
 }
 
 struct req {
@@ -65,6 +76,7 @@ struct qc_engine {
 	struct qc_sample_job *jobs; /* (max_running) this step's rows sampled from the whole row */
 	int32_t *job_entry;        /* (max_running) plan entry of each job */
 	struct qc_engine_opts opts;
+	struct qc_bundle_verify_job *verify; /* during qc_engine_new only */
 	float *logits;             /* (max_running, n_vocab) */
 	int32_t *want;             /* (max_running) per logit row: 0 the row, m the m best (forward_top) */
 	int32_t *top_ids;          /* (max_running, QC_BACKEND_TOP_MAX) the backend's best ids per row */
@@ -182,6 +194,12 @@ int qc_engine_new(const char *path, const struct qc_engine_opts *o, struct qc_en
 	/* model and tokenizer */
 	if ((rc = qc_model_open(path, &e->model, err)))
 		goto out_free;
+	/* checksums on threads of their own while the tokenizer, the K/V pool and the
+	 * backend (a device upload) are set up; joined once the backend exists */
+	struct timespec v0;
+	clock_gettime(CLOCK_MONOTONIC, &v0);
+	if (!op->no_verify && (rc = qc_bundle_verify_start(e->model->bundle, verify_threads(op), &e->verify, err)))
+		goto out_free;
 	const struct qc_model_config *cfg = &e->model->cfg;
 	const cJSON *tok = cJSON_GetObjectItemCaseSensitive(e->model->bundle->manifest, "tokenizer");
 	if (tok && (rc = qc_vocab_from_json(tok, &e->vocab, err)))
@@ -261,6 +279,18 @@ int qc_engine_new(const char *path, const struct qc_engine_opts *o, struct qc_en
 	};
 	if ((rc = e->be->create(e->model, &bp, &e->be_state, err)))
 		goto out_free;
+	if (e->verify) {
+		struct qc_bundle_verify_job *j = e->verify;
+		e->verify = NULL;
+		if ((rc = qc_bundle_verify_finish(j, err)))
+			goto out_free;
+		struct timespec v1;
+		clock_gettime(CLOCK_MONOTONIC, &v1);
+		const double dt = (double)(v1.tv_sec - v0.tv_sec) + 1e-9 * (double)(v1.tv_nsec - v0.tv_nsec);
+		const double gb = (double)qc_bundle_verify_bytes(e->model->bundle) / 1e9;
+		fprintf(stderr, "verify: %llu tensors, %.3f GB checked (XXH3) during a %.3f s load (%.2f GB/s)\n",
+			(unsigned long long)e->model->bundle->n_tensors, gb, dt, dt > 0 ? gb / dt : 0.0);
+	}
 
 	const int32_t sp_threads = bp.n_threads < 16 ? bp.n_threads : 16;
 	if ((rc = qc_sample_par_new(sp_threads, cfg->n_vocab, &e->sp, err)))
@@ -296,6 +326,10 @@ void qc_engine_free(struct qc_engine *e)
 		fprintf(stderr, "engine profile: %ld steps, %.1f ms: schedule %.1f, forward %.1f (%.1f%%), "
 				"sample %.1f, commit %.1f\n", e->steps, 1e3 * all, 1e3 * e->t_sched, 1e3 * e->t_forward,
 			all > 0 ? 100.0 * e->t_forward / all : 0.0, 1e3 * e->t_sample, 1e3 * e->t_commit);
+	}
+	if (e->verify) { /* a failure during load: join the threads before the bundle goes */
+		struct qc_err ignore = {0};
+		qc_bundle_verify_finish(e->verify, &ignore);
 	}
 	for (size_t i = 0; i < e->n_reqs; i++)
 		req_free(e->reqs[i]);

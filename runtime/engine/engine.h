@@ -63,6 +63,9 @@ struct qc_engine_opts {
 	float gpu_mem_util;                   /* device backends: fraction of device memory for
 						 weights + buffers + K/V; 0: 0.9 */
 	enum qc_bad_logits bad_logits;        /* default QC_BAD_LOGITS_FAIL_STEP */
+	bool no_verify;                       /* false (default): every tensor's XXH3 is checked
+						 at load, on threads beside the backend's upload;
+						 a mismatch fails qc_engine_new naming the tensor */
 	qc_engine_logits_fn on_logits;        /* optional */
 	void *cb_ctx;
 };
