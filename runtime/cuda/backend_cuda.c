@@ -7,7 +7,10 @@
  * picks the kernel kind); knobs: backend_cuda_env.c, read once here.
  * Forward: plan arrays up in one copy, kernels of runtime/cuda/kernels/ on one stream
  * (MoE routing on the device), logits down in one copy: the step's only host
- * sync. Decode steps (every row wants logits, at most GRAPH_MAX_ROWS rows) replay a CUDA graph
+ * sync. A dense layer takes the fused entry points of backend_cuda_mm.c (norm, Q|K|V,
+ * gate|up, SwiGLU and residual adds inside the GEMV where its kind can: docs/cuda.md
+ * "One decode layer"); a residual the kind cannot add waits in d_pend for the next
+ * norm. Decode steps (every row wants logits, at most GRAPH_MAX_ROWS rows) replay a CUDA graph
  * per shape (backend_cuda_graph.h); QC_PROFILE=1 times the phases instead
  * (backend_cuda_prof.h).
  * Sampling: forward_top brings back the argmax (greedy rows) or the top-k
