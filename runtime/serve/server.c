@@ -61,6 +61,8 @@ struct stream {
 	int32_t n_prompt;
 	char *stops[SERVE_MAX_STOPS];  /* owned; serve_gen's text state borrows them */
 	int n_stops;
+	char *echo;                    /* owned: echo's prompt text, led by each choice's first chunk */
+	size_t echo_len;
 };
 
 static double now_s(void)
@@ -157,6 +159,7 @@ static void stream_free(void *cls)
 	serve_buf_deinit(&st->out);
 	for (int i = 0; i < st->n_stops; i++)
 		free(st->stops[i]);
+	free(st->echo);
 	free(st);
 	atomic_fetch_sub(&s->open_streams, 1);
 }
@@ -173,7 +176,9 @@ static int stream_fill(struct stream *st)
 		c = (c + 1) % st->n_gen;
 	st->cur = (c + 1) % st->n_gen;
 	struct serve_gen *g = &st->gen[c];
-	int rc = serve_gen_pull(g, &delta, &from, &to);
+	int rc = st->first[c] && st->echo_len ? serve_buf_put(&delta, st->echo, st->echo_len) : 0;
+	if (!rc)
+		rc = serve_gen_pull(g, &delta, &from, &to);
 	if (rc) {
 		serve_buf_deinit(&delta);
 		return rc;
@@ -273,6 +278,54 @@ static int prompt_ids(struct server *s, const struct serve_params *p, int32_t **
 	return 0;
 }
 
+/* The id-valued fields against the vocabulary; on failure *msg and *param say which. */
+static bool ids_in_vocab(const struct server *s, const struct serve_params *p, char *msg, size_t cap,
+			 const char **param)
+{
+	for (int32_t i = 0; i < p->sampling.n_bias; i++)
+		if (p->sampling.bias_ids[i] >= s->n_vocab) {
+			snprintf(msg, cap, "logit_bias: key \"%d\" is outside the vocabulary (token ids 0..%d)",
+				 p->sampling.bias_ids[i], s->n_vocab - 1);
+			*param = "logit_bias";
+			return false;
+		}
+	for (int32_t i = 0; i < p->n_stop_ids; i++)
+		if (p->stop_ids[i] >= s->n_vocab) {
+			snprintf(msg, cap, "stop_token_ids: %d is outside the vocabulary (token ids 0..%d)", p->stop_ids[i],
+				 s->n_vocab - 1);
+			*param = "stop_token_ids";
+			return false;
+		}
+	return true;
+}
+
+/* echo's text: the prompt as given, or its ids detokenized (BOS dropped); -1: out of memory. */
+static int echo_text(const struct server *s, const struct serve_params *p, char **text, size_t *len)
+{
+	struct qc_err err = {0};
+	*text = NULL;
+	*len = 0;
+	if (!p->echo)
+		return 0;
+	if (p->prompt) {
+		if (!(*text = malloc(p->prompt_len + 1)))
+			return -1;
+		memcpy(*text, p->prompt, p->prompt_len);
+		*len = p->prompt_len;
+		return 0;
+	}
+	if (!s->vocab)
+		return 0;
+	/* past a leading BOS, as the text it came from: the SPM space prefix stripped */
+	const int32_t *ids = p->prompt_ids;
+	size_t n = (size_t)p->n_prompt_ids;
+	if (n && ids[0] == qc_vocab_special(s->vocab, QC_SPECIAL_BOS)) {
+		ids++;
+		n--;
+	}
+	return qc_detokenize(s->vocab, ids, n, (enum qc_detok_flags)0, text, len, &err) ? -1 : 0;
+}
+
 static enum MHD_Result generate(struct server *s, struct MHD_Connection *c, struct conn *cn)
 {
 	const bool chat = cn->ep == EP_CHAT;
@@ -293,6 +346,11 @@ static enum MHD_Result generate(struct server *s, struct MHD_Connection *c, stru
 			 s->cfg.model_name);
 		serve_params_deinit(&p);
 		return reply_error(s, c, cn->ep, 404, msg, "model");
+	}
+	const char *bad_param = NULL;
+	if (!ids_in_vocab(s, &p, msg, sizeof msg, &bad_param)) {
+		serve_params_deinit(&p);
+		return reply_error(s, c, cn->ep, 400, msg, bad_param);
 	}
 	if ((rc = prompt_ids(s, &p, &ids, &n, msg, sizeof msg))) {
 		serve_params_deinit(&p);
@@ -333,6 +391,8 @@ static enum MHD_Result generate(struct server *s, struct MHD_Connection *c, stru
 		}
 		j->max_tokens = max_tokens;
 		j->ignore_eos = p.ignore_eos;
+		j->n_stop_ids = p.n_stop_ids;
+		memcpy(j->stop_ids, p.stop_ids, sizeof j->stop_ids);
 		j->sampling = p.sampling;
 		/* ranking best_of needs each token's logprob, asked or not */
 		if (k > p.n_choices)
@@ -357,6 +417,10 @@ static enum MHD_Result generate(struct server *s, struct MHD_Connection *c, stru
 
 	if (p.stream) {
 		struct stream *sm = calloc(1, sizeof *sm);
+		if (sm && echo_text(s, &p, &sm->echo, &sm->echo_len)) {
+			free(sm);
+			sm = NULL;
+		}
 		if (!sm) {
 			for (int32_t i = 0; i < k; i++) {
 				serve_engine_cancel(s->se, jobs[i]);
@@ -372,6 +436,7 @@ static enum MHD_Result generate(struct server *s, struct MHD_Connection *c, stru
 		memcpy(sm->stops, p.stops, sizeof sm->stops);
 		sm->n_stops = p.n_stops;
 		p.n_stops = 0;
+
 		sm->n_gen = k; /* no best_of > n when streaming (serve_req.c) */
 		for (int32_t i = 0; i < k; i++) {
 			sm->resp[i] = resp;
@@ -399,7 +464,12 @@ static enum MHD_Result generate(struct server *s, struct MHD_Connection *c, stru
 	struct serve_gen *g = calloc((size_t)k, sizeof *g);
 	struct serve_buf text[SERVE_MAX_CHOICES] = {{0}}, body = {0};
 	int32_t from, to, failed = -1, completion = 0;
-	rc = g ? 0 : -1;
+	char *echo = NULL;
+	size_t echo_len = 0;
+	rc = g && !echo_text(s, &p, &echo, &echo_len) ? 0 : -1;
+	for (int32_t i = 0; !rc && echo_len && i < k; i++)
+		rc = serve_buf_put(&text[i], echo, echo_len) ? -1 : 0;
+	free(echo);
 	for (int32_t i = 0; i < k; i++) {
 		if (g)
 			serve_gen_init(&g[i], s->se, jobs[i], client_fd(c), s->vocab, (const char *const *)p.stops,

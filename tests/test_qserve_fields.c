@@ -1,0 +1,244 @@
+/* test_qserve_fields.c — the OpenAI/vLLM request fields and endpoints of issue 17
+ * (deliverable 3) on the CPU backend with stories260K, through the curl CLI:
+ * logit_bias, stop_token_ids, min_tokens, response_format, echo. Expected tokens
+ * come from llama.cpp's greedy reference ids (fixtures/reference/stories260K.json)
+ * and their pieces through the vocab, never from the server's own output; the
+ * server's ids are read back through logprobs with return_tokens_as_token_ids.
+ */
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../tests/check.h"
+#include "qserve_util.h"
+
+#define AUTH "-H 'Authorization: Bearer sk-test'"
+#define ONCE "\"prompt\":\"Once upon a time\",\"temperature\":0,\"ignore_eos\":true"
+
+static const char *piece(const struct qc_vocab *v, int32_t id)
+{
+	static char buf[64];
+	size_t k = qc_token_to_piece(v, id, buf, sizeof buf - 1, 0);
+	buf[k < sizeof buf ? k : 0] = '\0';
+	return buf;
+}
+
+/* The "token_id:N" tokens of choice 0's completions logprobs into ids; their count. */
+static int lp_ids(const cJSON *j, int32_t *ids, int cap)
+{
+	const cJSON *toks = cJSON_GetObjectItem(
+		cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0), "logprobs"), "tokens");
+	int n = 0;
+	for (const cJSON *it = toks ? toks->child : NULL; it && n < cap; it = it->next)
+		if (cJSON_IsString(it) && !strncmp(it->valuestring, "token_id:", 9))
+			ids[n++] = atoi(it->valuestring + 9);
+	return n;
+}
+
+/* A 400 whose error names param and whose message contains what. */
+static void want_400(const struct srv *s, const char *path, const char *body, const char *param, const char *what)
+{
+	int st;
+	cJSON *j = post_json(s, path, body, AUTH, &st);
+	const char *p = jstr(j, "error.param"), *m = jstr(j, "error.message");
+	CHECK(st == 400 && p && !strcmp(p, param) && m && strstr(m, what), "%s %s: %d param '%s' message '%s'", path,
+	      body, st, p ? p : "(none)", m ? m : "(none)");
+	cJSON_Delete(j);
+}
+
+static void test_logit_bias(const struct srv *s, const struct qc_vocab *v, const int32_t *ref)
+{
+	char body[1024];
+	int st;
+	int32_t ids[64];
+
+	/* -100 bans the reference's first token; greedy (no logprobs: the argmax path)
+	   and greedy with logprobs agree on the text */
+	snprintf(body, sizeof body, "{" ONCE ",\"max_tokens\":6,\"logit_bias\":{\"%d\":-100}}", ref[0]);
+	cJSON *a = post_json(s, "/v1/completions", body, AUTH, &st);
+	snprintf(body, sizeof body,
+		 "{" ONCE ",\"max_tokens\":6,\"logit_bias\":{\"%d\":-100},\"logprobs\":0,\"return_tokens_as_token_ids\":true}",
+		 ref[0]);
+	cJSON *b = post_json(s, "/v1/completions", body, AUTH, &st);
+	int n = lp_ids(b, ids, 64);
+	bool seen = false;
+	for (int i = 0; i < n; i++)
+		seen |= ids[i] == ref[0];
+	CHECK(st == 200 && n == 6 && !seen, "logit_bias -100 on %d: %d ids, banned id seen %d", ref[0], n, seen);
+	CHECK(jstr(a, "choices.0.text") && jstr(b, "choices.0.text") &&
+		      !strcmp(jstr(a, "choices.0.text"), jstr(b, "choices.0.text")),
+	      "biased greedy text differs with and without logprobs: '%s' vs '%s'",
+	      jstr(a, "choices.0.text") ? jstr(a, "choices.0.text") : "", jstr(b, "choices.0.text") ? jstr(b, "choices.0.text") : "");
+	cJSON_Delete(a);
+	cJSON_Delete(b);
+
+	/* +100 on one token: it is chosen every time, greedy and sampled, on both endpoints */
+	const int32_t x = ref[5];
+	char want[256] = "";
+	for (int i = 0; i < 3; i++)
+		strncat(want, piece(v, x), sizeof want - strlen(want) - 1);
+	snprintf(body, sizeof body, "{" ONCE ",\"max_tokens\":3,\"logit_bias\":{\"%d\":100}}", x);
+	a = post_json(s, "/v1/completions", body, AUTH, &st);
+	CHECK(st == 200 && jstr(a, "choices.0.text") && !strcmp(jstr(a, "choices.0.text"), want),
+	      "logit_bias +100 on %d (greedy): '%s' want '%s'", x, jstr(a, "choices.0.text") ? jstr(a, "choices.0.text") : "", want);
+	cJSON_Delete(a);
+	snprintf(body, sizeof body,
+		 "{\"prompt\":\"Once upon a time\",\"max_tokens\":3,\"temperature\":1,\"top_k\":5,\"seed\":3,\"ignore_eos\":true,"
+		 "\"logit_bias\":{\"%d\":100}}", x);
+	a = post_json(s, "/v1/completions", body, AUTH, &st);
+	CHECK(st == 200 && jstr(a, "choices.0.text") && !strcmp(jstr(a, "choices.0.text"), want),
+	      "logit_bias +100 on %d (top_k 5): '%s' want '%s'", x, jstr(a, "choices.0.text") ? jstr(a, "choices.0.text") : "", want);
+	cJSON_Delete(a);
+	snprintf(body, sizeof body,
+		 "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":3,\"temperature\":0,\"ignore_eos\":true,"
+		 "\"logit_bias\":{\"%d\":100}}", x);
+	a = post_json(s, "/v1/chat/completions", body, AUTH, &st);
+	CHECK(st == 200 && jstr(a, "choices.0.message.content") && !strcmp(jstr(a, "choices.0.message.content"), want),
+	      "chat logit_bias +100 on %d: %d '%s' want '%s'", x, st,
+	      jstr(a, "choices.0.message.content") ? jstr(a, "choices.0.message.content") : "", want);
+	cJSON_Delete(a);
+
+	/* refusals name the field and the key */
+	want_400(s, "/v1/completions", "{\"prompt\":\"a\",\"logit_bias\":{\"abc\":1}}", "logit_bias", "\"abc\"");
+	want_400(s, "/v1/completions", "{\"prompt\":\"a\",\"logit_bias\":{\"-3\":1}}", "logit_bias", "\"-3\"");
+	want_400(s, "/v1/completions", "{\"prompt\":\"a\",\"logit_bias\":{\"99999\":1}}", "logit_bias", "99999");
+	want_400(s, "/v1/completions", "{\"prompt\":\"a\",\"logit_bias\":{\"5\":100.5}}", "logit_bias", "token 5");
+	want_400(s, "/v1/completions", "{\"prompt\":\"a\",\"logit_bias\":{\"5\":\"1\"}}", "logit_bias", "token 5");
+	want_400(s, "/v1/completions", "{\"prompt\":\"a\",\"logit_bias\":{\"5\":1,\"05\":2}}", "logit_bias", "twice");
+	want_400(s, "/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"logit_bias\":[1]}",
+		 "logit_bias", "object");
+	/* the empty map is no bias */
+	a = post_json(s, "/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":1,\"logit_bias\":{}}", AUTH, &st);
+	CHECK(st == 200, "empty logit_bias: %d", st);
+	cJSON_Delete(a);
+}
+
+static void test_stop_ids_min_tokens(const struct srv *s, const struct qc_vocab *v, const int32_t *ref)
+{
+	char body[1024];
+	int st;
+	int32_t ids[64];
+
+	/* stop_token_ids: ends at the reference's 4th token (even with ignore_eos), not shown, counted */
+	char want[256] = "";
+	for (int i = 0; i < 3; i++)
+		strncat(want, piece(v, ref[i]), sizeof want - strlen(want) - 1);
+	snprintf(body, sizeof body, "{" ONCE ",\"max_tokens\":16,\"stop_token_ids\":[%d,%d]}", 9999 % 500, ref[3]);
+	cJSON *a = post_json(s, "/v1/completions", body, AUTH, &st);
+	bool early = false;
+	for (int i = 0; i < 3; i++)
+		early |= ref[i] == 9999 % 500 || ref[i] == ref[3];
+	CHECK(!early, "test premise: the stop ids occur before position 3 of the reference");
+	CHECK(st == 200 && jstr(a, "choices.0.text") && !strcmp(jstr(a, "choices.0.text"), want) &&
+		      jstr(a, "choices.0.finish_reason") && !strcmp(jstr(a, "choices.0.finish_reason"), "stop") &&
+		      jnum(a, "usage", "completion_tokens") == 4,
+	      "stop_token_ids [%d]: %d '%s' want '%s', finish %s, %g tokens", ref[3], st,
+	      jstr(a, "choices.0.text") ? jstr(a, "choices.0.text") : "", want,
+	      jstr(a, "choices.0.finish_reason") ? jstr(a, "choices.0.finish_reason") : "", jnum(a, "usage", "completion_tokens"));
+	cJSON_Delete(a);
+	snprintf(body, sizeof body, "{" ONCE ",\"max_tokens\":16,\"stop_token_ids\":[%d],\"stream\":true}", ref[3]);
+	char *b = http(s, "POST", "/v1/completions", body, AUTH, &st);
+	struct sse ev;
+	parse_sse(b, &ev);
+	CHECK(st == 200 && ev.done_last && !strcmp(ev.text, want) && !strcmp(ev.finish, "stop"),
+	      "streamed stop_token_ids: '%s' finish '%s'", ev.text, ev.finish);
+	free(b);
+
+	/* min_tokens 5 with the 4th reference token as a stop id: the first three are
+	   the reference's, the 4th is held back (another token), at least 5 come */
+	snprintf(body, sizeof body,
+		 "{" ONCE ",\"max_tokens\":8,\"stop_token_ids\":[%d],\"min_tokens\":5,\"logprobs\":0,"
+		 "\"return_tokens_as_token_ids\":true}", ref[3]);
+	a = post_json(s, "/v1/completions", body, AUTH, &st);
+	int n = lp_ids(a, ids, 64);
+	bool held = n >= 5 && ids[0] == ref[0] && ids[1] == ref[1] && ids[2] == ref[2];
+	for (int i = 0; held && i < 5; i++)
+		held = ids[i] != ref[3];
+	CHECK(st == 200 && held, "min_tokens 5: %d ids (%d %d %d %d ...), stop id %d", n, n > 0 ? ids[0] : -1,
+	      n > 1 ? ids[1] : -1, n > 2 ? ids[2] : -1, n > 3 ? ids[3] : -1, ref[3]);
+	cJSON_Delete(a);
+
+	want_400(s, "/v1/completions", "{\"prompt\":\"a\",\"stop_token_ids\":[1,-2]}", "stop_token_ids", "token ids");
+	want_400(s, "/v1/completions", "{\"prompt\":\"a\",\"stop_token_ids\":5}", "stop_token_ids", "array");
+	want_400(s, "/v1/completions", "{\"prompt\":\"a\",\"stop_token_ids\":[123456]}", "stop_token_ids", "123456");
+	want_400(s, "/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":2,\"min_tokens\":3}", "min_tokens", "max_tokens");
+	want_400(s, "/v1/completions", "{\"prompt\":\"a\",\"min_tokens\":-1}", "min_tokens", "outside");
+	want_400(s, "/v1/completions", "{\"prompt\":\"a\",\"ignore_eos\":1}", "ignore_eos", "boolean");
+	want_400(s, "/v1/chat/completions",
+		 "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"response_format\":{\"type\":\"json_object\"}}",
+		 "response_format", "text");
+	a = post_json(s, "/v1/chat/completions",
+		      "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"max_tokens\":1,\"response_format\":{\"type\":\"text\"}}",
+		      AUTH, &st);
+	CHECK(st == 200, "response_format text: %d", st);
+	cJSON_Delete(a);
+}
+
+static void test_echo(const struct srv *s, const char *ref_text)
+{
+	int st;
+	char want[512];
+	/* the reference text's first 4 tokens are not known as text here: compare with
+	   the same request without echo */
+	cJSON *plain = post_json(s, "/v1/completions", "{" ONCE ",\"max_tokens\":4}", AUTH, &st);
+	const char *gen = jstr(plain, "choices.0.text");
+	CHECK(st == 200 && gen && !strncmp(ref_text, gen, strlen(gen)) && gen[0], "plain: '%s'", gen ? gen : "");
+	snprintf(want, sizeof want, "Once upon a time%s", gen ? gen : "");
+	cJSON *a = post_json(s, "/v1/completions", "{" ONCE ",\"max_tokens\":4,\"echo\":true}", AUTH, &st);
+	CHECK(st == 200 && jstr(a, "choices.0.text") && !strcmp(jstr(a, "choices.0.text"), want) &&
+		      jnum(a, "usage", "completion_tokens") == 4,
+	      "echo: '%s' want '%s'", jstr(a, "choices.0.text") ? jstr(a, "choices.0.text") : "", want);
+	cJSON_Delete(a);
+	/* the prompt as ids: the detokenized prompt, BOS dropped */
+	a = post_json(s, "/v1/completions",
+		      "{\"prompt\":[1,403,407,261,378],\"max_tokens\":4,\"temperature\":0,\"ignore_eos\":true,\"echo\":true}",
+		      AUTH, &st);
+	CHECK(st == 200 && jstr(a, "choices.0.text") && !strcmp(jstr(a, "choices.0.text"), want),
+	      "echo of ids: '%s' want '%s'", jstr(a, "choices.0.text") ? jstr(a, "choices.0.text") : "", want);
+	cJSON_Delete(a);
+	/* streamed: the first chunk leads with the prompt */
+	char *b = http(s, "POST", "/v1/completions", "{" ONCE ",\"max_tokens\":4,\"echo\":true,\"stream\":true}", AUTH, &st);
+	struct sse ev;
+	parse_sse(b, &ev);
+	CHECK(st == 200 && ev.done_last && !strcmp(ev.text, want), "streamed echo: '%s' want '%s'", ev.text, want);
+	free(b);
+	cJSON_Delete(plain);
+
+	want_400(s, "/v1/completions", "{\"prompt\":\"a\",\"echo\":true,\"logprobs\":1}", "echo", "logprobs");
+	want_400(s, "/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"echo\":true}", "echo",
+		 "/v1/completions");
+	want_400(s, "/v1/completions", "{\"prompt\":\"a\",\"echo\":\"yes\"}", "echo", "boolean");
+}
+
+int main(void)
+{
+	int32_t ref[64];
+	char ref_text[4096], path[1024];
+	snprintf(path, sizeof path, "%s/gguf/stories260K.gguf", check_fixtures());
+	if (!check_have_fixtures("test_qserve_fields"))
+		return check_report("test_qserve_fields");
+	int n_ref = ref_ids(ref, ref_text, sizeof ref_text);
+	struct qc_gguf *gg = NULL;
+	struct qc_vocab *v = NULL;
+	struct qc_err err = {0};
+	if (n_ref != 32 || qc_gguf_open(path, &gg, &err) || qc_vocab_from_gguf(gg, &v, &err)) {
+		CHECK(0, "fixture %s or its reference unusable (%d ids): %s", path, n_ref, err.msg);
+		qc_gguf_close(gg);
+		return check_report("test_qserve_fields");
+	}
+	struct srv s;
+	char args[2048];
+	snprintf(args, sizeof args, "%s --chat-template chatml --api-key sk-test", path);
+	if (srv_start(&s, args)) {
+		test_logit_bias(&s, v, ref);
+		test_stop_ids_min_tokens(&s, v, ref);
+		test_echo(&s, ref_text);
+		srv_stop(&s);
+	} else {
+		srv_failed(&s, "qserve");
+	}
+	qc_vocab_free(v);
+	qc_gguf_close(gg);
+	return check_report("test_qserve_fields");
+}
