@@ -36,13 +36,13 @@ static int lp_ids(const cJSON *j, int32_t *ids, int cap)
 	return n;
 }
 
-/* A 400 whose error names param and whose message contains what. */
+/* A 400 whose error names param ("": none) and whose message contains what. */
 static void want_400(const struct srv *s, const char *path, const char *body, const char *param, const char *what)
 {
 	int st;
 	cJSON *j = post_json(s, path, body, AUTH, &st);
 	const char *p = jstr(j, "error.param"), *m = jstr(j, "error.message");
-	CHECK(st == 400 && p && !strcmp(p, param) && m && strstr(m, what), "%s %s: %d param '%s' message '%s'", path,
+	CHECK(st == 400 && (param[0] ? p && !strcmp(p, param) : !p || !p[0]) && m && strstr(m, what), "%s %s: %d param '%s' message '%s'", path,
 	      body, st, p ? p : "(none)", m ? m : "(none)");
 	cJSON_Delete(j);
 }
@@ -211,6 +211,73 @@ static void test_echo(const struct srv *s, const char *ref_text)
 	want_400(s, "/v1/completions", "{\"prompt\":\"a\",\"echo\":\"yes\"}", "echo", "boolean");
 }
 
+/* /tokenize against the reference prompt ids (llama.cpp's), /detokenize back,
+ * /v1/models/{id}. */
+static void test_tokenize(const struct srv *s)
+{
+	static const int32_t once[] = {1, 403, 407, 261, 378}; /* "Once upon a time", BOS first */
+	int st;
+	cJSON *j = post_json(s, "/tokenize", "{\"model\":\"stories260K\",\"prompt\":\"Once upon a time\"}", AUTH, &st);
+	const cJSON *t = cJSON_GetObjectItem(j, "tokens");
+	bool same = cJSON_GetArraySize(t) == 5;
+	for (int i = 0; same && i < 5; i++)
+		same = cJSON_GetArrayItem(t, i)->valuedouble == once[i];
+	CHECK(st == 200 && same && jnum(j, "count", NULL) == -1, "tokenize: %d, tokens %s", st,
+	      same ? "equal" : "differ");
+	CHECK(cJSON_GetObjectItem(j, "count") && cJSON_GetObjectItem(j, "count")->valuedouble == 5 &&
+		      cJSON_GetObjectItem(j, "max_model_len") && cJSON_GetObjectItem(j, "max_model_len")->valuedouble > 5,
+	      "tokenize count / max_model_len");
+	cJSON_Delete(j);
+	j = post_json(s, "/tokenize", "{\"prompt\":\"Once upon a time\",\"add_special_tokens\":false}", AUTH, &st);
+	t = cJSON_GetObjectItem(j, "tokens");
+	CHECK(st == 200 && cJSON_GetArraySize(t) == 4 && cJSON_GetArrayItem(t, 0)->valuedouble == once[1],
+	      "tokenize without BOS: %d, %d tokens", st, cJSON_GetArraySize(t));
+	cJSON_Delete(j);
+	/* messages: the chat template's rendering, as a chat request would feed */
+	j = post_json(s, "/tokenize", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", AUTH, &st);
+	const cJSON *cnt = cJSON_GetObjectItem(j, "count");
+	CHECK(st == 200 && cJSON_IsNumber(cnt) && cnt->valuedouble > 5, "tokenize messages: %d", st);
+	cJSON_Delete(j);
+
+	j = post_json(s, "/detokenize", "{\"tokens\":[403,407,261,378]}", AUTH, &st);
+	CHECK(st == 200 && jstr(j, "prompt") && !strcmp(jstr(j, "prompt"), "Once upon a time"), "detokenize: %d '%s'", st,
+	      jstr(j, "prompt") ? jstr(j, "prompt") : "");
+	cJSON_Delete(j);
+
+	want_400(s, "/tokenize", "{\"prompt\":5}", "prompt", "string");
+	want_400(s, "/tokenize", "{\"prompt\":\"a\",\"messages\":[]}", "prompt", "either");
+	want_400(s, "/tokenize", "{\"prompt\":\"a\",\"add_special_tokens\":\"no\"}", "add_special_tokens", "boolean");
+	want_400(s, "/tokenize", "{\"prompt\":\"a\\u0000b\"}", "prompt", "NUL");
+	want_400(s, "/detokenize", "{\"tokens\":[1,99999]}", "tokens", "tokens[1]");
+	want_400(s, "/detokenize", "{\"tokens\":\"abc\"}", "tokens", "array");
+	want_400(s, "/detokenize", "[1]", "", "object");
+	j = post_json(s, "/tokenize", "{\"model\":\"gpt-4\",\"prompt\":\"a\"}", AUTH, &st);
+	CHECK(st == 404 && jstr(j, "error.param") && !strcmp(jstr(j, "error.param"), "model"), "tokenize wrong model: %d", st);
+	cJSON_Delete(j);
+	char *b = http(s, "POST", "/tokenize", "{\"prompt\":\"a\"}", NULL, &st);
+	CHECK(st == 401, "tokenize without the key: %d", st);
+	free(b);
+	b = http(s, "GET", "/tokenize", NULL, AUTH, &st);
+	CHECK(st == 405, "GET /tokenize: %d", st);
+	free(b);
+
+	b = http(s, "GET", "/v1/models/stories260K", NULL, AUTH, &st);
+	j = cJSON_Parse(b);
+	CHECK(st == 200 && jstr(j, "id") && !strcmp(jstr(j, "id"), "stories260K") && jstr(j, "object") &&
+		      !strcmp(jstr(j, "object"), "model"), "GET /v1/models/stories260K: %d %s", st, b);
+	cJSON_Delete(j);
+	free(b);
+	b = http(s, "GET", "/v1/models/gpt-4", NULL, AUTH, &st);
+	j = cJSON_Parse(b);
+	CHECK(st == 404 && jstr(j, "error.message") && strstr(jstr(j, "error.message"), "gpt-4") && jstr(j, "error.type"),
+	      "GET /v1/models/gpt-4: %d %s", st, b);
+	cJSON_Delete(j);
+	free(b);
+	b = http(s, "GET", "/v1/models/stories260K", NULL, NULL, &st);
+	CHECK(st == 401, "GET /v1/models/{id} without the key: %d", st);
+	free(b);
+}
+
 int main(void)
 {
 	int32_t ref[64];
@@ -234,6 +301,7 @@ int main(void)
 		test_logit_bias(&s, v, ref);
 		test_stop_ids_min_tokens(&s, v, ref);
 		test_echo(&s, ref_text);
+		test_tokenize(&s);
 		srv_stop(&s);
 	} else {
 		srv_failed(&s, "qserve");

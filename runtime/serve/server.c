@@ -26,6 +26,7 @@
 #include "serve_metrics.h"
 #include "serve_req.h"
 #include "serve_resp.h"
+#include "serve_tok.h"
 #include "vocab.h"
 
 struct server {
@@ -46,6 +47,8 @@ struct server {
 struct conn {
 	enum serve_endpoint ep;
 	bool post;
+	char model_id[256];            /* GET /v1/models/{id}: the id; "" for the list */
+	bool model_id_long;            /* the id did not fit (so it is no id we serve) */
 	struct serve_buf body;
 	bool too_large;
 };
@@ -104,14 +107,24 @@ static enum MHD_Result reply_error(struct server *s, struct MHD_Connection *c, e
 	return reply(s, c, ep, status, &b, "application/json");
 }
 
-static enum serve_endpoint route(const char *url, const char *method, bool *post, bool *method_ok)
+/* The endpoint of url; GET /v1/models/{id} is EP_MODELS with *model_id set
+ * (pointing into url). */
+static enum serve_endpoint route(const char *url, const char *method, bool *post, bool *method_ok,
+				 const char **model_id)
 {
 	static const struct { const char *url; enum serve_endpoint ep; bool post; } routes[] = {
 		{"/v1/completions", EP_COMPLETIONS, true}, {"/v1/chat/completions", EP_CHAT, true},
 		{"/v1/models", EP_MODELS, false},          {"/health", EP_HEALTH, false},
-		{"/metrics", EP_METRICS, false},
+		{"/metrics", EP_METRICS, false},           {"/tokenize", EP_TOKENIZE, true},
+		{"/detokenize", EP_DETOKENIZE, true},
 	};
 	*post = !strcmp(method, "POST");
+	*model_id = NULL;
+	if (!strncmp(url, "/v1/models/", 11) && url[11]) {
+		*model_id = url + 11;
+		*method_ok = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+		return EP_MODELS;
+	}
 	for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
 		if (!strcmp(url, routes[i].url)) {
 			*method_ok = routes[i].post ? *post : !strcmp(method, "GET") || !strcmp(method, "HEAD");
@@ -536,8 +549,37 @@ static enum MHD_Result generate(struct server *s, struct MHD_Connection *c, stru
 
 /* ---- the other endpoints --------------------------------------------------- */
 
-static enum MHD_Result simple_get(struct server *s, struct MHD_Connection *c, enum serve_endpoint ep)
+static enum MHD_Result tok_answer(struct server *s, struct MHD_Connection *c, struct conn *cn)
 {
+	const struct serve_tok_ctx tc = {.e = s->e, .chat = s->cfg.chat, .model_name = s->cfg.model_name,
+					 .max_model_len = s->cfg.ctx_tokens, .n_vocab = s->n_vocab};
+	struct serve_buf b = {0};
+	char msg[600], param[64];
+	int st = serve_tok_answer(&tc, cn->ep == EP_DETOKENIZE, cn->body.p ? cn->body.p : "", cn->body.len, &b, msg,
+				  sizeof msg, param, sizeof param);
+	if (st == 200)
+		return reply(s, c, cn->ep, 200, &b, "application/json");
+	serve_buf_deinit(&b);
+	return reply_error(s, c, cn->ep, st, msg, param);
+}
+
+/* The model object /v1/models lists and /v1/models/{id} returns. */
+static cJSON *model_object(const struct server *s)
+{
+	cJSON *m = cJSON_CreateObject();
+	if (!m)
+		return NULL;
+	cJSON_AddStringToObject(m, "id", s->cfg.model_name);
+	cJSON_AddStringToObject(m, "object", "model");
+	cJSON_AddNumberToObject(m, "created", (double)s->created);
+	cJSON_AddStringToObject(m, "owned_by", "qserve");
+	cJSON_AddNumberToObject(m, "max_model_len", s->cfg.ctx_tokens);
+	return m;
+}
+
+static enum MHD_Result simple_get(struct server *s, struct MHD_Connection *c, const struct conn *cn)
+{
+	const enum serve_endpoint ep = cn->ep;
 	struct serve_buf b = {0};
 	int rc = 0;
 	if (ep == EP_METRICS) {
@@ -550,19 +592,27 @@ static enum MHD_Result simple_get(struct server *s, struct MHD_Connection *c, en
 		rc = serve_buf_printf(&b, "{\"status\":\"%s\"}", failed ? "engine_failed" : dr ? "draining" : "ok");
 		return rc ? MHD_NO : reply(s, c, ep, dr || failed ? 503 : 200, &b, "application/json");
 	}
-	cJSON *o = cJSON_CreateObject(), *data = o ? cJSON_AddArrayToObject(o, "data") : NULL;
-	cJSON *m = cJSON_CreateObject();
-	if (!data || !m || !cJSON_AddItemToArray(data, m)) {
-		cJSON_Delete(m);
-		cJSON_Delete(o);
-		return reply_error(s, c, ep, 503, "out of memory", NULL);
+	cJSON *o;
+	if (cn->model_id[0]) {
+		if (cn->model_id_long || strcmp(cn->model_id, s->cfg.model_name)) {
+			char msg[400];
+			snprintf(msg, sizeof msg, "model '%.200s' does not exist (this server has '%.150s')", cn->model_id,
+				 s->cfg.model_name);
+			return reply_error(s, c, ep, 404, msg, "model");
+		}
+		if (!(o = model_object(s)))
+			return reply_error(s, c, ep, 503, "out of memory", NULL);
+	} else {
+		o = cJSON_CreateObject();
+		cJSON *data = o ? cJSON_AddArrayToObject(o, "data") : NULL;
+		cJSON *m = model_object(s);
+		if (!data || !m || !cJSON_AddItemToArray(data, m)) {
+			cJSON_Delete(m);
+			cJSON_Delete(o);
+			return reply_error(s, c, ep, 503, "out of memory", NULL);
+		}
+		cJSON_AddStringToObject(o, "object", "list");
 	}
-	cJSON_AddStringToObject(o, "object", "list");
-	cJSON_AddStringToObject(m, "id", s->cfg.model_name);
-	cJSON_AddStringToObject(m, "object", "model");
-	cJSON_AddNumberToObject(m, "created", (double)s->created);
-	cJSON_AddStringToObject(m, "owned_by", "qserve");
-	cJSON_AddNumberToObject(m, "max_model_len", s->cfg.ctx_tokens);
 	char *txt = cJSON_PrintUnformatted(o);
 	cJSON_Delete(o);
 	if (!txt || serve_buf_put(&b, txt, strlen(txt))) {
@@ -586,13 +636,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		if (!cn)
 			return MHD_NO;
 		*con_cls = cn;
-		cn->ep = route(url, method, &cn->post, &method_ok);
+		const char *mid;
+		cn->ep = route(url, method, &cn->post, &method_ok, &mid);
+		if (mid) {
+			cn->model_id_long = strlen(mid) >= sizeof cn->model_id;
+			snprintf(cn->model_id, sizeof cn->model_id, "%s", mid);
+		}
 		/* refusals before the body is read: nothing is allocated for it */
 		if (cn->ep == EP_OTHER)
 			return reply_error(s, c, cn->ep, 404, "no such endpoint", NULL);
 		if (!method_ok)
 			return reply_error(s, c, cn->ep, 405, "method not allowed here", NULL);
-		if ((cn->ep == EP_COMPLETIONS || cn->ep == EP_CHAT || cn->ep == EP_MODELS) && !key_ok(s, c))
+		if (cn->ep != EP_HEALTH && cn->ep != EP_METRICS && !key_ok(s, c))
 			return reply_error(s, c, cn->ep, 401, "missing or wrong API key (Authorization: Bearer KEY)",
 					   NULL);
 		const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
@@ -629,7 +684,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 			return reply_error(s, c, cn->ep, 503, "the server is shutting down", NULL);
 		return generate(s, c, cn);
 	}
-	return simple_get(s, c, cn->ep);
+	if (cn->ep == EP_TOKENIZE || cn->ep == EP_DETOKENIZE)
+		return tok_answer(s, c, cn);
+	return simple_get(s, c, cn);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode t)

@@ -2,8 +2,9 @@
  *
  * Owns: the libmicrohttpd daemon (one thread per connection, so a connection
  * may block on its own job without touching the engine thread), the routes
- * POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health,
- * GET /metrics, the Bearer-key check on the /v1/ routes, the caps on header bytes
+ * POST /v1/completions, POST /v1/chat/completions, GET /v1/models,
+ * GET /v1/models/{id}, POST /tokenize, POST /detokenize (serve_tok.c), GET /health,
+ * GET /metrics, the Bearer-key check on every route but /health and /metrics, the caps on header bytes
  * (MHD's per-connection memory limit) and body bytes (Content-Length checked
  * before anything is read; chunked bodies cut at the cap), connections per
  * client address (MHD's per-IP limit), a short header timeout until a request
