@@ -1,6 +1,8 @@
 /* test_qserve_fields.c — the OpenAI/vLLM request fields and endpoints of issue 17
  * (deliverable 3) on the CPU backend with stories260K, through the curl CLI:
- * logit_bias, stop_token_ids, min_tokens, response_format, echo. Expected tokens
+ * logit_bias, stop_token_ids, min_tokens, response_format, echo, /tokenize,
+ * /detokenize, /v1/models/{id}, and the flags --api-key-file / QSERVE_API_KEY,
+ * --allow-origin, --log-requests, --version. Expected tokens
  * come from llama.cpp's greedy reference ids (fixtures/reference/stories260K.json)
  * and their pieces through the vocab, never from the server's own output; the
  * server's ids are read back through logprobs with return_tokens_as_token_ids.
@@ -11,6 +13,7 @@
 #include <unistd.h>
 
 #include "../tests/check.h"
+#include "qc_config.h"
 #include "qserve_util.h"
 
 #define AUTH "-H 'Authorization: Bearer sk-test'"
@@ -278,6 +281,147 @@ static void test_tokenize(const struct srv *s)
 	free(b);
 }
 
+/* Write text to a fresh temp file; its path in path (cap 64). */
+static void temp_file(char *path, const char *text)
+{
+	snprintf(path, 64, "/tmp/qc_qserve_key.XXXXXX");
+	int fd = mkstemp(path);
+	if (fd >= 0 && write(fd, text, strlen(text)) != (ssize_t)strlen(text))
+		CHECK(0, "short write to %s", path);
+	if (fd >= 0)
+		close(fd);
+}
+
+/* Headers and body of one curl -i call. */
+static char *http_i(const struct srv *s, const char *method, const char *path, const char *extra)
+{
+	char cmd[1024];
+	int st;
+	snprintf(cmd, sizeof cmd, "curl -s -i --max-time 60 -X %s %s 'http://127.0.0.1:%d%s'", method, extra ? extra : "",
+		 s->port, path);
+	return sh(cmd, &st);
+}
+
+/* --api-key-file beats $QSERVE_API_KEY; $QSERVE_API_KEY alone works; bad key
+ * sources stop the start-up with exit 2; --allow-origin answers preflights and
+ * marks responses; --log-requests writes one line per request without the key;
+ * --version. */
+static void test_flags(const char *model)
+{
+	char kf[64], empty[64], two[64], args[2048];
+	int st;
+	struct srv s;
+	temp_file(kf, "sk-file\n");
+	temp_file(empty, " \n");
+	temp_file(two, "sk-a\nsk-b\n");
+
+	setenv("QSERVE_API_KEY", "sk-env", 1);
+	snprintf(args, sizeof args, "%s --api-key-file %s --allow-origin https://example.org --log-requests", model, kf);
+	if (srv_start(&s, args)) {
+		char *b = http(&s, "GET", "/v1/models", NULL, "-H 'Authorization: Bearer sk-file'", &st);
+		CHECK(st == 200, "key from the file: %d", st);
+		free(b);
+		b = http(&s, "GET", "/v1/models", NULL, "-H 'Authorization: Bearer sk-env'", &st);
+		CHECK(st == 401, "--api-key-file must beat QSERVE_API_KEY: %d", st);
+		free(b);
+		cJSON *j = post_json(&s, "/v1/completions", "{" ONCE ",\"max_tokens\":2}", "-H 'Authorization: Bearer sk-file'",
+				     &st);
+		CHECK(st == 200, "completion: %d", st);
+		cJSON_Delete(j);
+		b = http(&s, "POST", "/v1/completions", "{" ONCE ",\"max_tokens\":3,\"stream\":true}",
+			 "-H 'Authorization: Bearer sk-file'", &st);
+		CHECK(st == 200, "streamed completion: %d", st);
+		free(b);
+
+		/* a preflight needs no key; every response carries the origin */
+		b = http_i(&s, "OPTIONS", "/v1/chat/completions",
+			   "-H 'Origin: https://example.org' -H 'Access-Control-Request-Method: POST'");
+		CHECK(strstr(b, " 204") && strstr(b, "Access-Control-Allow-Origin: https://example.org") &&
+			      strstr(b, "Access-Control-Allow-Headers: Authorization, Content-Type") &&
+			      strstr(b, "Access-Control-Allow-Methods:"), "preflight:\n%s", b);
+		free(b);
+		b = http_i(&s, "GET", "/v1/models", "-H 'Origin: https://example.org'");
+		CHECK(strstr(b, " 401") && strstr(b, "Access-Control-Allow-Origin: https://example.org"),
+		      "a 401 without the CORS header:\n%s", b);
+		free(b);
+		b = http_i(&s, "GET", "/health", NULL);
+		CHECK(strstr(b, " 200") && strstr(b, "Access-Control-Allow-Origin: https://example.org"), "health:\n%s", b);
+		free(b);
+
+		char *log = check_read_file(s.log, NULL);
+		CHECK(log && strstr(log, "qserve: POST /v1/completions 200 prompt_tokens=5 completion_tokens=2 ms=") &&
+			      strstr(log, "qserve: POST /v1/completions 200 prompt_tokens=5 completion_tokens=3 ms=") &&
+			      strstr(log, "qserve: GET /v1/models 401 prompt_tokens=0 completion_tokens=0 ms=") &&
+			      strstr(log, "qserve: OPTIONS /v1/chat/completions 204 ") && strstr(log, "API key from --api-key-file"),
+		      "access log:\n%s", log ? log : "");
+		CHECK(log && !strstr(log, "sk-file") && !strstr(log, "sk-env"), "the key appears in the log");
+		free(log);
+		srv_stop(&s);
+	} else {
+		srv_failed(&s, "qserve --api-key-file");
+	}
+
+	/* the environment alone; no --allow-origin: no CORS header, OPTIONS is 405 */
+	snprintf(args, sizeof args, "%s", model);
+	if (srv_start(&s, args)) {
+		char *b = http(&s, "GET", "/v1/models", NULL, "-H 'Authorization: Bearer sk-env'", &st);
+		CHECK(st == 200, "key from QSERVE_API_KEY: %d", st);
+		free(b);
+		b = http(&s, "GET", "/v1/models", NULL, NULL, &st);
+		CHECK(st == 401, "QSERVE_API_KEY set, no key sent: %d", st);
+		free(b);
+		b = http_i(&s, "OPTIONS", "/v1/models", "-H 'Authorization: Bearer sk-env'");
+		CHECK(strstr(b, " 405") && !strstr(b, "Access-Control"), "OPTIONS without --allow-origin:\n%s", b);
+		free(b);
+		char *log = check_read_file(s.log, NULL);
+		CHECK(log && !strstr(log, "prompt_tokens=") && strstr(log, "API key from QSERVE_API_KEY"),
+		      "no --log-requests, yet an access log, or no key source:\n%s", log ? log : "");
+		free(log);
+		srv_stop(&s);
+	} else {
+		srv_failed(&s, "qserve with QSERVE_API_KEY");
+	}
+
+	/* refused key sources: exit 2 before the model is loaded, the key never printed */
+	struct { const char *env, *flags, *says; } bad[] = {
+		{"sk-env", "--api-key-file /nonexistent/key", "/nonexistent/key"},
+		{NULL, "--api-key-file EMPTY", "empty"},
+		{NULL, "--api-key-file TWO", "more than one line"},
+		{NULL, "--api-key sk-x --api-key-file KF", "only one"},
+		{"", "", "QSERVE_API_KEY is empty"},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		char flags[256], cmd[2048];
+		snprintf(flags, sizeof flags, "%s", bad[i].flags);
+		char *at;
+		if ((at = strstr(flags, "EMPTY")))
+			snprintf(at, sizeof flags - (size_t)(at - flags), "%s", empty);
+		else if ((at = strstr(flags, "TWO")))
+			snprintf(at, sizeof flags - (size_t)(at - flags), "%s", two);
+		else if ((at = strstr(flags, "KF")))
+			snprintf(at, sizeof flags - (size_t)(at - flags), "%s", kf);
+		if (bad[i].env)
+			setenv("QSERVE_API_KEY", bad[i].env, 1);
+		else
+			unsetenv("QSERVE_API_KEY");
+		snprintf(cmd, sizeof cmd, "%s/qserve %s %s --port 0 2>&1; echo \"exit=$?\"", bin(), model, flags);
+		char *out = sh(cmd, &st);
+		CHECK(strstr(out, "exit=2") && strstr(out, bad[i].says) && !strstr(out, "sk-a") && !strstr(out, "listening"),
+		      "qserve %s (QSERVE_API_KEY %s): %s", flags, bad[i].env ? bad[i].env : "unset", out);
+		free(out);
+	}
+	unsetenv("QSERVE_API_KEY");
+	unlink(kf);
+	unlink(empty);
+	unlink(two);
+
+	char cmd[1024];
+	snprintf(cmd, sizeof cmd, "%s/qserve --version && %s/qrun --version", bin(), bin());
+	char *out = sh(cmd, &st);
+	CHECK(st == 0 && strstr(out, "qserve " QC_VERSION "\n") && strstr(out, "qrun " QC_VERSION "\n"), "--version: %s", out);
+	free(out);
+}
+
 int main(void)
 {
 	int32_t ref[64];
@@ -306,6 +450,7 @@ int main(void)
 	} else {
 		srv_failed(&s, "qserve");
 	}
+	test_flags(path);
 	qc_vocab_free(v);
 	qc_gguf_close(gg);
 	return check_report("test_qserve_fields");

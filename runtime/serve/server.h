@@ -19,6 +19,7 @@
 #ifndef QC_SERVER_H
 #define QC_SERVER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -29,7 +30,10 @@
 struct server_config {
 	const char *host;            /* numeric address or name; "127.0.0.1" by default */
 	int port;                    /* 0: any free port (server_port tells which) */
-	const char *api_key;         /* NULL: no auth */
+	const char *api_key;         /* NULL: no auth; never logged */
+	const char *allow_origin;    /* NULL: no CORS headers; else Access-Control-Allow-Origin's value,
+					and OPTIONS preflights are answered (204) without the key */
+	bool log_requests;           /* one access-log line per request on stderr */
 	const char *model_name;      /* the id /v1/models lists and requests must name */
 	enum qc_chat_family chat;    /* QC_CHAT_NONE: chat requests get a 400 */
 	int32_t max_running;         /* the engine's running set */
