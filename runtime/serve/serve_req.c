@@ -1,7 +1,9 @@
 /* serve_req.c — request body validation (see serve_req.h).
  *
  * Owns: one small getter per JSON kind (each names its field on error), the
- * refused-field table, and the prompt/messages forms: prompt is a string, a
+ * refused-field table, the vLLM/OpenAI extras (logit_bias, stop_token_ids,
+ * min_tokens, echo; ids checked against the vocabulary later, by server.c),
+ * and the prompt/messages forms: prompt is a string, a
  * one-element array of strings, an array of ids, or a one-element array of id
  * arrays; message content is a string or an array of {"type":"text"} parts
  * (joined). Ranges follow the OpenAI API reference (temperature 0..2,
