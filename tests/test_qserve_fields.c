@@ -356,7 +356,7 @@ static void test_flags(const char *model)
 		      "access log:\n%s", log ? log : "");
 		CHECK(log && !strstr(log, "sk-file") && !strstr(log, "sk-env"), "the key appears in the log");
 		free(log);
-		srv_stop(&s);
+		CHECK(srv_stop(&s) == 0, "qserve did not exit 0 on SIGTERM (a sanitizer report?)");
 	} else {
 		srv_failed(&s, "qserve --api-key-file");
 	}
@@ -377,7 +377,7 @@ static void test_flags(const char *model)
 		CHECK(log && !strstr(log, "prompt_tokens=") && strstr(log, "API key from QSERVE_API_KEY"),
 		      "no --log-requests, yet an access log, or no key source:\n%s", log ? log : "");
 		free(log);
-		srv_stop(&s);
+		CHECK(srv_stop(&s) == 0, "qserve did not exit 0 on SIGTERM (a sanitizer report?)");
 	} else {
 		srv_failed(&s, "qserve with QSERVE_API_KEY");
 	}
@@ -446,7 +446,7 @@ int main(void)
 		test_stop_ids_min_tokens(&s, v, ref);
 		test_echo(&s, ref_text);
 		test_tokenize(&s);
-		srv_stop(&s);
+		CHECK(srv_stop(&s) == 0, "qserve did not exit 0 on SIGTERM (a sanitizer report?)");
 	} else {
 		srv_failed(&s, "qserve");
 	}
