@@ -45,6 +45,7 @@
 #include "gguf.h"
 #include "engine.h"
 #include "engine_cli.h"
+#include "qc_config.h"
 #include "serve_buf.h"
 #include "serve_text.h"
 #include "utf8.h"
@@ -58,6 +59,7 @@ static void usage(FILE *f)
 		"usage: %s MODEL -p TEXT [-n N] [--n-choices N] [sampling] [--stop S]... [--json] [--ignore-eos]\n"
 		"                [engine]\n"
 		"       %s MODEL --tokenize TEXT [--bos]\n"
+		"       %s --version\n"
 		"       %s perplexity MODEL -f TEXT_FILE [--chunks N] [--score-all] [engine] (--ctx: window, default 512;\n"
 		"                scored as llama-perplexity: BOS (if the vocab adds it) at each window's start, only the\n"
 		"                second half predicted; --score-all: every position but the first)\n"
@@ -83,7 +85,7 @@ static void usage(FILE *f)
 		"first use of a kernel (module loading, cuBLAS setup, graph capture) is not timed.\n"
 		"--shared-prefix P: every prompt (warm-up too) starts with the same P ids, as a common\n"
 		"system prompt does; compare with --no-prefix-cache.\n",
-		prog, prog, prog, prog, qc_engine_cli_help);
+		prog, prog, prog, prog, prog, qc_engine_cli_help);
 }
 
 static double now_s(void)
@@ -803,6 +805,10 @@ int main(int argc, char **argv)
 	struct qc_err err = {0};
 	int rc = 0;
 
+	if (argc > 1 && !strcmp(argv[1], "--version")) {
+		printf("%s %s\n", prog, QC_VERSION);
+		return 0;
+	}
 	if (argc > 1 && !strcmp(argv[1], "bench"))
 		return bench_main(argc - 1, argv + 1);
 	if (argc > 1 && !strcmp(argv[1], "perplexity"))

@@ -2,7 +2,8 @@
  *   qserve MODEL [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--max-queue N]
  *          [--chat-template NAME] [--model-name NAME] [--max-body BYTES]
  *          [--max-conns N] [--max-conns-per-addr N] [--header-timeout S]
- *          [--idle-timeout S] [--drain-timeout S] [engine flags: engine_cli.h]
+ *          [--idle-timeout S] [--drain-timeout S] [--api-key-file PATH]
+ *          [--allow-origin ORIGIN] [--log-requests] [--version] [engine flags: engine_cli.h]
  * MODEL is a .qb bundle or a .gguf (converted to a private temp bundle first,
  * as qrun does). The chat template is --chat-template, else detected from the
  * model's tokenizer.chat_template; a template qserve does not know stops the
@@ -21,6 +22,8 @@
 #include "chat_template.h"
 #include "engine.h"
 #include "engine_cli.h"
+#include "qc_config.h"
+#include "serve_key.h"
 #include "server.h"
 #include "vocab.h"
 
@@ -32,15 +35,20 @@ static void usage(FILE *f)
 		"usage: %s MODEL [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--max-queue N]\n"
 		"              [--chat-template NAME] [--model-name NAME] [--max-body BYTES]\n"
 		"              [--max-conns N] [--max-conns-per-addr N] [--header-timeout S]\n"
-		"              [--idle-timeout S] [--drain-timeout S] [engine flags]\n"
+		"              [--idle-timeout S] [--drain-timeout S] [--api-key-file PATH]\n"
+		"              [--allow-origin ORIGIN] [--log-requests] [--version] [engine flags]\n"
 		"--max-conns 512: connections in all; --max-conns-per-addr 64: from one client address\n"
 		"(more are closed at once); --header-timeout 10: seconds a connection may sit idle before\n"
 		"its request is complete; --idle-timeout 300: idle seconds once it is (waiting, streaming,\n"
-		"keep-alive after a response: header timeout again). --api-key must not be empty.\n"
+		"keep-alive after a response: header timeout again). The API key: --api-key KEY, else\n"
+		"--api-key-file PATH (one line; keeps the key out of ps), else $QSERVE_API_KEY; not both\n"
+		"flags; an empty key is an error. --allow-origin ORIGIN: CORS for that origin ('*': any).\n"
+		"--log-requests: one line per request on stderr (method path status tokens ms).\n"
 		"MODEL: a .qb bundle or a .gguf. Chat templates: llama-2 llama-3 mistral chatml (qwen)\n"
 		"phi-3 gemma deepseek; detected from the model when --chat-template is absent.\n"
 		"--port 0 picks a free port (printed on stderr). Endpoints: POST /v1/completions,\n"
-		"POST /v1/chat/completions, GET /v1/models, GET /health, GET /metrics.\n"
+		"POST /v1/chat/completions, GET /v1/models, GET /v1/models/ID, POST /tokenize,\n"
+		"POST /detokenize, GET /health, GET /metrics (docs/serve.md).\n"
 		"engine flags (--max-running defaults to 8):\n%s",
 		prog, qc_engine_cli_help);
 }
@@ -58,7 +66,8 @@ static void default_name(const char *path, char *buf, size_t cap)
 
 int main(int argc, char **argv)
 {
-	const char *model = NULL, *tmpl_name = NULL, *name = NULL;
+	const char *model = NULL, *tmpl_name = NULL, *name = NULL, *key_file = NULL;
+	char *key = NULL;
 	struct server_config sc = {.host = "127.0.0.1", .port = 8000, .max_queue = 256, .max_body = 1 << 20,
 				   .max_header = 64 << 10, .max_conns = 512, .max_conns_per_addr = 64,
 				   .header_timeout_s = 10, .idle_timeout_s = 300};
@@ -76,6 +85,9 @@ int main(int argc, char **argv)
 		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
 			usage(stdout);
 			return 0;
+		} else if (!strcmp(a, "--version")) {
+			printf("%s %s\n", prog, QC_VERSION);
+			return 0;
 		} else if ((r = qc_engine_cli_parse(&cli, prog, argc, argv, &i))) {
 			if (r < 0)
 				return 1;
@@ -92,6 +104,12 @@ int main(int argc, char **argv)
 						"give a key or leave the flag out\n", prog);
 				return 2;
 			}
+		} else if (!strcmp(a, "--api-key-file") && has) {
+			key_file = argv[++i];
+		} else if (!strcmp(a, "--allow-origin") && has) {
+			sc.allow_origin = argv[++i];
+		} else if (!strcmp(a, "--log-requests")) {
+			sc.log_requests = true;
 		} else if (!strcmp(a, "--max-queue") && has) {
 			if (!qc_cli_long(prog, a, argv[++i], 0, 1 << 20, &v))
 				return 1;
@@ -135,10 +153,17 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 1;
 	}
+	const char *key_from;
+	if (serve_key_load(sc.api_key, key_file, getenv("QSERVE_API_KEY"), &key, &key_from, &err)) {
+		qc_err_print(&err, prog, stderr);
+		return 2;
+	}
+	sc.api_key = key;
 	enum qc_chat_family fam = QC_CHAT_NONE;
 	if (tmpl_name && (fam = qc_chat_family_by_name(tmpl_name)) == QC_CHAT_NONE) {
 		fprintf(stderr, "%s: --chat-template '%s': unknown (llama-2 llama-3 mistral chatml qwen phi-3 gemma "
 				"deepseek)\n", prog, tmpl_name);
+		free(key);
 		return 1;
 	}
 
@@ -195,20 +220,22 @@ int main(int argc, char **argv)
 	if (server_start(&sc, e, &srv, &err))
 		goto out_err;
 	fprintf(stderr, "%s: listening on http://%s:%d (model '%s', chat template %s, context %d, running %ld, "
-			"queue %d, K/V pool %lld tokens %s)\n", prog, sc.host, server_port(srv), sc.model_name,
-		qc_chat_family_name(fam), sc.ctx_tokens, cli.max_running, sc.max_queue,
-		(long long)qc_engine_kv_tokens(e), qc_kv_dtype_name(cli.kv_dtype));
+			"queue %d, K/V pool %lld tokens %s, API key from %s)\n", prog, sc.host, server_port(srv),
+		sc.model_name, qc_chat_family_name(fam), sc.ctx_tokens, cli.max_running, sc.max_queue,
+		(long long)qc_engine_kv_tokens(e), qc_kv_dtype_name(cli.kv_dtype), key_from);
 	fflush(stderr);
 	int sig = 0;
 	sigwait(&set, &sig);
 	fprintf(stderr, "%s: %s: draining in-flight requests (up to %ld s)\n", prog, strsignal(sig), drain);
 	server_stop(srv, (double)drain);
 	qc_engine_free(e);
+	free(key);
 	fprintf(stderr, "%s: stopped\n", prog);
 	return 0;
 
 out_err:
 	qc_err_print(&err, prog, stderr);
 	qc_engine_free(e);
+	free(key);
 	return 1;
 }

@@ -651,7 +651,7 @@ static void argmax_backend_equals_host(const char *fx, const char *tmpdir)
 	struct ref_prompt rp[N_PROMPTS];
 	char path[1024], gguf[512], in[1024], bundle[1024];
 	struct qc_err err = {0};
-	enum { N_REQ = 8, N_TOK = 20 };
+	enum { N_REQ = 10, N_TOK = 20 };
 	struct qc_backend_ops wrap_ops = qc_backend_cpu;
 	wrap_ops.name = "cpu+top";
 	wrap_ops.forward_top = wrap_forward_top;
@@ -690,6 +690,21 @@ static void argmax_backend_equals_host(const char *fx, const char *tmpdir)
 	q[6].sampling.temperature = 0.7f;
 	q[6].sampling.seed = 5;
 	q[6].sampling.top_k = QC_BACKEND_TOP_MAX;
+	/* logit_bias on a greedy and a top-k request: a device argmax/top-k would
+	   miss the bias, so these must come back whole (the wrapper NaNs rows the
+	   engine did not ask for) and match the host; the greedy one bans the
+	   reference's first token of prompt 0, so its output differs from it */
+	q[8].prompt = rp[0].prompt;
+	q[8].n_prompt = rp[0].n_prompt;
+	q[8].sampling.n_bias = 2;
+	q[8].sampling.bias_ids[0] = rp[0].ids[0];
+	q[8].sampling.bias[0] = -100.0f;
+	q[8].sampling.bias_ids[1] = rp[0].ids[3];
+	q[8].sampling.bias[1] = 0.5f;
+	q[9].sampling = q[8].sampling;
+	q[9].sampling.temperature = 0.9f;
+	q[9].sampling.seed = 13;
+	q[9].sampling.top_k = 20;
 
 	int32_t out[2][N_REQ][N_TOK];
 	float lp[2][N_TOK];
@@ -726,6 +741,12 @@ static void argmax_backend_equals_host(const char *fx, const char *tmpdir)
 		qc_engine_free(e);
 	}
 	unlink(bundle);
+	bool banned_seen = false;
+	for (int k = 0; k < N_TOK; k++)
+		banned_seen |= out[0][8][k] == rp[0].ids[0] || out[0][9][k] == rp[0].ids[0];
+	CHECK(out[0][0][0] == rp[0].ids[0] && !banned_seen,
+	      "logit_bias -100 on token %d: plain greedy starts %d, the biased requests still chose it", rp[0].ids[0],
+	      out[0][0][0]);
 	CHECK(!memcmp(out[0], out[1], sizeof out[0]), "forward_top run differs from the host-sampled run");
 	CHECK(!memcmp(lp[0], lp[1], sizeof lp[0]), "logprobs differ through forward_top");
 	CHECK(wrap.rows_taken > 0 && wrap.rows_topk > 0 && wrap.rows_flagged > 0 && wrap.rows_wanted > 0,

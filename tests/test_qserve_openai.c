@@ -1,8 +1,9 @@
 /* test_qserve_openai.c — qserve through the official openai Python client
  * (tests/serve/openai_client.py, in the venv tools/pyenv.sh builds), on the CPU backend
  * with stories260K, chat template chatml and an API key: completions, chat, streaming,
- * logprobs, n=2 (indices 0 and 1, choice 1 = seed + 1) and errors as the client parses
- * them; the greedy text must be llama.cpp's
+ * logprobs, n=2 (indices 0 and 1, choice 1 = seed + 1), logit_bias, echo, stop_token_ids
+ * and min_tokens (extra_body), response_format, models.retrieve, and errors as the
+ * client parses them; the greedy text must be llama.cpp's
  * (fixtures/reference/stories260K.json). The client prints its own "N passed" line;
  * this binary counts one check for it. The API through curl: test_qserve.c.
  */

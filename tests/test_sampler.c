@@ -726,9 +726,87 @@ static void top_candidates_give_the_full_rows_draws(void)
 	free(row);
 }
 
+/* logit_bias is added after the penalties, also for greedy, and makes the
+ * sampler ask for the whole row; min_tokens bans its ids for exactly that many
+ * draws. Expected tokens worked out by hand from the row. */
+static void bias_and_min_tokens_edit_the_row(void)
+{
+	const float l[6] = { 1.0f, 3.0f, -INFINITY, 2.5f, 2.0f, 0.0f };
+	struct qc_sampler_params p;
+	struct qc_sampler_ws *ws = NULL;
+	struct qc_sample_result r;
+	struct qc_err err = {0};
+	qc_sampler_params_init(&p);
+	qc_sampler_ws_new(6, &ws, NULL);
+	p.temperature = 0.0f;
+	struct qc_sampler *s = mk(&p);
+	CHECK(qc_sampler_is_greedy(s) && qc_sampler_top_need(s, 6) == 1, "plain greedy is a device argmax");
+	qc_sampler_free(s);
+
+	/* -100 on the argmax (1): 3 wins; +1 on 4: 2 + 1 = 3 > 2.5, so 4 wins */
+	p.n_bias = 1;
+	p.bias_ids[0] = 1;
+	p.bias[0] = -100.0f;
+	s = mk(&p);
+	CHECK(!qc_sampler_is_greedy(s) && qc_sampler_top_need(s, 6) == 0, "a biased greedy sampler needs the row");
+	CHECK(qc_sampler_sample(s, ws, l, 6, &r, NULL) == QC_OK && r.token == 3, "bias -100 on 1: chose %d", r.token);
+	qc_sampler_free(s);
+	p.n_bias = 2;
+	p.bias_ids[1] = 4;
+	p.bias[1] = 1.0f;
+	s = mk(&p);
+	CHECK(qc_sampler_sample(s, ws, l, 6, &r, NULL) == QC_OK && r.token == 4, "bias +1 on 4: chose %d", r.token);
+	qc_sampler_free(s);
+	/* a top-k sampler with a bias: whole row too */
+	p.temperature = 0.8f;
+	p.top_k = 3;
+	s = mk(&p);
+	CHECK(qc_sampler_top_need(s, 6) == 0, "a biased top-k sampler needs the row");
+	qc_sampler_free(s);
+
+	/* min_tokens 2 banning 1 and 3: 4, 4, then 1 again */
+	qc_sampler_params_init(&p);
+	p.temperature = 0.0f;
+	p.min_tokens = 2;
+	p.n_min_ban = 2;
+	p.min_ban_ids[0] = 1;
+	p.min_ban_ids[1] = 3;
+	s = mk(&p);
+	int32_t got[3];
+	for (int i = 0; i < 3; i++) {
+		CHECK(i < 2 ? qc_sampler_top_need(s, 6) == 0 : qc_sampler_top_need(s, 6) == 1,
+		      "draw %d: top_need %d", i, qc_sampler_top_need(s, 6));
+		got[i] = qc_sampler_sample(s, ws, l, 6, &r, NULL) == QC_OK ? r.token : -1;
+	}
+	CHECK(got[0] == 4 && got[1] == 4 && got[2] == 1, "min_tokens 2: %d %d %d, want 4 4 1", got[0], got[1], got[2]);
+	qc_sampler_free(s);
+
+	/* refusals: bias out of range, NaN, a row where the ban leaves nothing */
+	qc_sampler_params_init(&p);
+	p.n_bias = 1;
+	p.bias_ids[0] = 0;
+	p.bias[0] = 100.5f;
+	CHECK(qc_sampler_new(&p, 8, &s, &err) == QC_EINVAL, "bias 100.5 accepted");
+	p.bias[0] = NAN;
+	CHECK(qc_sampler_new(&p, 8, &s, &err) == QC_EINVAL, "bias NaN accepted");
+	p.bias[0] = 0.0f;
+	p.bias_ids[0] = -1;
+	CHECK(qc_sampler_new(&p, 8, &s, &err) == QC_EINVAL, "bias id -1 accepted");
+	qc_sampler_params_init(&p);
+	p.min_tokens = 1;
+	p.n_min_ban = 1;
+	p.min_ban_ids[0] = 0;
+	const float one[2] = { 0.0f, -INFINITY };
+	s = mk(&p);
+	CHECK(qc_sampler_sample(s, ws, one, 2, &r, &err) == QC_EINVAL, "a row banned empty was sampled");
+	qc_sampler_free(s);
+	qc_sampler_ws_free(ws);
+}
+
 int main(void)
 {
 	prng_matches_reference_algorithms();
+	bias_and_min_tokens_edit_the_row();
 	greedy_is_argmax_with_ties_to_lowest_id();
 	top_k_one_equals_greedy();
 	cuts_match_brute_force_on_128k_vocab();

@@ -520,9 +520,52 @@ int qc_engine_add_n(struct qc_engine *e, const struct qc_engine_request *r, int3
 		e->reqs = p;
 		e->cap_reqs = cap;
 	}
+	if (r->n_stop_ids < 0 || r->n_stop_ids > QC_ENGINE_MAX_STOP_IDS)
+		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "%d stop ids (at most %d)", r->n_stop_ids,
+				  QC_ENGINE_MAX_STOP_IDS);
+	for (int32_t i = 0; i < r->n_stop_ids; i++)
+		if (r->stop_ids[i] < 0 || r->stop_ids[i] >= e->model->cfg.n_vocab)
+			return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "stop id %d outside the vocabulary (%d)",
+					  r->stop_ids[i], e->model->cfg.n_vocab);
+	for (int32_t i = 0; i < r->sampling.n_bias; i++)
+		if (r->sampling.bias_ids[i] < 0 || r->sampling.bias_ids[i] >= e->model->cfg.n_vocab)
+			return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "logit bias id %d outside the vocabulary (%d)",
+					  r->sampling.bias_ids[i], e->model->cfg.n_vocab);
+	struct qc_sched_request sr = {
+		.prompt = r->prompt,
+		.n_prompt = r->n_prompt,
+		.max_tokens = r->max_tokens,
+		.eos_id = -1,
+	};
+	if (!r->ignore_eos && e->vocab) {
+		/* end of generation: EOS, EOT, EOM (llama_vocab_is_eog's fixed ids) */
+		const enum qc_special eog[] = {QC_SPECIAL_EOS, QC_SPECIAL_EOT, QC_SPECIAL_EOM};
+		sr.eos_id = qc_vocab_eos(e->vocab);
+		for (size_t k = 0; k < sizeof eog / sizeof eog[0]; k++) {
+			int32_t t = qc_vocab_special(e->vocab, eog[k]);
+			if (t >= 0 && t != sr.eos_id && sr.n_stop_ids < QC_SCHED_MAX_STOP_IDS)
+				sr.stop_ids[sr.n_stop_ids++] = t;
+		}
+	}
+	/* the caller's ids finish it even with ignore_eos (vLLM's stop_token_ids) */
+	for (int32_t i = 0; i < r->n_stop_ids; i++) {
+		int32_t t = r->stop_ids[i];
+		if (t == sr.eos_id)
+			continue;
+		sr.stop_ids[sr.n_stop_ids++] = t;
+	}
+	/* min_tokens holds back exactly the ids that would end the request */
+	struct qc_engine_request rq = *r;
+	rq.sampling.n_min_ban = 0;
+	if (rq.sampling.min_tokens > 0) {
+		if (sr.eos_id >= 0)
+			rq.sampling.min_ban_ids[rq.sampling.n_min_ban++] = sr.eos_id;
+		for (int32_t i = 0; i < sr.n_stop_ids && rq.sampling.n_min_ban < QC_SAMPLER_MAX_BAN; i++)
+			rq.sampling.min_ban_ids[rq.sampling.n_min_ban++] = sr.stop_ids[i];
+	}
 	/* choice i draws from its own stream: seed + i (docs/serve.md) */
 	for (int32_t i = 0; i < n_choices; i++)
-		if ((rc = req_new(e, r, r->sampling.seed + (uint64_t)i, &q[i], err)))
+		if ((rc = req_new(e, &rq, rq.sampling.seed + (uint64_t)i, &q[i], err)))
 			goto out_free;
 	if (n_choices > 1) {
 		q[0]->kids = malloc(sizeof *q[0]->kids * (size_t)(n_choices - 1));
@@ -537,23 +580,7 @@ int qc_engine_add_n(struct qc_engine *e, const struct qc_engine_request *r, int3
 			q[i]->parent = q[0];
 		}
 	}
-	struct qc_sched_request sr = {
-		.prompt = r->prompt,
-		.n_prompt = r->n_prompt,
-		.max_tokens = r->max_tokens,
-		.eos_id = -1,
-		.user = q[0],
-	};
-	if (!r->ignore_eos && e->vocab) {
-		/* end of generation: EOS, EOT, EOM (llama_vocab_is_eog's fixed ids) */
-		const enum qc_special eog[] = {QC_SPECIAL_EOS, QC_SPECIAL_EOT, QC_SPECIAL_EOM};
-		sr.eos_id = qc_vocab_eos(e->vocab);
-		for (size_t k = 0; k < sizeof eog / sizeof eog[0]; k++) {
-			int32_t t = qc_vocab_special(e->vocab, eog[k]);
-			if (t >= 0 && t != sr.eos_id && sr.n_stop_ids < QC_SCHED_MAX_STOP_IDS)
-				sr.stop_ids[sr.n_stop_ids++] = t;
-		}
-	}
+	sr.user = q[0];
 	if ((rc = qc_sched_add_group(e->sched, &sr, n_choices, &q[0]->sid, err)))
 		goto out_free;
 	for (int32_t i = 0; i < n_choices; i++) {

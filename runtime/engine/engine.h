@@ -70,12 +70,17 @@ struct qc_engine_opts {
 	void *cb_ctx;
 };
 
+#define QC_ENGINE_MAX_STOP_IDS 16 /* caller's stop ids; the vocab's end ids take the rest */
+
 struct qc_engine_request {
 	const int32_t *prompt;     /* (n_prompt) ids, copied; BOS is the caller's business */
 	int32_t n_prompt;          /* >= 1 */
 	int32_t max_tokens;        /* >= 1 */
-	bool ignore_eos;           /* true: only max_tokens stops it */
-	struct qc_sampler_params sampling;
+	bool ignore_eos;           /* true: only max_tokens and stop_ids stop it */
+	int32_t n_stop_ids;        /* 0..QC_ENGINE_MAX_STOP_IDS */
+	int32_t stop_ids[QC_ENGINE_MAX_STOP_IDS]; /* more finishing ids (vLLM stop_token_ids), < n_vocab */
+	struct qc_sampler_params sampling; /* min_ban_ids are the engine's: it fills them
+					      with the request's end ids when min_tokens > 0 */
 };
 
 /* Defaults as documented on each field. Never fails. */

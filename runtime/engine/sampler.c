@@ -32,6 +32,7 @@ struct qc_sampler {
 	int32_t hist_pos;         /* next write index (ring) */
 	int32_t *hist;            /* (hist_cap) last accepted tokens, ring */
 	int32_t *scratch;         /* (hist_cap) sorted copy for counting */
+	int32_t n_drawn;          /* tokens this sampler picked (min_tokens counts these) */
 };
 
 struct qc_sampler_ws {
@@ -118,6 +119,16 @@ static int check_params(const struct qc_sampler_params *p, int32_t max_history,
 		bad = "n_logprobs must be in 0..20";
 	else if (max_history < 0 || max_history > QC_SAMPLER_MAX_HISTORY)
 		bad = "max_history must be in 0..1048576";
+	else if (p->n_bias < 0 || p->n_bias > QC_SAMPLER_MAX_BIAS)
+		bad = "n_bias must be in 0..1024";
+	else if (p->min_tokens < 0 || p->n_min_ban < 0 || p->n_min_ban > QC_SAMPLER_MAX_BAN)
+		bad = "min_tokens must be >= 0 and n_min_ban in 0..32";
+	for (int32_t i = 0; !bad && i < p->n_bias; i++)
+		if (p->bias_ids[i] < 0 || !(fabsf(p->bias[i]) <= QC_SAMPLER_MAX_BIAS_ABS))
+			bad = "a logit bias needs an id >= 0 and a value in [-100, 100]";
+	for (int32_t i = 0; !bad && i < p->n_min_ban; i++)
+		if (p->min_ban_ids[i] < 0)
+			bad = "min_ban ids must be >= 0";
 	if (bad)
 		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "sampler: %s", bad);
 	return QC_OK;
@@ -253,6 +264,37 @@ static void apply_penalties(const struct qc_sampler *s, float *x, int32_t n_voca
 			x[t] /= p->repeat_penalty;
 		x[t] -= (float)c * p->frequency_penalty + p->presence_penalty;
 	}
+}
+
+/* ---- row edits (logit_bias, min_tokens) ---- */
+
+static bool ban_active(const struct qc_sampler *s)
+{
+	return s->n_drawn < s->p.min_tokens && s->p.n_min_ban > 0;
+}
+
+static bool has_edits(const struct qc_sampler *s)
+{
+	return s->p.n_bias > 0 || ban_active(s);
+}
+
+/* After the penalties; false when nothing is left to pick (every finite
+ * logit banned). */
+static bool apply_edits(const struct qc_sampler *s, float *x, int32_t n_vocab)
+{
+	const struct qc_sampler_params *p = &s->p;
+	for (int32_t i = 0; i < p->n_bias; i++)
+		if (p->bias_ids[i] < n_vocab)
+			x[p->bias_ids[i]] += p->bias[i];
+	if (!ban_active(s))
+		return true;
+	for (int32_t i = 0; i < p->n_min_ban; i++)
+		if (p->min_ban_ids[i] < n_vocab)
+			x[p->min_ban_ids[i]] = -INFINITY;
+	for (int32_t i = 0; i < n_vocab; i++)
+		if (x[i] > -INFINITY)
+			return true;
+	return false;
 }
 
 /* ---- selection ---- */
@@ -504,7 +546,7 @@ static void fill_logprobs(const struct qc_sampler *s, struct qc_sampler_ws *ws,
 bool qc_sampler_is_greedy(const struct qc_sampler *s)
 {
 	const struct qc_sampler_params *p = &s->p;
-	return p->temperature <= 0.0f && !p->logprobs && p->n_logprobs <= 0 &&
+	return p->temperature <= 0.0f && !p->logprobs && p->n_logprobs <= 0 && !has_edits(s) &&
 	       (s->hist_n == 0 || (p->repeat_penalty == 1.0f && p->frequency_penalty == 0.0f &&
 				   p->presence_penalty == 0.0f));
 }
@@ -514,6 +556,7 @@ void qc_sampler_take(struct qc_sampler *s, int32_t token, struct qc_sample_resul
 	memset(res, 0, sizeof *res);
 	res->logprob = NAN;
 	res->token = token;
+	s->n_drawn++;
 	qc_sampler_accept(s, &res->token, 1);
 }
 
@@ -522,7 +565,7 @@ int32_t qc_sampler_top_need(const struct qc_sampler *s, int32_t n_vocab)
 	const struct qc_sampler_params *p = &s->p;
 	if (qc_sampler_is_greedy(s))
 		return 1;
-	const bool plain = p->temperature > 0.0f && !p->logprobs && p->n_logprobs <= 0 &&
+	const bool plain = p->temperature > 0.0f && !p->logprobs && p->n_logprobs <= 0 && !has_edits(s) &&
 			   (s->hist_n == 0 || (p->repeat_penalty == 1.0f && p->frequency_penalty == 0.0f &&
 					       p->presence_penalty == 0.0f));
 	return plain && p->top_k >= 2 && p->top_k < n_vocab ? p->top_k : 0;
@@ -548,6 +591,7 @@ int qc_sampler_sample_top(struct qc_sampler *s, struct qc_sampler_ws *ws, const 
 	top_p(&cs, ws, s->p.top_p);
 	min_p(&cs, s->p.min_p);
 	res->token = draw(&cs, ws->w, s->p.temperature, s->rng);
+	s->n_drawn++;
 	qc_sampler_accept(s, &res->token, 1);
 	return QC_OK;
 }
@@ -596,6 +640,9 @@ int qc_sampler_sample(struct qc_sampler *s, struct qc_sampler_ws *ws, const floa
 
 	memcpy(x, logits, (size_t)n_vocab * sizeof *x);
 	apply_penalties(s, x, n_vocab);
+	if (!apply_edits(s, x, n_vocab))
+		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1,
+				  "sampler: min_tokens bans every token of the %d left", n_vocab);
 
 	memset(res, 0, sizeof *res);
 	res->logprob = NAN;
@@ -617,6 +664,7 @@ int qc_sampler_sample(struct qc_sampler *s, struct qc_sampler_ws *ws, const floa
 	}
 	if (p->logprobs || p->n_logprobs > 0)
 		fill_logprobs(s, ws, n_vocab, res);
+	s->n_drawn++;
 	qc_sampler_accept(s, &res->token, 1);
 	return QC_OK;
 }

@@ -12,7 +12,12 @@
  * penalized logits divided by the temperature (1 when greedy), before top-k/p/min-p
  * truncation, so they describe the model's distribution, not the truncated one.
  * Draws are deterministic per request: xoshiro256** seeded through splitmix64.
- * Non-goals: grammar/logit bias/DRY/mirostat, stop strings, batching across rows.
+ * Row edits (OpenAI logit_bias, vLLM min_tokens) come after the penalties:
+ * bias[i] is added to its token's logit, and while fewer than min_tokens
+ * tokens were drawn the min_ban ids (EOS, stop ids) are set to -inf. Both
+ * happen before greedy's argmax too, and logprobs see the edited row. A
+ * sampler with row edits always needs the whole row (qc_sampler_top_need 0).
+ * Non-goals: grammar/DRY/mirostat, stop strings, batching across rows.
  */
 #ifndef QC_SAMPLER_H
 #define QC_SAMPLER_H
@@ -25,6 +30,9 @@
 #define QC_SAMPLER_MAX_LOGPROBS 20        /* OpenAI's top_logprobs cap */
 #define QC_SAMPLER_MAX_VOCAB (1 << 24)
 #define QC_SAMPLER_MAX_HISTORY (1 << 20)  /* penalty window cap, tokens */
+#define QC_SAMPLER_MAX_BIAS 1024          /* logit_bias entries per request */
+#define QC_SAMPLER_MAX_BIAS_ABS 100.0f    /* OpenAI's logit_bias range [-100, 100] */
+#define QC_SAMPLER_MAX_BAN 32             /* ids min_tokens holds back */
 
 /* Temperatures below this act as 0 (greedy), as vLLM's _SAMPLING_EPS does.
  * Why 1e-5: 1/T then stays <= 1e5, so logits / T cannot overflow a float for
@@ -49,6 +57,12 @@ struct qc_sampler_params {
 	uint64_t seed;            /* same seed + same logits => same draws */
 	bool logprobs;            /* report the chosen token's logprob */
 	int32_t n_logprobs;       /* also report this many top alternatives, 0..20 */
+	int32_t n_bias;           /* entries of the two arrays below, 0..QC_SAMPLER_MAX_BIAS */
+	int32_t bias_ids[QC_SAMPLER_MAX_BIAS];  /* token ids >= 0; an id past the row is ignored */
+	float bias[QC_SAMPLER_MAX_BIAS];        /* added to that token's logit, [-100, 100] */
+	int32_t min_tokens;       /* draws before a min_ban id may be picked; 0: off */
+	int32_t n_min_ban;        /* 0..QC_SAMPLER_MAX_BAN */
+	int32_t min_ban_ids[QC_SAMPLER_MAX_BAN]; /* EOS and stop ids (the engine fills them) */
 };
 
 struct qc_sample_result {
@@ -94,7 +108,7 @@ int qc_sampler_sample(struct qc_sampler *s, struct qc_sampler_ws *ws, const floa
 		      int32_t n_vocab, struct qc_sample_result *res, struct qc_err *err);
 
 /* True when the next qc_sampler_sample is a plain argmax (temperature 0, no
- * logprobs, penalties neutral or no history): its token is then the lowest id of
+ * logprobs, no row edits, penalties neutral or no history): its token is then the lowest id of
  * the largest logit, which a backend may compute where the logits are. */
 bool qc_sampler_is_greedy(const struct qc_sampler *s);
 
@@ -105,8 +119,8 @@ void qc_sampler_take(struct qc_sampler *s, int32_t token, struct qc_sample_resul
 /* How many of the row's best logits the next qc_sampler_sample depends on:
  * 1 when it is a plain argmax (qc_sampler_is_greedy), top_k when only the
  * top_k best survive the chain's first cut and nothing else reads the row
- * (temperature > 0, 2 <= top_k < n_vocab, no logprobs, penalties neutral or no
- * history), else 0 (it needs the whole row). */
+ * (temperature > 0, 2 <= top_k < n_vocab, no logprobs, no row edits, penalties
+ * neutral or no history), else 0 (it needs the whole row). */
 int32_t qc_sampler_top_need(const struct qc_sampler *s, int32_t n_vocab);
 
 /* qc_sampler_sample given only the row's top_k best (qc_sampler_top_need > 1):

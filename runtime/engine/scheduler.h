@@ -46,7 +46,7 @@
 #include "kv_blocks.h"
 #include "qc_err.h"
 
-#define QC_SCHED_MAX_STOP_IDS 8
+#define QC_SCHED_MAX_STOP_IDS 24 /* the engine's 16 caller ids + EOS/EOT/EOM */
 
 struct qc_sched;   /* opaque */
 

@@ -152,7 +152,8 @@ static void admit(struct serve_engine *s, struct serve_job *list)
 		list = j->next;
 		struct qc_engine_request r = {.prompt = j->prompt, .n_prompt = j->n_prompt,
 					      .max_tokens = j->max_tokens, .ignore_eos = j->ignore_eos,
-					      .sampling = j->sampling};
+					      .n_stop_ids = j->n_stop_ids, .sampling = j->sampling};
+		memcpy(r.stop_ids, j->stop_ids, sizeof r.stop_ids);
 		struct qc_err err = {0};
 		if (s->failed) {
 			job_done(s, j, QC_SCHED_FINISH_NONE, 503, "the engine has failed");

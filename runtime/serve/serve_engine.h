@@ -26,6 +26,8 @@ struct serve_job {
 	int32_t *prompt;              /* (n_prompt) ids, owned */
 	int32_t n_prompt, max_tokens;
 	bool ignore_eos;
+	int32_t n_stop_ids;           /* stop_token_ids, < n_vocab */
+	int32_t stop_ids[QC_ENGINE_MAX_STOP_IDS];
 	struct qc_sampler_params sampling;
 	int32_t n_group;              /* the first job of a group (n / best_of): its size, the
 					 next n_group - 1 jobs submitted with it are its other

@@ -68,6 +68,14 @@ static int grow(struct serve_gen *g, int32_t n, bool want_lp)
 	return 0;
 }
 
+static bool is_stop_id(const struct serve_job *j, int32_t id)
+{
+	for (int32_t i = 0; i < j->n_stop_ids; i++)
+		if (j->stop_ids[i] == id)
+			return true;
+	return false;
+}
+
 static double mono_s(void)
 {
 	struct timespec ts;
@@ -129,9 +137,11 @@ int serve_gen_pull(struct serve_gen *g, struct serve_buf *text_out, int32_t *fro
 		snprintf(g->err_msg, sizeof g->err_msg, "%s", j->err_msg);
 	pthread_mutex_unlock(&j->mu);
 
+	/* a stop_token_ids id ends the request and is not shown (vLLM); it can only be
+	   the last id, so skipping it needs no look at done */
 	int32_t k = old;
 	for (; k < n && !g->text.stopped; k++)
-		if (serve_text_push(&g->text, g->ids[k], text_out))
+		if (!is_stop_id(j, g->ids[k]) && serve_text_push(&g->text, g->ids[k], text_out))
 			return -1;
 	g->n = k;
 	*to = k;

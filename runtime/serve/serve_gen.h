@@ -5,7 +5,8 @@
  * mutex, running them through serve_text (UTF-8, stop strings), cancelling the
  * job when a stop string ends it, and the OpenAI finish_reason. The usage
  * count is the ids consumed up to and including the one that completed a stop
- * string. Non-goals: JSON (serve_resp.c), HTTP (server.c).
+ * string; a stop_token_ids id is counted but not shown (vLLM).
+ * Non-goals: JSON (serve_resp.c), HTTP (server.c).
  */
 #ifndef QC_SERVE_GEN_H
 #define QC_SERVE_GEN_H

@@ -10,7 +10,7 @@
 static const double bounds[SERVE_HIST_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
 						  0.25,  0.5,    1.0,   2.5,  5.0,   10.0, 30.0};
 static const char *const ep_names[EP_COUNT] = {"/v1/completions", "/v1/chat/completions", "/v1/models",
-					       "/health", "/metrics", "other"};
+					       "/health", "/metrics", "/tokenize", "/detokenize", "other"};
 
 void serve_metrics_init(struct serve_metrics *m)
 {

@@ -19,7 +19,8 @@
 #define SERVE_HIST_BUCKETS 14
 #define SERVE_MAX_STATUS 24
 
-enum serve_endpoint { EP_COMPLETIONS, EP_CHAT, EP_MODELS, EP_HEALTH, EP_METRICS, EP_OTHER, EP_COUNT };
+enum serve_endpoint { EP_COMPLETIONS, EP_CHAT, EP_MODELS, EP_HEALTH, EP_METRICS, EP_TOKENIZE, EP_DETOKENIZE,
+		      EP_OTHER, EP_COUNT };
 
 struct serve_hist {
 	uint64_t counts[SERVE_HIST_BUCKETS + 1]; /* per bucket, last = +Inf; not cumulative */

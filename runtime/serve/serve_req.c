@@ -1,7 +1,9 @@
 /* serve_req.c — request body validation (see serve_req.h).
  *
  * Owns: one small getter per JSON kind (each names its field on error), the
- * refused-field table, and the prompt/messages forms: prompt is a string, a
+ * refused-field table, the vLLM/OpenAI extras (logit_bias, stop_token_ids,
+ * min_tokens, echo; ids checked against the vocabulary later, by server.c),
+ * and the prompt/messages forms: prompt is a string, a
  * one-element array of strings, an array of ids, or a one-element array of id
  * arrays; message content is a string or an array of {"type":"text"} parts
  * (joined). Ranges follow the OpenAI API reference (temperature 0..2,
@@ -162,18 +164,9 @@ static int refuse_unsupported(struct ctx *c, const cJSON *o)
 	for (size_t i = 0; i < sizeof never / sizeof never[0]; i++)
 		if (get(o, never[i]))
 			return bad(c, never[i], "not supported by qserve");
-	int r;
-	bool echo = false;
-	if ((r = boolean(c, o, "echo", &echo)) < 0)
-		return r;
-	if (echo)
-		return bad(c, "echo", "echo = true is not supported");
 	const cJSON *v = get(o, "suffix");
 	if (v && !(cJSON_IsString(v) && !v->valuestring[0]))
 		return bad(c, "suffix", "not supported by qserve");
-	v = get(o, "logit_bias");
-	if (v && !(cJSON_IsObject(v) && !v->child))
-		return bad(c, "logit_bias", "not supported by qserve");
 	v = get(o, "response_format");
 	if (v) {
 		const cJSON *t = cJSON_IsObject(v) ? get(v, "type") : NULL;
@@ -330,6 +323,77 @@ out:
 	return rc;
 }
 
+/* logit_bias: {"token id": bias}; keys are decimal ids (OpenAI sends them as
+ * strings), values in [-100, 100]. Ids are checked against the vocabulary by
+ * the server, which knows it. */
+static int parse_logit_bias(struct ctx *c, const cJSON *o, struct qc_sampler_params *s)
+{
+	const cJSON *v = get(o, "logit_bias");
+	char msg[160];
+	if (!v)
+		return 0;
+	if (!cJSON_IsObject(v))
+		return bad(c, "logit_bias", "must be an object mapping token ids to numbers");
+	if (cJSON_GetArraySize(v) > QC_SAMPLER_MAX_BIAS)
+		return bad(c, "logit_bias", "at most 1024 entries");
+	for (const cJSON *it = v->child; it; it = it->next) {
+		const char *k = it->string;
+		char *end = NULL;
+		long id = k && k[0] >= '0' && k[0] <= '9' ? strtol(k, &end, 10) : -1;
+		if (id < 0 || id > INT32_MAX || !end || *end || strlen(k) > 10) {
+			snprintf(msg, sizeof msg, "key \"%.32s\" is not a token id (a decimal integer >= 0)", k ? k : "");
+			return bad(c, "logit_bias", msg);
+		}
+		if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble) || fabs(it->valuedouble) > 100.0) {
+			snprintf(msg, sizeof msg, "the bias of token %ld must be a number in [-100, 100]", id);
+			return bad(c, "logit_bias", msg);
+		}
+		for (int32_t i = 0; i < s->n_bias; i++)
+			if (s->bias_ids[i] == (int32_t)id) {
+				snprintf(msg, sizeof msg, "token %ld is given twice", id);
+				return bad(c, "logit_bias", msg);
+			}
+		s->bias_ids[s->n_bias] = (int32_t)id;
+		s->bias[s->n_bias++] = (float)it->valuedouble;
+	}
+	return 0;
+}
+
+/* stop_token_ids (vLLM): ids that end the request, reported as "stop". */
+static int parse_stop_ids(struct ctx *c, const cJSON *o, struct serve_params *p)
+{
+	const cJSON *v = get(o, "stop_token_ids");
+	if (!v)
+		return 0;
+	if (!cJSON_IsArray(v))
+		return bad(c, "stop_token_ids", "must be an array of token ids");
+	if (cJSON_GetArraySize(v) > SERVE_MAX_STOP_IDS)
+		return bad(c, "stop_token_ids", "at most 16 ids");
+	for (const cJSON *it = v->child; it; it = it->next) {
+		if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) || it->valuedouble < 0 ||
+		    it->valuedouble > 2147483647.0)
+			return bad(c, "stop_token_ids", "must hold integer token ids >= 0");
+		p->stop_ids[p->n_stop_ids++] = (int32_t)it->valuedouble;
+	}
+	return 0;
+}
+
+/* echo (completions): the prompt text leads the output. Prompt logprobs would
+ * need a scoring pass the engine does not run per request, so echo with
+ * logprobs is refused rather than answered with the prompt's logprobs missing. */
+static int parse_echo(struct ctx *c, const cJSON *o, struct serve_params *p)
+{
+	int r;
+	if ((r = boolean(c, o, "echo", &p->echo)) < 0)
+		return r;
+	if (p->echo && p->chat)
+		return bad(c, "echo", "echo is supported on /v1/completions only");
+	if (p->echo && p->logprobs)
+		return bad(c, "echo", "echo together with logprobs is not supported (qserve does not compute "
+				      "prompt logprobs); drop one of them");
+	return 0;
+}
+
 static int parse_logprobs(struct ctx *c, const cJSON *o, struct serve_params *p)
 {
 	double d;
@@ -452,8 +516,18 @@ int serve_req_parse(const char *body, size_t len, bool chat, enum qc_chat_family
 	if ((r = boolean(&c, o, "ignore_eos", &p->ignore_eos)) < 0 ||
 	    (r = boolean(&c, o, "return_tokens_as_token_ids", &p->tokens_as_ids)) < 0)
 		goto fail;
-	if ((rc = parse_stop(&c, o, p)) || (rc = parse_logprobs(&c, o, p)))
+	if ((rc = parse_stop(&c, o, p)) || (rc = parse_logprobs(&c, o, p)) || (rc = parse_echo(&c, o, p)) ||
+	    (rc = parse_stop_ids(&c, o, p)) || (rc = parse_logit_bias(&c, o, s)))
 		goto out;
+	/* vLLM's rule: min_tokens at most max_tokens (when that is given) */
+	if ((r = num(&c, o, "min_tokens", 0, 1 << 30, true, &d)) < 0)
+		goto fail;
+	if (r && p->max_tokens && d > p->max_tokens) {
+		rc = bad(&c, "min_tokens", "must not exceed max_tokens");
+		goto out;
+	}
+	if (r)
+		s->min_tokens = (int32_t)d;
 	s->logprobs = p->logprobs;
 	s->n_logprobs = p->top_logprobs;
 	if ((r = boolean(&c, o, "stream", &p->stream)) < 0)

@@ -2,7 +2,7 @@
  *
  * Owns: the request schema qserve accepts (docs/serve.md lists it): types and
  * ranges of every field, the fields refused because they would change the output
- * in a way qserve does not implement (echo, suffix, logit_bias,
+ * in a way qserve does not implement (suffix, echo on chat, echo with logprobs,
  * tools, functions, response_format other than text), and chat rendering
  * through chat_template.h. Errors name the field (OpenAI's error "param").
  * Non-goals: tokenization and context-length checks (they need the engine:
@@ -22,6 +22,7 @@
 
 #define SERVE_MAX_PROMPT_IDS (1 << 20)
 #define SERVE_MAX_CHOICES 16            /* n and best_of: QC_SCHED_MAX_CHOICES */
+#define SERVE_MAX_STOP_IDS 16           /* stop_token_ids: QC_ENGINE_MAX_STOP_IDS */
 
 struct serve_params {
 	bool chat;
@@ -34,7 +35,10 @@ struct serve_params {
 	int32_t n_prompt_ids;
 	int32_t max_tokens;             /* 0: not given (the server picks) */
 	bool ignore_eos;
-	struct qc_sampler_params sampling;
+	bool echo;                      /* completions: the prompt text leads each choice's text */
+	int32_t n_stop_ids;             /* stop_token_ids: ids >= 0, not yet checked against the vocab */
+	int32_t stop_ids[SERVE_MAX_STOP_IDS];
+	struct qc_sampler_params sampling; /* logit_bias and min_tokens land here too */
 	bool seed_given;
 	char *stops[SERVE_MAX_STOPS];   /* owned, non-empty */
 	int n_stops;

@@ -26,6 +26,7 @@
 #include "serve_metrics.h"
 #include "serve_req.h"
 #include "serve_resp.h"
+#include "serve_tok.h"
 #include "vocab.h"
 
 struct server {
@@ -46,12 +47,21 @@ struct server {
 struct conn {
 	enum serve_endpoint ep;
 	bool post;
+	char model_id[256];            /* GET /v1/models/{id}: the id; "" for the list */
+	bool model_id_long;            /* the id did not fit (so it is no id we serve) */
+	/* the access-log line (--log-requests), written when the request completes */
+	double t0;                     /* monotonic seconds at the first call */
+	char method[8], path[96];      /* path: printable ASCII only, cut at 95 bytes */
+	int status;                    /* the status sent; 0: none */
+	int32_t prompt_tokens, completion_tokens;
 	struct serve_buf body;
 	bool too_large;
 };
 
 struct stream {
 	struct server *s;
+	struct conn *cn;               /* borrowed, for the access log; touched only while MHD reads
+					  the stream (before the request completes) */
 	struct serve_gen gen[SERVE_MAX_CHOICES];   /* (n_gen) one per choice (n) */
 	struct serve_resp resp[SERVE_MAX_CHOICES]; /* (n_gen) index i, own text_offset */
 	bool first[SERVE_MAX_CHOICES];             /* (n_gen) no chunk sent yet */
@@ -61,6 +71,8 @@ struct stream {
 	int32_t n_prompt;
 	char *stops[SERVE_MAX_STOPS];  /* owned; serve_gen's text state borrows them */
 	int n_stops;
+	char *echo;                    /* owned: echo's prompt text, led by each choice's first chunk */
+	size_t echo_len;
 };
 
 static double now_s(void)
@@ -70,8 +82,20 @@ static double now_s(void)
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Queue body (consumed) with status and content type; records the metric. */
-static enum MHD_Result reply(struct server *s, struct MHD_Connection *c, enum serve_endpoint ep, int status,
+/* CORS (--allow-origin): the origin on every response; a fixed origin also
+ * tells caches the answer depends on Origin. */
+static void add_cors(const struct server *s, struct MHD_Response *r)
+{
+	if (!s->cfg.allow_origin)
+		return;
+	MHD_add_response_header(r, "Access-Control-Allow-Origin", s->cfg.allow_origin);
+	if (strcmp(s->cfg.allow_origin, "*"))
+		MHD_add_response_header(r, "Vary", "Origin");
+}
+
+/* Queue body (consumed) with status and content type; records the metric and
+ * the status for the access log. */
+static enum MHD_Result reply(struct server *s, struct MHD_Connection *c, struct conn *cn, int status,
 			     struct serve_buf *body, const char *ctype)
 {
 	struct MHD_Response *r = MHD_create_response_from_buffer(body->len, body->p ? body->p : (char *)"",
@@ -85,13 +109,33 @@ static enum MHD_Result reply(struct server *s, struct MHD_Connection *c, enum se
 	MHD_add_response_header(r, "Content-Type", ctype);
 	if (status == 401)
 		MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+	add_cors(s, r);
 	enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
 	MHD_destroy_response(r);
-	serve_metrics_request(&s->m, ep, status);
+	serve_metrics_request(&s->m, cn->ep, status);
+	cn->status = status;
 	return ok;
 }
 
-static enum MHD_Result reply_error(struct server *s, struct MHD_Connection *c, enum serve_endpoint ep, int status,
+/* A CORS preflight (OPTIONS with --allow-origin): 204, no key needed (browsers
+ * send none on a preflight). */
+static enum MHD_Result preflight(struct server *s, struct MHD_Connection *c, struct conn *cn)
+{
+	struct MHD_Response *r = MHD_create_response_from_buffer(0, (char *)"", MHD_RESPMEM_PERSISTENT);
+	if (!r)
+		return MHD_NO;
+	add_cors(s, r);
+	MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+	MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+	MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+	enum MHD_Result ok = MHD_queue_response(c, 204, r);
+	MHD_destroy_response(r);
+	serve_metrics_request(&s->m, cn->ep, 204);
+	cn->status = 204;
+	return ok;
+}
+
+static enum MHD_Result reply_error(struct server *s, struct MHD_Connection *c, struct conn *cn, int status,
 				   const char *msg, const char *param)
 {
 	struct serve_buf b = {0};
@@ -99,17 +143,27 @@ static enum MHD_Result reply_error(struct server *s, struct MHD_Connection *c, e
 		serve_buf_deinit(&b);
 		return MHD_NO;
 	}
-	return reply(s, c, ep, status, &b, "application/json");
+	return reply(s, c, cn, status, &b, "application/json");
 }
 
-static enum serve_endpoint route(const char *url, const char *method, bool *post, bool *method_ok)
+/* The endpoint of url; GET /v1/models/{id} is EP_MODELS with *model_id set
+ * (pointing into url). */
+static enum serve_endpoint route(const char *url, const char *method, bool *post, bool *method_ok,
+				 const char **model_id)
 {
 	static const struct { const char *url; enum serve_endpoint ep; bool post; } routes[] = {
 		{"/v1/completions", EP_COMPLETIONS, true}, {"/v1/chat/completions", EP_CHAT, true},
 		{"/v1/models", EP_MODELS, false},          {"/health", EP_HEALTH, false},
-		{"/metrics", EP_METRICS, false},
+		{"/metrics", EP_METRICS, false},           {"/tokenize", EP_TOKENIZE, true},
+		{"/detokenize", EP_DETOKENIZE, true},
 	};
 	*post = !strcmp(method, "POST");
+	*model_id = NULL;
+	if (!strncmp(url, "/v1/models/", 11) && url[11]) {
+		*model_id = url + 11;
+		*method_ok = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+		return EP_MODELS;
+	}
 	for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
 		if (!strcmp(url, routes[i].url)) {
 			*method_ok = routes[i].post ? *post : !strcmp(method, "GET") || !strcmp(method, "HEAD");
@@ -157,6 +211,7 @@ static void stream_free(void *cls)
 	serve_buf_deinit(&st->out);
 	for (int i = 0; i < st->n_stops; i++)
 		free(st->stops[i]);
+	free(st->echo);
 	free(st);
 	atomic_fetch_sub(&s->open_streams, 1);
 }
@@ -173,7 +228,9 @@ static int stream_fill(struct stream *st)
 		c = (c + 1) % st->n_gen;
 	st->cur = (c + 1) % st->n_gen;
 	struct serve_gen *g = &st->gen[c];
-	int rc = serve_gen_pull(g, &delta, &from, &to);
+	int rc = st->first[c] && st->echo_len ? serve_buf_put(&delta, st->echo, st->echo_len) : 0;
+	if (!rc)
+		rc = serve_gen_pull(g, &delta, &from, &to);
 	if (rc) {
 		serve_buf_deinit(&delta);
 		return rc;
@@ -185,6 +242,10 @@ static int stream_fill(struct stream *st)
 		st->first[c] = false;
 	}
 	serve_buf_deinit(&delta);
+	int32_t sum = 0;
+	for (int32_t i = 0; i < st->n_gen; i++)
+		sum += st->gen[i].n;
+	st->cn->completion_tokens = sum;
 	if (rc || !g->finished)
 		return rc ? -1 : 0;
 	if (g->err_status) {
@@ -273,6 +334,54 @@ static int prompt_ids(struct server *s, const struct serve_params *p, int32_t **
 	return 0;
 }
 
+/* The id-valued fields against the vocabulary; on failure *msg and *param say which. */
+static bool ids_in_vocab(const struct server *s, const struct serve_params *p, char *msg, size_t cap,
+			 const char **param)
+{
+	for (int32_t i = 0; i < p->sampling.n_bias; i++)
+		if (p->sampling.bias_ids[i] >= s->n_vocab) {
+			snprintf(msg, cap, "logit_bias: key \"%d\" is outside the vocabulary (token ids 0..%d)",
+				 p->sampling.bias_ids[i], s->n_vocab - 1);
+			*param = "logit_bias";
+			return false;
+		}
+	for (int32_t i = 0; i < p->n_stop_ids; i++)
+		if (p->stop_ids[i] >= s->n_vocab) {
+			snprintf(msg, cap, "stop_token_ids: %d is outside the vocabulary (token ids 0..%d)", p->stop_ids[i],
+				 s->n_vocab - 1);
+			*param = "stop_token_ids";
+			return false;
+		}
+	return true;
+}
+
+/* echo's text: the prompt as given, or its ids detokenized (BOS dropped); -1: out of memory. */
+static int echo_text(const struct server *s, const struct serve_params *p, char **text, size_t *len)
+{
+	struct qc_err err = {0};
+	*text = NULL;
+	*len = 0;
+	if (!p->echo)
+		return 0;
+	if (p->prompt) {
+		if (!(*text = malloc(p->prompt_len + 1)))
+			return -1;
+		memcpy(*text, p->prompt, p->prompt_len);
+		*len = p->prompt_len;
+		return 0;
+	}
+	if (!s->vocab)
+		return 0;
+	/* past a leading BOS, as the text it came from: the SPM space prefix stripped */
+	const int32_t *ids = p->prompt_ids;
+	size_t n = (size_t)p->n_prompt_ids;
+	if (n && ids[0] == qc_vocab_special(s->vocab, QC_SPECIAL_BOS)) {
+		ids++;
+		n--;
+	}
+	return qc_detokenize(s->vocab, ids, n, (enum qc_detok_flags)0, text, len, &err) ? -1 : 0;
+}
+
 static enum MHD_Result generate(struct server *s, struct MHD_Connection *c, struct conn *cn)
 {
 	const bool chat = cn->ep == EP_CHAT;
@@ -286,18 +395,24 @@ static enum MHD_Result generate(struct server *s, struct MHD_Connection *c, stru
 				 sizeof param, &err);
 	if (rc) {
 		serve_params_deinit(&p);
-		return reply_error(s, c, cn->ep, rc == QC_ENOMEM ? 503 : 400, err.msg, param);
+		return reply_error(s, c, cn, rc == QC_ENOMEM ? 503 : 400, err.msg, param);
 	}
 	if (p.model && strcmp(p.model, s->cfg.model_name)) {
 		snprintf(msg, sizeof msg, "model: '%.200s' is not served here (this server has '%.200s')", p.model,
 			 s->cfg.model_name);
 		serve_params_deinit(&p);
-		return reply_error(s, c, cn->ep, 404, msg, "model");
+		return reply_error(s, c, cn, 404, msg, "model");
+	}
+	const char *bad_param = NULL;
+	if (!ids_in_vocab(s, &p, msg, sizeof msg, &bad_param)) {
+		serve_params_deinit(&p);
+		return reply_error(s, c, cn, 400, msg, bad_param);
 	}
 	if ((rc = prompt_ids(s, &p, &ids, &n, msg, sizeof msg))) {
 		serve_params_deinit(&p);
-		return reply_error(s, c, cn->ep, rc == -2 ? 503 : 400, msg, pfield);
+		return reply_error(s, c, cn, rc == -2 ? 503 : 400, msg, pfield);
 	}
+	cn->prompt_tokens = n;
 	const int32_t ctx = s->cfg.ctx_tokens;
 	if (n < 1 || n >= ctx) {
 		snprintf(msg, sizeof msg, n < 1 ? "%s: empty, and the vocabulary adds no BOS"
@@ -305,7 +420,7 @@ static enum MHD_Result generate(struct server *s, struct MHD_Connection *c, stru
 			 pfield, n, ctx);
 		free(ids);
 		serve_params_deinit(&p);
-		return reply_error(s, c, cn->ep, 400, msg, pfield);
+		return reply_error(s, c, cn, 400, msg, pfield);
 	}
 	int32_t max_tokens = p.max_tokens;
 	if (!max_tokens) /* OpenAI: 16 for completions, the rest of the context for chat */
@@ -316,7 +431,7 @@ static enum MHD_Result generate(struct server *s, struct MHD_Connection *c, stru
 			 max_tokens, ctx);
 		free(ids);
 		serve_params_deinit(&p);
-		return reply_error(s, c, cn->ep, 400, msg, "max_tokens");
+		return reply_error(s, c, cn, 400, msg, "max_tokens");
 	}
 	/* best_of jobs, one per generated choice, submitted as one group: one
 	   prefill, choice i sampled with seed + i (docs/serve.md) */
@@ -333,6 +448,8 @@ static enum MHD_Result generate(struct server *s, struct MHD_Connection *c, stru
 		}
 		j->max_tokens = max_tokens;
 		j->ignore_eos = p.ignore_eos;
+		j->n_stop_ids = p.n_stop_ids;
+		memcpy(j->stop_ids, p.stop_ids, sizeof j->stop_ids);
 		j->sampling = p.sampling;
 		/* ranking best_of needs each token's logprob, asked or not */
 		if (k > p.n_choices)
@@ -344,7 +461,7 @@ static enum MHD_Result generate(struct server *s, struct MHD_Connection *c, stru
 		for (int32_t i = 0; i < k; i++)
 			serve_job_unref(jobs[i]);
 		serve_params_deinit(&p);
-		return reply_error(s, c, cn->ep, st,
+		return reply_error(s, c, cn, st,
 				   st == 429 ? "the request queue is full; retry later"
 				   : oom     ? "out of memory"
 					     : "the server is shutting down or its engine has failed",
@@ -357,21 +474,27 @@ static enum MHD_Result generate(struct server *s, struct MHD_Connection *c, stru
 
 	if (p.stream) {
 		struct stream *sm = calloc(1, sizeof *sm);
+		if (sm && echo_text(s, &p, &sm->echo, &sm->echo_len)) {
+			free(sm);
+			sm = NULL;
+		}
 		if (!sm) {
 			for (int32_t i = 0; i < k; i++) {
 				serve_engine_cancel(s->se, jobs[i]);
 				serve_job_unref(jobs[i]);
 			}
 			serve_params_deinit(&p);
-			return reply_error(s, c, cn->ep, 503, "out of memory", NULL);
+			return reply_error(s, c, cn, 503, "out of memory", NULL);
 		}
 		sm->s = s;
+		sm->cn = cn;
 		sm->include_usage = p.include_usage;
 		sm->n_prompt = n;
 		/* the stop strings outlive this call: the stream takes them over */
 		memcpy(sm->stops, p.stops, sizeof sm->stops);
 		sm->n_stops = p.n_stops;
 		p.n_stops = 0;
+
 		sm->n_gen = k; /* no best_of > n when streaming (serve_req.c) */
 		for (int32_t i = 0; i < k; i++) {
 			sm->resp[i] = resp;
@@ -390,16 +513,23 @@ static enum MHD_Result generate(struct server *s, struct MHD_Connection *c, stru
 		}
 		MHD_add_response_header(r, "Content-Type", "text/event-stream");
 		MHD_add_response_header(r, "Cache-Control", "no-cache");
+		add_cors(s, r);
 		ok = MHD_queue_response(c, MHD_HTTP_OK, r);
 		MHD_destroy_response(r);
 		serve_metrics_request(&s->m, cn->ep, 200);
+		cn->status = 200;
 		return ok;
 	}
 
 	struct serve_gen *g = calloc((size_t)k, sizeof *g);
 	struct serve_buf text[SERVE_MAX_CHOICES] = {{0}}, body = {0};
 	int32_t from, to, failed = -1, completion = 0;
-	rc = g ? 0 : -1;
+	char *echo = NULL;
+	size_t echo_len = 0;
+	rc = g && !echo_text(s, &p, &echo, &echo_len) ? 0 : -1;
+	for (int32_t i = 0; !rc && echo_len && i < k; i++)
+		rc = serve_buf_put(&text[i], echo, echo_len) ? -1 : 0;
+	free(echo);
 	for (int32_t i = 0; i < k; i++) {
 		if (g)
 			serve_gen_init(&g[i], s->se, jobs[i], client_fd(c), s->vocab, (const char *const *)p.stops,
@@ -416,6 +546,7 @@ static enum MHD_Result generate(struct server *s, struct MHD_Connection *c, stru
 		if (!rc)
 			completion += g[i].n;
 	}
+	cn->completion_tokens = completion;
 	/* best_of: the n choices with the highest cumulative logprob, best first */
 	int32_t order[SERVE_MAX_CHOICES];
 	double cum[SERVE_MAX_CHOICES];
@@ -444,14 +575,15 @@ static enum MHD_Result generate(struct server *s, struct MHD_Connection *c, stru
 		s->m.cancelled++;
 		pthread_mutex_unlock(&s->m.mu);
 		serve_metrics_request(&s->m, cn->ep, 499);
+		cn->status = 499;
 		ok = MHD_NO;
 	} else if (rc || failed >= 0) {
-		ok = reply_error(s, c, cn->ep, rc ? 503 : g[failed].err_status, rc ? "out of memory" : g[failed].err_msg,
+		ok = reply_error(s, c, cn, rc ? 503 : g[failed].err_status, rc ? "out of memory" : g[failed].err_msg,
 				 NULL);
 	} else if (serve_resp_final_n(&resp, ch, p.n_choices, n, completion, &body)) {
-		ok = reply_error(s, c, cn->ep, 503, "out of memory", NULL);
+		ok = reply_error(s, c, cn, 503, "out of memory", NULL);
 	} else {
-		ok = reply(s, c, cn->ep, 200, &body, "application/json");
+		ok = reply(s, c, cn, 200, &body, "application/json");
 	}
 	serve_buf_deinit(&body);
 	for (int32_t i = 0; i < k; i++) {
@@ -466,42 +598,79 @@ static enum MHD_Result generate(struct server *s, struct MHD_Connection *c, stru
 
 /* ---- the other endpoints --------------------------------------------------- */
 
-static enum MHD_Result simple_get(struct server *s, struct MHD_Connection *c, enum serve_endpoint ep)
+static enum MHD_Result tok_answer(struct server *s, struct MHD_Connection *c, struct conn *cn)
 {
+	const struct serve_tok_ctx tc = {.e = s->e, .chat = s->cfg.chat, .model_name = s->cfg.model_name,
+					 .max_model_len = s->cfg.ctx_tokens, .n_vocab = s->n_vocab};
 	struct serve_buf b = {0};
-	int rc = 0;
-	if (ep == EP_METRICS) {
-		rc = serve_metrics_render(&s->m, &b);
-		return rc ? reply_error(s, c, ep, 503, "out of memory", NULL)
-			  : reply(s, c, ep, 200, &b, "text/plain; version=0.0.4");
-	}
-	if (ep == EP_HEALTH) {
-		bool dr = atomic_load(&s->draining), failed = serve_engine_failed(s->se);
-		rc = serve_buf_printf(&b, "{\"status\":\"%s\"}", failed ? "engine_failed" : dr ? "draining" : "ok");
-		return rc ? MHD_NO : reply(s, c, ep, dr || failed ? 503 : 200, &b, "application/json");
-	}
-	cJSON *o = cJSON_CreateObject(), *data = o ? cJSON_AddArrayToObject(o, "data") : NULL;
+	char msg[600], param[64];
+	int st = serve_tok_answer(&tc, cn->ep == EP_DETOKENIZE, cn->body.p ? cn->body.p : "", cn->body.len, &b, msg,
+				  sizeof msg, param, sizeof param);
+	if (st == 200)
+		return reply(s, c, cn, 200, &b, "application/json");
+	serve_buf_deinit(&b);
+	return reply_error(s, c, cn, st, msg, param);
+}
+
+/* The model object /v1/models lists and /v1/models/{id} returns. */
+static cJSON *model_object(const struct server *s)
+{
 	cJSON *m = cJSON_CreateObject();
-	if (!data || !m || !cJSON_AddItemToArray(data, m)) {
-		cJSON_Delete(m);
-		cJSON_Delete(o);
-		return reply_error(s, c, ep, 503, "out of memory", NULL);
-	}
-	cJSON_AddStringToObject(o, "object", "list");
+	if (!m)
+		return NULL;
 	cJSON_AddStringToObject(m, "id", s->cfg.model_name);
 	cJSON_AddStringToObject(m, "object", "model");
 	cJSON_AddNumberToObject(m, "created", (double)s->created);
 	cJSON_AddStringToObject(m, "owned_by", "qserve");
 	cJSON_AddNumberToObject(m, "max_model_len", s->cfg.ctx_tokens);
+	return m;
+}
+
+static enum MHD_Result simple_get(struct server *s, struct MHD_Connection *c, struct conn *cn)
+{
+	const enum serve_endpoint ep = cn->ep;
+	struct serve_buf b = {0};
+	int rc = 0;
+	if (ep == EP_METRICS) {
+		rc = serve_metrics_render(&s->m, &b);
+		return rc ? reply_error(s, c, cn, 503, "out of memory", NULL)
+			  : reply(s, c, cn, 200, &b, "text/plain; version=0.0.4");
+	}
+	if (ep == EP_HEALTH) {
+		bool dr = atomic_load(&s->draining), failed = serve_engine_failed(s->se);
+		rc = serve_buf_printf(&b, "{\"status\":\"%s\"}", failed ? "engine_failed" : dr ? "draining" : "ok");
+		return rc ? MHD_NO : reply(s, c, cn, dr || failed ? 503 : 200, &b, "application/json");
+	}
+	cJSON *o;
+	if (cn->model_id[0]) {
+		if (cn->model_id_long || strcmp(cn->model_id, s->cfg.model_name)) {
+			char msg[400];
+			snprintf(msg, sizeof msg, "model '%.200s' does not exist (this server has '%.150s')", cn->model_id,
+				 s->cfg.model_name);
+			return reply_error(s, c, cn, 404, msg, "model");
+		}
+		if (!(o = model_object(s)))
+			return reply_error(s, c, cn, 503, "out of memory", NULL);
+	} else {
+		o = cJSON_CreateObject();
+		cJSON *data = o ? cJSON_AddArrayToObject(o, "data") : NULL;
+		cJSON *m = model_object(s);
+		if (!data || !m || !cJSON_AddItemToArray(data, m)) {
+			cJSON_Delete(m);
+			cJSON_Delete(o);
+			return reply_error(s, c, cn, 503, "out of memory", NULL);
+		}
+		cJSON_AddStringToObject(o, "object", "list");
+	}
 	char *txt = cJSON_PrintUnformatted(o);
 	cJSON_Delete(o);
 	if (!txt || serve_buf_put(&b, txt, strlen(txt))) {
 		cJSON_free(txt);
 		serve_buf_deinit(&b);
-		return reply_error(s, c, ep, 503, "out of memory", NULL);
+		return reply_error(s, c, cn, 503, "out of memory", NULL);
 	}
 	cJSON_free(txt);
-	return reply(s, c, ep, 200, &b, "application/json");
+	return reply(s, c, cn, 200, &b, "application/json");
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -516,14 +685,27 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		if (!cn)
 			return MHD_NO;
 		*con_cls = cn;
-		cn->ep = route(url, method, &cn->post, &method_ok);
+		const char *mid;
+		cn->t0 = now_s();
+		snprintf(cn->method, sizeof cn->method, "%s", method);
+		size_t k = 0;
+		for (const char *u = url; *u && k + 1 < sizeof cn->path; u++)
+			cn->path[k++] = *u > ' ' && *u < 127 ? *u : '?'; /* no control bytes in the log */
+		cn->path[k] = '\0';
+		cn->ep = route(url, method, &cn->post, &method_ok, &mid);
+		if (mid) {
+			cn->model_id_long = strlen(mid) >= sizeof cn->model_id;
+			snprintf(cn->model_id, sizeof cn->model_id, "%s", mid);
+		}
 		/* refusals before the body is read: nothing is allocated for it */
 		if (cn->ep == EP_OTHER)
-			return reply_error(s, c, cn->ep, 404, "no such endpoint", NULL);
+			return reply_error(s, c, cn, 404, "no such endpoint", NULL);
+		if (s->cfg.allow_origin && !strcmp(method, "OPTIONS"))
+			return preflight(s, c, cn);
 		if (!method_ok)
-			return reply_error(s, c, cn->ep, 405, "method not allowed here", NULL);
-		if ((cn->ep == EP_COMPLETIONS || cn->ep == EP_CHAT || cn->ep == EP_MODELS) && !key_ok(s, c))
-			return reply_error(s, c, cn->ep, 401, "missing or wrong API key (Authorization: Bearer KEY)",
+			return reply_error(s, c, cn, 405, "method not allowed here", NULL);
+		if (cn->ep != EP_HEALTH && cn->ep != EP_METRICS && !key_ok(s, c))
+			return reply_error(s, c, cn, 401, "missing or wrong API key (Authorization: Bearer KEY)",
 					   NULL);
 		const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
 		if (cl) {
@@ -532,7 +714,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 			if (end == cl || v > s->cfg.max_body) {
 				char msg[128];
 				snprintf(msg, sizeof msg, "request body larger than %zu bytes", s->cfg.max_body);
-				return reply_error(s, c, cn->ep, 413, msg, NULL);
+				return reply_error(s, c, cn, 413, msg, NULL);
 			}
 		}
 		return MHD_YES;
@@ -552,14 +734,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 	if (cn->too_large) {
 		char msg[128];
 		snprintf(msg, sizeof msg, "request body larger than %zu bytes", s->cfg.max_body);
-		return reply_error(s, c, cn->ep, 413, msg, NULL);
+		return reply_error(s, c, cn, 413, msg, NULL);
 	}
 	if (cn->ep == EP_COMPLETIONS || cn->ep == EP_CHAT) {
 		if (atomic_load(&s->draining))
-			return reply_error(s, c, cn->ep, 503, "the server is shutting down", NULL);
+			return reply_error(s, c, cn, 503, "the server is shutting down", NULL);
 		return generate(s, c, cn);
 	}
-	return simple_get(s, c, cn->ep);
+	if (cn->ep == EP_TOKENIZE || cn->ep == EP_DETOKENIZE)
+		return tok_answer(s, c, cn);
+	return simple_get(s, c, cn);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode t)
@@ -571,6 +755,10 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
 	MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, s->cfg.header_timeout_s);
 	if (!cn)
 		return;
+	/* one line, written at once (stderr is unbuffered; the line fits one write) */
+	if (s->cfg.log_requests)
+		fprintf(stderr, "qserve: %s %s %d prompt_tokens=%d completion_tokens=%d ms=%.1f\n", cn->method, cn->path,
+			cn->status, cn->prompt_tokens, cn->completion_tokens, 1e3 * (now_s() - cn->t0));
 	serve_buf_deinit(&cn->body);
 	free(cn);
 	*con_cls = NULL;

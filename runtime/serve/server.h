@@ -2,8 +2,9 @@
  *
  * Owns: the libmicrohttpd daemon (one thread per connection, so a connection
  * may block on its own job without touching the engine thread), the routes
- * POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health,
- * GET /metrics, the Bearer-key check on the /v1/ routes, the caps on header bytes
+ * POST /v1/completions, POST /v1/chat/completions, GET /v1/models,
+ * GET /v1/models/{id}, POST /tokenize, POST /detokenize (serve_tok.c), GET /health,
+ * GET /metrics, the Bearer-key check on every route but /health and /metrics, the caps on header bytes
  * (MHD's per-connection memory limit) and body bytes (Content-Length checked
  * before anything is read; chunked bodies cut at the cap), connections per
  * client address (MHD's per-IP limit), a short header timeout until a request
@@ -18,6 +19,7 @@
 #ifndef QC_SERVER_H
 #define QC_SERVER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -28,7 +30,10 @@
 struct server_config {
 	const char *host;            /* numeric address or name; "127.0.0.1" by default */
 	int port;                    /* 0: any free port (server_port tells which) */
-	const char *api_key;         /* NULL: no auth */
+	const char *api_key;         /* NULL: no auth; never logged */
+	const char *allow_origin;    /* NULL: no CORS headers; else Access-Control-Allow-Origin's value,
+					and OPTIONS preflights are answered (204) without the key */
+	bool log_requests;           /* one access-log line per request on stderr */
 	const char *model_name;      /* the id /v1/models lists and requests must name */
 	enum qc_chat_family chat;    /* QC_CHAT_NONE: chat requests get a 400 */
 	int32_t max_running;         /* the engine's running set */

@@ -99,6 +99,44 @@ def main():
                        if x.choices)
     check(streamed == ch.message.content, "streamed chat %r != %r" % (streamed, ch.message.content))
 
+    # issue 17 fields: logit_bias (ids read back as "token_id:N"), echo, stop_token_ids
+    # and min_tokens through extra_body, response_format text, models.retrieve
+    def lp_ids(r):
+        return [int(t.split(":")[1]) for t in r.choices[0].logprobs.tokens]
+    ids4 = dict(model=model, prompt="Once upon a time", max_tokens=4, temperature=0, logprobs=0,
+                extra_body={"ignore_eos": True, "return_tokens_as_token_ids": True})
+    first = lp_ids(c.completions.create(**ids4))
+    r = c.completions.create(logit_bias={str(first[0]): -100}, **ids4)
+    check(len(lp_ids(r)) == 4 and first[0] not in lp_ids(r), "logit_bias -100 on %d: %r" % (first[0], lp_ids(r)))
+    r = c.completions.create(logit_bias={str(first[2]): 100}, **ids4)
+    check(lp_ids(r) == [first[2]] * 4, "logit_bias +100 on %d: %r" % (first[2], lp_ids(r)))
+    r = c.chat.completions.create(model=model, messages=msgs, max_tokens=3, temperature=0,
+                                  logit_bias={str(first[2]): 100}, response_format={"type": "text"})
+    check(r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 3, "chat logit_bias %r" % r)
+    plain = c.completions.create(model=model, prompt="Once upon a time", max_tokens=4, temperature=0)
+    r = c.completions.create(model=model, prompt="Once upon a time", max_tokens=4, temperature=0, echo=True)
+    check(r.choices[0].text == "Once upon a time" + plain.choices[0].text, "echo %r" % r.choices[0].text)
+    r = c.completions.create(model=model, prompt="Once upon a time", max_tokens=16, temperature=0,
+                             extra_body={"ignore_eos": True, "stop_token_ids": [first[3]]})
+    check(r.choices[0].finish_reason == "stop" and r.usage.completion_tokens == 4, "stop_token_ids %r" % r)
+    r = c.completions.create(extra_body={"ignore_eos": True, "return_tokens_as_token_ids": True,
+                                         "stop_token_ids": [first[3]], "min_tokens": 4},
+                             **{k: v for k, v in ids4.items() if k != "extra_body"})
+    check(lp_ids(r)[:3] == first[:3] and first[3] not in lp_ids(r), "min_tokens %r" % lp_ids(r))
+    check(c.models.retrieve(model).id == model, "models.retrieve")
+    try:
+        c.models.retrieve("no-such-model")
+        check(False, "models.retrieve of an unknown id succeeded")
+    except openai.NotFoundError as e:
+        check(e.status_code == 404, "models.retrieve unknown: %s" % e)
+    for kw, field in ((dict(logit_bias={"999999": 5}), "logit_bias"),
+                      (dict(response_format={"type": "json_object"}), "response_format")):
+        try:
+            c.chat.completions.create(model=model, messages=msgs, max_tokens=1, **kw)
+            check(False, "%s accepted" % field)
+        except openai.BadRequestError as e:
+            check(e.status_code == 400 and field in str(e), "%s error: %s" % (field, e))
+
     # errors come back as the client's typed exceptions
     try:
         c.completions.create(model=model, prompt="x", max_tokens=-1)
