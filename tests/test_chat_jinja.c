@@ -16,6 +16,7 @@
 #include <cjson/cJSON.h>
 
 #include "check.h"
+#include "chat_prompt.h"
 #include "jinja.h"
 
 #define DIR "tests/data/chat/"
@@ -266,8 +267,84 @@ static void test_wrong_expectation_fails(void)
 	free(src);
 }
 
+/* chat_prompt.c: the BOS rule, the fallback rule and its one log line, the file override */
+static void test_chat_prompt(void)
+{
+	static const char llama[] = "{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m.role }}"
+				    "<|end_header_id|>\n\n{{ m.content }}<|eot_id|>{% endfor %}"
+				    "<|start_header_id|>assistant<|end_header_id|>\n\n";
+	struct qc_chat_msg m[] = {{"user", "Hi"}};
+	struct qc_err err = {0};
+	struct qc_chat_prompt *p = NULL;
+	char *out = NULL;
+	size_t len;
+	for (int adds = 0; adds < 2; adds++) {
+		struct qc_chat_prompt_opts o = {.model_template = llama, .bos_token = "<|begin_of_text|>",
+						.tokenizer_adds_bos = adds};
+		CHECK(qc_chat_prompt_new(&o, &p, &err) == QC_OK && !strcmp(qc_chat_prompt_describe(p), "jinja (model)"),
+		      "%s", err.msg);
+		CHECK(qc_chat_prompt_render(p, m, 1, 1 << 20, &out, &len, &err) == QC_OK, "%s", err.msg);
+		bool starts = out && !strncmp(out, "<|begin_of_text|>", 17);
+		CHECK(starts == !adds, "tokenizer %s BOS: the render %s with it", adds ? "adds" : "does not add",
+		      starts ? "starts" : "does not start");
+		CHECK(out && strstr(out, "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"), "render: %s", out);
+		free(out);
+		qc_chat_prompt_free(p);
+	}
+
+	/* a template the interpreter cannot run, with chatml markers: fallback, logged once */
+	FILE *log = tmpfile();
+	struct qc_chat_prompt_opts fb = {.model_template = "{% macro x() %}{% endmacro %}<|im_start|>", .log = log,
+					 .log_prefix = "t"};
+	CHECK(qc_chat_prompt_new(&fb, &p, &err) == QC_OK && !strcmp(qc_chat_prompt_describe(p), "chatml (fallback)"),
+	      "fallback: %s", err.msg);
+	CHECK(qc_chat_prompt_render(p, m, 1, 1 << 20, &out, &len, &err) == QC_OK &&
+		      !strcmp(out, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"),
+	      "fallback render: %s", out ? out : err.msg);
+	free(out);
+	qc_chat_prompt_free(p);
+	char buf[1024] = {0};
+	rewind(log);
+	size_t got = fread(buf, 1, sizeof buf - 1, log);
+	fclose(log);
+	CHECK(got && strstr(buf, "falling back to the built-in 'chatml'") && strstr(buf, "macro") &&
+		      strchr(buf, '\n') == buf + got - 1,
+	      "one fallback line naming why: '%s'", buf);
+
+	/* no family either: refused, naming why and the two flags */
+	struct qc_chat_prompt_opts none = {.model_template = "{% macro x() %}{% endmacro %}"};
+	CHECK(qc_chat_prompt_new(&none, &p, &err) == QC_EUNSUPPORTED && !p && strstr(err.msg, "--chat-template-file"),
+	      "unusable template: %s", err.msg);
+	/* the template's own refusal is a request error, not a fallback */
+	struct qc_chat_prompt_opts gem = {.model_template = "{% if messages[0].role == 'system' %}"
+							    "{{ raise_exception('System role not supported') }}{% endif %}ok"};
+	struct qc_chat_msg sys[] = {{"system", "S"}, {"user", "U"}};
+	CHECK(qc_chat_prompt_new(&gem, &p, &err) == QC_OK, "%s", err.msg);
+	CHECK(qc_chat_prompt_render(p, sys, 2, 1 << 20, &out, &len, &err) == QC_EINVAL &&
+		      !strncmp(err.msg, "messages: ", 10) && strstr(err.msg, "System role not supported"),
+	      "raise_exception through chat_prompt: %s", err.msg);
+	qc_chat_prompt_free(p);
+	/* a built-in name and a file together are refused; a missing file is QC_EIO */
+	struct qc_chat_prompt_opts both = {.family = "chatml", .template_file = "x.jinja"};
+	CHECK(qc_chat_prompt_new(&both, &p, &err) == QC_EINVAL, "family + file");
+	struct qc_chat_prompt_opts nofile = {.template_file = "/nonexistent/t.jinja", .model_template = llama};
+	CHECK(qc_chat_prompt_new(&nofile, &p, &err) == QC_EIO, "missing file: %s", err.msg);
+	struct qc_chat_prompt_opts file = {.template_file = DIR "smollm2-135m-instruct.jinja", .model_template = llama};
+	CHECK(qc_chat_prompt_new(&file, &p, &err) == QC_OK && !strcmp(qc_chat_prompt_describe(p), "jinja (file)"),
+	      "file: %s", err.msg);
+	CHECK(qc_chat_prompt_render(p, m, 1, 1 << 20, &out, &len, &err) == QC_OK && strstr(out, "SmolLM"),
+	      "the file wins over the model's template: %s", out ? out : err.msg);
+	free(out);
+	qc_chat_prompt_free(p);
+	/* no template anywhere: disabled */
+	struct qc_chat_prompt_opts empty = {0};
+	CHECK(qc_chat_prompt_new(&empty, &p, &err) == QC_OK && !qc_chat_prompt_enabled(p), "no template");
+	qc_chat_prompt_free(p);
+}
+
 int main(void)
 {
+	test_chat_prompt();
 	test_oracle();
 	test_errors();
 	test_wrong_expectation_fails();
