@@ -106,7 +106,40 @@ struct qc_jinja {
 /* tree allocations: zeroed, freed with the template */
 void *jinja_tree_alloc(struct qc_jinja *t, size_t n);
 
-int jinja_parse_tokens(struct qc_jinja *t, const struct jtokens *tk, struct qc_err *err);
+void jinja_tree_free(struct qc_jinja *t);
+
+/* parser state and the helpers jinja_stmt.c shares with jinja_parse.c */
+struct ps {
+	struct qc_jinja *t;
+	const struct jtokens *tk;
+	size_t i;
+	struct qc_err *err;
+	int rc;
+};
+
+/* A growable node list, copied into the tree at the end. */
+struct nlist {
+	struct jn **v;
+	const char **kw;
+	size_t n, cap;
+};
+
+const struct jtoken *jp_cur(struct ps *p);
+int jp_pfail(struct ps *p, const struct jtoken *at, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+bool jp_is_op(const struct jtoken *t, const char *op);
+bool jp_is_name(const struct jtoken *t, const char *nm);
+bool jp_accept_op(struct ps *p, const char *op);
+bool jp_accept_name(struct ps *p, const char *nm);
+bool jp_expect_op(struct ps *p, const char *op);
+char *jp_dup_tok(struct ps *p, const struct jtoken *t);
+struct jn *jp_node(struct ps *p, enum jnode k, const struct jtoken *at);
+bool jp_nl_push(struct ps *p, struct nlist *l, struct jn *n, const char *kw);
+/* recursion guard: false (error set) past lim.max_depth; the caller decrements t->depth */
+bool jp_enter(struct ps *p);
+/* a full expression, ternary included */
+struct jn *jp_expr(struct ps *p);
+/* an expression without the ternary (for-loop iterables stop before "if") */
+struct jn *jp_logic(struct ps *p, bool is_or);
 
 /* ---- render-time arena and values ---- */
 struct jarena {

@@ -4,7 +4,7 @@
  * it for a fixed three-message conversation. Invariants: parse and render either
  * succeed with a NUL-terminated output within the output limit, or fail with a
  * known code and a message; no crash, leak or hang (the limits bound the work).
- * Seeds: tests/data/chat/*.jinja. Build and run: tests/fuzz/run.sh SECONDS tests/fuzz/fuzz_jinja.c.
+ * Seeds: the .jinja files in tests/data/chat. Build and run: tests/fuzz/run.sh SECONDS tests/fuzz/fuzz_jinja.c.
  */
 #include <stdint.h>
 #include <stdio.h>
