@@ -1,12 +1,14 @@
 /* qserve_main.c — the qserve command: an OpenAI-compatible HTTP server.
  *   qserve MODEL [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--max-queue N]
- *          [--chat-template NAME] [--model-name NAME] [--max-body BYTES]
+ *          [--chat-template NAME | --chat-template-file PATH] [--model-name NAME] [--max-body BYTES]
  *          [--max-conns N] [--max-conns-per-addr N] [--header-timeout S]
  *          [--idle-timeout S] [--drain-timeout S] [--api-key-file PATH]
  *          [--allow-origin ORIGIN] [--log-requests] [--version] [engine flags: engine_cli.h]
  * MODEL is a .qb bundle or a .gguf (converted to a private temp bundle first,
- * as qrun does). The chat template is --chat-template, else detected from the
- * model's tokenizer.chat_template; a template qserve does not know stops the
+ * as qrun does). Chat prompts come from the model's tokenizer.chat_template run by
+ * the Jinja interpreter, or --chat-template-file, or the built-in --chat-template
+ * NAME (chat_prompt.h: a model template that cannot run falls back to the built-in
+ * family its markers name, logged once); a template neither can handle stops the
  * start-up (exit 1) instead of producing garbage per request. SIGTERM/SIGINT:
  * stop accepting, let in-flight requests finish (up to --drain-timeout), exit 0.
  * Non-goals: TLS, multiple models, hot reload. Details: docs/serve.md.
@@ -19,6 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "chat_prompt.h"
 #include "chat_template.h"
 #include "engine.h"
 #include "engine_cli.h"
@@ -33,7 +36,8 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: %s MODEL [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--max-queue N]\n"
-		"              [--chat-template NAME] [--model-name NAME] [--max-body BYTES]\n"
+		"              [--chat-template NAME | --chat-template-file PATH] [--model-name NAME]\n"
+		"              [--max-body BYTES]\n"
 		"              [--max-conns N] [--max-conns-per-addr N] [--header-timeout S]\n"
 		"              [--idle-timeout S] [--drain-timeout S] [--api-key-file PATH]\n"
 		"              [--allow-origin ORIGIN] [--log-requests] [--version] [engine flags]\n"
@@ -44,8 +48,9 @@ static void usage(FILE *f)
 		"--api-key-file PATH (one line; keeps the key out of ps), else $QSERVE_API_KEY; not both\n"
 		"flags; an empty key is an error. --allow-origin ORIGIN: CORS for that origin ('*': any).\n"
 		"--log-requests: one line per request on stderr (method path status tokens ms).\n"
-		"MODEL: a .qb bundle or a .gguf. Chat templates: llama-2 llama-3 mistral chatml (qwen)\n"
-		"phi-3 gemma deepseek; detected from the model when --chat-template is absent.\n"
+		"MODEL: a .qb bundle or a .gguf. Chat: the model's own Jinja template by default;\n"
+		"--chat-template-file PATH runs another; --chat-template NAME picks a built-in: llama-2\n"
+		"llama-3 mistral chatml (qwen) phi-3 gemma deepseek (docs/serve.md, chat templates).\n"
 		"--port 0 picks a free port (printed on stderr). Endpoints: POST /v1/completions,\n"
 		"POST /v1/chat/completions, GET /v1/models, GET /v1/models/ID, POST /tokenize,\n"
 		"POST /detokenize, GET /health, GET /metrics (docs/serve.md).\n"
@@ -66,8 +71,9 @@ static void default_name(const char *path, char *buf, size_t cap)
 
 int main(int argc, char **argv)
 {
-	const char *model = NULL, *tmpl_name = NULL, *name = NULL, *key_file = NULL;
+	const char *model = NULL, *tmpl_name = NULL, *tmpl_file = NULL, *name = NULL, *key_file = NULL;
 	char *key = NULL;
+	struct qc_chat_prompt *chat = NULL;
 	struct server_config sc = {.host = "127.0.0.1", .port = 8000, .max_queue = 256, .max_body = 1 << 20,
 				   .max_header = 64 << 10, .max_conns = 512, .max_conns_per_addr = 64,
 				   .header_timeout_s = 10, .idle_timeout_s = 300};
@@ -116,6 +122,8 @@ int main(int argc, char **argv)
 			sc.max_queue = (int32_t)v;
 		} else if (!strcmp(a, "--chat-template") && has) {
 			tmpl_name = argv[++i];
+		} else if (!strcmp(a, "--chat-template-file") && has) {
+			tmpl_file = argv[++i];
 		} else if (!strcmp(a, "--model-name") && has) {
 			name = argv[++i];
 		} else if (!strcmp(a, "--max-body") && has) {
@@ -159,8 +167,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	sc.api_key = key;
-	enum qc_chat_family fam = QC_CHAT_NONE;
-	if (tmpl_name && (fam = qc_chat_family_by_name(tmpl_name)) == QC_CHAT_NONE) {
+	if (tmpl_name && qc_chat_family_by_name(tmpl_name) == QC_CHAT_NONE) {
 		fprintf(stderr, "%s: --chat-template '%s': unknown (llama-2 llama-3 mistral chatml qwen phi-3 gemma "
 				"deepseek)\n", prog, tmpl_name);
 		free(key);
@@ -194,24 +201,25 @@ int main(int argc, char **argv)
 		qc_err_set(&err, QC_EUNSUPPORTED, model, NULL, -1, "the model has no tokenizer; qserve needs one");
 		goto out_err;
 	}
-	const char *tmpl = qc_vocab_chat_template(voc);
-	if (!tmpl_name && tmpl) {
-		fam = qc_chat_detect(tmpl);
-		if (fam == QC_CHAT_NONE) {
-			qc_err_set(&err, QC_EUNSUPPORTED, model, NULL, -1,
-				   "tokenizer.chat_template is not one qserve knows (llama-2 llama-3 mistral chatml "
-				   "phi-3 gemma deepseek); pass --chat-template NAME to choose one");
-			goto out_err;
-		}
+	size_t tl;
+	const struct qc_chat_prompt_opts co = {
+		.family = tmpl_name, .template_file = tmpl_file, .model_template = qc_vocab_chat_template(voc),
+		.bos_token = qc_vocab_token_text(voc, qc_vocab_bos(voc), &tl),
+		.eos_token = qc_vocab_token_text(voc, qc_vocab_eos(voc), &tl),
+		.tokenizer_adds_bos = qc_vocab_add_bos(voc), .log_prefix = prog};
+	if (qc_chat_prompt_new(&co, &chat, &err)) {
+		if (!err.path[0])
+			snprintf(err.path, sizeof err.path, "%s", model);
+		goto out_err;
 	}
-	if (fam == QC_CHAT_NONE)
+	if (!qc_chat_prompt_enabled(chat))
 		fprintf(stderr, "%s: the model has no chat template: /v1/chat/completions answers 400 "
-				"(start with --chat-template NAME to enable it)\n", prog);
+				"(start with --chat-template NAME or --chat-template-file PATH to enable it)\n", prog);
 
 	char model_name[256];
 	default_name(model, model_name, sizeof model_name);
 	sc.model_name = name ? name : model_name;
-	sc.chat = fam;
+	sc.chat = chat;
 	sc.max_running = (int32_t)cli.max_running;
 	const struct qc_model_config *mc = &qc_engine_model(e)->cfg;
 	sc.ctx_tokens = cli.ctx ? (int32_t)cli.ctx : mc->n_ctx_train > 0 && mc->n_ctx_train < 4096 ? mc->n_ctx_train : 4096;
@@ -221,7 +229,7 @@ int main(int argc, char **argv)
 		goto out_err;
 	fprintf(stderr, "%s: listening on http://%s:%d (model '%s', chat template %s, context %d, running %ld, "
 			"queue %d, K/V pool %lld tokens %s, API key from %s)\n", prog, sc.host, server_port(srv),
-		sc.model_name, qc_chat_family_name(fam), sc.ctx_tokens, cli.max_running, sc.max_queue,
+		sc.model_name, qc_chat_prompt_describe(chat), sc.ctx_tokens, cli.max_running, sc.max_queue,
 		(long long)qc_engine_kv_tokens(e), qc_kv_dtype_name(cli.kv_dtype), key_from);
 	fflush(stderr);
 	int sig = 0;
@@ -230,6 +238,7 @@ int main(int argc, char **argv)
 	server_stop(srv, (double)drain);
 	qc_engine_free(e);
 	free(key);
+	qc_chat_prompt_free(chat);
 	fprintf(stderr, "%s: stopped\n", prog);
 	return 0;
 
@@ -237,5 +246,6 @@ out_err:
 	qc_err_print(&err, prog, stderr);
 	qc_engine_free(e);
 	free(key);
+	qc_chat_prompt_free(chat);
 	return 1;
 }

@@ -437,25 +437,58 @@ static bool write_with_template(const char *tmpl, char *out_path)
 	return ok;
 }
 
-/* The model's own template: a known one is detected, an unknown one stops the start-up. */
+/* The model's own template runs through the Jinja interpreter; one it cannot run
+ * falls back to the built-in family its markers name (logged), and one with no
+ * family either stops the start-up; --chat-template-file overrides the model's. */
 static void test_model_template(void)
 {
 	char known[] = "/tmp/qc_qserve_chatml.XXXXXX", unknown[] = "/tmp/qc_qserve_jinja.XXXXXX";
+	char fallback[] = "/tmp/qc_qserve_fallback.XXXXXX", tfile[] = "/tmp/qc_qserve_tfile.XXXXXX";
+	/* the key is padded with spaces: the final "-}}" strips them, as Jinja does */
 	bool ok = write_with_template("{% for m in messages %}{{'<|im_start|>' + m['role'] + '\\n' + m['content'] + "
-				      "'<|im_end|>\\n'}}{% endfor %}", known) &&
-		  write_with_template("{% for m in messages %}### {{ m.role }}: {{ m.content }}\\n{% endfor %}", unknown);
+				      "'<|im_end|>\\n'}}{% endfor %}{{ '' -}}", known) &&
+		  write_with_template("{% macro m() %}{% endmacro %}### {{ messages }}", unknown) &&
+		  write_with_template("{% macro m() %}{% endmacro %}<|im_start|>{{ messages }}", fallback);
 	CHECK(ok, "cannot write the template GGUFs");
+	int tfd = mkstemp(tfile);
+	static const char ttext[] = "{% for m in messages %}### {{ m.role }}: {{ m.content }}\n{% endfor %}";
+	CHECK(tfd >= 0 && write(tfd, ttext, sizeof ttext - 1) == (ssize_t)(sizeof ttext - 1), "template file");
+	if (tfd >= 0)
+		close(tfd);
 	char cmd[2048];
 	int st;
 	snprintf(cmd, sizeof cmd, "%s/qserve %s --port 0 2>&1", bin(), unknown);
 	char *out = sh(cmd, &st);
-	CHECK(st == 1 && strstr(out, "tokenizer.chat_template is not one qserve knows") && strstr(out, "--chat-template"),
-	      "unknown template: exit %d: %s", st, out);
+	CHECK(st == 1 && strstr(out, "cannot be used") && strstr(out, "macro") && strstr(out, "--chat-template-file"),
+	      "unusable template: exit %d: %s", st, out);
 	free(out);
 	struct srv s;
+	if (srv_start(&s, fallback)) {
+		char *log = check_read_file(s.log, NULL);
+		CHECK(log && strstr(log, "falling back to the built-in 'chatml'") && strstr(log, "macro") &&
+			      strstr(log, "chat template chatml (fallback)"),
+		      "fallback not logged: %s", log ? log : "");
+		free(log);
+		CHECK(srv_stop(&s) == 0, "exit status");
+	} else {
+		srv_failed(&s, "qserve on a model whose template falls back");
+	}
+	snprintf(cmd, sizeof cmd, "%s --chat-template-file %s", unknown, tfile);
+	if (srv_start(&s, cmd)) {
+		char *log = check_read_file(s.log, NULL);
+		CHECK(log && strstr(log, "chat template jinja (file)"), "--chat-template-file: %s", log ? log : "");
+		free(log);
+		cJSON *j = post_json(&s, "/v1/chat/completions",
+				     "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":2}", NULL, &st);
+		CHECK(st == 200, "chat with --chat-template-file: %d", st);
+		cJSON_Delete(j);
+		CHECK(srv_stop(&s) == 0, "exit status");
+	} else {
+		srv_failed(&s, "qserve --chat-template-file");
+	}
 	if (srv_start(&s, known)) {
 		char *log = check_read_file(s.log, NULL);
-		CHECK(log && strstr(log, "chat template chatml"), "template not detected: %s", log ? log : "");
+		CHECK(log && strstr(log, "chat template jinja (model)"), "model template not used: %s", log ? log : "");
 		free(log);
 		cJSON *j = post_json(&s, "/v1/chat/completions",
 				     "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":4}", NULL, &st);
@@ -480,6 +513,8 @@ static void test_model_template(void)
 	}
 	unlink(known);
 	unlink(unknown);
+	unlink(fallback);
+	unlink(tfile);
 }
 
 int main(void)

@@ -267,7 +267,7 @@ static int content_text(struct ctx *c, const cJSON *v, int idx, struct serve_buf
 	return 0;
 }
 
-static int parse_messages(struct ctx *c, const cJSON *o, enum qc_chat_family fam, struct serve_params *p)
+static int parse_messages(struct ctx *c, const cJSON *o, const struct qc_chat_prompt *chat, struct serve_params *p)
 {
 	const cJSON *v = get(o, "messages");
 	if (!v)
@@ -277,9 +277,9 @@ static int parse_messages(struct ctx *c, const cJSON *o, enum qc_chat_family fam
 	int n = cJSON_GetArraySize(v);
 	if (n > MAX_MESSAGES)
 		return bad(c, "messages", "more than 4096 messages");
-	if (fam == QC_CHAT_NONE)
+	if (!qc_chat_prompt_enabled(chat))
 		return bad(c, "messages", "this model has no chat template qserve knows; restart qserve with "
-					  "--chat-template NAME, or use /v1/completions");
+					  "--chat-template NAME or --chat-template-file PATH, or use /v1/completions");
 	struct qc_chat_msg *m = calloc((size_t)n, sizeof *m);
 	struct serve_buf *texts = calloc((size_t)n, sizeof *texts);
 	int rc = 0, i = 0;
@@ -309,7 +309,7 @@ static int parse_messages(struct ctx *c, const cJSON *o, enum qc_chat_family fam
 		m[i].role = role->valuestring;
 		m[i].content = texts[i].p;
 	}
-	if ((rc = qc_chat_render(fam, m, (size_t)n, MAX_PROMPT_BYTES, &p->prompt, &p->prompt_len, c->err))) {
+	if ((rc = qc_chat_prompt_render(chat, m, (size_t)n, MAX_PROMPT_BYTES, &p->prompt, &p->prompt_len, c->err))) {
 		/* the renderer's message starts with the field it blames */
 		const char *msg = c->err->msg, *colon = strchr(msg, ':');
 		size_t l = colon ? (size_t)(colon - msg) : strlen("messages");
@@ -420,7 +420,7 @@ static int parse_logprobs(struct ctx *c, const cJSON *o, struct serve_params *p)
 	return 0;
 }
 
-int serve_req_parse(const char *body, size_t len, bool chat, enum qc_chat_family fam, struct serve_params *p,
+int serve_req_parse(const char *body, size_t len, bool chat, const struct qc_chat_prompt *tmpl, struct serve_params *p,
 		    char *param, size_t param_cap, struct qc_err *err)
 {
 	struct ctx c = {.param = param, .param_cap = param_cap, .err = err};
@@ -464,7 +464,7 @@ int serve_req_parse(const char *body, size_t len, bool chat, enum qc_chat_family
 		rc = oom(&c);
 		goto out;
 	}
-	if ((rc = chat ? parse_messages(&c, o, fam, p) : parse_prompt(&c, o, p)))
+	if ((rc = chat ? parse_messages(&c, o, tmpl, p) : parse_prompt(&c, o, p)))
 		goto out;
 	/* max_completion_tokens is the chat API's newer name; either is accepted */
 	if ((r = num(&c, o, chat ? "max_completion_tokens" : "max_tokens", 1, 1 << 30, true, &d)) < 0 ||

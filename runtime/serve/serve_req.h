@@ -4,7 +4,7 @@
  * ranges of every field, the fields refused because they would change the output
  * in a way qserve does not implement (suffix, echo on chat, echo with logprobs,
  * tools, functions, response_format other than text), and chat rendering
- * through chat_template.h. Errors name the field (OpenAI's error "param").
+ * through chat_prompt.h. Errors name the field (OpenAI's error "param").
  * Non-goals: tokenization and context-length checks (they need the engine:
  * server.c), HTTP.
  */
@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "chat_template.h"
+#include "chat_prompt.h"
 #include "qc_err.h"
 #include "sampler.h"
 #include "serve_text.h"
@@ -48,12 +48,12 @@ struct serve_params {
 	char *model;                    /* owned, or NULL when absent */
 };
 
-/* Parse len bytes of JSON. chat selects the chat schema; fam renders messages
- * (QC_CHAT_NONE: a chat request is refused, the message says how to fix it).
+/* Parse len bytes of JSON. chat selects the chat schema; tmpl renders messages
+ * (NULL or disabled: a chat request is refused, the message says how to fix it).
  * On failure: QC_EINVAL (400) or QC_ENOMEM, err's message says what is wrong and
  * param (param_cap bytes) receives the field name ("" when none). *p is always
  * left safe to serve_params_deinit. */
-int serve_req_parse(const char *body, size_t len, bool chat, enum qc_chat_family fam, struct serve_params *p,
+int serve_req_parse(const char *body, size_t len, bool chat, const struct qc_chat_prompt *tmpl, struct serve_params *p,
 		    char *param, size_t param_cap, struct qc_err *err);
 
 void serve_params_deinit(struct serve_params *p);

@@ -16,14 +16,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "chat_template.h"
+#include "chat_prompt.h"
 #include "serve_buf.h"
 
 struct qc_engine;
 
 struct serve_tok_ctx {
 	const struct qc_engine *e;   /* borrowed; only its tokenizer is used (thread-safe reads) */
-	enum qc_chat_family chat;    /* renders "messages"; QC_CHAT_NONE refuses them */
+	const struct qc_chat_prompt *chat; /* renders "messages" (serve_req_parse refuses them without a template) */
 	const char *model_name;      /* a "model" naming anything else gets 404 */
 	int32_t max_model_len;       /* reported as is */
 	int32_t n_vocab;             /* detokenize checks ids against it */

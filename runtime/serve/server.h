@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "chat_template.h"
+#include "chat_prompt.h"
 #include "engine.h"
 #include "qc_err.h"
 
@@ -35,7 +35,7 @@ struct server_config {
 					and OPTIONS preflights are answered (204) without the key */
 	bool log_requests;           /* one access-log line per request on stderr */
 	const char *model_name;      /* the id /v1/models lists and requests must name */
-	enum qc_chat_family chat;    /* QC_CHAT_NONE: chat requests get a 400 */
+	const struct qc_chat_prompt *chat; /* NULL or disabled: chat requests get a 400; not owned */
 	int32_t max_running;         /* the engine's running set */
 	int32_t max_queue;           /* accepted requests beyond it before 429 */
 	int32_t ctx_tokens;          /* prompt + max_tokens limit */

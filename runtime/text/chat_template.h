@@ -4,8 +4,9 @@
  * phi-3, gemma, deepseek), detection of a family from a model's
  * tokenizer.chat_template text by its distinctive markers, and rendering a list
  * of {role, content} messages into the prompt text, generation prompt included.
- * Non-goals: a Jinja interpreter (unknown templates are refused, not guessed),
- * tools/function calling, images. The rendered text never starts with BOS: the
+ * These are the --chat-template NAME renderers and the fallback when a model's own
+ * template can't run in the Jinja interpreter (jinja.h; the choice: chat_prompt.h).
+ * Non-goals: tools/function calling, images. The rendered text never starts with BOS: the
  * caller tokenizes it with add_special, which adds BOS when the vocab asks.
  * References (facts only): llama.cpp src/llama-chat.cpp (llm_chat_detect_template,
  * llm_chat_apply_template) and each model card's published prompt format.

@@ -51,6 +51,10 @@ if [ -f "$FIX/vocab/ggml-vocab-llama-spm.gguf.inp" ]; then
 		{ for (v = 0; v < 4; v++) { f = sprintf("%s/s%02d-v%d", dir, n, v); printf "%c%c%s", 48 + v, 50, $0 > f; close(f) } n++ }' \
 		"$FIX/vocab/ggml-vocab-llama-spm.gguf.inp"
 fi
+# jinja: the chat templates the oracle test renders
+js="$OUT/seeds/fuzz_jinja"
+mkdir -p "$js"
+cp tests/data/chat/*.jinja "$js"/ 2>/dev/null || true
 # safetensors: reference-writer fixtures and header-cut prefixes
 ss="$OUT/seeds/fuzz_safetensors"
 mkdir -p "$ss"
