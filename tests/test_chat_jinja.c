@@ -1,7 +1,7 @@
 /* test_chat_jinja.c — the Jinja chat-template interpreter against transformers.
  *
  * tests/data/chat/expected.json (tests/gen/make_chat_template_ref.py) holds, for
- * each real template in tests/data/chat (Llama 3.1/3.2, Qwen2.5, Gemma 2, Phi-3.5,
+ * each real template in tests/data/chat (Llama 3.1/3.2, Qwen2.5, Qwen3, Gemma 2/3, Phi-3.5,
  * SmolLM2, DeepSeek R1/V2, Mistral v1/v3/v7/Nemo, ...) and for features.jinja,
  * transformers' render of each conversation with add_generation_prompt on and
  * off, or the message its raise_exception gave. Every render here must match
