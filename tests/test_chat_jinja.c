@@ -62,11 +62,12 @@ static struct qc_chat_msg *conv_msgs(const cJSON *convs, const char *name, size_
 
 /* render src for one case; the result or the error message in *got (malloc'd) */
 static int render(const char *src, size_t len, const struct qc_jinja_limits *lim, const struct qc_chat_msg *m,
-		  size_t n, bool agp, const char *bos, const char *eos, char **got, struct qc_err *err)
+		  size_t n, bool agp, const char *bos, const char *eos, const char *tools, char **got,
+		  struct qc_err *err)
 {
 	struct qc_jinja *t = NULL;
 	struct qc_jinja_chat ch = {.msgs = m, .n_msgs = n, .add_generation_prompt = agp, .bos_token = bos,
-				   .eos_token = eos, .now_unix = now_unix};
+				   .eos_token = eos, .now_unix = now_unix, .tools_json = tools};
 	size_t out_len;
 	*got = NULL;
 	int rc = qc_jinja_parse(src, len, lim, &t, err);
@@ -96,7 +97,10 @@ static void test_oracle(void)
 	CHECK(root != NULL, "expected.json does not parse");
 	const cJSON *convs = cJSON_GetObjectItemCaseSensitive(root, "conversations"), *tmpl;
 	now_unix = (int64_t)cJSON_GetObjectItemCaseSensitive(root, "now_unix")->valuedouble;
-	int files = 0, identical = 0;
+	/* the tools list goes to the renderer as JSON text, as qserve passes a request's tools */
+	char *tools = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(root, "tools"));
+	CHECK(tools != NULL, "expected.json has no tools list");
+	int files = 0, identical = 0, tool_cases = 0;
 	cJSON_ArrayForEach(tmpl, cJSON_GetObjectItemCaseSensitive(root, "templates"))
 	{
 		const char *file = cJSON_GetObjectItemCaseSensitive(tmpl, "file")->valuestring;
@@ -115,17 +119,19 @@ static void test_oracle(void)
 		{
 			const char *conv = cJSON_GetObjectItemCaseSensitive(cs, "conv")->valuestring;
 			bool agp = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cs, "add_generation_prompt"));
+			bool with_tools = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cs, "tools"));
 			const cJSON *want = cJSON_GetObjectItemCaseSensitive(cs, "out");
 			const cJSON *werr = cJSON_GetObjectItemCaseSensitive(cs, "error");
 			size_t n;
 			struct qc_chat_msg *m = conv_msgs(convs, conv, &n);
 			struct qc_err err = {0};
 			char *got;
-			int rc = render(src, slen, NULL, m, n, agp, bos, eos, &got, &err);
+			int rc = render(src, slen, NULL, m, n, agp, bos, eos, with_tools ? tools : NULL, &got, &err);
 			all++;
+			tool_cases += with_tools;
 			if (want) {
 				bool same = !rc && !strcmp(got, want->valuestring);
-				CHECK(same, "%s [%s, agp=%d]: %s", file, conv, agp,
+				CHECK(same, "%s [%s%s, agp=%d]: %s", file, conv, with_tools ? "+tools" : "", agp,
 				      rc ? err.msg : "output differs from transformers");
 				if (!same && !rc) {
 					size_t at = diff_at(got, want->valuestring);
@@ -150,6 +156,8 @@ static void test_oracle(void)
 		free(src);
 	}
 	CHECK(files >= 15, "only %d templates in expected.json", files);
+	CHECK(tool_cases >= 12, "only %d cases with tools in expected.json", tool_cases);
+	free(tools);
 	printf("  %d of %d templates byte-identical in every case\n", identical, files);
 	cJSON_Delete(root);
 	free(js);
@@ -158,7 +166,7 @@ static void test_oracle(void)
 static int render_str(const char *src, const struct qc_jinja_limits *lim, char **got, struct qc_err *err)
 {
 	struct qc_chat_msg m[] = {{"system", "S"}, {"user", "U"}};
-	return render(src, strlen(src), lim, m, 2, true, "<s>", "</s>", got, err);
+	return render(src, strlen(src), lim, m, 2, true, "<s>", "</s>", NULL, got, err);
 }
 
 static void test_errors(void)
@@ -170,6 +178,20 @@ static void test_errors(void)
 	CHECK(render_str("{{ raise_exception('no system role') }}", NULL, &got, &err) == QC_EINVAL &&
 		      strstr(err.msg, "no system role"),
 	      "raise_exception: %s", err.msg);
+	free(got);
+
+	/* tools: bad JSON is an error naming tools; a good list reaches the template as values */
+	struct qc_chat_msg um[] = {{"user", "U"}};
+	const char *tsrc = "{% for t in tools %}{{ t.function.name }}:{{ t.n + 1 }}:{{ t.x is none }};{% endfor %}";
+	memset(&err, 0, sizeof err);
+	CHECK(render(tsrc, strlen(tsrc), NULL, um, 1, true, "", "", "[{\"function\":", &got, &err) == QC_EINVAL &&
+		      strstr(err.msg, "tools"),
+	      "bad tools JSON: %s", err.msg);
+	free(got);
+	memset(&err, 0, sizeof err);
+	int trc = render(tsrc, strlen(tsrc), NULL, um, 1, true, "", "",
+			 "[{\"function\":{\"name\":\"f\"},\"n\":41,\"x\":null}]", &got, &err);
+	CHECK(trc == QC_OK && !strcmp(got, "f:42:True;"), "tools values: rc %d '%s'", trc, trc ? err.msg : got);
 	free(got);
 
 	/* malformed templates name line and column */
@@ -258,7 +280,7 @@ static void test_wrong_expectation_fails(void)
 	struct qc_err err = {0};
 	char *got = NULL;
 	struct qc_chat_msg m[] = {{"user", "Hello"}};
-	CHECK(src && render(src, len, NULL, m, 1, true, "", "", &got, &err) == QC_OK, "%s", err.msg);
+	CHECK(src && render(src, len, NULL, m, 1, true, "", "", NULL, &got, &err) == QC_OK, "%s", err.msg);
 	/* what chatml without the default system prompt would give: must not match */
 	CHECK(got && strcmp(got, "<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n") != 0,
 	      "SmolLM2 render lost its default system prompt");

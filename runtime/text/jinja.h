@@ -54,6 +54,7 @@ struct qc_jinja_chat {
 	const char *bos_token;
 	const char *eos_token;
 	int64_t now_unix; /* strftime_now's time (UTC); tests pin it */
+	const char *tools_json; /* JSON text of the tools list (a request's "tools"); NULL: tools is none */
 };
 
 /* Render t for c. *out is a malloc'd NUL-terminated string the caller frees.

@@ -5,8 +5,8 @@
  * "for k, v in pairs" unpacks two-item lists; a dict iterates its keys), set
  * (to a name, to "a, b", or to a namespace attribute), break/continue, the loop
  * iteration budget, and the globals a chat render gets: messages,
- * add_generation_prompt, bos_token, eos_token, and tools = documents = none
- * (transformers passes both, so "tools is defined" holds and "tools is none" too).
+ * add_generation_prompt, bos_token, eos_token, tools (the caller's JSON list, or
+ * none) and documents = none (transformers passes both, so "tools is defined" holds).
  * Scoping: each loop iteration gets a fresh frame, so a set inside a loop does not
  * leak out (Jinja2's rule; templates carry state out with namespace()).
  */
@@ -227,7 +227,13 @@ static int globals(struct jctx *c, const struct qc_jinja_chat *ch)
 	jinja_set(c, "add_generation_prompt", jv_bool(ch->add_generation_prompt));
 	jinja_set(c, "bos_token", cstr(ch->bos_token));
 	jinja_set(c, "eos_token", cstr(ch->eos_token));
-	jinja_set(c, "tools", jv_none());
+	struct jv tools = jv_none();
+	if (ch->tools_json) {
+		int rc = jinja_json_value(c, ch->tools_json, &tools);
+		if (rc)
+			return rc;
+	}
+	jinja_set(c, "tools", tools);
 	jinja_set(c, "documents", jv_none());
 	return c->ar.oom;
 }
@@ -242,7 +248,9 @@ int qc_jinja_render(const struct qc_jinja *t, const struct qc_jinja_chat *ch, ch
 	c.out.max = t->lim.max_output_bytes;
 	int rc = globals(&c, ch);
 	if (rc)
-		rc = qc_err_set(err, rc, NULL, NULL, -1, "chat template: out of scratch memory for the messages");
+		rc = qc_err_set(err, rc, NULL, NULL, -1, "%s",
+				rc == QC_EINVAL ? "tools: not valid JSON"
+						: "chat template: out of scratch memory (or nesting) for the messages or tools");
 	if (!rc) {
 		exec(&c, t->root);
 		rc = c.rc;

@@ -212,6 +212,8 @@ int jinja_fail(struct jctx *c, const struct jn *at, int code, const char *fmt, .
 struct jv jinja_eval(struct jctx *c, const struct jn *e);
 /* innermost binding of name, NULL when unbound */
 struct jv *jinja_lookup(struct jctx *c, const char *name);
+/* JSON text -> value (jinja_json.c); QC_EINVAL for bad JSON, QC_ERANGE too deep or past scratch */
+int jinja_json_value(struct jctx *c, const char *json, struct jv *out);
 /* bind name in the innermost frame; name must outlive the render */
 void jinja_set(struct jctx *c, const char *name, struct jv v);
 /* builtins (jinja_builtin.c); each returns false after jinja_fail */

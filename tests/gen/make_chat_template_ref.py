@@ -5,7 +5,7 @@ The oracle is transformers' own chat-template environment: the function
 apply_chat_template compiles templates with (_compile_jinja_template: sandboxed
 Jinja2 with trim_blocks, lstrip_blocks, loopcontrols, its tojson, raise_exception
 and strftime_now), rendered with the same keyword arguments apply_chat_template
-passes (messages, tools=None, documents=None, add_generation_prompt, and the
+passes (messages, tools=None or TOOLS, documents=None, add_generation_prompt, and the
 special tokens). No model is downloaded; templates are data files.
 
   python3 -m venv /tmp/venv-chat
@@ -88,6 +88,22 @@ CONVERSATIONS = {
                  "content": "H\u00e9llo \"q\" 'a' \\ \t\u00fcn\u00efc\u00f6d\u00e9 \u4f60\u597d {{ x }} {% if %}\n  line2  "}],
 }
 
+# an OpenAI "tools" list; templates with a tools section render it (transformers
+# passes tools= the same way apply_chat_template(tools=...) does)
+TOOLS = [
+    {"type": "function", "function": {
+        "name": "get_weather", "description": "Current weather in a city — °C",
+        "parameters": {"type": "object", "properties": {
+            "city": {"type": "string", "description": "City name, e.g. \"Zürich\""},
+            "days": {"type": "integer", "minimum": 1, "maximum": 7},
+            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+            "required": ["city"]}}},
+    {"type": "function", "function": {"name": "now", "description": "The time",
+                                      "parameters": {"type": "object", "properties": {}}}},
+]
+TOOL_TEMPLATES = {"Qwen-Qwen2.5-7B-Instruct.jinja", "Qwen-Qwen3-8B.jinja", "meta-llama-Llama-3.1-8B-Instruct.jinja"}
+TOOL_CONVS = ("user", "sys_user", "multi")
+
 
 def extract(repo):
     def show(path):
@@ -117,18 +133,24 @@ def main():
 
     when = datetime.datetime.fromtimestamp(NOW_UNIX, datetime.timezone.utc)
     out = {"transformers": transformers.__version__, "jinja2": jinja2.__version__, "now_unix": NOW_UNIX,
-           "conversations": CONVERSATIONS, "templates": []}
+           "conversations": CONVERSATIONS, "tools": TOOLS, "templates": []}
     for f, bos, eos in TEMPLATES:
         with open(os.path.join(OUT, f), encoding="utf-8", newline="") as fp:
             src = fp.read()
         tmpl = _compile_jinja_template(src)
         tmpl.globals["strftime_now"] = lambda fmt: when.strftime(fmt)
         cases = []
-        for conv, msgs in CONVERSATIONS.items():
+        runs = [(conv, None) for conv in CONVERSATIONS]
+        if f in TOOL_TEMPLATES:
+            runs += [(conv, TOOLS) for conv in TOOL_CONVS]
+        for conv, tools in runs:
+            msgs = CONVERSATIONS[conv]
             for agp in (True, False):
                 case = {"conv": conv, "add_generation_prompt": agp}
+                if tools:
+                    case["tools"] = True
                 try:
-                    case["out"] = tmpl.render(messages=msgs, tools=None, documents=None,
+                    case["out"] = tmpl.render(messages=msgs, tools=tools, documents=None,
                                               add_generation_prompt=agp, bos_token=bos, eos_token=eos)
                 except jinja2.exceptions.TemplateError as e:
                     case["error"] = str(e)
