@@ -324,6 +324,10 @@ static void test_chat_prompt(void)
 		      !strcmp(out, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"),
 	      "fallback render: %s", out ? out : err.msg);
 	free(out);
+	/* tools a built-in family cannot show are refused, never dropped */
+	CHECK(qc_chat_prompt_render_tools(p, m, 1, "[]", 1 << 20, &out, &len, &err) == QC_EUNSUPPORTED &&
+		      !strncmp(err.msg, "tools: ", 7),
+	      "tools on a built-in: %s", err.msg);
 	qc_chat_prompt_free(p);
 	char buf[1024] = {0};
 	rewind(log);
@@ -357,6 +361,22 @@ static void test_chat_prompt(void)
 	CHECK(qc_chat_prompt_render(p, m, 1, 1 << 20, &out, &len, &err) == QC_OK && strstr(out, "SmolLM"),
 	      "the file wins over the model's template: %s", out ? out : err.msg);
 	free(out);
+	/* SmolLM2's template never names tools: refused, not silently dropped */
+	CHECK(qc_chat_prompt_render_tools(p, m, 1, "[]", 1 << 20, &out, &len, &err) == QC_EUNSUPPORTED &&
+		      strstr(err.msg, "no tools section"),
+	      "tools on a template without them: %s", err.msg);
+	qc_chat_prompt_free(p);
+	/* a template with a tools section gets them; bad JSON names tools */
+	struct qc_chat_prompt_opts qw = {.template_file = DIR "Qwen-Qwen2.5-7B-Instruct.jinja"};
+	CHECK(qc_chat_prompt_new(&qw, &p, &err) == QC_OK, "qwen: %s", err.msg);
+	CHECK(qc_chat_prompt_render_tools(p, m, 1, "[{\"type\":\"function\",\"function\":{\"name\":\"zz_fn\"}}]",
+					  1 << 20, &out, &len, &err) == QC_OK &&
+		      strstr(out, "<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"zz_fn\"}}\n</tools>"),
+	      "tools render: %s", out ? out : err.msg);
+	free(out);
+	CHECK(qc_chat_prompt_render_tools(p, m, 1, "[{", 1 << 20, &out, &len, &err) == QC_EINVAL &&
+		      !strncmp(err.msg, "tools: ", 7),
+	      "bad tools JSON through chat_prompt: %s", err.msg);
 	qc_chat_prompt_free(p);
 	/* no template anywhere: disabled */
 	struct qc_chat_prompt_opts empty = {0};

@@ -21,6 +21,7 @@ struct qc_chat_prompt {
 	struct qc_jinja *jinja;
 	char *bos, *eos;
 	bool strip_bos;
+	bool jinja_tools; /* the template's text names "tools": it may have a tools section */
 	char desc[64];
 };
 
@@ -53,10 +54,11 @@ static int read_file(const char *path, size_t max, char **out, size_t *len, stru
 }
 
 static int jinja_apply(const struct qc_chat_prompt *p, const struct qc_jinja *t, const struct qc_chat_msg *msgs,
-		       size_t n, size_t max_bytes, char **out, size_t *out_len, struct qc_err *err)
+		       size_t n, const char *tools_json, size_t max_bytes, char **out, size_t *out_len,
+		       struct qc_err *err)
 {
 	struct qc_jinja_chat ch = {.msgs = msgs, .n_msgs = n, .add_generation_prompt = true, .bos_token = p->bos,
-				   .eos_token = p->eos, .now_unix = (int64_t)time(NULL)};
+				   .eos_token = p->eos, .now_unix = (int64_t)time(NULL), .tools_json = tools_json};
 	int rc = qc_jinja_render(t, &ch, out, out_len, err);
 	if (rc)
 		return rc;
@@ -83,7 +85,8 @@ static int try_jinja(struct qc_chat_prompt *p, const char *src, size_t len, stru
 	size_t tl;
 	int rc = qc_jinja_parse(src, len, NULL, out, err);
 	if (!rc)
-		rc = jinja_apply(p, *out, &probe, 1, (size_t)1 << 24, &text, &tl, err);
+		rc = jinja_apply(p, *out, &probe, 1, NULL, (size_t)1 << 24, &text, &tl, err);
+	p->jinja_tools = memmem(src, len, "tools", 5) != NULL;
 	free(text);
 	if (rc) {
 		qc_jinja_free(*out);
@@ -182,16 +185,26 @@ const char *qc_chat_prompt_describe(const struct qc_chat_prompt *p)
 int qc_chat_prompt_render(const struct qc_chat_prompt *p, const struct qc_chat_msg *msgs, size_t n, size_t max_bytes,
 			  char **out, size_t *out_len, struct qc_err *err)
 {
+	return qc_chat_prompt_render_tools(p, msgs, n, NULL, max_bytes, out, out_len, err);
+}
+
+int qc_chat_prompt_render_tools(const struct qc_chat_prompt *p, const struct qc_chat_msg *msgs, size_t n,
+				const char *tools_json, size_t max_bytes, char **out, size_t *out_len, struct qc_err *err)
+{
 	*out = NULL;
 	*out_len = 0;
 	if (!qc_chat_prompt_enabled(p))
 		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "no chat template");
 	if (n == 0)
 		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "messages: empty");
+	/* tools the template cannot show would be dropped without a word: refuse instead */
+	if (tools_json && (!p->jinja || !p->jinja_tools))
+		return qc_err_set(err, QC_EUNSUPPORTED, NULL, NULL, -1,
+				  "tools: this model's chat template (%s) has no tools section", p->desc);
 	if (p->jinja) {
-		int rc = jinja_apply(p, p->jinja, msgs, n, max_bytes, out, out_len, err);
+		int rc = jinja_apply(p, p->jinja, msgs, n, tools_json, max_bytes, out, out_len, err);
 		/* a template's raise_exception or type error is about these messages */
-		if (rc && rc != QC_ENOMEM && strncmp(err->msg, "messages", 8)) {
+		if (rc && rc != QC_ENOMEM && strncmp(err->msg, "messages", 8) && strncmp(err->msg, "tools", 5)) {
 			char m[QC_ERR_MSG_MAX];
 			snprintf(m, sizeof m, "%s", err->msg);
 			qc_err_set(err, rc == QC_ERANGE ? QC_ERANGE : QC_EINVAL, NULL, NULL, -1, "messages: %s", m);

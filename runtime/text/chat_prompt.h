@@ -8,8 +8,9 @@
  * BOS text when the tokenizer adds BOS itself (a template that writes
  * {{ bos_token }} first has that one copy dropped, as llama.cpp does), so the
  * prompt gets exactly one BOS.
- * Non-goals: tools, images, continue_final_message; a template's own
- * raise_exception for a conversation is an error for that request, not a fallback.
+ * Non-goals: parsing tool calls out of the output, images, continue_final_message;
+ * a template's own raise_exception for a conversation is an error for that
+ * request, not a fallback.
  */
 #ifndef QC_CHAT_PROMPT_H
 #define QC_CHAT_PROMPT_H
@@ -51,5 +52,13 @@ const char *qc_chat_prompt_describe(const struct qc_chat_prompt *p);
  * Errors as qc_chat_render / qc_jinja_render (the message says which). */
 int qc_chat_prompt_render(const struct qc_chat_prompt *p, const struct qc_chat_msg *msgs, size_t n, size_t max_bytes,
 			  char **out, size_t *out_len, struct qc_err *err);
+
+/* The same with a request's tools: tools_json is the JSON text of a list of
+ * tool definitions, given to the template as its "tools" variable (NULL: none,
+ * as qc_chat_prompt_render). QC_EUNSUPPORTED ("tools: ...") when the template is
+ * a built-in family or its text never names tools, so tools are never dropped
+ * silently; "tools: not valid JSON" (QC_EINVAL) for bad text. */
+int qc_chat_prompt_render_tools(const struct qc_chat_prompt *p, const struct qc_chat_msg *msgs, size_t n,
+				const char *tools_json, size_t max_bytes, char **out, size_t *out_len, struct qc_err *err);
 
 #endif
