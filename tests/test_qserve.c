@@ -252,7 +252,10 @@ static void test_main_server(const struct srv *s, const int32_t *ref, int n_ref,
 		{"/v1/chat/completions", "{\"messages\":[{\"role\":\"robot\",\"content\":\"x\"}]}", 400, "messages[0].role"},
 		{"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\"}]}", 400, "messages[0].content"},
 		{"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{}]}", 400,
+		 "tools[0].type"},
+		{"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":{}}", 400,
 		 "tools"},
+		{"/v1/completions", "{\"prompt\":\"a\",\"tools\":[]}", 400, "tools"},
 		{"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}", 400,
 		 "top_logprobs"},
 		/* U+0000 is refused, naming the field, not cut off (issue 15) */
@@ -517,6 +520,81 @@ static void test_model_template(void)
 	unlink(tfile);
 }
 
+/* tools reach a template with a tools section (Qwen2.5's, via --chat-template-file):
+ * accepted, and /tokenize counts the tool block; bad entries are a 400 naming the
+ * entry; a template without a tools section refuses them instead of dropping them */
+static void test_tools(void)
+{
+	static const char msgs[] = "\"messages\":[{\"role\":\"user\",\"content\":\"What is the weather?\"}]";
+	static const char tools[] = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
+				    "\"description\":\"Weather in a city\",\"parameters\":{\"type\":\"object\","
+				    "\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}}}]";
+	char cmd[1024], body[8192];
+	int st;
+	struct srv s;
+	snprintf(cmd, sizeof cmd, "%s/gguf/stories260K.gguf --chat-template-file %s", check_fixtures(),
+		 "tests/data/chat/Qwen-Qwen2.5-7B-Instruct.jinja");
+	if (!srv_start(&s, cmd)) {
+		srv_failed(&s, "qserve with the Qwen2.5 template");
+		return;
+	}
+	snprintf(body, sizeof body, "{%s,%s,\"tool_choice\":\"auto\",\"max_tokens\":2}", msgs, tools);
+	cJSON *j = post_json(&s, "/v1/chat/completions", body, NULL, &st);
+	CHECK(st == 200 && jstr(j, "choices.0.message.content"), "chat with tools: %d %s", st,
+	      jstr(j, "error.message") ? jstr(j, "error.message") : "");
+	cJSON_Delete(j);
+	snprintf(body, sizeof body, "{%s}", msgs);
+	j = post_json(&s, "/tokenize", body, NULL, &st);
+	double plain = cJSON_IsNumber(cJSON_GetObjectItem(j, "count")) ? cJSON_GetObjectItem(j, "count")->valuedouble : -1;
+	cJSON_Delete(j);
+	snprintf(body, sizeof body, "{%s,%s}", msgs, tools);
+	j = post_json(&s, "/tokenize", body, NULL, &st);
+	double with = cJSON_IsNumber(cJSON_GetObjectItem(j, "count")) ? cJSON_GetObjectItem(j, "count")->valuedouble : -1;
+	cJSON_Delete(j);
+	CHECK(st == 200 && plain > 0 && with > plain + 20, "tokenize: %g tokens without tools, %g with", plain, with);
+	static const struct { const char *extra, *param; } bad[] = {
+		{"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"ok\"}},{\"type\":\"function\","
+		 "\"function\":{\"name\":\"has space\"}}]", "tools[1].function.name"},
+		{"\"tools\":[{\"type\":\"retrieval\"}]", "tools[0].type"},
+		{"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":[]}}]",
+		 "tools[0].function.parameters"},
+		{"\"tools\":[\"f\"]", "tools[0]"},
+		{"\"tool_choice\":\"required\"", "tool_choice"},
+	};
+	for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+		snprintf(body, sizeof body, "{%s,%s}", msgs, bad[k].extra);
+		j = post_json(&s, "/v1/chat/completions", body, NULL, &st);
+		const char *param = jstr(j, "error.param");
+		CHECK(st == 400 && param && !strcmp(param, bad[k].param), "%s: %d param %s", bad[k].extra, st,
+		      param ? param : "(null)");
+		cJSON_Delete(j);
+	}
+	/* more than 128 tools */
+	size_t at = (size_t)snprintf(body, sizeof body, "{%s,\"tools\":[", msgs);
+	for (int k = 0; k < 129 && at + 64 < sizeof body; k++)
+		at += (size_t)snprintf(body + at, sizeof body - at, "%s{\"type\":\"function\"}", k ? "," : "");
+	snprintf(body + at, sizeof body - at, "]}");
+	j = post_json(&s, "/v1/chat/completions", body, NULL, &st);
+	CHECK(st == 400 && jstr(j, "error.param") && !strncmp(jstr(j, "error.param"), "tools", 5), "129 tools: %d", st);
+	cJSON_Delete(j);
+	CHECK(srv_stop(&s) == 0, "exit status");
+
+	/* a template that never names tools: refused, not dropped */
+	snprintf(cmd, sizeof cmd, "%s/gguf/stories260K.gguf --chat-template-file %s", check_fixtures(),
+		 "tests/data/chat/smollm2-135m-instruct.jinja");
+	if (!srv_start(&s, cmd)) {
+		srv_failed(&s, "qserve with the SmolLM2 template");
+		return;
+	}
+	snprintf(body, sizeof body, "{%s,%s}", msgs, tools);
+	j = post_json(&s, "/v1/chat/completions", body, NULL, &st);
+	CHECK(st == 400 && jstr(j, "error.param") && !strcmp(jstr(j, "error.param"), "tools") &&
+		      strstr(jstr(j, "error.message"), "no tools section"),
+	      "tools on a template without them: %d %s", st, jstr(j, "error.message") ? jstr(j, "error.message") : "");
+	cJSON_Delete(j);
+	CHECK(srv_stop(&s) == 0, "exit status");
+}
+
 int main(void)
 {
 	int32_t ref[64];
@@ -545,5 +623,6 @@ int main(void)
 	test_main_server(&s, ref, n_ref, ref_text);
 	CHECK(srv_stop(&s) == 0, "qserve did not exit 0 on SIGTERM");
 	test_model_template();
+	test_tools();
 	return check_report("test_qserve");
 }

@@ -6,12 +6,13 @@
  * and the prompt/messages forms: prompt is a string, a
  * one-element array of strings, an array of ids, or a one-element array of id
  * arrays; message content is a string or an array of {"type":"text"} parts
- * (joined). Ranges follow the OpenAI API reference (temperature 0..2,
+ * (joined); tools and tool_choice go through serve_tools.c. Ranges follow the OpenAI API reference (temperature 0..2,
  * penalties -2..2, top_logprobs 0..20, at most 4 stop strings).
  * Non-goals: fields that only describe the caller (user, metadata, store, ...)
  * are accepted and ignored; so is any field not named here.
  */
 #include "serve_req.h"
+#include "serve_tools.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -158,7 +159,7 @@ static int parse_choices(struct ctx *c, const cJSON *o, struct serve_params *p)
 /* Fields whose presence (with a non-default value) would change the output. */
 static int refuse_unsupported(struct ctx *c, const cJSON *o)
 {
-	static const char *const never[] = {"tools", "tool_choice", "functions", "function_call",
+	static const char *const never[] = {"functions", "function_call",
 					    "audio", "modalities", "prediction", "guided_json",
 					    "guided_regex", "guided_choice", "guided_grammar"};
 	for (size_t i = 0; i < sizeof never / sizeof never[0]; i++)
@@ -280,9 +281,13 @@ static int parse_messages(struct ctx *c, const cJSON *o, const struct qc_chat_pr
 	if (!qc_chat_prompt_enabled(chat))
 		return bad(c, "messages", "this model has no chat template qserve knows; restart qserve with "
 					  "--chat-template NAME or --chat-template-file PATH, or use /v1/completions");
+	char *tools = NULL;
+	int rc = serve_tools_parse(o, &tools, c->param, c->param_cap, c->err);
+	if (rc)
+		return rc;
 	struct qc_chat_msg *m = calloc((size_t)n, sizeof *m);
 	struct serve_buf *texts = calloc((size_t)n, sizeof *texts);
-	int rc = 0, i = 0;
+	int i = 0;
 	if (!m || !texts) {
 		rc = oom(c);
 		goto out;
@@ -309,7 +314,8 @@ static int parse_messages(struct ctx *c, const cJSON *o, const struct qc_chat_pr
 		m[i].role = role->valuestring;
 		m[i].content = texts[i].p;
 	}
-	if ((rc = qc_chat_prompt_render(chat, m, (size_t)n, MAX_PROMPT_BYTES, &p->prompt, &p->prompt_len, c->err))) {
+	if ((rc = qc_chat_prompt_render_tools(chat, m, (size_t)n, tools, MAX_PROMPT_BYTES, &p->prompt, &p->prompt_len,
+					      c->err))) {
 		/* the renderer's message starts with the field it blames */
 		const char *msg = c->err->msg, *colon = strchr(msg, ':');
 		size_t l = colon ? (size_t)(colon - msg) : strlen("messages");
@@ -320,6 +326,7 @@ out:
 		serve_buf_deinit(&texts[k]);
 	free(texts);
 	free(m);
+	free(tools);
 	return rc;
 }
 
@@ -462,6 +469,11 @@ int serve_req_parse(const char *body, size_t len, bool chat, const struct qc_cha
 	}
 	if (model && !(p->model = dup_n(model->valuestring, strlen(model->valuestring)))) {
 		rc = oom(&c);
+		goto out;
+	}
+	/* tools feed a chat template; a raw completion has nowhere to put them */
+	if (!chat && (get(o, "tools") || get(o, "tool_choice"))) {
+		rc = bad(&c, get(o, "tools") ? "tools" : "tool_choice", "only /v1/chat/completions takes tools");
 		goto out;
 	}
 	if ((rc = chat ? parse_messages(&c, o, tmpl, p) : parse_prompt(&c, o, p)))
