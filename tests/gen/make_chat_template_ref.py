@@ -84,6 +84,11 @@ CONVERSATIONS = {
     "multi_nosys": [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi there"},
                     {"role": "user", "content": "Who are you"}],
     "ends_assistant": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}],
+    # reasoning in an assistant turn, as Qwen3 and DeepSeek R1 write it (their templates split it off)
+    "think": [{"role": "user", "content": "2+2?"},
+              {"role": "assistant", "content": "<think>\nEasy.\n</think>\n\nIt is 4."},
+              {"role": "user", "content": "And 3+3?"},
+              {"role": "assistant", "content": "<think>\n\nSix.\n\n</think>\n\n\n6"}],
     "unicode": [{"role": "user",
                  "content": "H\u00e9llo \"q\" 'a' \\ \t\u00fcn\u00efc\u00f6d\u00e9 \u4f60\u597d {{ x }} {% if %}\n  line2  "}],
 }
