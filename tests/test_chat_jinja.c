@@ -21,27 +21,6 @@
 
 #define DIR "tests/data/chat/"
 
-static char *slurp(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return NULL;
-	fseek(f, 0, SEEK_END);
-	long n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
-	if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
-		free(s);
-		s = NULL;
-	}
-	fclose(f);
-	if (s) {
-		s[n] = '\0';
-		*len = (size_t)n;
-	}
-	return s;
-}
-
 static int64_t now_unix;
 
 static struct qc_chat_msg *conv_msgs(const cJSON *convs, const char *name, size_t *n)
@@ -89,7 +68,7 @@ static size_t diff_at(const char *a, const char *b)
 static void test_oracle(void)
 {
 	size_t len;
-	char *js = slurp(DIR "expected.json", &len);
+	char *js = check_read_file(DIR "expected.json", &len);
 	CHECK(js != NULL, "cannot read " DIR "expected.json");
 	if (!js)
 		return;
@@ -109,7 +88,7 @@ static void test_oracle(void)
 		char path[512];
 		snprintf(path, sizeof path, DIR "%s", file);
 		size_t slen;
-		char *src = slurp(path, &slen);
+		char *src = check_read_file(path, &slen);
 		CHECK(src != NULL, "cannot read %s", path);
 		if (!src)
 			continue;
@@ -276,7 +255,7 @@ static void test_errors(void)
 static void test_wrong_expectation_fails(void)
 {
 	size_t len;
-	char *src = slurp(DIR "smollm2-135m-instruct.jinja", &len);
+	char *src = check_read_file(DIR "smollm2-135m-instruct.jinja", &len);
 	struct qc_err err = {0};
 	char *got = NULL;
 	struct qc_chat_msg m[] = {{"user", "Hello"}};

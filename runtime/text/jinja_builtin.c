@@ -19,8 +19,8 @@
 #include <string.h>
 #include <time.h>
 
-/* positional argument i, else keyword name, else NULL */
-static const struct jv *arg(const struct jv *a, const char **kw, size_t n, size_t i, const char *name)
+/* positional argument i, else keyword name, else NULL (jinja_int.h) */
+const struct jv *jinja_arg(const struct jv *a, const char **kw, size_t n, size_t i, const char *name)
 {
 	size_t pos = 0;
 	for (size_t k = 0; k < n; k++) {
@@ -42,37 +42,15 @@ static bool want_str(struct jctx *c, const struct jn *at, const char *what, cons
 	return false;
 }
 
+/* v as a list, as a for loop walks it (strings: their characters) */
 static bool list_of(struct jctx *c, const struct jn *at, const struct jv *v, struct jv *out)
 {
-	if (v->k == V_LIST) {
-		*out = *v;
-		return true;
-	}
-	if (v->k == V_UNDEF) {
-		*out = jv_list(NULL, 0);
-		return true;
-	}
-	if (v->k == V_DICT) {
-		*out = jv_list(v->u.d->keys, v->u.d->n);
-		return true;
-	}
-	if (v->k == V_STR) {
-		size_t n = jutf8_len(v->u.s, v->n), k = 0;
-		struct jv *it = jarena_alloc(&c->ar, (n + 1) * sizeof *it);
-		if (!it)
-			return false;
-		for (size_t i = 0; i < v->n;) {
-			size_t j = i + 1;
-			while (j < v->n && ((unsigned char)v->u.s[j] & 0xc0) == 0x80)
-				j++;
-			it[k++] = jv_str(v->u.s + i, j - i);
-			i = j;
-		}
-		*out = jv_list(it, k);
-		return true;
-	}
-	jinja_fail(c, at, QC_EFORMAT, "a %s is not iterable", jv_type_name(v));
-	return false;
+	struct jv *items;
+	size_t n;
+	if (!jinja_iter_items(c, at, v, &items, &n))
+		return false;
+	*out = jv_list(items, n);
+	return true;
 }
 
 /* attribute path "a.b" of v (Jinja's environment.getitem on each part) */
@@ -174,13 +152,13 @@ static bool to_int(const struct jv *v, const struct jv *dflt, struct jv *out)
 bool jinja_filter(struct jctx *c, const struct jn *at, const char *name, struct jv *v, const struct jv *args,
 		  const char **kw, size_t n, struct jv *out)
 {
-	const struct jv *a0 = arg(args, kw, n, 0, NULL);
+	const struct jv *a0 = jinja_arg(args, kw, n, 0, NULL);
 	*out = *v;
 	if (!strcmp(name, "safe"))
 		return true;
 	if (!strcmp(name, "default") || !strcmp(name, "d")) {
-		const struct jv *b = arg(args, kw, n, 1, "boolean");
-		const struct jv *dv = arg(args, kw, n, 0, "default_value");
+		const struct jv *b = jinja_arg(args, kw, n, 1, "boolean");
+		const struct jv *dv = jinja_arg(args, kw, n, 0, "default_value");
 		if (v->k == V_UNDEF || (b && jv_truthy(b) && !jv_truthy(v)))
 			*out = dv ? *dv : jv_str("", 0);
 		return true;
@@ -201,7 +179,7 @@ bool jinja_filter(struct jctx *c, const struct jn *at, const char *name, struct 
 		return true;
 	}
 	if (!strcmp(name, "int"))
-		return to_int(v, arg(args, kw, n, 0, "default"), out);
+		return to_int(v, jinja_arg(args, kw, n, 0, "default"), out);
 	if (!strcmp(name, "float")) {
 		struct jv i;
 		if (v->k == V_FLOAT)
@@ -220,7 +198,7 @@ bool jinja_filter(struct jctx *c, const struct jn *at, const char *name, struct 
 		return true;
 	}
 	if (!strcmp(name, "tojson")) {
-		const struct jv *ind = arg(args, kw, n, 0, "indent"), *sk = arg(args, kw, n, 99, "sort_keys");
+		const struct jv *ind = jinja_arg(args, kw, n, 0, "indent"), *sk = jinja_arg(args, kw, n, 99, "sort_keys");
 		int indent = ind && ind->k == V_INT && ind->u.i >= 0 && ind->u.i <= 64 ? (int)ind->u.i : -1;
 		struct jbuf b = {.max = c->t->lim.max_output_bytes};
 		int rc = jv_json_out(&b, v, indent, sk && jv_truthy(sk), 0);
@@ -261,13 +239,13 @@ bool jinja_filter(struct jctx *c, const struct jn *at, const char *name, struct 
 		return true;
 	}
 	if (!strcmp(name, "join"))
-		return join(c, at, v, arg(args, kw, n, 0, "d"), arg(args, kw, n, 1, "attribute"), out);
+		return join(c, at, v, jinja_arg(args, kw, n, 0, "d"), jinja_arg(args, kw, n, 1, "attribute"), out);
 	if (!strcmp(name, "selectattr") || !strcmp(name, "rejectattr") || !strcmp(name, "select") ||
 	    !strcmp(name, "reject"))
 		return select_items(c, at, name, v, args, n, out);
 	if (!strcmp(name, "map")) {
 		struct jv seq;
-		const struct jv *attr = arg(args, kw, n, 99, "attribute"), *dflt = arg(args, kw, n, 99, "default");
+		const struct jv *attr = jinja_arg(args, kw, n, 99, "attribute"), *dflt = jinja_arg(args, kw, n, 99, "default");
 		if (!list_of(c, at, v, &seq))
 			return false;
 		if (!attr && (!a0 || a0->k != V_STR))
@@ -347,4 +325,9 @@ bool jinja_test(struct jctx *c, const struct jn *at, const char *name, const str
 		return false;
 	}
 	return true;
+}
+
+bool jinja_is_ws(char ch)
+{
+	return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\v' || ch == '\f';
 }

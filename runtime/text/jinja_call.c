@@ -17,23 +17,6 @@
 #include <string.h>
 #include <time.h>
 
-/* helpers shared with jinja_builtin.c through these small re-implementations */
-static bool is_ws(char ch) { return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\v' || ch == '\f'; }
-
-static const struct jv *kwarg(const struct jv *a, const char **kw, size_t n, size_t i, const char *name)
-{
-	size_t pos = 0;
-	for (size_t k = 0; k < n; k++) {
-		if (kw && kw[k]) {
-			if (name && !strcmp(kw[k], name))
-				return &a[k];
-		} else if (pos++ == i) {
-			return &a[k];
-		}
-	}
-	return NULL;
-}
-
 static bool split(struct jctx *c, const struct jn *at, const struct jv *s, const struct jv *sep, int64_t max,
 		  struct jv *out)
 {
@@ -46,18 +29,18 @@ static bool split(struct jctx *c, const struct jn *at, const struct jv *s, const
 			return false;
 		size_t a, b, next;
 		if (!sep || sep->k != V_STR) {
-			while (i < s->n && is_ws(s->u.s[i]))
+			while (i < s->n && jinja_is_ws(s->u.s[i]))
 				i++;
 			if (i >= s->n)
 				break;
 			a = i;
 			if (max >= 0 && (int64_t)n >= max) {
 				b = s->n;
-				while (b > a && is_ws(s->u.s[b - 1]))
+				while (b > a && jinja_is_ws(s->u.s[b - 1]))
 					b--;
 				next = s->n;
 			} else {
-				while (i < s->n && !is_ws(s->u.s[i]))
+				while (i < s->n && !jinja_is_ws(s->u.s[i]))
 					i++;
 				b = next = i;
 			}
@@ -102,21 +85,21 @@ static bool affix(const struct jv *s, const struct jv *p, bool end)
 static bool str_method(struct jctx *c, const struct jn *at, struct jv *self, const char *name,
 		       const struct jv *args, const char **kw, size_t n, struct jv *out)
 {
-	const struct jv *a0 = kwarg(args, kw, n, 0, NULL), *a1 = kwarg(args, kw, n, 1, NULL);
+	const struct jv *a0 = jinja_arg(args, kw, n, 0, NULL), *a1 = jinja_arg(args, kw, n, 1, NULL);
 	if (!strcmp(name, "strip") || !strcmp(name, "lstrip") || !strcmp(name, "rstrip")) {
 		size_t a = 0, b = self->n;
 		bool l = name[0] != 'r', r = name[0] != 'l';
 		const struct jv *set = a0 && a0->k == V_STR ? a0 : NULL;
-		while (l && a < b && (set ? memchr(set->u.s, self->u.s[a], set->n) != NULL : is_ws(self->u.s[a])))
+		while (l && a < b && (set ? memchr(set->u.s, self->u.s[a], set->n) != NULL : jinja_is_ws(self->u.s[a])))
 			a++;
-		while (r && b > a && (set ? memchr(set->u.s, self->u.s[b - 1], set->n) != NULL : is_ws(self->u.s[b - 1])))
+		while (r && b > a && (set ? memchr(set->u.s, self->u.s[b - 1], set->n) != NULL : jinja_is_ws(self->u.s[b - 1])))
 			b--;
 		*out = jv_str(self->u.s + a, b - a);
 		return true;
 	}
 	if (!strcmp(name, "split")) {
-		const struct jv *mx = kwarg(args, kw, n, 1, "maxsplit");
-		return split(c, at, self, kwarg(args, kw, n, 0, "sep"), mx && mx->k == V_INT ? mx->u.i : -1, out);
+		const struct jv *mx = jinja_arg(args, kw, n, 1, "maxsplit");
+		return split(c, at, self, jinja_arg(args, kw, n, 0, "sep"), mx && mx->k == V_INT ? mx->u.i : -1, out);
 	}
 	if (!strcmp(name, "startswith") || !strcmp(name, "endswith")) {
 		if (!a0)
@@ -140,7 +123,7 @@ static bool str_method(struct jctx *c, const struct jn *at, struct jv *self, con
 		return true;
 	}
 	if (!strcmp(name, "replace")) {
-		const struct jv *cnt = kwarg(args, kw, n, 2, "count");
+		const struct jv *cnt = jinja_arg(args, kw, n, 2, "count");
 		if (!a0 || !a1 || a0->k != V_STR || a1->k != V_STR)
 			return jinja_fail(c, at, QC_EFORMAT, "replace needs two strings"), false;
 		int64_t max = cnt && cnt->k == V_INT ? cnt->u.i : -1;
@@ -179,7 +162,7 @@ bool jinja_method(struct jctx *c, const struct jn *at, struct jv *self, const ch
 	if (self->k == V_DICT) {
 		const struct jdict *d = self->u.d;
 		if (!strcmp(name, "get")) {
-			const struct jv *k = kwarg(args, kw, n, 0, NULL), *dv = kwarg(args, kw, n, 1, NULL);
+			const struct jv *k = jinja_arg(args, kw, n, 0, NULL), *dv = jinja_arg(args, kw, n, 1, NULL);
 			struct jv *v = k && k->k == V_STR ? jdict_get(d, k->u.s, k->n) : NULL;
 			*out = v ? *v : dv ? *dv : jv_none();
 			return true;

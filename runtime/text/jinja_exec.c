@@ -45,8 +45,8 @@ static bool bind_target(struct jctx *c, const struct jn *s, const char *v1, cons
 	return true;
 }
 
-/* the values a for loop walks over */
-static bool iter_items(struct jctx *c, const struct jn *s, const struct jv *v, struct jv **items, size_t *n)
+/* the values a for loop walks over (jinja_int.h) */
+bool jinja_iter_items(struct jctx *c, const struct jn *s, const struct jv *v, struct jv **items, size_t *n)
 {
 	*items = NULL;
 	*n = 0;
@@ -97,7 +97,7 @@ static void exec_for(struct jctx *c, const struct jn *s)
 	struct jv seq = jinja_eval(c, s->a), *items;
 	size_t n;
 	struct jframe *outer = c->top;
-	if (c->rc || !iter_items(c, s, &seq, &items, &n))
+	if (c->rc || !jinja_iter_items(c, s, &seq, &items, &n))
 		return;
 	if (s->cond) { /* filter first: loop.length counts what passes */
 		struct jv *kept = jarena_alloc(&c->ar, (n + 1) * sizeof *kept);
