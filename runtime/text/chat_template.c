@@ -13,36 +13,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct sb {
-	char *s;
-	size_t len, cap, max;
-	int rc;
-};
+#include "jbuf.h"
 
-static void sb_put(struct sb *b, const char *p)
+/* append a NUL-terminated string */
+static void sb_put(struct jbuf *b, const char *p)
 {
-	size_t n = strlen(p);
-	if (b->rc)
-		return;
-	if (n > b->max || b->len > b->max - n) {
-		b->rc = QC_ERANGE;
-		return;
-	}
-	if (b->len + n + 1 > b->cap) {
-		size_t c = b->cap ? b->cap : 256;
-		while (c < b->len + n + 1)
-			c *= 2;
-		char *q = realloc(b->s, c);
-		if (!q) {
-			b->rc = QC_ENOMEM;
-			return;
-		}
-		b->s = q;
-		b->cap = c;
-	}
-	memcpy(b->s + b->len, p, n);
-	b->len += n;
-	b->s[b->len] = '\0';
+	jbuf_put(b, p, strlen(p));
 }
 
 static const char *const fam_names[QC_CHAT_FAMILY_COUNT] = {
@@ -95,7 +71,7 @@ enum qc_chat_family qc_chat_detect(const char *tmpl)
 enum role { R_SYSTEM, R_USER, R_ASSISTANT };
 
 /* "[INST] " families: the system text goes into the first user turn. */
-static void render_inst(struct sb *b, const struct qc_chat_msg *m, const enum role *r, size_t n, bool llama2)
+static void render_inst(struct jbuf *b, const struct qc_chat_msg *m, const enum role *r, size_t n, bool llama2)
 {
 	const char *sys = NULL;
 	for (size_t i = 0; i < n; i++) {
@@ -122,7 +98,7 @@ static void render_inst(struct sb *b, const struct qc_chat_msg *m, const enum ro
 	}
 }
 
-static void render(struct sb *b, enum qc_chat_family f, const struct qc_chat_msg *m, const enum role *r,
+static void render(struct jbuf *b, enum qc_chat_family f, const struct qc_chat_msg *m, const enum role *r,
 		   size_t n)
 {
 	static const char *const rn[] = {"system", "user", "assistant"};
@@ -232,7 +208,7 @@ int qc_chat_render(enum qc_chat_family f, const struct qc_chat_msg *msgs, size_t
 					  "messages[%zu].role: a system message must come first", i);
 		}
 	}
-	struct sb b = {.max = max_bytes};
+	struct jbuf b = {.max = max_bytes};
 	render(&b, f, msgs, r, n);
 	sb_put(&b, ""); /* a lone system message renders to nothing: still a string */
 	free(r);

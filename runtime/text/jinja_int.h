@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "jbuf.h"
 #include "jinja.h"
 
 /* ---- tokens ---- */
@@ -151,14 +152,6 @@ struct jarena {
 void *jarena_alloc(struct jarena *a, size_t n);
 void jarena_deinit(struct jarena *a);
 
-struct jbuf { /* growable output, bounded by max */
-	char *s;
-	size_t len, cap, max;
-	int rc;
-};
-void jbuf_put(struct jbuf *b, const char *p, size_t n);
-void jbuf_putc(struct jbuf *b, char c);
-void jbuf_deinit(struct jbuf *b);
 
 struct jv jv_undef(const char *name);
 struct jv jv_none(void);
@@ -186,6 +179,10 @@ int jv_json_out(struct jbuf *b, const struct jv *v, int indent, bool sort_keys, 
 /* str(v) into the arena */
 struct jv jv_to_str(struct jarena *a, const struct jv *v);
 size_t jutf8_len(const char *s, size_t n);
+/* Python's str.isspace for ASCII (what strip/split without arguments remove) */
+bool jinja_is_ws(char ch);
+/* positional argument i of a call, else its keyword argument name, else NULL */
+const struct jv *jinja_arg(const struct jv *a, const char **kw, size_t n, size_t i, const char *name);
 
 /* ---- evaluation ---- */
 struct jframe { /* one scope: the globals, or one for-loop iteration */
@@ -208,6 +205,9 @@ struct jctx {
 /* set ctx->rc (the first error wins) and fill err with "line L col C: msg" */
 int jinja_fail(struct jctx *c, const struct jn *at, int code, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
+/* The values a for loop walks over v (undefined: none; a dict: its keys; a
+ * string: its UTF-8 characters, in the arena); a non-iterable fails at `at`. */
+bool jinja_iter_items(struct jctx *c, const struct jn *at, const struct jv *v, struct jv **items, size_t *n);
 
 struct jv jinja_eval(struct jctx *c, const struct jn *e);
 /* innermost binding of name, NULL when unbound */
