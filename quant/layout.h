@@ -97,10 +97,11 @@ struct qc_kernel_rows {
 				      when that differs (its fp16 copy would not fit the scratch: the
 				      vocabulary matrix); 2^27 */
 	int64_t gemv_small_elems;  /* one row of a matrix of at most this many elements runs the GEMV
-				      where the 1-row column says mma and the layout has a GEMV (the
-				      GEMM's fixed cost dominates small matrices); 2^24, 0: never */
+				      where the 1-row column says mma and the layout has a GEMV: 2^32
+				      (every matrix of a real model: the streaming GEMV beat the 1-row
+				      mma on the 8B Q8_0 shape, docs/perf-notes.md), 0: never */
 };
-#define QC_KERNEL_ROWS_DEFAULT { 8, 128, 0, (int64_t)1 << 27, (int64_t)1 << 24 }
+#define QC_KERNEL_ROWS_DEFAULT { 8, 128, 0, (int64_t)1 << 27, (int64_t)1 << 32 }
 
 /* "gemv", "mma", "f16+cublas", "moe_gemm" ("none"; "unknown" out of range). */
 const char *qc_kernel_kind_name(enum qc_kernel_kind k);

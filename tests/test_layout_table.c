@@ -90,14 +90,14 @@ static void kernel_choice_matches_old_rules(void)
 	      (long long)total);
 }
 
-/* One decode row of a small matrix: the GEMV where the 1-row column says mma and the
- * layout has a GEMV (marlin_i8, marlin_i8z), from gemv_small_elems down; nothing
- * else moves, and 0 turns it off. */
+/* One decode row of a matrix: the GEMV where the 1-row column says mma and the
+ * layout has a GEMV (marlin_i8, marlin_i8z), from gemv_small_elems (2^32) down;
+ * nothing else moves, and 0 turns it off. */
 static void small_matrix_rule(void)
 {
 	const struct qc_kernel_rows def = QC_KERNEL_ROWS_DEFAULT;
 	const int64_t lim = def.gemv_small_elems;
-	CHECK(lim == (int64_t)1 << 24, "default size %lld", (long long)lim);
+	CHECK(lim == (int64_t)1 << 32, "default size %lld", (long long)lim);
 	int64_t bad = 0;
 	for (int l = 0; l < QC_LAYOUT_COUNT; l++) {
 		const struct qc_layout_traits *t = &qc_layouts[l];
@@ -106,7 +106,8 @@ static void small_matrix_rule(void)
 		off.gemv_small_elems = 0;
 		/* at the limit, one past it, a 1-row call of 0 rows, and 2 rows (never moved) */
 		const struct { int64_t rows, in, out; bool small; } c[] = {
-			{ 1, 4096, 4096, true }, { 1, 4096, 4097, false }, { 0, 576, 576, true }, { 2, 576, 576, false },
+			{ 1, 4096, lim / 4096, true }, { 1, 4096, lim / 4096 + 1, false }, { 0, 576, 576, true },
+			{ 2, 576, 576, false },
 		};
 		for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
 			const enum qc_kernel_kind got = qc_layout_kernel((enum qc_layout)l, c[i].rows, false, c[i].in, c[i].out, &def);
@@ -119,8 +120,10 @@ static void small_matrix_rule(void)
 	}
 	CHECK(bad == 0, "%lld small-matrix cases wrong", (long long)bad);
 	CHECK(qc_layout_kernel(QC_LAYOUT_MARLIN_I8, 1, false, 576, 1536, &def) == QC_KERNEL_GEMV &&
-		      qc_layout_kernel(QC_LAYOUT_MARLIN_I8, 1, false, 4096, 14336, &def) == QC_KERNEL_MMA,
-	      "marlin_i8: SmolLM2's matrix on the GEMV, Llama-3-8B's FFN on mma");
+		      qc_layout_kernel(QC_LAYOUT_MARLIN_I8, 1, false, 4096, 14336, &def) == QC_KERNEL_GEMV &&
+		      qc_layout_kernel(QC_LAYOUT_MARLIN_I8, 1, false, 4096, 128256, &def) == QC_KERNEL_GEMV &&
+		      qc_layout_kernel(QC_LAYOUT_MARLIN_I8, 1, false, 65536, 65537, &def) == QC_KERNEL_MMA,
+	      "marlin_i8: SmolLM2's and Llama-3-8B's matrices (FFN, vocabulary) on the GEMV, past 2^32 on mma");
 }
 
 /* The cells of one markdown table row, trimmed, backticks dropped; returns the count. */

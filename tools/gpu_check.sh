@@ -32,6 +32,20 @@ for tool in memcheck racecheck; do
 	echo "compute-sanitizer $tool: exit $s; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer-$tool.log" | tail -n 1)"
 	[ $s -eq 0 ] || rc=1
 done
+# the marlin GEMM/GEMV checks, when the payload carries them (QC_PACK_EXTRA=
+# build-gpu-mrl/marlin_gemm_test, built by tools/gpu_marlin.sh --build-only):
+# every check, then the decode GEMVs under both sanitizer tools
+if [ -x "$P/bin/marlin_gemm_test" ]; then
+	"$P/bin/marlin_gemm_test" --check >"$OUT/marlin.log" 2>&1 || rc=1
+	tail -n 1 "$OUT/marlin.log"; grep FAIL "$OUT/marlin.log" | head -n 10
+	for tool in memcheck racecheck; do
+		QC_GPU_TEST_QUICK=1 compute-sanitizer --tool $tool --error-exitcode 3 "$P/bin/marlin_gemm_test" --gemv-check \
+			>"$OUT/sanitizer-gemv-$tool.log" 2>&1
+		s=$?
+		echo "compute-sanitizer $tool (marlin GEMVs): exit $s; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer-gemv-$tool.log" | tail -n 1)"
+		[ $s -eq 0 ] || rc=1
+	done
+fi
 for f in gguf-quant/tiny-llama-256-Q4_K_M-mix.gguf gguf-quant/tiny-moe-256-Q8_0.gguf; do
 	"$P/bin/qrun" "$QC_FIXTURES/$f" -p "Once upon a time" -n 24 --device cuda 2>&1 | tail -n 4
 done

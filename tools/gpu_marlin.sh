@@ -1,7 +1,8 @@
 #!/bin/sh
 # gpu_marlin.sh — build and run the marlin GEMM GPU check and timings
 # (tests/gpu/marlin_gemm_test.c) on a machine with nvcc and a GPU.
-#   sh tools/gpu_marlin.sh [--check]    (--check: correctness only, no timings)
+#   sh tools/gpu_marlin.sh [--check | --gemv-bench | --build-only]
+#   (--check: correctness only; --gemv-bench: the decode GEMV's timings only)
 # Builds into $BUILD (default build-gpu-mrl) only what the test needs: the layout
 # packer, the type table and reference decoders, the C reference, the kernel.
 # cuBLAS fp16 timings are added when libcublas links; the script says which.
@@ -25,24 +26,20 @@ rm -f $BUILD/libmrl.a
 ar rcs $BUILD/libmrl.a $objs
 $NVCC $NVFLAGS -Xptxas -v -c runtime/cuda/kernels/marlin_gemm.cu -o $BUILD/obj/marlin_gemm_cu.o 2> $BUILD/ptxas.txt || { cat $BUILD/ptxas.txt; exit 1; }
 grep -E "registers|spill" $BUILD/ptxas.txt | sort | uniq -c | head -20
-# marlin_mm.cu: the backend's table entry; cuda_err.cu: qc_cuda_check
-$NVCC $NVFLAGS -c runtime/cuda/kernels/cuda_err.cu -o $BUILD/obj/cuda_err_cu.o
-$NVCC $NVFLAGS -c runtime/cuda/kernels/marlin_mm.cu -o $BUILD/obj/marlin_mm_cu.o
-$NVCC $NVFLAGS -c runtime/cuda/kernels/marlin_gemv.cu -o $BUILD/obj/marlin_gemv_cu.o
-$NVCC $NVFLAGS -c runtime/cuda/kernels/pdl.cu -o $BUILD/obj/pdl_cu.o
-$NVCC $NVFLAGS -c runtime/cuda/kernels/mm_fuse.cu -o $BUILD/obj/mm_fuse_cu.o
-$NVCC $NVFLAGS -c runtime/cuda/kernels/silu_mul.cu -o $BUILD/obj/silu_mul_cu.o
-$NVCC $NVFLAGS -c runtime/cuda/kernels/add.cu -o $BUILD/obj/add_cu.o
-$NVCC $NVFLAGS -c runtime/cuda/kernels/rms_norm.cu -o $BUILD/obj/rms_norm_cu.o
-$NVCC $NVFLAGS -c runtime/cuda/kernels/marlin_dequant.cu -o $BUILD/obj/marlin_dequant_cu.o
+# marlin_mm.cu: the backend's table entry; cuda_err.cu: qc_cuda_check; the
+# GEMV's two kernels and what its fusions are checked against
+cuobjs="$BUILD/obj/marlin_gemm_cu.o"
+for f in cuda_err marlin_mm marlin_gemv marlin_gemv_stream pdl mm_fuse silu_mul add rms_norm marlin_dequant; do
+	$NVCC $NVFLAGS -c runtime/cuda/kernels/$f.cu -o $BUILD/obj/${f}_cu.o
+	cuobjs="$cuobjs $BUILD/obj/${f}_cu.o"
+done
 if $CC $CFLAGS -DQC_WITH_CUBLAS -c tests/gpu/marlin_gemm_test.c -o $BUILD/obj/test_cublas.o &&
-   $NVCC -o $BUILD/marlin_gemm_test $BUILD/obj/test_cublas.o $BUILD/obj/marlin_gemm_cu.o $BUILD/obj/marlin_mm_cu.o $BUILD/obj/marlin_gemv_cu.o $BUILD/obj/marlin_dequant_cu.o $BUILD/obj/cuda_err_cu.o $BUILD/obj/pdl_cu.o $BUILD/obj/mm_fuse_cu.o $BUILD/obj/silu_mul_cu.o $BUILD/obj/add_cu.o $BUILD/obj/rms_norm_cu.o \
-	$BUILD/libmrl.a -lcublas -lm 2>/dev/null; then
+   $NVCC -o $BUILD/marlin_gemm_test $BUILD/obj/test_cublas.o $cuobjs $BUILD/libmrl.a -lcublas -lm 2>/dev/null; then
 	echo "gpu_marlin: built with cuBLAS fp16 comparison"
 else
 	echo "gpu_marlin: cuBLAS did not link; timings without the cuBLAS comparison"
 	$CC $CFLAGS -c tests/gpu/marlin_gemm_test.c -o $BUILD/obj/test.o
-	$NVCC -o $BUILD/marlin_gemm_test $BUILD/obj/test.o $BUILD/obj/marlin_gemm_cu.o $BUILD/obj/marlin_mm_cu.o $BUILD/obj/marlin_gemv_cu.o $BUILD/obj/marlin_dequant_cu.o $BUILD/obj/cuda_err_cu.o $BUILD/obj/pdl_cu.o $BUILD/obj/mm_fuse_cu.o $BUILD/obj/silu_mul_cu.o $BUILD/obj/add_cu.o $BUILD/obj/rms_norm_cu.o \
-		$BUILD/libmrl.a -lcublas -lm
+	$NVCC -o $BUILD/marlin_gemm_test $BUILD/obj/test.o $cuobjs $BUILD/libmrl.a -lcublas -lm
 fi
+[ "$1" = "--build-only" ] && exit 0
 exec $BUILD/marlin_gemm_test "$@"

@@ -137,9 +137,11 @@ static int check_kv_dtype(const struct qc_backend_params *p, struct qc_err *err)
 
 /* Programmatic dependent launch (kernels/pdl.h) on compute capability 9.0 and up: a
  * process-wide switch, set here for every later launch. QC_CUDA_PDL=1/0 forces it;
- * by default on only for bundles under 1 GiB of weights: measured on one H100
- * (docs/perf-notes.md), it sped a 0.14 GB model's decode up 5.6% and slowed the
- * 8B-shape ones down 4.7% (Q4_0) and 1.7% (Q8_0). */
+ * on by default. Measured on one H100 (docs/perf-notes.md): once the decode GEMV
+ * streamed (marlin_gemv_stream.cu, whose first weight loads go out before the
+ * wait), decode gained 5% on the 8B Q4_0 shape, 2% on Q4_K_M, 4% on a 0.14 GB
+ * model, and moved Q8_0 by -1% (noise); before it, the 8B shapes lost up to 4.7%,
+ * which is why it was on only under 1 GiB of weights then. */
 static int pdl_setup(struct cu *c, struct qc_err *err)
 {
 	int dev = 0, major = 0, rc;
@@ -147,7 +149,7 @@ static int pdl_setup(struct cu *c, struct qc_err *err)
 	    (rc = qc_cuda_be_ck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev),
 				"cudaDeviceGetAttribute", err)))
 		return rc;
-	const bool want = c->env.pdl >= 0 ? c->env.pdl != 0 : c->file_hi - c->file_lo < ((uint64_t)1 << 30);
+	const bool want = c->env.pdl != 0; /* -1 (unset): on */
 	qc_cuda_pdl_set(want && major >= 9);
 	return QC_OK;
 }
@@ -174,6 +176,7 @@ static int cuda_create(const struct qc_model *m, const struct qc_backend_params 
 	c->m = m;
 	c->p = *p;
 	qc_cuda_env_read(&c->env);
+	qc_cuda_marlin_gemv_stream_tune(c->env.mm.stream_blocks, c->env.mm.stream_min_wt);
 	c->L = calloc((size_t)cfg->n_layer, sizeof *c->L);
 	if (!c->L) {
 		rc = qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");

@@ -32,13 +32,22 @@ void qc_cuda_env_read(struct qc_cuda_env *e)
 	/* one row of a matrix of at most this many elements: the GEMV over the 1-row mma */
 	e->mm.rows.gemv_small_elems = env_i64("QC_MARLIN_GEMV_SMALL", def.rows.gemv_small_elems);
 	const char *kt = getenv("QC_MARLIN_GEMV_KTW");
-	e->mm.gemv_kt = kt && atoi(kt) == 8 ? QC_CUDA_GEMV_KT8 : QC_CUDA_GEMV_KT4;
+	/* "stream" (the default), or 4 / 8: the load-once kernel's tiles per warp */
+	if (kt && *kt && strcmp(kt, "stream"))
+		e->mm.gemv_kt = atoi(kt) == 8 ? QC_CUDA_GEMV_KT8 : QC_CUDA_GEMV_KT4;
+	/* "blocks,tiles": the streaming GEMV's partition (A/B runs) */
+	const char *st = getenv("QC_MARLIN_GEMV_STREAM_TUNE");
+	if (st && *st) {
+		char *end = NULL;
+		e->mm.stream_blocks = (int)strtol(st, &end, 10);
+		e->mm.stream_min_wt = end && *end == ',' ? atoi(end + 1) : def.stream_min_wt;
+	}
 	const char *fl = getenv("QC_CUDA_FLASH");
 	e->flash = fl && !strcmp(fl, "0") ? QC_CUDA_ATTN_FLASH_OFF : QC_CUDA_ATTN_FLASH_AUTO;
 	const char *pdl = getenv("QC_CUDA_PDL");
 	e->pdl = pdl && *pdl ? atoi(pdl) != 0 : -1;
 	const char *am = getenv("QC_CUDA_ATTN_MERGE");
-	e->attn_merge = !(am && !strcmp(am, "0"));
+	e->attn_merge = am && !strcmp(am, "1");
 	const char *fn = getenv("QC_CUDA_FUSE_NORM");
 	e->fuse_norm = !(fn && !strcmp(fn, "0"));
 }

@@ -16,11 +16,10 @@ struct qc_cuda_env {
 	struct qc_cuda_mm_tuning mm;   /* QC_CUDA_GEMV_MAX_ROWS, QC_MARLIN_CUBLAS_ROWS,
 					  QC_MARLIN_GEMV_ROWS, QC_MARLIN_GEMV_KTW */
 	enum qc_cuda_attn_flash flash; /* QC_CUDA_FLASH=0: OFF */
-	int pdl;                       /* QC_CUDA_PDL: 1 programmatic dependent launch (pdl.h) where
-					  the device has it, 0 plain launches, unset (-1): on for
-					  bundles under 1 GiB of weights (docs/perf-notes.md) */
-	int attn_merge;                /* QC_CUDA_ATTN_MERGE=0: the split attention's merge as a kernel
-					  of its own (A/B of the in-kernel merge) */
+	int pdl;                       /* QC_CUDA_PDL: 1 or unset (-1) programmatic dependent launch
+					  (pdl.h) where the device has it, 0 plain launches */
+	int attn_merge;                /* QC_CUDA_ATTN_MERGE=1: the split attention's last block merges
+					  (off by default: measured slower, docs/perf-notes.md) */
 	int fuse_norm;                 /* QC_CUDA_FUSE_NORM=0: the attention/FFN RMSNorm as a kernel of
 					  its own even where the GEMV could take it */
 };

@@ -277,6 +277,22 @@ uint64_t qc_cuda_be_ws_need(const struct cu *c)
 			const uint64_t b = w->k->ws_bytes(w->n_in, w->n_out, rows, &c->env.mm);
 			need = b > need ? b : need;
 		}
+		/* the one-launch groups (qc_cuda_be_mm_multi: Q|K|V, gate|up): their
+		 * partition is the group's width, and so is their scratch */
+		if (il < cfg->n_layer) {
+			const struct dlayer *L = &c->L[il];
+			const struct dmat *grp[2][3] = {{&L->wq, &L->wk, &L->wv}, {&L->gate, &L->up, NULL}};
+			for (int g = 0; g < 2; g++) {
+				const struct dmat *w0 = grp[g][0];
+				if (!w0->d_w || !w0->k || !w0->k->ws_bytes)
+					continue;
+				int64_t cols = 0;
+				for (int i = 0; i < 3 && grp[g][i]; i++)
+					cols += grp[g][i]->d_w ? grp[g][i]->n_out : 0;
+				const uint64_t b = w0->k->ws_bytes(w0->n_in, cols, c->p.max_tokens, &c->env.mm);
+				need = b > need ? b : need;
+			}
+		}
 	}
 	/* MoE experts past gemv_max_rows rows: the grouped GEMM's row sort (qc_cuda_be_mm) */
 	const int64_t exp_rows = c->p.max_tokens * (cfg->n_expert ? cfg->n_expert_used : 1);

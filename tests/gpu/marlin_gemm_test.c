@@ -365,6 +365,12 @@ static void check_table_entry(enum qc_layout l, int64_t rows, int64_t n, int64_t
  * a row stride, strided y, E > 1: an expert per row. Error against the F64
  * truth within 2x a plain fp16 GEMM's; nothing written past n; without
  * experts, each row run alone gives the batched row bit for bit. */
+static enum qc_cuda_gemv_kt gemv_mode = QC_CUDA_GEMV_KT4; /* the K partition check_gemv runs */
+static const char *mode_name(enum qc_cuda_gemv_kt m)
+{
+	return m == QC_CUDA_GEMV_STREAM ? "stream" : m == QC_CUDA_GEMV_KT8 ? "kt8" : "kt4";
+}
+
 static void check_gemv(enum qc_layout l, int64_t rows, int64_t n, int64_t k, int64_t E)
 {
 	uint64_t sb;
@@ -391,7 +397,7 @@ static void check_gemv(enum qc_layout l, int64_t rows, int64_t n, int64_t k, int
 	struct qc_err err = { 0 };
 	QC_ASSERT(qc_marlin_gemm_ref(&ar, QC_MARLIN_PREC_F64, truth, &err) == QC_OK);
 	QC_ASSERT(qc_marlin_gemm_ref(&ar, QC_MARLIN_PREC_F16, base, &err) == QC_OK);
-	uint64_t wsb = qc_cuda_marlin_gemv_ws(k, n, rows, QC_CUDA_GEMV_KT4);
+	uint64_t wsb = qc_cuda_marlin_gemv_ws(k, n, rows, gemv_mode);
 	void *d_w, *d_x, *d_y, *d_ws = NULL, *d_ex;
 	CU(cudaMalloc(&d_w, sb * (uint64_t)E));
 	CU(cudaMalloc(&d_x, (size_t)(rows * ldx) * 4));
@@ -406,7 +412,7 @@ static void check_gemv(enum qc_layout l, int64_t rows, int64_t n, int64_t k, int
 	struct qc_cuda_mm_args m = { .d_w = d_w, .type = type_of(l), .layout = l, .n_in = k, .n_out = n,
 				     .mat_stride = sb, .d_x = d_x, .ldx = ldx, .x_div = 1,
 				     .d_expert = E > 1 ? d_ex : NULL, .n_rows = rows, .d_y = d_y, .ldy = ldy,
-				     .d_ws = d_ws, .ws_bytes = wsb };
+				     .d_ws = d_ws, .ws_bytes = wsb, .gemv_kt = gemv_mode };
 	int rc = qc_cuda_marlin_gemv(&m, 0, &err);
 	if (!rc)
 		rc = qc_cuda_check(cudaDeviceSynchronize(), "sync", &err);
@@ -480,7 +486,7 @@ static void check_gemv(enum qc_layout l, int64_t rows, int64_t n, int64_t k, int
 			m3.n_more = 2;
 			m3.more[0] = (struct qc_cuda_mm_more){d_w, n, d_y2, ldy};
 			m3.more[1] = (struct qc_cuda_mm_more){d_w, n, d_y3, ldy};
-			const uint64_t w3 = qc_cuda_marlin_gemv_ws(k, 3 * n, rows, QC_CUDA_GEMV_KT4);
+			const uint64_t w3 = qc_cuda_marlin_gemv_ws(k, 3 * n, rows, gemv_mode);
 			void *d_ws3 = NULL;
 			if (w3)
 				CU(cudaMalloc(&d_ws3, w3));
@@ -489,11 +495,32 @@ static void check_gemv(enum qc_layout l, int64_t rows, int64_t n, int64_t k, int
 			rc = qc_cuda_marlin_gemv(&m3, st, &err);
 			if (!rc)
 				rc = qc_cuda_check(cudaStreamSynchronize(st), "sync", &err);
+			/* the load-once partition depends on K alone: each output is y's bits;
+			 * the streaming one on the launch's width too (3n here): the three
+			 * outputs are each other's bits and as close to the truth as y */
 			void *const outs[3] = {d_y, d_y2, d_y3};
+			float *y30 = malloc((size_t)(rows * ldy) * 4);
 			for (int o = 0; o < 3 && !rc; o++) {
 				CU(cudaMemcpy(y2, outs[o], (size_t)(rows * ldy) * 4, cudaMemcpyDeviceToHost));
-				fl_differ += memcmp(y2, y, (size_t)(rows * ldy) * 4) != 0;
+				if (gemv_mode != QC_CUDA_GEMV_STREAM) {
+					fl_differ += memcmp(y2, y, (size_t)(rows * ldy) * 4) != 0;
+					continue;
+				}
+				if (o == 0) {
+					memcpy(y30, y2, (size_t)(rows * ldy) * 4);
+					double e3 = 0, n3 = 0;
+					for (int64_t r = 0; r < rows; r++)
+						for (int64_t cc = 0; cc < n; cc++) {
+							const double t = truth[r * n + cc], g = y2[r * ldy + cc];
+							e3 += isnan(g) ? INFINITY : (g - t) * (g - t);
+							n3 += t * t;
+						}
+					fl_differ += !(sqrt(e3 / n3) <= 2 * sqrt(eb / nrm) + 1e-6);
+				} else {
+					fl_differ += memcmp(y2, y30, (size_t)(rows * ldy) * 4) != 0;
+				}
 			}
+			free(y30);
 			cudaFree(d_y2);
 			cudaFree(d_y3);
 			cudaFree(d_ws3);
@@ -635,10 +662,11 @@ static void check_gemv(enum qc_layout l, int64_t rows, int64_t n, int64_t k, int
 	double rg = sqrt(eg / nrm), rb = sqrt(eb / nrm);
 	int ok = rc == QC_OK && bad == 0 && touched == 0 && differ == 0 && fl_differ == 0 && fl_left == 0 &&
 		 fu_differ == 0 && nm_err <= 1e-5 && nm_differ == 0 && rg <= 2 * rb + 1e-6;
-	printf("%s gemv %-9s rows=%lld n=%lld k=%lld experts=%lld ws=%llu rel_err %.3e (fp16 plain %.3e) nan %lld "
+	printf("%s gemv %-6s %-9s rows=%lld n=%lld k=%lld experts=%lld ws=%llu rel_err %.3e (fp16 plain %.3e) nan %lld "
 	       "written past n %lld rows differing alone %lld in-kernel sum differing %lld counters left %lld "
 	       "fused rows differing %lld norm-fused err %.2e rows differing alone %lld%s%s\n",
-	       ok ? "PASS" : "FAIL", qc_layout_name(l), (long long)rows, (long long)n, (long long)k, (long long)E,
+	       ok ? "PASS" : "FAIL", mode_name(gemv_mode), qc_layout_name(l), (long long)rows, (long long)n,
+	       (long long)k, (long long)E,
 	       (unsigned long long)wsb, rg, rb, (long long)bad, (long long)touched, (long long)differ,
 	       (long long)fl_differ, (long long)fl_left, (long long)fu_differ, nm_err, (long long)nm_differ,
 	       rc ? " err: " : "", rc ? err.msg : "");
@@ -793,9 +821,14 @@ static int run_gemv(void *ctx, int i, cudaStream_t s)
 	return rc;
 }
 
-/* The decode GEMV: time per call (weights rotated over > 512 MiB), bytes moved
- * (weights + scales) over the copy bandwidth. */
-static void bench_gemv(enum qc_layout l, int64_t n, int64_t k, int rows)
+/* The decode GEMV: time per call (weights rotated over > 512 MiB; the split-K
+ * sum in the kernel, as the backend runs it), bytes moved (weights + scales)
+ * over the copy bandwidth. fuse: 0 plain, 1 RMSNorm in the loads (Q|K|V,
+ * gate|up), 2 silu(x)·x2 in the loads and y += (down). */
+/* the streaming partitions timed (rows = 1): blocks aimed at, tiles per warp at least */
+static const int stream_tunes[][2] = { { 528, 2 }, { 264, 2 }, { 1056, 2 }, { 528, 8 }, { 264, 8 } };
+
+static void bench_gemv(enum qc_layout l, int64_t n, int64_t k, int rows, int fuse)
 {
 	uint64_t wb;
 	uint8_t *w = make_weights(l, n, k, &wb);
@@ -808,25 +841,55 @@ static void bench_gemv(enum qc_layout l, int64_t n, int64_t k, int rows)
 		CU(cudaMalloc(&c.d_w[i], wb));
 		CU(cudaMemcpy(c.d_w[i], w, wb, cudaMemcpyHostToDevice));
 	}
-	void *d_x, *d_y, *d_ws = NULL;
+	void *d_x, *d_x2, *d_nw, *d_y, *d_ws = NULL;
+	uint32_t *d_fl;
+	const int64_t nf = 4 * (n / 32 + 1);
+	const int n_tunes = rows == 1 ? (int)(sizeof stream_tunes / sizeof stream_tunes[0]) : 1;
 	uint64_t wsb = qc_cuda_marlin_gemv_ws(k, n, rows, QC_CUDA_GEMV_KT4);
+	for (int t = 0; t < n_tunes; t++) {
+		qc_cuda_marlin_gemv_stream_tune(stream_tunes[t][0], stream_tunes[t][1]);
+		const uint64_t b = qc_cuda_marlin_gemv_ws(k, n, rows, QC_CUDA_GEMV_STREAM);
+		wsb = b > wsb ? b : wsb;
+	}
 	CU(cudaMalloc(&d_x, (size_t)(rows * k) * 4));
 	CU(cudaMemset(d_x, 0, (size_t)(rows * k) * 4));
+	CU(cudaMalloc(&d_x2, (size_t)(rows * k) * 4));
+	CU(cudaMemset(d_x2, 0, (size_t)(rows * k) * 4));
+	CU(cudaMalloc(&d_nw, (size_t)k * 4));
+	CU(cudaMemset(d_nw, 0, (size_t)k * 4));
 	CU(cudaMalloc(&d_y, (size_t)(rows * n) * 4));
+	CU(cudaMemset(d_y, 0, (size_t)(rows * n) * 4));
+	CU(cudaMalloc((void **)&d_fl, (size_t)nf * 4));
+	CU(cudaMemset(d_fl, 0, (size_t)nf * 4));
 	if (wsb)
 		CU(cudaMalloc(&d_ws, wsb));
-	c.a = (struct qc_cuda_mm_args){ .type = type_of(l), .layout = l, .n_in = k, .n_out = n, .d_x = d_x,
-					.ldx = k, .x_div = 1, .n_rows = rows, .d_y = d_y, .ldy = n, .d_ws = d_ws,
-					.ws_bytes = wsb };
-	float us = median_us(run_gemv, &c, 41);
-	double gbs = (double)wb / (us * 1e-6) / 1e9;
-	printf("gemv %-9s %-5s n=%-6lld k=%-6lld rows=%d: %7.1f us, %6.0f GB/s, %3.0f%% of copy bandwidth\n",
-	       qc_layout_name(l), qc_types[type_of(l)].name, (long long)n, (long long)k, rows, us, gbs,
-	       100.0 * gbs * 1e9 / copy_bw);
+	for (int t = -1; t < n_tunes; t++) { /* -1: the load-once kernel (kt4) */
+		const enum qc_cuda_gemv_kt mode = t < 0 ? QC_CUDA_GEMV_KT4 : QC_CUDA_GEMV_STREAM;
+		if (t >= 0)
+			qc_cuda_marlin_gemv_stream_tune(stream_tunes[t][0], stream_tunes[t][1]);
+		c.a = (struct qc_cuda_mm_args){ .type = type_of(l), .layout = l, .n_in = k, .n_out = n, .d_x = d_x,
+						.ldx = k, .x_div = 1, .n_rows = rows, .d_y = d_y, .ldy = n, .d_ws = d_ws,
+						.ws_bytes = wsb, .gemv_kt = mode, .d_flags = d_fl, .n_flags = nf,
+						.d_norm_w = fuse == 1 ? d_nw : NULL, .norm_eps = 1e-5f,
+						.d_x2 = fuse == 2 ? d_x2 : NULL, .accumulate = fuse == 2 };
+		float us = median_us(run_gemv, &c, 41);
+		double gbs = (double)wb / (us * 1e-6) / 1e9;
+		char tune[32] = "";
+		if (t >= 0)
+			snprintf(tune, sizeof tune, "%d,%d", stream_tunes[t][0], stream_tunes[t][1]);
+		printf("gemv %-6s %-8s %-9s %-5s n=%-6lld k=%-6lld rows=%d %-9s: %7.1f us, %6.0f GB/s, %3.0f%% of copy "
+		       "bandwidth\n",
+		       mode_name(mode), tune, qc_layout_name(l), qc_types[type_of(l)].name, (long long)n, (long long)k,
+		       rows, fuse == 1 ? "+norm" : fuse == 2 ? "+silu+acc" : "", us, gbs, 100.0 * gbs * 1e9 / copy_bw);
+	}
+	qc_cuda_marlin_gemv_stream_tune(0, 0);
 	for (int i = 0; i < c.n_copies; i++)
 		cudaFree(c.d_w[i]);
 	cudaFree(d_x);
+	cudaFree(d_x2);
+	cudaFree(d_nw);
 	cudaFree(d_y);
+	cudaFree(d_fl);
 	cudaFree(d_ws);
 	free(w);
 }
@@ -933,93 +996,117 @@ static void bench_shape(enum qc_layout l, int64_t n, int64_t k, const int *ms, i
 
 int main(int argc, char **argv)
 {
-	int do_bench = !(argc > 1 && strcmp(argv[1], "--check") == 0);
+	/* --check: every check, no timings; --gemv-check: the decode GEMV's checks only
+	 * (quick: the one compute-sanitizer runs); --gemv-bench: the GEMV's timings */
+	int gemv_check = argc > 1 && strcmp(argv[1], "--gemv-check") == 0;
+	int do_bench = !(argc > 1 && (strcmp(argv[1], "--check") == 0 || gemv_check));
 	int gemv_only = argc > 1 && strcmp(argv[1], "--gemv-bench") == 0;
 	setvbuf(stdout, NULL, _IOLBF, 0); /* a log cut by a timeout still shows the last case */
 	struct cudaDeviceProp prop;
 	CU(cudaGetDeviceProperties(&prop, 0));
 	printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
 
-	static const struct { int64_t m, n, k; } cases[] = {
-		{ 1, 256, 256 },   { 1, 4096, 14336 }, { 3, 512, 4096 },  { 7, 1024, 2080 }, { 16, 192, 512 },
-		{ 17, 256, 96 },   { 33, 768, 1024 },  { 64, 256, 4096 }, { 100, 512, 800 }, { 130, 320, 96 },
-		{ 511, 1024, 1024 }, { 1000, 256, 512 },
-	};
 	static const enum qc_layout layouts[] = { QC_LAYOUT_MARLIN_I4, QC_LAYOUT_MARLIN_I8, QC_LAYOUT_MARLIN_I4Z,
 						  QC_LAYOUT_MARLIN_I8Z };
 	const int n_layouts = (int)(sizeof layouts / sizeof layouts[0]);
-	for (int li = 0; li < n_layouts; li++) {
-		enum qc_layout l = layouts[li];
-		for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-			enum qc_marlin_c_type ct = i % 2 ? QC_MARLIN_C_F16 : QC_MARLIN_C_F32;
-			z_turn = (int)i;
-			if (type_of(l) == QC_TYPE_Q4_K && cases[i].k % 256)
-				z_turn++; /* q4_K blocks are 256 long */
-			if (!fits_k(l, cases[i].k))
-				continue; /* q5_K: k a multiple of 256 only */
-			check_case(l, cases[i].m, cases[i].n, cases[i].k, ct, QC_MARLIN_SPLIT_AUTO, 0);
-			if (i % 3 == 0)
-				check_case(l, cases[i].m, cases[i].n, cases[i].k, ct ^ 1, QC_MARLIN_SPLIT_FIXED, 3);
+	if (!gemv_check) {
+		static const struct { int64_t m, n, k; } cases[] = {
+			{ 1, 256, 256 },   { 1, 4096, 14336 }, { 3, 512, 4096 },  { 7, 1024, 2080 }, { 16, 192, 512 },
+			{ 17, 256, 96 },   { 33, 768, 1024 },  { 64, 256, 4096 }, { 100, 512, 800 }, { 130, 320, 96 },
+			{ 511, 1024, 1024 }, { 1000, 256, 512 },
+		};
+		for (int li = 0; li < n_layouts; li++) {
+			enum qc_layout l = layouts[li];
+			for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+				enum qc_marlin_c_type ct = i % 2 ? QC_MARLIN_C_F16 : QC_MARLIN_C_F32;
+				z_turn = (int)i;
+				if (type_of(l) == QC_TYPE_Q4_K && cases[i].k % 256)
+					z_turn++; /* q4_K blocks are 256 long */
+				if (!fits_k(l, cases[i].k))
+					continue; /* q5_K: k a multiple of 256 only */
+				check_case(l, cases[i].m, cases[i].n, cases[i].k, ct, QC_MARLIN_SPLIT_AUTO, 0);
+				if (i % 3 == 0)
+					check_case(l, cases[i].m, cases[i].n, cases[i].k, ct ^ 1, QC_MARLIN_SPLIT_FIXED, 3);
+			}
+			check_case(l, 5, 512, 4096, QC_MARLIN_C_F32, QC_MARLIN_SPLIT_FIXED, 128); /* one group per split */
 		}
-		check_case(l, 5, 512, 4096, QC_MARLIN_C_F32, QC_MARLIN_SPLIT_FIXED, 128); /* one group per split */
-	}
-	/* i8z (q5_K) on its own shapes: 3 stripes (an idle warp), odd m, 5 forced splits */
-	check_case(QC_LAYOUT_MARLIN_I8Z, 7, 96, 768, QC_MARLIN_C_F16, QC_MARLIN_SPLIT_AUTO, 0);
-	check_case(QC_LAYOUT_MARLIN_I8Z, 40, 160, 1280, QC_MARLIN_C_F32, QC_MARLIN_SPLIT_FIXED, 5);
-	check_case(QC_LAYOUT_MARLIN_I8Z, 129, 224, 2304, QC_MARLIN_C_F32, QC_MARLIN_SPLIT_AUTO, 0);
-	/* i8z with hq8 (GPTQ 8-bit, compressed-tensors int8): k any multiple of 32 */
-	i8z_hq8 = 1;
-	check_case(QC_LAYOUT_MARLIN_I8Z, 7, 96, 160, QC_MARLIN_C_F16, QC_MARLIN_SPLIT_AUTO, 0);
-	check_case(QC_LAYOUT_MARLIN_I8Z, 33, 256, 1056, QC_MARLIN_C_F32, QC_MARLIN_SPLIT_FIXED, 3);
-	check_experts(QC_LAYOUT_MARLIN_I8Z, 5, 128, 544, 3);
-	check_table_entry(QC_LAYOUT_MARLIN_I8Z, 3, 64, 320, NULL);
-	check_gemv(QC_LAYOUT_MARLIN_I8Z, 1, 256, 1056, 1);
-	check_gemv(QC_LAYOUT_MARLIN_I8Z, 6, 256, 512, 3);
-	i8z_hq8 = 0;
-	check_experts(QC_LAYOUT_MARLIN_I4, 9, 256, 512, 3);
-	check_experts(QC_LAYOUT_MARLIN_I8, 5, 320, 1056, 4);
-	z_turn = 0;
-	check_experts(QC_LAYOUT_MARLIN_I4Z, 6, 192, 512, 2); /* q4_K */
-	check_experts(QC_LAYOUT_MARLIN_I8Z, 7, 160, 768, 3); /* q5_K */
-	check_table_entry(QC_LAYOUT_MARLIN_I4, 3, 512, 1024, NULL);
-	check_table_entry(QC_LAYOUT_MARLIN_I8, 37, 256, 512, NULL);
-	z_turn = 1;
-	check_table_entry(QC_LAYOUT_MARLIN_I4Z, 20, 128, 256, NULL); /* q4_1 */
-	check_table_entry(QC_LAYOUT_MARLIN_I8Z, 19, 96, 512, NULL);  /* q5_K */
-	{ /* 128+ rows: the weight decoded to fp16 (marlin_dequant.cu), then cuBLAS */
-		cublasHandle_t h;
-		if (cublasCreate(&h) == CUBLAS_STATUS_SUCCESS) {
-			check_table_entry(QC_LAYOUT_MARLIN_I4, 150, 512, 1024, h);
-			check_table_entry(QC_LAYOUT_MARLIN_I8, 131, 256, 2080, h);
-			for (z_turn = 0; z_turn < 3; z_turn++) /* q4_K, q4_1, hq4 */
-				check_table_entry(QC_LAYOUT_MARLIN_I4Z, 200, 192, 512, h);
-			check_table_entry(QC_LAYOUT_MARLIN_I8Z, 140, 160, 1024, h); /* q5_K */
-			i8z_hq8 = 1;
-			check_table_entry(QC_LAYOUT_MARLIN_I8Z, 150, 96, 544, h); /* hq8 */
-			i8z_hq8 = 0;
-			cublasDestroy(h);
-		} else {
-			printf("FAIL cublasCreate\n");
-			n_fail++;
+		/* i8z (q5_K) on its own shapes: 3 stripes (an idle warp), odd m, 5 forced splits */
+		check_case(QC_LAYOUT_MARLIN_I8Z, 7, 96, 768, QC_MARLIN_C_F16, QC_MARLIN_SPLIT_AUTO, 0);
+		check_case(QC_LAYOUT_MARLIN_I8Z, 40, 160, 1280, QC_MARLIN_C_F32, QC_MARLIN_SPLIT_FIXED, 5);
+		check_case(QC_LAYOUT_MARLIN_I8Z, 129, 224, 2304, QC_MARLIN_C_F32, QC_MARLIN_SPLIT_AUTO, 0);
+		/* i8z with hq8 (GPTQ 8-bit, compressed-tensors int8): k any multiple of 32 */
+		i8z_hq8 = 1;
+		check_case(QC_LAYOUT_MARLIN_I8Z, 7, 96, 160, QC_MARLIN_C_F16, QC_MARLIN_SPLIT_AUTO, 0);
+		check_case(QC_LAYOUT_MARLIN_I8Z, 33, 256, 1056, QC_MARLIN_C_F32, QC_MARLIN_SPLIT_FIXED, 3);
+		check_experts(QC_LAYOUT_MARLIN_I8Z, 5, 128, 544, 3);
+		check_table_entry(QC_LAYOUT_MARLIN_I8Z, 3, 64, 320, NULL);
+		check_gemv(QC_LAYOUT_MARLIN_I8Z, 1, 256, 1056, 1);
+		check_gemv(QC_LAYOUT_MARLIN_I8Z, 6, 256, 512, 3);
+		i8z_hq8 = 0;
+		check_experts(QC_LAYOUT_MARLIN_I4, 9, 256, 512, 3);
+		check_experts(QC_LAYOUT_MARLIN_I8, 5, 320, 1056, 4);
+		z_turn = 0;
+		check_experts(QC_LAYOUT_MARLIN_I4Z, 6, 192, 512, 2); /* q4_K */
+		check_experts(QC_LAYOUT_MARLIN_I8Z, 7, 160, 768, 3); /* q5_K */
+		check_table_entry(QC_LAYOUT_MARLIN_I4, 3, 512, 1024, NULL);
+		check_table_entry(QC_LAYOUT_MARLIN_I8, 37, 256, 512, NULL);
+		z_turn = 1;
+		check_table_entry(QC_LAYOUT_MARLIN_I4Z, 20, 128, 256, NULL); /* q4_1 */
+		check_table_entry(QC_LAYOUT_MARLIN_I8Z, 19, 96, 512, NULL);  /* q5_K */
+		{ /* 128+ rows: the weight decoded to fp16 (marlin_dequant.cu), then cuBLAS */
+			cublasHandle_t h;
+			if (cublasCreate(&h) == CUBLAS_STATUS_SUCCESS) {
+				check_table_entry(QC_LAYOUT_MARLIN_I4, 150, 512, 1024, h);
+				check_table_entry(QC_LAYOUT_MARLIN_I8, 131, 256, 2080, h);
+				for (z_turn = 0; z_turn < 3; z_turn++) /* q4_K, q4_1, hq4 */
+					check_table_entry(QC_LAYOUT_MARLIN_I4Z, 200, 192, 512, h);
+				check_table_entry(QC_LAYOUT_MARLIN_I8Z, 140, 160, 1024, h); /* q5_K */
+				i8z_hq8 = 1;
+				check_table_entry(QC_LAYOUT_MARLIN_I8Z, 150, 96, 544, h); /* hq8 */
+				i8z_hq8 = 0;
+				cublasDestroy(h);
+			} else {
+				printf("FAIL cublasCreate\n");
+				n_fail++;
+			}
 		}
 	}
 	static const struct { int64_t rows, n, k, e; } gv[] = {
 		{ 1, 256, 256, 1 }, { 1, 4096, 4096, 1 }, { 3, 512, 2080, 1 }, { 8, 192, 32, 1 },
 		{ 11, 320, 1536, 1 }, { 1, 1024, 14336, 1 }, { 6, 256, 512, 3 }, { 13, 128, 1056, 4 },
 	};
-	for (int li = 0; li < n_layouts; li++)
-		for (size_t i = 0; i < sizeof gv / sizeof gv[0]; i++) {
-			enum qc_layout l = layouts[li];
-			z_turn = (int)i;
-			if (type_of(l) == QC_TYPE_Q4_K && gv[i].k % 256)
-				z_turn++; /* q4_K blocks are 256 long */
-			if (gv[i].n % qc_marlin_stripe(l) || !fits_k(l, gv[i].k))
-				continue;
-			check_gemv(l, gv[i].rows, gv[i].n, gv[i].k, gv[i].e);
-		}
-	/* i8z (q5_K): several rows of 3 stripes (batch invariance), MoE rows of 4 experts */
-	check_gemv(QC_LAYOUT_MARLIN_I8Z, 5, 96, 768, 1);
-	check_gemv(QC_LAYOUT_MARLIN_I8Z, 9, 160, 512, 4);
+	/* both K partitions: load-once warps and streaming blocks (experts: load-once) */
+	for (int mode = 0; mode < 3; mode++) { /* kt4; stream at the default partition; at 528,2 */
+		gemv_mode = mode ? QC_CUDA_GEMV_STREAM : QC_CUDA_GEMV_KT4;
+		qc_cuda_marlin_gemv_stream_tune(mode == 2 ? 528 : 0, mode == 2 ? 2 : 0);
+		for (int li = 0; li < n_layouts; li++)
+			for (size_t i = 0; i < sizeof gv / sizeof gv[0]; i++) {
+				enum qc_layout l = layouts[li];
+				z_turn = (int)i;
+				if (type_of(l) == QC_TYPE_Q4_K && gv[i].k % 256)
+					z_turn++; /* q4_K blocks are 256 long */
+				if (gv[i].n % qc_marlin_stripe(l) || !fits_k(l, gv[i].k))
+					continue;
+				check_gemv(l, gv[i].rows, gv[i].n, gv[i].k, gv[i].e);
+			}
+		/* i8z (q5_K): several rows of 3 stripes (batch invariance), MoE rows of 4 experts */
+		check_gemv(QC_LAYOUT_MARLIN_I8Z, 5, 96, 768, 1);
+		check_gemv(QC_LAYOUT_MARLIN_I8Z, 9, 160, 512, 4);
+	}
+	qc_cuda_marlin_gemv_stream_tune(0, 0);
+	/* streaming: a block of 16 tiles over 2 k-tiles (7 idle warps), ragged last
+	 * blocks, 2 row chunks, the 8B shapes' partitions */
+	gemv_mode = QC_CUDA_GEMV_STREAM;
+	z_turn = 0;
+	check_gemv(QC_LAYOUT_MARLIN_I4, 5, 64, 32, 1);
+	check_gemv(QC_LAYOUT_MARLIN_I4, 2, 128, 4128, 1);
+	check_gemv(QC_LAYOUT_MARLIN_I8, 6, 96, 1568, 1);
+	if (!getenv("QC_GPU_TEST_QUICK")) { /* the sanitizer runs skip the big shapes */
+		check_gemv(QC_LAYOUT_MARLIN_I4, 1, 6144, 4096, 1);
+		check_gemv(QC_LAYOUT_MARLIN_I4, 4, 4096, 14336, 1);
+		check_gemv(QC_LAYOUT_MARLIN_I4Z, 1, 28672, 4096, 1);
+	}
+	gemv_mode = QC_CUDA_GEMV_KT4;
 	check_refusals();
 	printf("marlin_gemm_test: %d passed, %d failed\n", n_pass, n_fail);
 	if (!do_bench)
@@ -1055,17 +1142,27 @@ int main(int argc, char **argv)
 	cudaFree(cc.d_dst);
 
 	if (gemv_only) {
-		for (int rows = 1; rows <= 4; rows += 3) {
-			bench_gemv(QC_LAYOUT_MARLIN_I4, 14336, 4096, rows);
-			bench_gemv(QC_LAYOUT_MARLIN_I4, 4096, 14336, rows);
-			bench_gemv(QC_LAYOUT_MARLIN_I4, 4096, 4096, rows);
-			bench_gemv(QC_LAYOUT_MARLIN_I4, 1024, 4096, rows);
-			bench_gemv(QC_LAYOUT_MARLIN_I4, 128256, 4096, rows);
-			bench_gemv(QC_LAYOUT_MARLIN_I8, 14336, 4096, rows);
-			z_turn = 0;
-			bench_gemv(QC_LAYOUT_MARLIN_I4Z, 14336, 4096, rows);
-			bench_gemv(QC_LAYOUT_MARLIN_I8Z, 14336, 4096, rows);
-		}
+		/* the Llama-3-8B decode shapes as the backend launches them: Q|K|V and
+		 * gate|up in one launch with the norm, down with silu·x2 and the add */
+		static const struct { enum qc_layout l; int64_t n, k; int fuse; } sh[] = {
+			{ QC_LAYOUT_MARLIN_I4, 6144, 4096, 1 },   { QC_LAYOUT_MARLIN_I4, 4096, 4096, 0 },
+			{ QC_LAYOUT_MARLIN_I4, 28672, 4096, 1 },  { QC_LAYOUT_MARLIN_I4, 4096, 14336, 2 },
+			{ QC_LAYOUT_MARLIN_I4, 128256, 4096, 0 }, { QC_LAYOUT_MARLIN_I4, 14336, 4096, 0 },
+			{ QC_LAYOUT_MARLIN_I8, 6144, 4096, 1 },   { QC_LAYOUT_MARLIN_I8, 4096, 4096, 0 },
+			{ QC_LAYOUT_MARLIN_I8, 28672, 4096, 1 },  { QC_LAYOUT_MARLIN_I8, 4096, 14336, 2 },
+			{ QC_LAYOUT_MARLIN_I4Z, 28672, 4096, 1 }, { QC_LAYOUT_MARLIN_I8Z, 14336, 4096, 0 },
+			/* SmolLM2-135M's (int8): latency, not bandwidth */
+			{ QC_LAYOUT_MARLIN_I8, 960, 576, 1 },     { QC_LAYOUT_MARLIN_I8, 576, 576, 0 },
+			{ QC_LAYOUT_MARLIN_I8, 3072, 576, 1 },    { QC_LAYOUT_MARLIN_I8, 576, 1536, 2 },
+			{ QC_LAYOUT_MARLIN_I8, 49152, 576, 0 },
+		};
+		for (int rows = 1; rows <= 4; rows += 3)
+			for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++) {
+				if (rows > 1 && i > 5)
+					break;
+				z_turn = 0;
+				bench_gemv(sh[i].l, sh[i].n, sh[i].k, rows, sh[i].fuse);
+			}
 		return n_fail ? 1 : 0;
 	}
 	static const int ms[] = { 1, 16, 64, 512 };

@@ -37,102 +37,19 @@
  * Reference: runtime/ops/marlin_gemm.c (the F64 truth of the layout's values).
  */
 #include "marlin_gemm.cuh"
+#include "marlin_gemv.cuh"
 #include "matmul_dispatch.h"
 #include "pdl.cuh"
-#include "silu.cuh"
 
 extern "C" {
 #include "layout_marlin.h"
 }
 
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 namespace {
 
-constexpr int WARPS = 8;
-constexpr int ROWS = 4;                     /* activation rows per launch (more: register spills) */
-constexpr int TILE = 512;                   /* bytes of one k16 tile of a stripe */
-
-struct gparams {
-	uint64_t mat_stride, stripe_bytes;
-	const int32_t *expert;     /* (rows) or NULL */
-	const float *x;
-	int64_t ldx;
-	int32_t x_div;
-	/* matrices side by side along n (QC_MM_FUSE_MULTI; one without it): matrix m
-	 * has columns col0[m] .. col0[m + 1] - 1 of the launch, its weights at wm[m],
-	 * its outputs at ym[m] with row stride ldym[m] */
-	int n_mats;
-	const uint8_t *wm[1 + QC_CUDA_MM_MORE];
-	float *ym[1 + QC_CUDA_MM_MORE];
-	int64_t ldym[1 + QC_CUDA_MM_MORE];
-	int col0[2 + QC_CUDA_MM_MORE];
-	float *ws;                 /* (kb, rows, n) partials when kb > 1 */
-	uint32_t *flags;           /* (rows, n / S) arrival counters, or NULL: marlin_gemv_reduce sums */
-	const float *x2;           /* NULL, or x is silu(x) * x2 (the SwiGLU product, fused into the load) */
-	int acc;                   /* y += (the residual add, fused into the store) */
-	const float *norm_w;       /* NULL, or x is RMSNorm(x) * norm_w (every block sums its rows' squares) */
-	float norm_eps;
-	int64_t r0;                /* first row of this launch */
-	int nr, n, k, kb;
-};
-
-__device__ __forceinline__ float h2f(uint32_t w, int hi)
-{
-	return __half2float(__ushort_as_half((unsigned short)(hi ? w >> 16 : w & 0xffff)));
-}
-
-/* Code byte -> float without an int-to-float conversion (a quarter-rate
- * instruction that bound the first version): the byte becomes the low mantissa
- * byte of 2^23 (one byte permute), and the subtraction of 2^23 + zero is exact. */
-__device__ __forceinline__ float byte_f(uint32_t src, int b)
-{
-	return __int_as_float((int)__byte_perm(src, 0x4b000000u, 0x7540u + (unsigned)b));
-}
-
-/* The four weights (code - zero) of n8 tile j at k = 2c, 2c+1, 2c+8, 2c+9.
- * i4: word j/2 holds tiles j (nibbles p = 0, 1, 4, 5 of the word shifted by
- * 8·(j%2)); even nibbles come from lo = w & 0x0f0f0f0f, odd ones from
- * hi = (w >> 4) & 0x0f0f0f0f. i8: word j, bytes k = 2c, 2c+1, 2c+8, 2c+9,
- * made unsigned by flipping the sign bits (zero 128). */
-template <int BITS, int Z> __device__ __forceinline__ void weights(const uint32_t lo[4], const uint32_t hi[4], int j,
-								   float f[4])
-{
-	constexpr float M = 8388608.0f + (float)Z;
-	if constexpr (BITS == 4) {
-		const int w = j / 2, b = j % 2;
-		f[0] = byte_f(lo[w], b) - M;     /* nibble p = 2b:     k = 2c */
-		f[1] = byte_f(lo[w], b + 2) - M; /* nibble p = 2b + 4: k = 2c + 1 */
-		f[2] = byte_f(hi[w], b) - M;     /* nibble p = 2b + 1: k = 2c + 8 */
-		f[3] = byte_f(hi[w], b + 2) - M; /* nibble p = 2b + 5: k = 2c + 9 */
-	} else {
-		f[0] = byte_f(lo[j], 0) - M;
-		f[1] = byte_f(lo[j], 1) - M;
-		f[2] = byte_f(lo[j], 2) - M;
-		f[3] = byte_f(lo[j], 3) - M;
-	}
-}
-
-/* The matrix holding launch column n. */
-__device__ __forceinline__ int mat_of(const gparams &p, int64_t n)
-{
-	int m = 0;
-	while (m + 1 < p.n_mats && n >= p.col0[m + 1])
-		m++;
-	return m;
-}
-
-/* y = s, or y += s (one float add: the residual add kernel's bits), for launch row
- * `row` and launch column n of matrix m */
-__device__ __forceinline__ void store(const gparams &p, int m, int64_t row, int64_t n, float s)
-{
-	float *y = p.ym[m] + (p.r0 + row) * p.ldym[m] + (n - p.col0[m]);
-	if (p.acc)
-		*y += s;
-	else
-		*y = s;
-}
+using namespace qc_mgv;
 
 /* KT_WARP: k16 tiles per warp (an even number: whole 32-k groups) */
 template <int BITS, bool ZP, int G, int KT_WARP>
@@ -141,8 +58,8 @@ __global__ void __launch_bounds__(32 * WARPS) marlin_gemv_kernel(const gparams p
 	constexpr int KT_BLOCK = WARPS * KT_WARP;
 	constexpr int S = BITS == 4 ? 64 : 32; /* stripe width */
 	constexpr int NJ = S / 8;              /* n8 tiles per stripe = columns per lane */
-	__shared__ float xs[G][KT_BLOCK * 16];
-	__shared__ float red[WARPS][G][S];
+	__shared__ __align__(16) float xs[G][KT_BLOCK * 16];
+	__shared__ float nscale[G];
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, r = lane / 4, c = lane % 4;
 	const int stripe = blockIdx.x, kb = blockIdx.y;
 	const int rb = G == 1 ? blockIdx.z : 0; /* MoE: this block's row */
@@ -155,7 +72,6 @@ __global__ void __launch_bounds__(32 * WARPS) marlin_gemv_kernel(const gparams p
 			   (uint64_t)(stripe - p.col0[mat] / S) * p.stripe_bytes;
 	const int KT = p.k / 16, G32 = p.k / 32;
 	const int kt0 = kb * KT_BLOCK, kt_end = min(KT, kt0 + KT_BLOCK);
-	__shared__ bool last;
 	qc_pdl_trigger();
 
 	const int wt0 = kt0 + warp * KT_WARP;
@@ -168,65 +84,15 @@ __global__ void __launch_bounds__(32 * WARPS) marlin_gemv_kernel(const gparams p
 			v[u] = __ldg((const uint4 *)(w + (size_t)(wt0 + u) * TILE) + lane);
 #pragma unroll
 	for (int gg = 0; gg < KT_WARP / 2; gg++) {
-		const int g = wt0 / 2 + gg;
-		if (2 * g >= kt_end)
+		if (wt0 + 2 * gg >= kt_end)
 			break;
-		if constexpr (BITS == 4) {
-			sv[gg] = __ldg((const uint4 *)(sc + 2 * ((size_t)g * S + NJ * r)));
-			if constexpr (ZP)
-				ov[gg] = __ldg((const uint4 *)(sc + 2 * ((size_t)G32 * S + (size_t)g * S + NJ * r)));
-		} else {
-			const uint2 s2 = __ldg((const uint2 *)(sc + 2 * ((size_t)g * S + NJ * r)));
-			sv[gg] = make_uint4(s2.x, s2.y, 0, 0);
-			if constexpr (ZP) {
-				const uint2 o2 = __ldg((const uint2 *)(sc + 2 * ((size_t)G32 * S + (size_t)g * S + NJ * r)));
-				ov[gg] = make_uint4(o2.x, o2.y, 0, 0);
-			}
-		}
+		load_scales<BITS, ZP>(sc, G32, wt0 / 2 + gg, r, sv[gg], ov[gg]);
 	}
 	qc_pdl_wait(); /* everything below reads or writes what earlier kernels touch */
-	/* RMSNorm: each block sums its rows' squares over the whole row, in a fixed
-	 * order (thread strides, a shuffle tree, the warps in order), so every block
-	 * and every batch gets the same scale for a row */
-	__shared__ float nscale[G];
-	if (p.norm_w) {
-		__shared__ float nred[WARPS][G];
-#pragma unroll
-		for (int t = 0; t < G; t++) {
-			float ss = 0.0f;
-			if (t < nr) {
-				const float *xr = p.x + ((row0 + t) / p.x_div) * p.ldx;
-				for (int i = threadIdx.x; i < p.k; i += 32 * WARPS)
-					ss = fmaf(xr[i], xr[i], ss);
-			}
-#pragma unroll
-			for (int off = 16; off > 0; off >>= 1)
-				ss += __shfl_xor_sync(0xffffffffu, ss, off);
-			if (lane == 0)
-				nred[warp][t] = ss;
-		}
-		__syncthreads();
-		if (threadIdx.x < G) {
-			float ss = 0.0f;
-			for (int ww = 0; ww < WARPS; ww++)
-				ss += nred[ww][threadIdx.x];
-			nscale[threadIdx.x] = 1.0f / sqrtf(ss / (float)p.k + p.norm_eps);
-		}
-		__syncthreads();
-	}
-	/* x of this block's k range, every row */
-	for (int i = threadIdx.x; i < G * KT_BLOCK * 16; i += 32 * WARPS) {
-		const int t = i / (KT_BLOCK * 16), kk = i % (KT_BLOCK * 16);
-		const int64_t kg = (int64_t)kt0 * 16 + kk;
-		const int64_t xi = ((row0 + t) / p.x_div) * p.ldx + kg;
-		float xv = 0.0f;
-		if (t < nr && kg < p.k) {
-			xv = p.x2 ? qc_silu_mul(p.x[xi], p.x2[xi]) : p.x[xi];
-			if (p.norm_w)
-				xv = (xv * nscale[t]) * p.norm_w[kg]; /* rms_norm.cu's rounding */
-		}
-		xs[t][kk] = xv;
-	}
+	const bool vec = x_vec(p);
+	if (p.norm_w)
+		norm_scales<G>(p, row0, nr, vec, nscale);
+	stage_x<G>(p, row0, nr, (int64_t)kt0 * 16, KT_BLOCK * 16, vec, nscale, &xs[0][0], KT_BLOCK * 16);
 	__syncthreads();
 
 	float acc[NJ][G];
@@ -240,117 +106,10 @@ __global__ void __launch_bounds__(32 * WARPS) marlin_gemv_kernel(const gparams p
 		const int kt = wt0 + 2 * gg;
 		if (kt >= kt_end)
 			break;
-		float d[NJ], o[NJ];
-		const uint32_t sw[4] = {sv[gg].x, sv[gg].y, sv[gg].z, sv[gg].w};
-#pragma unroll
-		for (int j = 0; j < NJ; j++)
-			d[j] = h2f(sw[j / 2], j % 2);
-		if constexpr (ZP) {
-			const uint32_t ow[4] = {ov[gg].x, ov[gg].y, ov[gg].z, ov[gg].w};
-#pragma unroll
-			for (int j = 0; j < NJ; j++)
-				o[j] = h2f(ow[j / 2], j % 2);
-		}
-	float gs[NJ][G], xsum[G];
-#pragma unroll
-		for (int t = 0; t < G; t++) {
-			xsum[t] = 0.0f;
-#pragma unroll
-			for (int j = 0; j < NJ; j++)
-				gs[j][t] = 0.0f;
-		}
-#pragma unroll
-		for (int h = 0; h < 2; h++) {
-			const int kl = (kt + h - kt0) * 16; /* tile's first k within the block */
-			const uint4 vv = v[2 * gg + h];
-			const uint32_t wd[4] = {vv.x, vv.y, vv.z, vv.w};
-			uint32_t lo[4], hi[4];
-#pragma unroll
-			for (int i = 0; i < 4; i++) {
-				lo[i] = BITS == 4 ? wd[i] & 0x0f0f0f0fu : wd[i] ^ 0x80808080u;
-				hi[i] = BITS == 4 ? (wd[i] >> 4) & 0x0f0f0f0fu : 0u;
-			}
-			float2 xa[G], xb[G];
-#pragma unroll
-			for (int t = 0; t < G; t++) {
-				xa[t] = *(const float2 *)&xs[t][kl + 2 * c];
-				xb[t] = *(const float2 *)&xs[t][kl + 2 * c + 8];
-				if constexpr (ZP)
-					xsum[t] += (xa[t].x + xa[t].y) + (xb[t].x + xb[t].y);
-			}
-#pragma unroll
-			for (int j = 0; j < NJ; j++) {
-				float f[4];
-				weights<BITS, BITS == 8 ? 128 : (ZP ? 0 : 8)>(lo, hi, j, f);
-#pragma unroll
-				for (int t = 0; t < G; t++) {
-					float s = gs[j][t];
-					s = fmaf(f[0], xa[t].x, s);
-					s = fmaf(f[1], xa[t].y, s);
-					s = fmaf(f[2], xb[t].x, s);
-					s = fmaf(f[3], xb[t].y, s);
-					gs[j][t] = s;
-				}
-			}
-		}
-#pragma unroll
-		for (int j = 0; j < NJ; j++)
-#pragma unroll
-			for (int t = 0; t < G; t++) {
-				if constexpr (ZP)
-					acc[j][t] = fmaf(o[j], xsum[t], fmaf(d[j], gs[j][t], acc[j][t]));
-				else
-					acc[j][t] = fmaf(d[j], gs[j][t], acc[j][t]);
-			}
+		dot_group<BITS, ZP, G>(v[2 * gg], v[2 * gg + 1], sv[gg], ov[gg], &xs[0][0], KT_BLOCK * 16,
+				       (kt - kt0) * 16, c, acc);
 	}
-	/* the four lanes of a column (same r, c = 0..3), then the warps in order */
-#pragma unroll
-	for (int j = 0; j < NJ; j++)
-#pragma unroll
-		for (int t = 0; t < G; t++) {
-			float s = acc[j][t];
-			s += __shfl_xor_sync(0xffffffffu, s, 1);
-			s += __shfl_xor_sync(0xffffffffu, s, 2);
-			if (c == 0)
-				red[warp][t][8 * j + r] = s;
-		}
-	__syncthreads();
-	for (int i = threadIdx.x; i < nr * S; i += 32 * WARPS) {
-		const int t = i / S, col = i % S;
-		float s = 0.0f;
-		for (int ww = 0; ww < WARPS; ww++)
-			s += red[ww][t][col];
-		const int64_t n = (int64_t)stripe * S + col;
-		const int64_t row = G == 1 ? rb : t; /* within this launch */
-		if (p.kb == 1)
-			store(p, mat, row, n, s);
-		else
-			p.ws[((int64_t)kb * p.nr + row) * p.n + n] = s;
-	}
-	if (p.kb == 1 || !p.flags)
-		return;
-	/* the last of the stripe's kb blocks sums them (the threadfence pattern: every
-	 * thread's partials visible device-wide before the block counts itself) */
-	__threadfence();
-	__syncthreads();
-	uint32_t *flag = &p.flags[(int64_t)rb * gridDim.x + stripe];
-	if (threadIdx.x == 0)
-		last = atomicAdd(flag, 1u) == (uint32_t)p.kb - 1;
-	__syncthreads();
-	if (!last)
-		return;
-	__threadfence();
-	for (int i = threadIdx.x; i < nr * S; i += 32 * WARPS) {
-		const int t = i / S, col = i % S;
-		const int64_t n = (int64_t)stripe * S + col;
-		const int64_t row = G == 1 ? rb : t;
-		float s = 0.0f;
-		for (int b = 0; b < p.kb; b++) /* block order: marlin_gemv_reduce's sum */
-			s += __ldcg(&p.ws[((int64_t)b * p.nr + row) * p.n + n]);
-		store(p, mat, row, n, s);
-	}
-	if (threadIdx.x == 0)
-		*flag = 0u; /* ready for the next launch (stream order, or its qc_pdl_wait) */
+	finish<S, G>(p, acc, mat, stripe, kb, rb, nr);
 }
 
 /* y[r][n] = sum over kb in order of ws[kb][r][n] */
@@ -421,10 +180,16 @@ int launch(const gparams &p0, int64_t n_rows, uint64_t n_flags, cudaStream_t s, 
 } /* namespace */
 
 /* Scratch of the K partials: kb blocks along K x ROWS rows x n floats (none when
- * one block covers K). */
+ * one block covers K). The streaming partition still sends MoE rows to the
+ * load-once kernel: the most of the two. */
 extern "C" uint64_t qc_cuda_marlin_gemv_ws(int64_t n_in, int64_t n_out, int64_t n_rows, enum qc_cuda_gemv_kt kt)
 {
-	const int kb = blocks_along_k(n_in, kt);
+	int kb = blocks_along_k(n_in, kt == QC_CUDA_GEMV_STREAM ? QC_CUDA_GEMV_KT4 : kt);
+	if (kt == QC_CUDA_GEMV_STREAM) {
+		int skb, ktb;
+		qc_mgv_stream_partition(n_in, n_out, &skb, &ktb);
+		kb = skb > kb ? skb : kb;
+	}
 	const int64_t rows = n_rows < ROWS ? n_rows : ROWS;
 	return kb > 1 ? (uint64_t)kb * (uint64_t)rows * (uint64_t)n_out * sizeof(float) : 0;
 }
@@ -488,7 +253,11 @@ extern "C" int qc_cuda_marlin_gemv(const struct qc_cuda_mm_args *a, cudaStream_t
 	p.x_div = a->x_div;
 	p.n = (int)cols;
 	p.k = (int)a->n_in;
-	p.kb = blocks_along_k(a->n_in, a->gemv_kt);
+	const bool stream = a->gemv_kt == QC_CUDA_GEMV_STREAM && !a->d_expert;
+	const enum qc_cuda_gemv_kt kt = a->gemv_kt == QC_CUDA_GEMV_STREAM ? QC_CUDA_GEMV_KT4 : a->gemv_kt;
+	p.kb = blocks_along_k(a->n_in, kt);
+	if (stream)
+		qc_mgv_stream_partition(a->n_in, cols, &p.kb, &p.kt_block);
 	p.ws = (float *)a->d_ws;
 	p.flags = a->d_flags;
 	p.x2 = a->d_x2;
@@ -504,7 +273,9 @@ extern "C" int qc_cuda_marlin_gemv(const struct qc_cuda_mm_args *a, cudaStream_t
 				  (unsigned long long)a->ws_bytes);
 	/* the (bits, offsets) pair picks the instantiation; qc_marlin_stripe above
 	 * refused every non-marlin id */
-	const bool k8 = kt_warp(a->gemv_kt) == 8, zp = qc_marlin_has_offsets(a->layout);
+	const bool k8 = kt_warp(kt) == 8, zp = qc_marlin_has_offsets(a->layout);
+	if (stream)
+		return qc_mgv_stream_launch(qc_marlin_bits(a->layout), zp, p, a->n_rows, nf, s, err);
 	if (qc_marlin_bits(a->layout) == 4)
 		return zp ? (k8 ? launch<4, true, 8>(p, a->n_rows, nf, s, err) : launch<4, true, 4>(p, a->n_rows, nf, s, err))
 			  : (k8 ? launch<4, false, 8>(p, a->n_rows, nf, s, err) : launch<4, false, 4>(p, a->n_rows, nf, s, err));

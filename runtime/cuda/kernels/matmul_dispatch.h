@@ -32,12 +32,15 @@ extern "C" {
 #define QC_CUDA_MM_PAD 16 /* readable bytes after a weight stack's end */
 #define QC_CUDA_MM_MORE 2 /* most extra matrices of one multi-matrix launch */
 
-/* k16 tiles each warp of the marlin GEMV takes (the partition is fixed for the
- * process, so a row's result stays batch-invariant); 4 is faster on every
- * Llama-3-8B shape. */
+/* The marlin GEMV's K partition (fixed for the process, so a row's result stays
+ * batch-invariant): warps of 4 or 8 k16 tiles that load once and exit
+ * (marlin_gemv.cu), or blocks that stream a long K range through a ring of loads
+ * (marlin_gemv_stream.cu; MoE rows keep KT4). The backend's default is STREAM;
+ * a zeroed args struct means KT4. */
 enum qc_cuda_gemv_kt {
 	QC_CUDA_GEMV_KT4 = 0,
 	QC_CUDA_GEMV_KT8 = 1,
+	QC_CUDA_GEMV_STREAM = 2,
 };
 
 struct qc_cuda_mm_args {
@@ -98,8 +101,17 @@ enum {
 struct qc_cuda_mm_tuning {
 	struct qc_kernel_rows rows;
 	enum qc_cuda_gemv_kt gemv_kt;
+	/* QC_CUDA_GEMV_STREAM's partition (qc_cuda_marlin_gemv_stream_tune): blocks a
+	 * launch aims at, k16 tiles per warp at least */
+	int stream_blocks, stream_min_wt;
 };
-#define QC_CUDA_MM_TUNING_DEFAULT { QC_KERNEL_ROWS_DEFAULT, QC_CUDA_GEMV_KT4 }
+#define QC_CUDA_MM_TUNING_DEFAULT { QC_KERNEL_ROWS_DEFAULT, QC_CUDA_GEMV_STREAM, 264, 8 }
+
+/* The streaming GEMV's partition (marlin_gemv_stream.cu): about `blocks` blocks per
+ * launch, at least min_warp_tiles k16 tiles per warp (even; out-of-range values
+ * take the defaults). Process-wide, set by the backend at create before any
+ * launch: batch invariance holds among launches with the same numbers. */
+void qc_cuda_marlin_gemv_stream_tune(int blocks, int min_warp_tiles);
 
 typedef int (*qc_cuda_mm_fn)(const struct qc_cuda_mm_args *a, cudaStream_t s, struct qc_err *err);
 /* Scratch bytes for n_rows rows: the most any kind the table can pick for up to

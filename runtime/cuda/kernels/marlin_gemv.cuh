@@ -1,0 +1,393 @@
+/* marlin_gemv.cuh — what the two marlin decode GEMVs share (marlin_gemv.cu: a
+ * block loads its tiles once and exits; marlin_gemv_stream.cu: a block streams a
+ * long K range through a ring of loads in flight): the launch parameters, the
+ * code-to-float decode, the activation staging (RMSNorm and silu·x2 folded in),
+ * and the block's epilogue (warps summed in order, then the store, or the K
+ * partials and the in-kernel sum by the stripe's last block).
+ *
+ * Why shared: both kernels must give the same bits for the same partition (the
+ * backend may take either, and a row's result must not depend on which batch it
+ * was in), so the arithmetic lives here once.
+ * Layout: docs/layout-marlin.md (stripes of S columns, 512-byte k16 tiles, lane
+ * l holds bytes 16l..16l+15 of a tile; group-32 fp16 scales after the tiles).
+ */
+#ifndef QC_CUDA_MARLIN_GEMV_CUH
+#define QC_CUDA_MARLIN_GEMV_CUH
+
+#include "matmul_dispatch.h"
+#include "silu.cuh"
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+namespace qc_mgv {
+
+constexpr int WARPS = 8;
+constexpr int ROWS = 4;   /* activation rows per launch (more: register spills) */
+constexpr int TILE = 512; /* bytes of one k16 tile of a stripe */
+
+struct gparams {
+	uint64_t mat_stride, stripe_bytes;
+	const int32_t *expert;     /* (rows) or NULL */
+	const float *x;
+	int64_t ldx;
+	int32_t x_div;
+	/* matrices side by side along n (QC_MM_FUSE_MULTI; one without it): matrix m
+	 * has columns col0[m] .. col0[m + 1] - 1 of the launch, its weights at wm[m],
+	 * its outputs at ym[m] with row stride ldym[m] */
+	int n_mats;
+	const uint8_t *wm[1 + QC_CUDA_MM_MORE];
+	float *ym[1 + QC_CUDA_MM_MORE];
+	int64_t ldym[1 + QC_CUDA_MM_MORE];
+	int col0[2 + QC_CUDA_MM_MORE];
+	float *ws;                 /* (kb, rows, n) partials when kb > 1 */
+	uint32_t *flags;           /* (rows, n / S) arrival counters, or NULL: marlin_gemv_reduce sums */
+	const float *x2;           /* NULL, or x is silu(x) * x2 (the SwiGLU product, fused into the load) */
+	int acc;                   /* y += (the residual add, fused into the store) */
+	const float *norm_w;       /* NULL, or x is RMSNorm(x) * norm_w (every block sums its rows' squares) */
+	float norm_eps;
+	int64_t r0;                /* first row of this launch */
+	int nr, n, k, kb;
+	int kt_block;              /* k16 tiles per block along K (a multiple of 2 * WARPS) */
+};
+
+__device__ __forceinline__ float h2f(uint32_t w, int hi)
+{
+	return __half2float(__ushort_as_half((unsigned short)(hi ? w >> 16 : w & 0xffff)));
+}
+
+/* Code byte -> float without an int-to-float conversion (a quarter-rate
+ * instruction that bound the first version): the byte becomes the low mantissa
+ * byte of 2^23 (one byte permute), and the subtraction of 2^23 + zero is exact. */
+__device__ __forceinline__ float byte_f(uint32_t src, int b)
+{
+	return __int_as_float((int)__byte_perm(src, 0x4b000000u, 0x7540u + (unsigned)b));
+}
+
+/* The four weights (code - zero) of n8 tile j at k = 2c, 2c+1, 2c+8, 2c+9.
+ * i4: word j/2 holds tiles j (nibbles p = 0, 1, 4, 5 of the word shifted by
+ * 8·(j%2)); even nibbles come from lo = w & 0x0f0f0f0f, odd ones from
+ * hi = (w >> 4) & 0x0f0f0f0f. i8: word j, bytes k = 2c, 2c+1, 2c+8, 2c+9,
+ * made unsigned by flipping the sign bits (zero 128). */
+template <int BITS, int Z> __device__ __forceinline__ void weights(const uint32_t lo[4], const uint32_t hi[4], int j,
+								   float f[4])
+{
+	constexpr float M = 8388608.0f + (float)Z;
+	if constexpr (BITS == 4) {
+		const int w = j / 2, b = j % 2;
+		f[0] = byte_f(lo[w], b) - M;     /* nibble p = 2b:     k = 2c */
+		f[1] = byte_f(lo[w], b + 2) - M; /* nibble p = 2b + 4: k = 2c + 1 */
+		f[2] = byte_f(hi[w], b) - M;     /* nibble p = 2b + 1: k = 2c + 8 */
+		f[3] = byte_f(hi[w], b + 2) - M; /* nibble p = 2b + 5: k = 2c + 9 */
+	} else {
+		f[0] = byte_f(lo[j], 0) - M;
+		f[1] = byte_f(lo[j], 1) - M;
+		f[2] = byte_f(lo[j], 2) - M;
+		f[3] = byte_f(lo[j], 3) - M;
+	}
+}
+
+/* The matrix holding launch column n. */
+__device__ __forceinline__ int mat_of(const gparams &p, int64_t n)
+{
+	int m = 0;
+	while (m + 1 < p.n_mats && n >= p.col0[m + 1])
+		m++;
+	return m;
+}
+
+/* y = s, or y += s (one float add: the residual add kernel's bits), for launch row
+ * `row` and launch column n of matrix m */
+__device__ __forceinline__ void store(const gparams &p, int m, int64_t row, int64_t n, float s)
+{
+	float *y = p.ym[m] + (p.r0 + row) * p.ldym[m] + (n - p.col0[m]);
+	if (p.acc)
+		*y += s;
+	else
+		*y = s;
+}
+
+/* 16 bytes of weights the block reads once: past L1 (it keeps x), with a hint
+ * that L2 fetch the rest of the 256-byte sector run (the warp's tiles are one
+ * contiguous range). */
+__device__ __forceinline__ uint4 ld_stream(const void *ptr)
+{
+	uint4 v;
+	asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+		     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+		     : "l"(ptr));
+	return v;
+}
+
+/* Lane (r = lane / 4)'s scales (and i4z/i8z offsets) of 32-k group g: NJ fp16
+ * values each, 16 bytes (i4) or 8 (i8). sc: the stripe's scale array. */
+template <int BITS, bool ZP>
+__device__ __forceinline__ void load_scales(const uint8_t *sc, int G32, int g, int r, uint4 &sv, uint4 &ov)
+{
+	constexpr int S = BITS == 4 ? 64 : 32, NJ = S / 8;
+	if constexpr (BITS == 4) {
+		sv = __ldg((const uint4 *)(sc + 2 * ((size_t)g * S + NJ * r)));
+		if constexpr (ZP)
+			ov = __ldg((const uint4 *)(sc + 2 * ((size_t)G32 * S + (size_t)g * S + NJ * r)));
+	} else {
+		const uint2 s2 = __ldg((const uint2 *)(sc + 2 * ((size_t)g * S + NJ * r)));
+		sv = make_uint4(s2.x, s2.y, 0, 0);
+		if constexpr (ZP) {
+			const uint2 o2 = __ldg((const uint2 *)(sc + 2 * ((size_t)G32 * S + (size_t)g * S + NJ * r)));
+			ov = make_uint4(o2.x, o2.y, 0, 0);
+		}
+	}
+}
+
+/* One 32-k group (tiles v0, v1 at k16 tiles kl0/16 and kl0/16 + 1 of the staged
+ * x) into acc: per column the group's sum Σ(q - z)·x, scaled once by d (and
+ * o·Σx for offsets). xs: G rows of xstride floats. */
+template <int BITS, bool ZP, int G>
+__device__ __forceinline__ void dot_group(const uint4 v0, const uint4 v1, const uint4 sv, const uint4 ov,
+					  const float *xs, int xstride, int kl0, int c, float (&acc)[(BITS == 4 ? 64 : 32) / 8][G])
+{
+	constexpr int NJ = (BITS == 4 ? 64 : 32) / 8;
+	float d[NJ], o[NJ];
+	const uint32_t sw[4] = {sv.x, sv.y, sv.z, sv.w};
+#pragma unroll
+	for (int j = 0; j < NJ; j++)
+		d[j] = h2f(sw[j / 2], j % 2);
+	if constexpr (ZP) {
+		const uint32_t ow[4] = {ov.x, ov.y, ov.z, ov.w};
+#pragma unroll
+		for (int j = 0; j < NJ; j++)
+			o[j] = h2f(ow[j / 2], j % 2);
+	}
+	float gs[NJ][G], xsum[G];
+#pragma unroll
+	for (int t = 0; t < G; t++) {
+		xsum[t] = 0.0f;
+#pragma unroll
+		for (int j = 0; j < NJ; j++)
+			gs[j][t] = 0.0f;
+	}
+#pragma unroll
+	for (int h = 0; h < 2; h++) {
+		const int kl = kl0 + 16 * h;
+		const uint4 vv = h ? v1 : v0;
+		const uint32_t wd[4] = {vv.x, vv.y, vv.z, vv.w};
+		uint32_t lo[4], hi[4];
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			lo[i] = BITS == 4 ? wd[i] & 0x0f0f0f0fu : wd[i] ^ 0x80808080u;
+			hi[i] = BITS == 4 ? (wd[i] >> 4) & 0x0f0f0f0fu : 0u;
+		}
+		float2 xa[G], xb[G];
+#pragma unroll
+		for (int t = 0; t < G; t++) {
+			xa[t] = *(const float2 *)&xs[t * xstride + kl + 2 * c];
+			xb[t] = *(const float2 *)&xs[t * xstride + kl + 2 * c + 8];
+			if constexpr (ZP)
+				xsum[t] += (xa[t].x + xa[t].y) + (xb[t].x + xb[t].y);
+		}
+#pragma unroll
+		for (int j = 0; j < NJ; j++) {
+			float f[4];
+			weights<BITS, BITS == 8 ? 128 : (ZP ? 0 : 8)>(lo, hi, j, f);
+#pragma unroll
+			for (int t = 0; t < G; t++) {
+				float s = gs[j][t];
+				s = fmaf(f[0], xa[t].x, s);
+				s = fmaf(f[1], xa[t].y, s);
+				s = fmaf(f[2], xb[t].x, s);
+				s = fmaf(f[3], xb[t].y, s);
+				gs[j][t] = s;
+			}
+		}
+	}
+#pragma unroll
+	for (int j = 0; j < NJ; j++)
+#pragma unroll
+		for (int t = 0; t < G; t++) {
+			if constexpr (ZP)
+				acc[j][t] = fmaf(o[j], xsum[t], fmaf(d[j], gs[j][t], acc[j][t]));
+			else
+				acc[j][t] = fmaf(d[j], gs[j][t], acc[j][t]);
+		}
+}
+
+/* x of one row, 4 consecutive elements from i (a multiple of 4): one 16-byte load
+ * when the row allows it, else four; the same values either way. */
+__device__ __forceinline__ float4 ld_x4(const float *row, int64_t i, bool vec)
+{
+	if (vec)
+		return *(const float4 *)(row + i);
+	return make_float4(row[i], row[i + 1], row[i + 2], row[i + 3]);
+}
+
+/* RMSNorm scale 1/sqrt(mean(x²) + eps) of each of the block's rows, into nscale[G]:
+ * thread t sums elements 4(t + 256j) .. +3 for j = 0, 1, ... in order (k is a
+ * multiple of 32), four loads in flight, then a shuffle tree and the warps in
+ * order: one fixed order for every block and every batch. Ends synchronized. */
+template <int G>
+__device__ __forceinline__ void norm_scales(const gparams &p, int64_t row0, int nr, bool vec, float *nscale)
+{
+	__shared__ float nred[WARPS][G];
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	constexpr int STEP = 4 * 32 * WARPS;
+#pragma unroll
+	for (int t = 0; t < G; t++) {
+		float ss = 0.0f;
+		if (t < nr) {
+			const float *xr = p.x + ((row0 + t) / p.x_div) * p.ldx;
+			for (int i0 = 4 * threadIdx.x; i0 < p.k; i0 += 4 * STEP) {
+				float4 q[4];
+#pragma unroll
+				for (int u = 0; u < 4; u++)
+					if (i0 + u * STEP < p.k)
+						q[u] = ld_x4(xr, i0 + u * STEP, vec);
+#pragma unroll
+				for (int u = 0; u < 4; u++)
+					if (i0 + u * STEP < p.k) {
+						ss = fmaf(q[u].x, q[u].x, ss);
+						ss = fmaf(q[u].y, q[u].y, ss);
+						ss = fmaf(q[u].z, q[u].z, ss);
+						ss = fmaf(q[u].w, q[u].w, ss);
+					}
+			}
+		}
+#pragma unroll
+		for (int off = 16; off > 0; off >>= 1)
+			ss += __shfl_xor_sync(0xffffffffu, ss, off);
+		if (lane == 0)
+			nred[warp][t] = ss;
+	}
+	__syncthreads();
+	if (threadIdx.x < G) {
+		float ss = 0.0f;
+		for (int ww = 0; ww < WARPS; ww++)
+			ss += nred[ww][threadIdx.x];
+		nscale[threadIdx.x] = 1.0f / sqrtf(ss / (float)p.k + p.norm_eps);
+	}
+	__syncthreads();
+}
+
+/* xs[t * xstride + kk] = the activation the matmul sees at k = k0 + kk of row
+ * row0 + t, kk < len (a multiple of 32; zero past k and past the launch's rows):
+ * x, silu(x) * x2, or (x * nscale) * norm_w (rms_norm.cu's rounding). Four
+ * 16-byte loads per thread in flight. Not synchronized. */
+template <int G>
+__device__ __forceinline__ void stage_x(const gparams &p, int64_t row0, int nr, int64_t k0, int len, bool vec,
+					const float *nscale, float *xs, int xstride)
+{
+	constexpr int STEP = 4 * 32 * WARPS;
+	for (int i0 = 4 * threadIdx.x; i0 < G * len; i0 += 4 * STEP) {
+		float4 q[4], q2[4];
+#pragma unroll
+		for (int u = 0; u < 4; u++) {
+			const int i = i0 + u * STEP, t = i / len, kk = i % len;
+			const int64_t kg = k0 + kk;
+			q[u] = q2[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+			if (i < G * len && t < nr && kg < p.k) {
+				const int64_t ro = ((row0 + t) / p.x_div) * p.ldx;
+				q[u] = ld_x4(p.x + ro, kg, vec);
+				if (p.x2)
+					q2[u] = ld_x4(p.x2 + ro, kg, vec);
+			}
+		}
+#pragma unroll
+		for (int u = 0; u < 4; u++) {
+			const int i = i0 + u * STEP, t = i / len, kk = i % len;
+			if (i >= G * len)
+				break;
+			const int64_t kg = k0 + kk;
+			float e[4] = {q[u].x, q[u].y, q[u].z, q[u].w};
+			const float e2[4] = {q2[u].x, q2[u].y, q2[u].z, q2[u].w};
+			if (t < nr && kg < p.k) {
+#pragma unroll
+				for (int h = 0; h < 4; h++) {
+					if (p.x2)
+						e[h] = qc_silu_mul(e[h], e2[h]);
+					if (p.norm_w)
+						e[h] = (e[h] * nscale[t]) * p.norm_w[kg + h]; /* rms_norm.cu's rounding */
+				}
+			}
+			*(float4 *)&xs[t * xstride + kk] = make_float4(e[0], e[1], e[2], e[3]);
+		}
+	}
+}
+
+/* Whether every row this block reads allows 16-byte loads of x (and x2). */
+__device__ __forceinline__ bool x_vec(const gparams &p)
+{
+	return ((uintptr_t)p.x % 16 == 0) && (!p.x2 || (uintptr_t)p.x2 % 16 == 0) && p.ldx % 4 == 0;
+}
+
+/* The block's epilogue: the four lanes of a column (c = 0..3), then the warps in
+ * order; then y (one block along K), or the partials and, for the stripe's last
+ * block to arrive, their sum in block order (the reduce kernel's bits) and the
+ * counter back at zero. rb: this block's row (experts) or 0. */
+template <int S, int G>
+__device__ __forceinline__ void finish(const gparams &p, float (&acc)[S / 8][G], int mat, int stripe, int kb, int rb,
+				       int nr)
+{
+	constexpr int NJ = S / 8;
+	__shared__ float red[WARPS][G][S];
+	__shared__ bool last;
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, r = lane / 4, c = lane % 4;
+#pragma unroll
+	for (int j = 0; j < NJ; j++)
+#pragma unroll
+		for (int t = 0; t < G; t++) {
+			float s = acc[j][t];
+			s += __shfl_xor_sync(0xffffffffu, s, 1);
+			s += __shfl_xor_sync(0xffffffffu, s, 2);
+			if (c == 0)
+				red[warp][t][8 * j + r] = s;
+		}
+	__syncthreads();
+	for (int i = threadIdx.x; i < nr * S; i += 32 * WARPS) {
+		const int t = i / S, col = i % S;
+		float s = 0.0f;
+		for (int ww = 0; ww < WARPS; ww++)
+			s += red[ww][t][col];
+		const int64_t n = (int64_t)stripe * S + col;
+		const int64_t row = G == 1 ? rb : t; /* within this launch */
+		if (p.kb == 1)
+			store(p, mat, row, n, s);
+		else
+			p.ws[((int64_t)kb * p.nr + row) * p.n + n] = s;
+	}
+	if (p.kb == 1 || !p.flags)
+		return;
+	/* the last of the stripe's kb blocks sums them (the threadfence pattern: every
+	 * thread's partials visible device-wide before the block counts itself) */
+	__threadfence();
+	__syncthreads();
+	uint32_t *flag = &p.flags[(int64_t)rb * gridDim.x + stripe];
+	if (threadIdx.x == 0)
+		last = atomicAdd(flag, 1u) == (uint32_t)p.kb - 1;
+	__syncthreads();
+	if (!last)
+		return;
+	__threadfence();
+	for (int i = threadIdx.x; i < nr * S; i += 32 * WARPS) {
+		const int t = i / S, col = i % S;
+		const int64_t n = (int64_t)stripe * S + col;
+		const int64_t row = G == 1 ? rb : t;
+		float s = 0.0f;
+		for (int b = 0; b < p.kb; b++) /* block order: marlin_gemv_reduce's sum */
+			s += __ldcg(&p.ws[((int64_t)b * p.nr + row) * p.n + n]);
+		store(p, mat, row, n, s);
+	}
+	if (threadIdx.x == 0)
+		*flag = 0u; /* ready for the next launch (stream order, or its qc_pdl_wait) */
+}
+
+} /* namespace qc_mgv */
+
+/* The streaming kernel's launch (marlin_gemv_stream.cu) for rows without experts:
+ * p.kt_block and p.kb set by qc_mgv_stream_partition. */
+int qc_mgv_stream_launch(int bits, bool zp, const qc_mgv::gparams &p0, int64_t n_rows, uint64_t n_flags,
+			 cudaStream_t s, struct qc_err *err);
+/* Blocks along K and k16 tiles per block of the streaming kernel for an
+ * n_in x n_out matrix: a function of the shape only (batch-invariant). */
+void qc_mgv_stream_partition(int64_t n_in, int64_t n_out, int *kb, int *kt_block);
+
+#endif
