@@ -1,6 +1,5 @@
-/* backend_cuda_weights.c — the CUDA backend's weights: the bundle's tensor bytes
- * uploaded as one region through two pinned staging buffers (load rate printed),
- * the device view of each matrix (struct dmat), the f16 host conversion of types
+/* backend_cuda_weights.c — the CUDA backend's weights (uploaded as one region by
+ * backend_cuda_upload.c): the device view of each matrix (struct dmat), the f16 host conversion of types
  * without a device decoder (logged once per type), and the matmul scratch size.
  * Non-goals: choosing kernels (backend_cuda_mm.c asks the layout table).
  */
@@ -8,20 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "backend_cuda_int.h"
 #include "fp16.h"
 #include "kernels/moe_gemm.h"
-
-#define STAGE_BYTES ((size_t)64 << 20) /* each of the two pinned staging buffers */
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 int qc_cuda_be_ck(cudaError_t e, const char *what, struct qc_err *err)
 {
@@ -85,52 +74,6 @@ void qc_cuda_be_tensor_region(const struct qc_bundle *b, uint64_t *lo, uint64_t 
 	}
 	if (*lo > *hi)
 		*lo = *hi = 0;
-}
-
-/* The whole region through two pinned staging buffers (copy i+1 is filled
- * while copy i is in flight); prints the rate. */
-int qc_cuda_be_upload_file(struct cu *c, struct qc_err *err)
-{
-	const struct qc_bundle *b = c->m->bundle;
-	uint8_t *h_stage[2] = {NULL, NULL};
-	cudaEvent_t done[2] = {NULL, NULL};
-	void *d;
-	int rc;
-
-	qc_cuda_be_tensor_region(b, &c->file_lo, &c->file_hi);
-	const uint64_t n = c->file_hi - c->file_lo;
-	if ((rc = qc_cuda_be_dalloc(c, n + QC_CUDA_MM_PAD, &d, err))) /* the matmuls' 16-byte loads may pass the end */
-		return rc;
-	c->d_file = d;
-	const double t0 = now_s();
-	for (int i = 0; i < 2; i++)
-		if ((rc = qc_cuda_be_ck(cudaMallocHost((void **)&h_stage[i], STAGE_BYTES), "cudaMallocHost", err)) ||
-		    (rc = qc_cuda_be_ck(cudaEventCreateWithFlags(&done[i], cudaEventDisableTiming), "cudaEventCreate", err)))
-			goto out;
-	for (uint64_t off = 0, k = 0; off < n; off += STAGE_BYTES, k++) {
-		const size_t len = n - off < STAGE_BYTES ? (size_t)(n - off) : STAGE_BYTES;
-		const int s = (int)(k % 2);
-		if (k >= 2 && (rc = qc_cuda_be_ck(cudaEventSynchronize(done[s]), "cudaEventSynchronize", err)))
-			goto out;
-		memcpy(h_stage[s], b->map + c->file_lo + off, len);
-		if ((rc = qc_cuda_be_ck(cudaMemcpyAsync((uint8_t *)d + off, h_stage[s], len, cudaMemcpyHostToDevice, c->st),
-			     "cudaMemcpyAsync (weights)", err)) ||
-		    (rc = qc_cuda_be_ck(cudaEventRecord(done[s], c->st), "cudaEventRecord", err)))
-			goto out;
-	}
-	if ((rc = qc_cuda_be_ck(cudaStreamSynchronize(c->st), "cudaStreamSynchronize (weights)", err)))
-		goto out;
-	const double dt = now_s() - t0;
-	fprintf(stderr, "cuda: weights %.3f GB to the device in %.3f s (%.2f GB/s)\n", (double)n / 1e9, dt,
-		dt > 0 ? (double)n / 1e9 / dt : 0.0);
-out:
-	for (int i = 0; i < 2; i++) {
-		if (done[i])
-			cudaEventDestroy(done[i]);
-		if (h_stage[i])
-			cudaFreeHost(h_stage[i]);
-	}
-	return rc;
 }
 
 /* Layout of the bundle tensor holding host pointer p. */
