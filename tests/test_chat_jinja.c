@@ -40,13 +40,17 @@ static struct qc_chat_msg *conv_msgs(const cJSON *convs, const char *name, size_
 }
 
 /* render src for one case; the result or the error message in *got (malloc'd) */
+/* chat_template_kwargs (JSON text) of the oracle case being rendered, or NULL */
+static const char *case_kwargs;
+
 static int render(const char *src, size_t len, const struct qc_jinja_limits *lim, const struct qc_chat_msg *m,
 		  size_t n, bool agp, const char *bos, const char *eos, const char *tools, char **got,
 		  struct qc_err *err)
 {
 	struct qc_jinja *t = NULL;
 	struct qc_jinja_chat ch = {.msgs = m, .n_msgs = n, .add_generation_prompt = agp, .bos_token = bos,
-				   .eos_token = eos, .now_unix = now_unix, .tools_json = tools};
+				   .eos_token = eos, .now_unix = now_unix, .tools_json = tools,
+				   .kwargs_json = case_kwargs};
 	size_t out_len;
 	*got = NULL;
 	int rc = qc_jinja_parse(src, len, lim, &t, err);
@@ -79,7 +83,7 @@ static void test_oracle(void)
 	/* the tools list goes to the renderer as JSON text, as qserve passes a request's tools */
 	char *tools = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(root, "tools"));
 	CHECK(tools != NULL, "expected.json has no tools list");
-	int files = 0, identical = 0, tool_cases = 0;
+	int files = 0, identical = 0, tool_cases = 0, kwargs_cases = 0;
 	cJSON_ArrayForEach(tmpl, cJSON_GetObjectItemCaseSensitive(root, "templates"))
 	{
 		const char *file = cJSON_GetObjectItemCaseSensitive(tmpl, "file")->valuestring;
@@ -105,13 +109,20 @@ static void test_oracle(void)
 			struct qc_chat_msg *m = conv_msgs(convs, conv, &n);
 			struct qc_err err = {0};
 			char *got;
+			/* chat_template_kwargs as qserve passes them: the object's JSON text */
+			const cJSON *kw = cJSON_GetObjectItemCaseSensitive(cs, "kwargs");
+			char *kwj = kw ? cJSON_PrintUnformatted(kw) : NULL;
+			case_kwargs = kwj;
 			int rc = render(src, slen, NULL, m, n, agp, bos, eos, with_tools ? tools : NULL, &got, &err);
+			case_kwargs = NULL;
+			free(kwj);
 			all++;
 			tool_cases += with_tools;
+			kwargs_cases += kw != NULL;
 			if (want) {
 				bool same = !rc && !strcmp(got, want->valuestring);
-				CHECK(same, "%s [%s%s, agp=%d]: %s", file, conv, with_tools ? "+tools" : "", agp,
-				      rc ? err.msg : "output differs from transformers");
+				CHECK(same, "%s [%s%s%s, agp=%d]: %s", file, conv, with_tools ? "+tools" : "",
+				      kw ? "+kwargs" : "", agp, rc ? err.msg : "output differs from transformers");
 				if (!same && !rc) {
 					size_t at = diff_at(got, want->valuestring);
 					fprintf(stderr, "  at byte %zu:\n  got:  '%.80s'\n  want: '%.80s'\n", at, got + at,
@@ -136,6 +147,7 @@ static void test_oracle(void)
 	}
 	CHECK(files >= 15, "only %d templates in expected.json", files);
 	CHECK(tool_cases >= 12, "only %d cases with tools in expected.json", tool_cases);
+	CHECK(kwargs_cases >= 6, "only %d cases with chat_template_kwargs in expected.json", kwargs_cases);
 	free(tools);
 	printf("  %d of %d templates byte-identical in every case\n", identical, files);
 	cJSON_Delete(root);

@@ -216,6 +216,29 @@ static void test_echo(const struct srv *s, const char *ref_text)
 
 /* /tokenize against the reference prompt ids (llama.cpp's), /detokenize back,
  * /v1/models/{id}. */
+/* chat_template_kwargs: an object whose members the template sees (the rendering
+ * itself is checked against transformers in test_chat_jinja); wrong shapes, the
+ * renderer's own names and the completions endpoint are 400s naming the field */
+static void test_template_kwargs(const struct srv *s)
+{
+	int st;
+	cJSON *a = post_json(s, "/v1/chat/completions",
+			     "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"max_tokens\":2,"
+			     "\"chat_template_kwargs\":{\"enable_thinking\":false,\"x\":[1,{\"y\":null}]}}",
+			     AUTH, &st);
+	CHECK(st == 200 && jstr(a, "choices.0.message.content"), "chat with chat_template_kwargs: %d", st);
+	cJSON_Delete(a);
+	want_400(s, "/v1/chat/completions",
+		 "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"chat_template_kwargs\":[1]}",
+		 "chat_template_kwargs", "must be an object");
+	want_400(s, "/v1/chat/completions",
+		 "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],"
+		 "\"chat_template_kwargs\":{\"messages\":[]}}",
+		 "chat_template_kwargs.messages", "set by the server");
+	want_400(s, "/v1/completions", "{\"prompt\":\"a\",\"chat_template_kwargs\":{\"enable_thinking\":true}}",
+		 "chat_template_kwargs", "only /v1/chat/completions");
+}
+
 static void test_tokenize(const struct srv *s)
 {
 	static const int32_t once[] = {1, 403, 407, 261, 378}; /* "Once upon a time", BOS first */
@@ -446,6 +469,7 @@ int main(void)
 		test_stop_ids_min_tokens(&s, v, ref);
 		test_echo(&s, ref_text);
 		test_tokenize(&s);
+		test_template_kwargs(&s);
 		CHECK(srv_stop(&s) == 0, "qserve did not exit 0 on SIGTERM (a sanitizer report?)");
 	} else {
 		srv_failed(&s, "qserve");

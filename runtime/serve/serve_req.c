@@ -6,7 +6,8 @@
  * and the prompt/messages forms: prompt is a string, a
  * one-element array of strings, an array of ids, or a one-element array of id
  * arrays; message content is a string or an array of {"type":"text"} parts
- * (joined); tools and tool_choice go through serve_tools.c. Ranges follow the OpenAI API reference (temperature 0..2,
+ * (joined); tools and tool_choice go through serve_tools.c, chat_template_kwargs
+ * become template variables. Ranges follow the OpenAI API reference (temperature 0..2,
  * penalties -2..2, top_logprobs 0..20, at most 4 stop strings).
  * Non-goals: fields that only describe the caller (user, metadata, store, ...)
  * are accepted and ignored; so is any field not named here.
@@ -268,6 +269,31 @@ static int content_text(struct ctx *c, const cJSON *v, int idx, struct serve_buf
 	return 0;
 }
 
+/* chat_template_kwargs (vLLM's field): an object whose members the chat template
+ * sees as variables, e.g. {"enable_thinking": false} for Qwen3; *out its JSON
+ * text (NULL when absent). The names the renderer sets itself are refused: a
+ * request cannot replace its own messages or tools through them. */
+static int template_kwargs(struct ctx *c, const cJSON *v, char **out)
+{
+	static const char *const reserved[] = {"messages", "tools", "add_generation_prompt", "bos_token",
+					       "eos_token", "documents"};
+	*out = NULL;
+	if (!v)
+		return QC_OK;
+	if (!cJSON_IsObject(v))
+		return bad(c, "chat_template_kwargs", "must be an object");
+	for (const cJSON *it = v->child; it; it = it->next)
+		for (size_t i = 0; i < sizeof reserved / sizeof reserved[0]; i++)
+			if (!strcmp(it->string, reserved[i])) {
+				char field[96];
+				snprintf(field, sizeof field, "chat_template_kwargs.%s", reserved[i]);
+				return bad(c, field, "is set by the server (use the request's own field)");
+			}
+	if (!(*out = cJSON_PrintUnformatted(v)))
+		return oom(c);
+	return QC_OK;
+}
+
 static int parse_messages(struct ctx *c, const cJSON *o, const struct qc_chat_prompt *chat, struct serve_params *p)
 {
 	const cJSON *v = get(o, "messages");
@@ -281,10 +307,14 @@ static int parse_messages(struct ctx *c, const cJSON *o, const struct qc_chat_pr
 	if (!qc_chat_prompt_enabled(chat))
 		return bad(c, "messages", "this model has no chat template qserve knows; restart qserve with "
 					  "--chat-template NAME or --chat-template-file PATH, or use /v1/completions");
-	char *tools = NULL;
+	char *tools = NULL, *kwargs = NULL;
 	int rc = serve_tools_parse(o, &tools, c->param, c->param_cap, c->err);
 	if (rc)
 		return rc;
+	if ((rc = template_kwargs(c, get(o, "chat_template_kwargs"), &kwargs))) {
+		free(tools);
+		return rc;
+	}
 	struct qc_chat_msg *m = calloc((size_t)n, sizeof *m);
 	struct serve_buf *texts = calloc((size_t)n, sizeof *texts);
 	int i = 0;
@@ -314,8 +344,9 @@ static int parse_messages(struct ctx *c, const cJSON *o, const struct qc_chat_pr
 		m[i].role = role->valuestring;
 		m[i].content = texts[i].p;
 	}
-	if ((rc = qc_chat_prompt_render_tools(chat, m, (size_t)n, tools, MAX_PROMPT_BYTES, &p->prompt, &p->prompt_len,
-					      c->err))) {
+	const struct qc_chat_extra extra = {.tools_json = tools, .kwargs_json = kwargs};
+	if ((rc = qc_chat_prompt_render_ex(chat, m, (size_t)n, &extra, MAX_PROMPT_BYTES, &p->prompt, &p->prompt_len,
+					   c->err))) {
 		/* the renderer's message starts with the field it blames */
 		const char *msg = c->err->msg, *colon = strchr(msg, ':');
 		size_t l = colon ? (size_t)(colon - msg) : strlen("messages");
@@ -327,6 +358,7 @@ out:
 	free(texts);
 	free(m);
 	free(tools);
+	free(kwargs);
 	return rc;
 }
 
@@ -474,6 +506,10 @@ int serve_req_parse(const char *body, size_t len, bool chat, const struct qc_cha
 	/* tools feed a chat template; a raw completion has nowhere to put them */
 	if (!chat && (get(o, "tools") || get(o, "tool_choice"))) {
 		rc = bad(&c, get(o, "tools") ? "tools" : "tool_choice", "only /v1/chat/completions takes tools");
+		goto out;
+	}
+	if (!chat && get(o, "chat_template_kwargs")) {
+		rc = bad(&c, "chat_template_kwargs", "only /v1/chat/completions renders a chat template");
 		goto out;
 	}
 	if ((rc = chat ? parse_messages(&c, o, tmpl, p) : parse_prompt(&c, o, p)))

@@ -54,11 +54,12 @@ static int read_file(const char *path, size_t max, char **out, size_t *len, stru
 }
 
 static int jinja_apply(const struct qc_chat_prompt *p, const struct qc_jinja *t, const struct qc_chat_msg *msgs,
-		       size_t n, const char *tools_json, size_t max_bytes, char **out, size_t *out_len,
+		       size_t n, const struct qc_chat_extra *x, size_t max_bytes, char **out, size_t *out_len,
 		       struct qc_err *err)
 {
 	struct qc_jinja_chat ch = {.msgs = msgs, .n_msgs = n, .add_generation_prompt = true, .bos_token = p->bos,
-				   .eos_token = p->eos, .now_unix = (int64_t)time(NULL), .tools_json = tools_json};
+				   .eos_token = p->eos, .now_unix = (int64_t)time(NULL),
+				   .tools_json = x ? x->tools_json : NULL, .kwargs_json = x ? x->kwargs_json : NULL};
 	int rc = qc_jinja_render(t, &ch, out, out_len, err);
 	if (rc)
 		return rc;
@@ -191,6 +192,15 @@ int qc_chat_prompt_render(const struct qc_chat_prompt *p, const struct qc_chat_m
 int qc_chat_prompt_render_tools(const struct qc_chat_prompt *p, const struct qc_chat_msg *msgs, size_t n,
 				const char *tools_json, size_t max_bytes, char **out, size_t *out_len, struct qc_err *err)
 {
+	const struct qc_chat_extra x = {.tools_json = tools_json};
+	return qc_chat_prompt_render_ex(p, msgs, n, &x, max_bytes, out, out_len, err);
+}
+
+int qc_chat_prompt_render_ex(const struct qc_chat_prompt *p, const struct qc_chat_msg *msgs, size_t n,
+			     const struct qc_chat_extra *x, size_t max_bytes, char **out, size_t *out_len,
+			     struct qc_err *err)
+{
+	const char *tools_json = x ? x->tools_json : NULL;
 	*out = NULL;
 	*out_len = 0;
 	if (!qc_chat_prompt_enabled(p))
@@ -202,7 +212,7 @@ int qc_chat_prompt_render_tools(const struct qc_chat_prompt *p, const struct qc_
 		return qc_err_set(err, QC_EUNSUPPORTED, NULL, NULL, -1,
 				  "tools: this model's chat template (%s) has no tools section", p->desc);
 	if (p->jinja) {
-		int rc = jinja_apply(p, p->jinja, msgs, n, tools_json, max_bytes, out, out_len, err);
+		int rc = jinja_apply(p, p->jinja, msgs, n, x, max_bytes, out, out_len, err);
 		/* a template's raise_exception or type error is about these messages */
 		if (rc && rc != QC_ENOMEM && strncmp(err->msg, "messages", 8) && strncmp(err->msg, "tools", 5)) {
 			char m[QC_ERR_MSG_MAX];

@@ -61,4 +61,17 @@ int qc_chat_prompt_render(const struct qc_chat_prompt *p, const struct qc_chat_m
 int qc_chat_prompt_render_tools(const struct qc_chat_prompt *p, const struct qc_chat_msg *msgs, size_t n,
 				const char *tools_json, size_t max_bytes, char **out, size_t *out_len, struct qc_err *err);
 
+/* What a request adds to the messages: tools (as above) and chat_template_kwargs,
+ * the JSON text of an object whose members become template variables (vLLM's
+ * field; e.g. {"enable_thinking": false} for Qwen3). Either may be NULL. A
+ * built-in family has no variables: it renders without the kwargs, as a Jinja
+ * template that never names them does. */
+struct qc_chat_extra {
+	const char *tools_json;
+	const char *kwargs_json;
+};
+int qc_chat_prompt_render_ex(const struct qc_chat_prompt *p, const struct qc_chat_msg *msgs, size_t n,
+			     const struct qc_chat_extra *x, size_t max_bytes, char **out, size_t *out_len,
+			     struct qc_err *err);
+
 #endif

@@ -55,6 +55,10 @@ struct qc_jinja_chat {
 	const char *eos_token;
 	int64_t now_unix; /* strftime_now's time (UTC); tests pin it */
 	const char *tools_json; /* JSON text of the tools list (a request's "tools"); NULL: tools is none */
+	/* JSON text of an object whose members become top-level variables after the
+	 * ones above (a request's chat_template_kwargs, e.g. {"enable_thinking": false});
+	 * NULL: none. The caller refuses the names above. */
+	const char *kwargs_json;
 };
 
 /* Render t for c. *out is a malloc'd NUL-terminated string the caller frees.

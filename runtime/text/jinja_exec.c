@@ -235,6 +235,16 @@ static int globals(struct jctx *c, const struct qc_jinja_chat *ch)
 	}
 	jinja_set(c, "tools", tools);
 	jinja_set(c, "documents", jv_none());
+	if (ch->kwargs_json) {
+		struct jv kw;
+		int rc = jinja_json_value(c, ch->kwargs_json, &kw);
+		if (rc)
+			return rc;
+		if (kw.k != V_DICT)
+			return QC_EINVAL;
+		for (size_t i = 0; i < kw.u.d->n; i++)
+			jdict_set(&c->ar, &c->top->vars, kw.u.d->keys[i], kw.u.d->vals[i]);
+	}
 	return c->ar.oom;
 }
 
@@ -249,7 +259,8 @@ int qc_jinja_render(const struct qc_jinja *t, const struct qc_jinja_chat *ch, ch
 	int rc = globals(&c, ch);
 	if (rc)
 		rc = qc_err_set(err, rc, NULL, NULL, -1, "%s",
-				rc == QC_EINVAL ? "tools: not valid JSON"
+				rc == QC_EINVAL ? (ch->tools_json && !ch->kwargs_json ? "tools: not valid JSON"
+							: "tools or chat_template_kwargs: not valid JSON (kwargs: an object)")
 						: "chat template: out of scratch memory (or nesting) for the messages or tools");
 	if (!rc) {
 		exec(&c, t->root);

@@ -57,6 +57,11 @@ TEMPLATES = [
     ("minicpm-3b.jinja", "", ""),
 ]
 
+# chat_template_kwargs a request may send (vLLM's field; apply_chat_template passes
+# extra keyword arguments to the template the same way): Qwen3's thinking switch
+KWARGS_TEMPLATES = {"Qwen-Qwen3-8B.jinja": {"enable_thinking": False}}
+KWARGS_CONVS = ["user", "multi", "think"]
+
 # names in llama.cpp's tests/test-chat-template.cpp -> our file
 FROM_TEST_CPP = {
     "Llama-3": "llama-3-simple.jinja",
@@ -148,15 +153,21 @@ def main():
         runs = [(conv, None) for conv in CONVERSATIONS]
         if f in TOOL_TEMPLATES:
             runs += [(conv, TOOLS) for conv in TOOL_CONVS]
-        for conv, tools in runs:
+        runs = [(conv, tools, None) for conv, tools in runs]
+        if f in KWARGS_TEMPLATES:
+            runs += [(conv, None, KWARGS_TEMPLATES[f]) for conv in KWARGS_CONVS]
+        for conv, tools, kwargs in runs:
             msgs = CONVERSATIONS[conv]
             for agp in (True, False):
                 case = {"conv": conv, "add_generation_prompt": agp}
                 if tools:
                     case["tools"] = True
+                if kwargs:
+                    case["kwargs"] = kwargs
                 try:
                     case["out"] = tmpl.render(messages=msgs, tools=tools, documents=None,
-                                              add_generation_prompt=agp, bos_token=bos, eos_token=eos)
+                                              add_generation_prompt=agp, bos_token=bos, eos_token=eos,
+                                              **(kwargs or {}))
                 except jinja2.exceptions.TemplateError as e:
                     case["error"] = str(e)
                 cases.append(case)
