@@ -48,7 +48,7 @@
  * difference in the cached K/V legitimately picks the other expert; the logit
  * margin rule cannot see such a router near-tie. */
 #define N_PROMPT 24
-#define FP16_REL 0x1p-7 /* 2^-11 (fp16 unit roundoff) x 16 for the f16 weight and cache roundings */
+#define FP16_REL 0x1p-7 /* 2^-11 (fp16 unit roundoff) x 16: docs/cuda.md "The end-to-end bound, derived" */
 
 struct trace {
 	int32_t ids[N_GEN];

@@ -123,6 +123,15 @@ def main():
                                          "stop_token_ids": [first[3]], "min_tokens": 4},
                              **{k: v for k, v in ids4.items() if k != "extra_body"})
     check(lp_ids(r)[:3] == first[:3] and first[3] not in lp_ids(r), "min_tokens %r" % lp_ids(r))
+    r = c.chat.completions.create(model=model, messages=msgs, max_tokens=3, temperature=0,
+                                  extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    check(r.usage.completion_tokens == 3 or r.choices[0].finish_reason == "stop", "chat_template_kwargs %r" % r)
+    try:
+        c.chat.completions.create(model=model, messages=msgs, max_tokens=1,
+                                  extra_body={"chat_template_kwargs": {"messages": []}})
+        check(False, "chat_template_kwargs.messages accepted")
+    except openai.BadRequestError as e:
+        check(e.status_code == 400 and "chat_template_kwargs.messages" in str(e), "chat_template_kwargs: %s" % e)
     check(c.models.retrieve(model).id == model, "models.retrieve")
     try:
         c.models.retrieve("no-such-model")
