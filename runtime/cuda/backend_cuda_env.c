@@ -42,6 +42,9 @@ void qc_cuda_env_read(struct qc_cuda_env *e)
 		e->mm.stream_blocks = (int)strtol(st, &end, 10);
 		e->mm.stream_min_wt = end && *end == ',' ? atoi(end + 1) : def.stream_min_wt;
 	}
+	/* 1: the streaming GEMV's split-K sum through a thread-block cluster (A/B runs) */
+	const char *cl = getenv("QC_MARLIN_GEMV_CLUSTER");
+	e->mm.stream_cluster = cl && !strcmp(cl, "1");
 	const char *fl = getenv("QC_CUDA_FLASH");
 	e->flash = fl && !strcmp(fl, "0") ? QC_CUDA_ATTN_FLASH_OFF : QC_CUDA_ATTN_FLASH_AUTO;
 	const char *pdl = getenv("QC_CUDA_PDL");

@@ -450,6 +450,23 @@ static void check_gemv(enum qc_layout l, int64_t rows, int64_t n, int64_t k, int
 		CU(cudaMemcpy(y1, d_y, (size_t)ldy * 4, cudaMemcpyDeviceToHost));
 		differ += memcmp(y1, y + r * ldy, (size_t)n * 4) != 0;
 	}
+	/* streaming: the split-K sum through a thread-block cluster (sm_90) gives the
+	 * global partials' bits */
+	int64_t cl_differ = 0;
+	if (!rc && gemv_mode == QC_CUDA_GEMV_STREAM && E == 1) {
+		float *yc = malloc((size_t)(rows * ldy) * 4);
+		CU(cudaMemset(d_y, 0xff, (size_t)(rows * ldy) * 4));
+		qc_cuda_marlin_gemv_stream_cluster(1);
+		qc_cuda_pdl_set(1);
+		rc = qc_cuda_marlin_gemv(&m, 0, &err);
+		qc_cuda_pdl_set(0);
+		qc_cuda_marlin_gemv_stream_cluster(0);
+		if (!rc)
+			rc = qc_cuda_check(cudaDeviceSynchronize(), "sync (cluster)", &err);
+		CU(cudaMemcpy(yc, d_y, (size_t)(rows * ldy) * 4, cudaMemcpyDeviceToHost));
+		cl_differ = memcmp(yc, y, (size_t)(rows * ldy) * 4) != 0;
+		free(yc);
+	}
 	/* the in-kernel split-K sum (arrival counters), launched with programmatic
 	 * dependent launch on a stream of its own, twice in a row (the counters must
 	 * be back at zero): the same bits as the reduce kernel's, every counter 0 after */
@@ -660,15 +677,16 @@ static void check_gemv(enum qc_layout l, int64_t rows, int64_t n, int64_t k, int
 		free(y1r);
 	}
 	double rg = sqrt(eg / nrm), rb = sqrt(eb / nrm);
-	int ok = rc == QC_OK && bad == 0 && touched == 0 && differ == 0 && fl_differ == 0 && fl_left == 0 &&
+	int ok = rc == QC_OK && bad == 0 && touched == 0 && differ == 0 && fl_differ == 0 && fl_left == 0 && cl_differ == 0 &&
 		 fu_differ == 0 && nm_err <= 1e-5 && nm_differ == 0 && rg <= 2 * rb + 1e-6;
 	printf("%s gemv %-6s %-9s rows=%lld n=%lld k=%lld experts=%lld ws=%llu rel_err %.3e (fp16 plain %.3e) nan %lld "
 	       "written past n %lld rows differing alone %lld in-kernel sum differing %lld counters left %lld "
-	       "fused rows differing %lld norm-fused err %.2e rows differing alone %lld%s%s\n",
+	       "fused rows differing %lld norm-fused err %.2e rows differing alone %lld cluster differs %lld%s%s\n",
 	       ok ? "PASS" : "FAIL", mode_name(gemv_mode), qc_layout_name(l), (long long)rows, (long long)n,
 	       (long long)k, (long long)E,
 	       (unsigned long long)wsb, rg, rb, (long long)bad, (long long)touched, (long long)differ,
 	       (long long)fl_differ, (long long)fl_left, (long long)fu_differ, nm_err, (long long)nm_differ,
+	       (long long)cl_differ,
 	       rc ? " err: " : "", rc ? err.msg : "");
 	ok ? n_pass++ : n_fail++;
 	cudaFree(d_w);
@@ -826,7 +844,7 @@ static int run_gemv(void *ctx, int i, cudaStream_t s)
  * over the copy bandwidth. fuse: 0 plain, 1 RMSNorm in the loads (Q|K|V,
  * gate|up), 2 silu(x)·x2 in the loads and y += (down). */
 /* the streaming partitions timed (rows = 1): blocks aimed at, tiles per warp at least */
-static const int stream_tunes[][2] = { { 528, 2 }, { 264, 2 }, { 1056, 2 }, { 528, 8 }, { 264, 8 } };
+static const int stream_tunes[][2] = { { 264, 8 }, { 528, 8 }, { 264, 2 }, { 528, 2 }, { 132, 8 } }; /* first: the default */
 
 static void bench_gemv(enum qc_layout l, int64_t n, int64_t k, int rows, int fuse)
 {
@@ -863,10 +881,12 @@ static void bench_gemv(enum qc_layout l, int64_t n, int64_t k, int rows, int fus
 	CU(cudaMemset(d_fl, 0, (size_t)nf * 4));
 	if (wsb)
 		CU(cudaMalloc(&d_ws, wsb));
-	for (int t = -1; t < n_tunes; t++) { /* -1: the load-once kernel (kt4) */
+	for (int t = -1; t <= n_tunes; t++) { /* -1: the load-once kernel (kt4); n_tunes: default + cluster */
 		const enum qc_cuda_gemv_kt mode = t < 0 ? QC_CUDA_GEMV_KT4 : QC_CUDA_GEMV_STREAM;
+		const bool cl = t == n_tunes;
 		if (t >= 0)
-			qc_cuda_marlin_gemv_stream_tune(stream_tunes[t][0], stream_tunes[t][1]);
+			qc_cuda_marlin_gemv_stream_tune(cl ? 0 : stream_tunes[t][0], cl ? 0 : stream_tunes[t][1]);
+		qc_cuda_marlin_gemv_stream_cluster(cl);
 		c.a = (struct qc_cuda_mm_args){ .type = type_of(l), .layout = l, .n_in = k, .n_out = n, .d_x = d_x,
 						.ldx = k, .x_div = 1, .n_rows = rows, .d_y = d_y, .ldy = n, .d_ws = d_ws,
 						.ws_bytes = wsb, .gemv_kt = mode, .d_flags = d_fl, .n_flags = nf,
@@ -875,7 +895,9 @@ static void bench_gemv(enum qc_layout l, int64_t n, int64_t k, int rows, int fus
 		float us = median_us(run_gemv, &c, 41);
 		double gbs = (double)wb / (us * 1e-6) / 1e9;
 		char tune[32] = "";
-		if (t >= 0)
+		if (cl)
+			snprintf(tune, sizeof tune, "cluster");
+		else if (t >= 0)
 			snprintf(tune, sizeof tune, "%d,%d", stream_tunes[t][0], stream_tunes[t][1]);
 		printf("gemv %-6s %-8s %-9s %-5s n=%-6lld k=%-6lld rows=%d %-9s: %7.1f us, %6.0f GB/s, %3.0f%% of copy "
 		       "bandwidth\n",
@@ -883,6 +905,7 @@ static void bench_gemv(enum qc_layout l, int64_t n, int64_t k, int rows, int fus
 		       rows, fuse == 1 ? "+norm" : fuse == 2 ? "+silu+acc" : "", us, gbs, 100.0 * gbs * 1e9 / copy_bw);
 	}
 	qc_cuda_marlin_gemv_stream_tune(0, 0);
+	qc_cuda_marlin_gemv_stream_cluster(0);
 	for (int i = 0; i < c.n_copies; i++)
 		cudaFree(c.d_w[i]);
 	cudaFree(d_x);

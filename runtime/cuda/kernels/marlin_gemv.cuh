@@ -50,6 +50,8 @@ struct gparams {
 	int64_t r0;                /* first row of this launch */
 	int nr, n, k, kb;
 	int kt_block;              /* k16 tiles per block along K (a multiple of 2 * WARPS) */
+	int cluster;               /* the kb blocks of a stripe are one thread-block cluster: their
+				      partials are summed through distributed shared memory (sm_90) */
 };
 
 __device__ __forceinline__ float h2f(uint32_t w, int hi)
@@ -378,6 +380,67 @@ __device__ __forceinline__ void finish(const gparams &p, float (&acc)[S / 8][G],
 	}
 	if (threadIdx.x == 0)
 		*flag = 0u; /* ready for the next launch (stream order, or its qc_pdl_wait) */
+}
+
+/* finish() for a launch whose kb blocks along K form one cluster (p.cluster,
+ * sm_90+): each block leaves its warp-summed columns in its own shared memory, the
+ * cluster's rank-0 block reads every rank's through distributed shared memory and
+ * sums them in rank (= block) order, the flags path's order and bits, then stores.
+ * No partials in global memory, no fence, no counter. Every block waits at a
+ * second cluster barrier so its shared memory outlives rank 0's reads. */
+template <int S, int G>
+__device__ __forceinline__ void finish_cluster(const gparams &p, float (&acc)[S / 8][G], int mat, int stripe, int nr)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	constexpr int NJ = S / 8;
+	__shared__ float red[WARPS][G][S];
+	__shared__ float part[G][S];
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, r = lane / 4, c = lane % 4;
+#pragma unroll
+	for (int j = 0; j < NJ; j++)
+#pragma unroll
+		for (int t = 0; t < G; t++) {
+			float s = acc[j][t];
+			s += __shfl_xor_sync(0xffffffffu, s, 1);
+			s += __shfl_xor_sync(0xffffffffu, s, 2);
+			if (c == 0)
+				red[warp][t][8 * j + r] = s;
+		}
+	__syncthreads();
+	for (int i = threadIdx.x; i < nr * S; i += 32 * WARPS) {
+		const int t = i / S, col = i % S;
+		float s = 0.0f;
+		for (int ww = 0; ww < WARPS; ww++)
+			s += red[ww][t][col];
+		part[t][col] = s;
+	}
+	uint32_t rank;
+	asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+	/* every rank's part[] written and visible cluster-wide */
+	asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+	if (rank == 0) {
+		const uint32_t base = (uint32_t)__cvta_generic_to_shared(&part[0][0]);
+		for (int i = threadIdx.x; i < nr * S; i += 32 * WARPS) {
+			const int t = i / S, col = i % S;
+			float s = 0.0f;
+			for (int b = 0; b < p.kb; b++) { /* block order: the reduce kernel's sum */
+				uint32_t remote;
+				float v;
+				asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+					     : "=r"(remote)
+					     : "r"(base + (uint32_t)((t * S + col) * sizeof(float))), "r"(b));
+				asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+				s += v;
+			}
+			store(p, mat, t, (int64_t)stripe * S + col, s);
+		}
+	}
+	/* rank 0 is done reading: the others' shared memory may go */
+	asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+#else
+	(void)p, (void)acc, (void)mat, (void)stripe, (void)nr;
+	__trap(); /* the host never asks for a cluster below sm_90 */
+#endif
 }
 
 } /* namespace qc_mgv */

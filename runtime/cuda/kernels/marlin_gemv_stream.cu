@@ -39,6 +39,17 @@ constexpr int STREAM_MAX_KTB = 256; /* k16 tiles per block at most: x of ROWS ro
  * (docs/perf-notes.md). */
 constexpr int STREAM_BLOCKS = 264, STREAM_MIN_WT = 8;
 int stream_blocks = STREAM_BLOCKS, stream_min_wt = STREAM_MIN_WT;
+/* split-K sums through a thread-block cluster (qc_cuda_marlin_gemv_stream_cluster;
+ * off until measured, docs/perf-notes.md) */
+bool stream_cluster = false;
+
+/* Whether the current device launches clusters (compute capability 9.0+). */
+bool cluster_ok()
+{
+	int dev = 0, major = 0;
+	return cudaGetDevice(&dev) == cudaSuccess &&
+	       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9;
+}
 
 /* D: tiles in flight per warp (even). */
 template <int BITS, bool ZP, int G, int D>
@@ -100,7 +111,10 @@ __global__ void __launch_bounds__(32 * WARPS, 2) marlin_gemv_stream_kernel(const
 			}
 		}
 	}
-	finish<S, G>(p, acc, mat, stripe, kb, 0, nr);
+	if (p.cluster)
+		finish_cluster<S, G>(p, acc, mat, stripe, nr);
+	else
+		finish<S, G>(p, acc, mat, stripe, kb, 0, nr);
 }
 
 /* y[r][n] = sum over kb in order of ws[kb][r][n] (when no counters were given) */
@@ -129,7 +143,10 @@ cudaError_t launch_one(const gparams &p, size_t smem, cudaStream_t s)
 		if (e != cudaSuccess)
 			return e;
 	}
-	return qc_launch(k, dim3((unsigned)(p.n / S), (unsigned)p.kb, 1), dim3(32 * WARPS), smem, s, p);
+	const dim3 grid((unsigned)(p.n / S), (unsigned)p.kb, 1);
+	if (p.cluster)
+		return qc_launch_cluster(k, grid, dim3(1, (unsigned)p.kb, 1), dim3(32 * WARPS), smem, s, p);
+	return qc_launch(k, grid, dim3(32 * WARPS), smem, s, p);
 }
 
 template <int BITS, bool ZP>
@@ -141,6 +158,9 @@ int launch(const gparams &p0, int64_t n_rows, uint64_t n_flags, cudaStream_t s, 
 		p.r0 = r0;
 		p.nr = (int)(n_rows - r0 < ROWS ? n_rows - r0 : ROWS);
 		p.flags = p0.flags && (uint64_t)(p.n / S) <= n_flags ? p0.flags : NULL;
+		/* a cluster of the kb blocks along K where asked, the device has clusters
+		 * and kb fits the portable size (8); same bits as the other two sums */
+		p.cluster = stream_cluster && p.kb > 1 && p.kb <= 8 && cluster_ok();
 		const int G = p.nr == 1 ? 1 : ROWS;
 		const size_t smem = (size_t)G * (size_t)p.kt_block * 16 * sizeof(float);
 		/* a ring of 8 tiles for one row; 4 for ROWS rows (their accumulators
@@ -149,7 +169,7 @@ int launch(const gparams &p0, int64_t n_rows, uint64_t n_flags, cudaStream_t s, 
 		int rc = qc_cuda_check(e, "marlin_gemv_stream_kernel", err);
 		if (rc)
 			return rc;
-		if (p.kb > 1 && !p.flags) {
+		if (p.kb > 1 && !p.flags && !p.cluster) {
 			const int64_t total = (int64_t)p.nr * p.n;
 			if ((rc = qc_cuda_check(qc_launch(marlin_gemv_stream_reduce, dim3((unsigned)((total + 255) / 256)),
 							  dim3(256), 0, s, p),
@@ -183,6 +203,11 @@ extern "C" void qc_cuda_marlin_gemv_stream_tune(int blocks, int min_warp_tiles)
 {
 	stream_blocks = blocks > 0 ? blocks : STREAM_BLOCKS;
 	stream_min_wt = min_warp_tiles >= 2 ? min_warp_tiles & ~1 : STREAM_MIN_WT;
+}
+
+extern "C" void qc_cuda_marlin_gemv_stream_cluster(int on)
+{
+	stream_cluster = on != 0;
 }
 
 int qc_mgv_stream_launch(int bits, bool zp, const gparams &p, int64_t n_rows, uint64_t n_flags, cudaStream_t s,

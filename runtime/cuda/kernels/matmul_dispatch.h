@@ -104,14 +104,20 @@ struct qc_cuda_mm_tuning {
 	/* QC_CUDA_GEMV_STREAM's partition (qc_cuda_marlin_gemv_stream_tune): blocks a
 	 * launch aims at, k16 tiles per warp at least */
 	int stream_blocks, stream_min_wt;
+	int stream_cluster; /* qc_cuda_marlin_gemv_stream_cluster */
 };
-#define QC_CUDA_MM_TUNING_DEFAULT { QC_KERNEL_ROWS_DEFAULT, QC_CUDA_GEMV_STREAM, 264, 8 }
+#define QC_CUDA_MM_TUNING_DEFAULT { QC_KERNEL_ROWS_DEFAULT, QC_CUDA_GEMV_STREAM, 264, 8, 0 }
 
 /* The streaming GEMV's partition (marlin_gemv_stream.cu): about `blocks` blocks per
  * launch, at least min_warp_tiles k16 tiles per warp (even; out-of-range values
  * take the defaults). Process-wide, set by the backend at create before any
  * launch: batch invariance holds among launches with the same numbers. */
 void qc_cuda_marlin_gemv_stream_tune(int blocks, int min_warp_tiles);
+/* 1: the streaming GEMV's kb blocks along K (2..8) form one thread-block cluster and
+ * sum their partials through distributed shared memory (sm_90+), the same bits as
+ * the global partials; 0 (default): global partials and arrival counters.
+ * Process-wide like the partition. */
+void qc_cuda_marlin_gemv_stream_cluster(int on);
 
 typedef int (*qc_cuda_mm_fn)(const struct qc_cuda_mm_args *a, cudaStream_t s, struct qc_err *err);
 /* Scratch bytes for n_rows rows: the most any kind the table can pick for up to

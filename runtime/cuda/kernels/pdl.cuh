@@ -64,4 +64,27 @@ static inline cudaError_t qc_launch(void (*kernel)(P...), dim3 grid, dim3 block,
 	return cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
 }
 
+/* The same with a thread-block cluster of cluster_dim blocks (sm_90+; grid a
+ * multiple of it in each dimension). */
+template <typename... P, typename... A>
+static inline cudaError_t qc_launch_cluster(void (*kernel)(P...), dim3 grid, dim3 cluster_dim, dim3 block,
+					    size_t smem, cudaStream_t s, A &&...args)
+{
+	cudaLaunchAttribute at[2];
+	at[0].id = cudaLaunchAttributeClusterDimension;
+	at[0].val.clusterDim.x = cluster_dim.x;
+	at[0].val.clusterDim.y = cluster_dim.y;
+	at[0].val.clusterDim.z = cluster_dim.z;
+	at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+	at[1].val.programmaticStreamSerializationAllowed = 1;
+	cudaLaunchConfig_t cfg = {};
+	cfg.gridDim = grid;
+	cfg.blockDim = block;
+	cfg.dynamicSmemBytes = smem;
+	cfg.stream = s;
+	cfg.attrs = at;
+	cfg.numAttrs = qc_cuda_pdl_on() ? 2 : 1;
+	return cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
+}
+
 #endif
