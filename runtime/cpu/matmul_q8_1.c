@@ -9,7 +9,8 @@
  * merely close: on a trained model with massive activations (SmolLM2, docs/accuracy.md)
  * a last-bit difference here flips a q8 code of a later layer and moves logits by 0.1
  * or more, so a double-sum kernel cannot agree with llama.cpp within 1e-3 there.
- * The AVX2 clone is the same code compiled for AVX2/FMA (fmaf is one rounding either way).
+ * The AVX2 version (rows_q81_avx2) computes the same integer lane sums with byte
+ * multiply-adds and the same fmas, so it gives the generic kernel's bits.
  * Reference: ggml-cpu-quants.c ggml_vec_dot_q4_1_q8_1, ggml_vec_dot_q5_1_q8_1, hsum_float_8.
  */
 #include "matmul_cpu_int.h"
@@ -92,11 +93,77 @@ static float dot_q81_generic(ucodes_fn uc, const uint8_t *wr, int64_t nb, const 
 }
 
 #ifdef QC_X86
-__attribute__((target("avx2,fma"))) static float dot_q81_avx2(ucodes_fn uc, const uint8_t *wr,
-							      int64_t nb, const int8_t *xq,
-							      const double *xqd, const float *xs81)
+/* The same sums with AVX2: a block's 32 codes in one register (q4_1: the low
+ * nibbles of the 16 bytes, then the high ones, as ucodes_q4_1 orders them; q5_1:
+ * ucodes_q5_1's bytes), times the 32 activation codes by unsigned x signed byte
+ * products summed in pairs (at most 2 x 31 x 127: no int16 saturation), the pairs
+ * summed again: lane l is the integer sum of codes 4l..4l+3, exactly the scalar
+ * kernel's s, then acc_l = fma(d, s, acc_l) in the same order. So the bits equal
+ * dot_q81_body's (and ggml's). The weight block is decoded once for up to
+ * Q81_TOK tokens. */
+#define Q81_TOK 4
+
+__attribute__((target("avx2,fma"))) static inline __m256i codes_q4_1_avx2(const uint8_t *row, int64_t b, float *d,
+									 float *m)
 {
-	return dot_q81_body(uc, wr, nb, xq, xqd, xs81);
+	const struct qc_block_Q4_1 *blk = (const struct qc_block_Q4_1 *)(const void *)row + b;
+	const __m128i raw = _mm_loadu_si128((const __m128i *)(const void *)blk->qs);
+	const __m128i lo = _mm_and_si128(raw, _mm_set1_epi8(15));
+	const __m128i hi = _mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(15));
+	*d = qc_fp16_to_f32(blk->d);
+	*m = qc_fp16_to_f32(blk->m);
+	return _mm256_set_m128i(hi, lo);
+}
+
+__attribute__((target("avx2,fma"))) static void rows_q81_avx2(struct qc_matmul *mm, ucodes_fn uc, int64_t r0,
+								int64_t r1)
+{
+	const struct qc_mat *w = mm->w;
+	const int64_t nb = w->n_in / 32;
+	const bool q41 = w->type == QC_TYPE_Q4_1;
+	const __m256i ones = _mm256_set1_epi16(1);
+	for (int64_t r = r0; r < r1; r++) {
+		const uint8_t *wr = qc_mat_row(w, mm->e, r);
+		for (int64_t t0 = 0; t0 < mm->n_tok; t0 += Q81_TOK) {
+			const int nt = mm->n_tok - t0 < Q81_TOK ? (int)(mm->n_tok - t0) : Q81_TOK;
+			__m256 acc[Q81_TOK];
+			float summs[Q81_TOK];
+			for (int u = 0; u < Q81_TOK; u++) {
+				acc[u] = _mm256_setzero_ps();
+				summs[u] = 0.0f;
+			}
+			for (int64_t b = 0; b < nb; b++) {
+				float dw, mw;
+				__m256i cw;
+				if (q41) {
+					cw = codes_q4_1_avx2(wr, b, &dw, &mw);
+				} else {
+					uint8_t c[32];
+					if (uc == ucodes_q5_1)
+						ucodes_q5_1(wr, b, c, &dw, &mw); /* a direct call: inlined */
+					else
+						uc(wr, b, c, &dw, &mw);
+					cw = _mm256_loadu_si256((const __m256i *)(const void *)c);
+				}
+				for (int u = 0; u < nt; u++) {
+					const int64_t t = t0 + u;
+					summs[u] += mw * mm->xs81[t * nb + b];
+					const float d = dw * (float)mm->xqd[t * nb + b];
+					const __m256i q = _mm256_loadu_si256(
+						(const __m256i *)(const void *)(mm->xq + t * w->n_in + b * 32));
+					const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(cw, q), ones);
+					acc[u] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s), acc[u]);
+				}
+			}
+			for (int u = 0; u < nt; u++) {
+				float a[8], h[4];
+				_mm256_storeu_ps(a, acc[u]);
+				for (int j = 0; j < 4; j++) /* hsum_float_8, as dot_q81_body */
+					h[j] = a[j + 4] + a[j];
+				mm->y[(t0 + u) * mm->ldy + r] = ((h[0] + h[2]) + (h[1] + h[3])) + summs[u];
+			}
+		}
+	}
 }
 #endif
 
@@ -107,11 +174,13 @@ void qc_matmul_rows_q81(struct qc_matmul *mm, int64_t r0, int64_t r1)
 	const int64_t nb = w->n_in / 32;
 	float (*dot)(ucodes_fn, const uint8_t *, int64_t, const int8_t *, const double *,
 		     const float *) = dot_q81_generic;
-#ifdef QC_X86
-	if (mm->avx2)
-		dot = dot_q81_avx2;
-#endif
 	QC_ASSERT(uc != NULL);
+#ifdef QC_X86
+	if (mm->avx2) {
+		rows_q81_avx2(mm, uc, r0, r1);
+		return;
+	}
+#endif
 	for (int64_t r = r0; r < r1; r++) {
 		const uint8_t *wr = qc_mat_row(w, mm->e, r);
 		for (int64_t t = 0; t < mm->n_tok; t++)
