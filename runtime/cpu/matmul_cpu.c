@@ -154,6 +154,7 @@ int qc_matmul_new(int64_t max_in, int64_t max_tok, int n_slots, enum qc_act_roun
 		mm->ftile = qc_matmul_ftile_avx2;
 		mm->dot_dd = qc_matmul_dot_dd_avx2;
 		mm->dot_fd = qc_matmul_dot_fd_avx2;
+		mm->itile = qc_matmul_itile_avx2;
 	}
 	if (cpu_has(true)) {
 		mm->vnni = true;

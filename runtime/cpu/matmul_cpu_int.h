@@ -159,11 +159,14 @@ const struct int8_type *qc_matmul_find_int8(enum qc_type t);
 void qc_matmul_pack_generic(struct slot *s, const struct int8_type *it, const uint8_t *const *rows,
 			    int64_t nb, const uint8_t *next);
 
-/* The portable integer tile (contract: matmul_int8.c) and its AVX-512 VNNI clone. */
+/* The portable integer tile (contract: matmul_int8.c), its AVX-512 VNNI clone and
+ * an AVX2 one (same bits). */
 void qc_matmul_itile_generic(const uint8_t *pk, const double *pkd, int64_t nb, const int8_t *xq,
 			     const double *xqd, const int32_t *xs, int64_t n_in, int nt, double *acc);
 #ifdef QC_X86
 void qc_matmul_itile_vnni(const uint8_t *pk, const double *pkd, int64_t nb, const int8_t *xq,
+			  const double *xqd, const int32_t *xs, int64_t n_in, int nt, double *acc);
+void qc_matmul_itile_avx2(const uint8_t *pk, const double *pkd, int64_t nb, const int8_t *xq,
 			  const double *xqd, const int32_t *xs, int64_t n_in, int nt, double *acc);
 #endif
 

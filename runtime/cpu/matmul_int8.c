@@ -6,7 +6,8 @@
  * give exact integer block sums, each times d_w * d_x (exact in double) added to a
  * double in block order: the exact block dots ggml sums in float, summed in double.
  * Decode (few tokens) skips the repack and reduces each row's products in place:
- * the same integers, the same double operations. AVX2 repack and AVX-512 VNNI tiles
+ * the same integers, the same double operations. The AVX2 repack, the AVX2 tile and
+ * the AVX-512 VNNI tiles
  * are bit-identical to the portable code.
  * Reference: ggml-cpu vec_dot_q8_0_q8_0.
  */
@@ -168,6 +169,79 @@ void qc_matmul_itile_generic(const uint8_t *pk, const double *pkd, int64_t nb, c
 }
 
 #ifdef QC_X86
+/* The same tile with AVX2 only (no VNNI: e.g. AMD EPYC before Zen 4, where the
+ * portable tile took a third of a SmolLM2 decode). Per 4-byte group the 16 rows'
+ * codes are compared as signed bytes w = u8 ^ 0x80 (the code itself): |w| times
+ * x carrying w's sign, in unsigned x signed byte pairs (|w| <= 128, |x| <= 127:
+ * a pair sums to at most 32512, no int16 saturation), the pairs summed to int32:
+ * sum w x for the group, exactly. sum over the block of w x equals the portable
+ * tile's s = xs + sum (w + 128) x, so the block sums, and with them the double
+ * operations (one product (double)s * (d_w * d_x), exact in double, then an
+ * add: the fma below gives the same bits), are the portable tile's. */
+__attribute__((target("avx2,fma"))) static inline __attribute__((always_inline)) void
+itile_avx2_body(const uint8_t *pk, const double *pkd, int64_t nb, const int8_t *xq, const double *xqd,
+		int64_t n_in, const int NT, double *acc)
+{
+	const __m256i flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
+	__m256d ad[4][4];
+#pragma GCC unroll 4
+	for (int t = 0; t < NT; t++)
+		ad[t][0] = ad[t][1] = ad[t][2] = ad[t][3] = _mm256_setzero_pd();
+	for (int64_t b = 0; b < nb; b++) {
+		const uint8_t *p = pk + b * IR * 32;
+		__m256i s[4][2];
+#pragma GCC unroll 4
+		for (int t = 0; t < NT; t++)
+			s[t][0] = s[t][1] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+		for (int g = 0; g < 8; g++) {
+			const __m256i w0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(const void *)(p + g * IR * 4)), flip);
+			const __m256i w1 =
+				_mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(const void *)(p + g * IR * 4 + 32)), flip);
+			const __m256i a0 = _mm256_abs_epi8(w0), a1 = _mm256_abs_epi8(w1);
+#pragma GCC unroll 4
+			for (int t = 0; t < NT; t++) {
+				int32_t xv;
+				memcpy(&xv, xq + t * n_in + b * 32 + g * 4, sizeof xv);
+				const __m256i x = _mm256_set1_epi32(xv);
+				s[t][0] = _mm256_add_epi32(s[t][0], _mm256_madd_epi16(_mm256_maddubs_epi16(a0, _mm256_sign_epi8(x, w0)), ones));
+				s[t][1] = _mm256_add_epi32(s[t][1], _mm256_madd_epi16(_mm256_maddubs_epi16(a1, _mm256_sign_epi8(x, w1)), ones));
+			}
+		}
+		__m256d dw[4];
+		for (int q = 0; q < 4; q++)
+			dw[q] = _mm256_loadu_pd(pkd + b * IR + 4 * q);
+#pragma GCC unroll 4
+		for (int t = 0; t < NT; t++) {
+			const __m256d dx = _mm256_set1_pd(xqd[t * nb + b]);
+			const __m256d i0 = _mm256_cvtepi32_pd(_mm256_castsi256_si128(s[t][0]));
+			const __m256d i1 = _mm256_cvtepi32_pd(_mm256_extracti128_si256(s[t][0], 1));
+			const __m256d i2 = _mm256_cvtepi32_pd(_mm256_castsi256_si128(s[t][1]));
+			const __m256d i3 = _mm256_cvtepi32_pd(_mm256_extracti128_si256(s[t][1], 1));
+			ad[t][0] = _mm256_fmadd_pd(i0, _mm256_mul_pd(dw[0], dx), ad[t][0]);
+			ad[t][1] = _mm256_fmadd_pd(i1, _mm256_mul_pd(dw[1], dx), ad[t][1]);
+			ad[t][2] = _mm256_fmadd_pd(i2, _mm256_mul_pd(dw[2], dx), ad[t][2]);
+			ad[t][3] = _mm256_fmadd_pd(i3, _mm256_mul_pd(dw[3], dx), ad[t][3]);
+		}
+	}
+#pragma GCC unroll 4
+	for (int t = 0; t < NT; t++)
+		for (int q = 0; q < 4; q++)
+			_mm256_storeu_pd(acc + t * IR + 4 * q, ad[t][q]);
+}
+
+__attribute__((target("avx2,fma"))) void qc_matmul_itile_avx2(const uint8_t *pk, const double *pkd, int64_t nb,
+							      const int8_t *xq, const double *xqd, const int32_t *xs,
+							      int64_t n_in, int nt, double *acc)
+{
+	(void)xs; /* the signed codes need no offset correction */
+	int t = 0;
+	for (; t + 4 <= nt; t += 4)
+		itile_avx2_body(pk, pkd, nb, xq + t * n_in, xqd + t * nb, n_in, 4, acc + t * IR);
+	for (; t < nt; t++)
+		itile_avx2_body(pk, pkd, nb, xq + t * n_in, xqd + t * nb, n_in, 1, acc + t * IR);
+}
+
 #define VNNI_TARGET "avx2,fma,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni"
 
 __attribute__((target(VNNI_TARGET))) static inline __attribute__((always_inline)) void
