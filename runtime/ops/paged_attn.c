@@ -18,6 +18,7 @@
  * Reference: ggml soft_max (double sum), llama.cpp llm_build_kqv, ggml-cpu.c
  * ggml_v_expf / ggml_vec_soft_max_f32, llamafile sgemm.cpp tinyBLAS. */
 #include <math.h>
+#include <string.h>
 
 #include "fp16.h"
 #include "ops.h"
@@ -170,15 +171,18 @@ static void attn_head_ggml(const struct qc_ref_attn_args *a, const float *qh, fl
 	softmax_ggml(sc, n_all);
 	for (int32_t j = 0; j < n_all; j++)
 		sc[j] = f16_round(sc[j]);
-	for (int d = 0; d < hd; d++) {
-		float acc[4][8] = {{0}};
-		for (int32_t j = j0; j < n_all; j++) {
-			const int r = tiles ? 0 : (j % 32) / 8;
-			acc[r][j % 8] = fmaf(sc[j], kv_row(&a->pool, a->layer, table, j, 1, kvo, hd, NULL)[d],
-					     acc[r][j % 8]);
-		}
-		o[d] = tiles ? hsum8(acc[0]) : reduce32(acc);
+	/* each (d, lane) accumulator sums over j in increasing order, as llama.cpp's
+	   does; j runs outside so each V row is found once, not once per d */
+	float acc[hd][4][8];
+	memset(acc, 0, sizeof acc);
+	for (int32_t j = j0; j < n_all; j++) {
+		const int r = tiles ? 0 : (j % 32) / 8;
+		const float *v = kv_row(&a->pool, a->layer, table, j, 1, kvo, hd, NULL);
+		for (int d = 0; d < hd; d++)
+			acc[d][r][j % 8] = fmaf(sc[j], v[d], acc[d][r][j % 8]);
 	}
+	for (int d = 0; d < hd; d++)
+		o[d] = tiles ? hsum8(acc[d][0]) : reduce32(acc[d]);
 }
 
 void qc_ref_attn_token(const struct qc_ref_attn_args *a, const float *q, float *out, int32_t pos,
