@@ -166,18 +166,21 @@ int launch(const gparams &p0, int64_t n_rows, uint64_t n_flags, cudaStream_t s, 
 		int rc = qc_cuda_check(e, "marlin_gemv_kernel", err);
 		if (rc)
 			return rc;
-		if (p.kb > 1 && !p.flags) {
-			const int64_t total = (int64_t)p.nr * p.n;
-			if ((rc = qc_cuda_check(qc_launch(marlin_gemv_reduce, dim3((unsigned)((total + 255) / 256)),
-							  dim3(256), 0, s, p),
-						"marlin_gemv_reduce", err)))
-				return rc;
-		}
+		if (p.kb > 1 && !p.flags && (rc = qc_mgv_reduce_launch(p, s, err)))
+			return rc;
 	}
 	return QC_OK;
 }
 
 } /* namespace */
+
+/* The K partials' sum in block order, for launches without counters (both GEMVs). */
+int qc_mgv_reduce_launch(const gparams &p, cudaStream_t s, struct qc_err *err)
+{
+	const int64_t total = (int64_t)p.nr * p.n;
+	return qc_cuda_check(qc_launch(marlin_gemv_reduce, dim3((unsigned)((total + 255) / 256)), dim3(256), 0, s, p),
+			     "marlin_gemv_reduce", err);
+}
 
 /* Scratch of the K partials: kb blocks along K x ROWS rows x n floats (none when
  * one block covers K). The streaming partition still sends MoE rows to the

@@ -321,20 +321,15 @@ __device__ __forceinline__ bool x_vec(const gparams &p)
 	return ((uintptr_t)p.x % 16 == 0) && (!p.x2 || (uintptr_t)p.x2 % 16 == 0) && p.ldx % 4 == 0;
 }
 
-/* The block's epilogue: the four lanes of a column (c = 0..3), then the warps in
- * order; then y (one block along K), or the partials and, for the stripe's last
- * block to arrive, their sum in block order (the reduce kernel's bits) and the
- * counter back at zero. rb: this block's row (experts) or 0. */
+/* The block's column sums into red[WARPS][G][S] (the four lanes of a column,
+ * c = 0..3, by shuffles; one warp's value per slot), synchronized; col_sum()
+ * then adds the warps in order. Both epilogues below start here. */
 template <int S, int G>
-__device__ __forceinline__ void finish(const gparams &p, float (&acc)[S / 8][G], int mat, int stripe, int kb, int rb,
-				       int nr)
+__device__ __forceinline__ void warp_columns(float (&acc)[S / 8][G], float (*red)[G][S])
 {
-	constexpr int NJ = S / 8;
-	__shared__ float red[WARPS][G][S];
-	__shared__ bool last;
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, r = lane / 4, c = lane % 4;
 #pragma unroll
-	for (int j = 0; j < NJ; j++)
+	for (int j = 0; j < S / 8; j++)
 #pragma unroll
 		for (int t = 0; t < G; t++) {
 			float s = acc[j][t];
@@ -344,11 +339,30 @@ __device__ __forceinline__ void finish(const gparams &p, float (&acc)[S / 8][G],
 				red[warp][t][8 * j + r] = s;
 		}
 	__syncthreads();
+}
+
+template <int S, int G> __device__ __forceinline__ float col_sum(const float (*red)[G][S], int t, int col)
+{
+	float s = 0.0f;
+	for (int ww = 0; ww < WARPS; ww++)
+		s += red[ww][t][col];
+	return s;
+}
+
+/* The block's epilogue: the four lanes of a column (c = 0..3), then the warps in
+ * order; then y (one block along K), or the partials and, for the stripe's last
+ * block to arrive, their sum in block order (the reduce kernel's bits) and the
+ * counter back at zero. rb: this block's row (experts) or 0. */
+template <int S, int G>
+__device__ __forceinline__ void finish(const gparams &p, float (&acc)[S / 8][G], int mat, int stripe, int kb, int rb,
+				       int nr)
+{
+	__shared__ float red[WARPS][G][S];
+	__shared__ bool last;
+	warp_columns<S, G>(acc, red);
 	for (int i = threadIdx.x; i < nr * S; i += 32 * WARPS) {
 		const int t = i / S, col = i % S;
-		float s = 0.0f;
-		for (int ww = 0; ww < WARPS; ww++)
-			s += red[ww][t][col];
+		const float s = col_sum<S, G>(red, t, col);
 		const int64_t n = (int64_t)stripe * S + col;
 		const int64_t row = G == 1 ? rb : t; /* within this launch */
 		if (p.kb == 1)
@@ -392,28 +406,11 @@ template <int S, int G>
 __device__ __forceinline__ void finish_cluster(const gparams &p, float (&acc)[S / 8][G], int mat, int stripe, int nr)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-	constexpr int NJ = S / 8;
 	__shared__ float red[WARPS][G][S];
 	__shared__ float part[G][S];
-	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, r = lane / 4, c = lane % 4;
-#pragma unroll
-	for (int j = 0; j < NJ; j++)
-#pragma unroll
-		for (int t = 0; t < G; t++) {
-			float s = acc[j][t];
-			s += __shfl_xor_sync(0xffffffffu, s, 1);
-			s += __shfl_xor_sync(0xffffffffu, s, 2);
-			if (c == 0)
-				red[warp][t][8 * j + r] = s;
-		}
-	__syncthreads();
-	for (int i = threadIdx.x; i < nr * S; i += 32 * WARPS) {
-		const int t = i / S, col = i % S;
-		float s = 0.0f;
-		for (int ww = 0; ww < WARPS; ww++)
-			s += red[ww][t][col];
-		part[t][col] = s;
-	}
+	warp_columns<S, G>(acc, red);
+	for (int i = threadIdx.x; i < nr * S; i += 32 * WARPS)
+		part[i / S][i % S] = col_sum<S, G>(red, i / S, i % S);
 	uint32_t rank;
 	asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
 	/* every rank's part[] written and visible cluster-wide */
@@ -449,6 +446,9 @@ __device__ __forceinline__ void finish_cluster(const gparams &p, float (&acc)[S 
  * p.kt_block and p.kb set by qc_mgv_stream_partition. */
 int qc_mgv_stream_launch(int bits, bool zp, const qc_mgv::gparams &p0, int64_t n_rows, uint64_t n_flags,
 			 cudaStream_t s, struct qc_err *err);
+/* The K partials' sum (marlin_gemv.cu's reduce kernel), for a launch of either
+ * GEMV that had no arrival counters: y = sum of p.ws in block order. */
+int qc_mgv_reduce_launch(const qc_mgv::gparams &p, cudaStream_t s, struct qc_err *err);
 /* Blocks along K and k16 tiles per block of the streaming kernel for an
  * n_in x n_out matrix: a function of the shape only (batch-invariant). */
 void qc_mgv_stream_partition(int64_t n_in, int64_t n_out, int *kb, int *kt_block);

@@ -117,20 +117,6 @@ __global__ void __launch_bounds__(32 * WARPS, 2) marlin_gemv_stream_kernel(const
 		finish<S, G>(p, acc, mat, stripe, kb, 0, nr);
 }
 
-/* y[r][n] = sum over kb in order of ws[kb][r][n] (when no counters were given) */
-__global__ void marlin_gemv_stream_reduce(const gparams p)
-{
-	qc_pdl_enter();
-	const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-	if (i >= (int64_t)p.nr * p.n)
-		return;
-	const int64_t row = i / p.n, n = i % p.n;
-	float s = 0.0f;
-	for (int b = 0; b < p.kb; b++)
-		s += p.ws[((int64_t)b * p.nr + row) * p.n + n];
-	store(p, mat_of(p, n), row, n, s);
-}
-
 template <int BITS, bool ZP, int G, int D>
 cudaError_t launch_one(const gparams &p, size_t smem, cudaStream_t s)
 {
@@ -169,13 +155,8 @@ int launch(const gparams &p0, int64_t n_rows, uint64_t n_flags, cudaStream_t s, 
 		int rc = qc_cuda_check(e, "marlin_gemv_stream_kernel", err);
 		if (rc)
 			return rc;
-		if (p.kb > 1 && !p.flags && !p.cluster) {
-			const int64_t total = (int64_t)p.nr * p.n;
-			if ((rc = qc_cuda_check(qc_launch(marlin_gemv_stream_reduce, dim3((unsigned)((total + 255) / 256)),
-							  dim3(256), 0, s, p),
-						"marlin_gemv_stream_reduce", err)))
-				return rc;
-		}
+		if (p.kb > 1 && !p.flags && !p.cluster && (rc = qc_mgv_reduce_launch(p, s, err)))
+			return rc;
 	}
 	return QC_OK;
 }

@@ -44,6 +44,36 @@ static __device__ __forceinline__ void qc_pdl_enter()
 	qc_pdl_wait();
 }
 
+/* The launch both helpers below make: the programmatic-serialization attribute
+ * while qc_cuda_pdl_on(), and a cluster of *cluster blocks when cluster != NULL. */
+template <typename... P, typename... A>
+static inline cudaError_t qc_launch_with(void (*kernel)(P...), dim3 grid, const dim3 *cluster, dim3 block, size_t smem,
+					 cudaStream_t s, A &&...args)
+{
+	cudaLaunchAttribute at[2];
+	unsigned n = 0;
+	if (cluster) {
+		at[n].id = cudaLaunchAttributeClusterDimension;
+		at[n].val.clusterDim.x = cluster->x;
+		at[n].val.clusterDim.y = cluster->y;
+		at[n].val.clusterDim.z = cluster->z;
+		n++;
+	}
+	if (qc_cuda_pdl_on()) {
+		at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+		at[n].val.programmaticStreamSerializationAllowed = 1;
+		n++;
+	}
+	cudaLaunchConfig_t cfg = {};
+	cfg.gridDim = grid;
+	cfg.blockDim = block;
+	cfg.dynamicSmemBytes = smem;
+	cfg.stream = s;
+	cfg.attrs = at;
+	cfg.numAttrs = n;
+	return cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
+}
+
 /* kernel<<<grid, block, smem, s>>>(args...), with the programmatic-serialization
  * attribute while qc_cuda_pdl_on(). Returns the launch's error (then also in
  * cudaGetLastError, as for <<<>>>). */
@@ -51,17 +81,7 @@ template <typename... P, typename... A>
 static inline cudaError_t qc_launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
 				    A &&...args)
 {
-	cudaLaunchAttribute at[1];
-	at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-	at[0].val.programmaticStreamSerializationAllowed = 1;
-	cudaLaunchConfig_t cfg = {};
-	cfg.gridDim = grid;
-	cfg.blockDim = block;
-	cfg.dynamicSmemBytes = smem;
-	cfg.stream = s;
-	cfg.attrs = at;
-	cfg.numAttrs = qc_cuda_pdl_on() ? 1 : 0;
-	return cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
+	return qc_launch_with(kernel, grid, nullptr, block, smem, s, std::forward<A>(args)...);
 }
 
 /* The same with a thread-block cluster of cluster_dim blocks (sm_90+; grid a
@@ -70,21 +90,7 @@ template <typename... P, typename... A>
 static inline cudaError_t qc_launch_cluster(void (*kernel)(P...), dim3 grid, dim3 cluster_dim, dim3 block,
 					    size_t smem, cudaStream_t s, A &&...args)
 {
-	cudaLaunchAttribute at[2];
-	at[0].id = cudaLaunchAttributeClusterDimension;
-	at[0].val.clusterDim.x = cluster_dim.x;
-	at[0].val.clusterDim.y = cluster_dim.y;
-	at[0].val.clusterDim.z = cluster_dim.z;
-	at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-	at[1].val.programmaticStreamSerializationAllowed = 1;
-	cudaLaunchConfig_t cfg = {};
-	cfg.gridDim = grid;
-	cfg.blockDim = block;
-	cfg.dynamicSmemBytes = smem;
-	cfg.stream = s;
-	cfg.attrs = at;
-	cfg.numAttrs = qc_cuda_pdl_on() ? 2 : 1;
-	return cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
+	return qc_launch_with(kernel, grid, &cluster_dim, block, smem, s, std::forward<A>(args)...);
 }
 
 #endif
