@@ -44,23 +44,6 @@ static void ucodes_q5_1(const uint8_t *row, int64_t b, uint8_t *codes, float *d,
 	*m = qc_fp16_to_f32(blk->m);
 }
 
-static ucodes_fn find_ucodes(enum qc_type t)
-{
-	static const struct { enum qc_type type; ucodes_fn fn; } tab[] = {
-		{QC_TYPE_Q4_1, ucodes_q4_1},
-		{QC_TYPE_Q5_1, ucodes_q5_1},
-	};
-	for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++)
-		if (tab[i].type == t)
-			return tab[i].fn;
-	return NULL;
-}
-
-bool qc_matmul_q81_kernel(enum qc_type t)
-{
-	return find_ucodes(t) != NULL;
-}
-
 static inline __attribute__((always_inline)) float dot_q81_body(ucodes_fn uc, const uint8_t *wr,
 								int64_t nb, const int8_t *xq,
 								const double *xqd, const float *xs81)
@@ -115,12 +98,24 @@ __attribute__((target("avx2,fma"))) static inline __m256i codes_q4_1_avx2(const 
 	return _mm256_set_m128i(hi, lo);
 }
 
-__attribute__((target("avx2,fma"))) static void rows_q81_avx2(struct qc_matmul *mm, ucodes_fn uc, int64_t r0,
-								int64_t r1)
+/* Any type's 32 codes through its scalar ucodes, as one register. */
+#define CODES_VIA(name, uc)                                                                                      \
+	__attribute__((target("avx2,fma"))) static inline __m256i name(const uint8_t *row, int64_t b, float *d, \
+								       float *m)                              \
+	{                                                                                                        \
+		uint8_t c[32];                                                                                   \
+		uc(row, b, c, d, m);                                                                             \
+		return _mm256_loadu_si256((const __m256i *)(const void *)c);                                     \
+	}
+CODES_VIA(codes_q5_1_avx2, ucodes_q5_1)
+
+typedef __m256i (*codes256_fn)(const uint8_t *row, int64_t b, float *d, float *m);
+
+__attribute__((target("avx2,fma"))) static inline __attribute__((always_inline)) void
+rows_q81_avx2(struct qc_matmul *mm, codes256_fn codes, int64_t r0, int64_t r1)
 {
 	const struct qc_mat *w = mm->w;
 	const int64_t nb = w->n_in / 32;
-	const bool q41 = w->type == QC_TYPE_Q4_1;
 	const __m256i ones = _mm256_set1_epi16(1);
 	for (int64_t r = r0; r < r1; r++) {
 		const uint8_t *wr = qc_mat_row(w, mm->e, r);
@@ -134,17 +129,7 @@ __attribute__((target("avx2,fma"))) static void rows_q81_avx2(struct qc_matmul *
 			}
 			for (int64_t b = 0; b < nb; b++) {
 				float dw, mw;
-				__m256i cw;
-				if (q41) {
-					cw = codes_q4_1_avx2(wr, b, &dw, &mw);
-				} else {
-					uint8_t c[32];
-					if (uc == ucodes_q5_1)
-						ucodes_q5_1(wr, b, c, &dw, &mw); /* a direct call: inlined */
-					else
-						uc(wr, b, c, &dw, &mw);
-					cw = _mm256_loadu_si256((const __m256i *)(const void *)c);
-				}
+				const __m256i cw = codes(wr, b, &dw, &mw);
 				for (int u = 0; u < nt; u++) {
 					const int64_t t = t0 + u;
 					summs[u] += mw * mm->xs81[t * nb + b];
@@ -165,22 +150,57 @@ __attribute__((target("avx2,fma"))) static void rows_q81_avx2(struct qc_matmul *
 		}
 	}
 }
+/* One clone per type, each with its codes function inlined. */
+__attribute__((target("avx2,fma"))) static void rows_q4_1_avx2(struct qc_matmul *mm, int64_t r0, int64_t r1)
+{
+	rows_q81_avx2(mm, codes_q4_1_avx2, r0, r1);
+}
+
+__attribute__((target("avx2,fma"))) static void rows_q5_1_avx2(struct qc_matmul *mm, int64_t r0, int64_t r1)
+{
+	rows_q81_avx2(mm, codes_q5_1_avx2, r0, r1);
+}
+#define ROWS_AVX2(f) f
+#else
+#define ROWS_AVX2(f) NULL
 #endif
+
+/* The q8_1 weight types: scalar codes, and the AVX2 rows kernel (x86). */
+static const struct q81_type {
+	enum qc_type type;
+	ucodes_fn ucodes;
+	void (*rows_avx2)(struct qc_matmul *mm, int64_t r0, int64_t r1);
+} q81_types[] = {
+	{QC_TYPE_Q4_1, ucodes_q4_1, ROWS_AVX2(rows_q4_1_avx2)},
+	{QC_TYPE_Q5_1, ucodes_q5_1, ROWS_AVX2(rows_q5_1_avx2)},
+};
+
+static const struct q81_type *find_q81(enum qc_type t)
+{
+	for (size_t i = 0; i < sizeof q81_types / sizeof q81_types[0]; i++)
+		if (q81_types[i].type == t)
+			return &q81_types[i];
+	return NULL;
+}
+
+bool qc_matmul_q81_kernel(enum qc_type t)
+{
+	return find_q81(t) != NULL;
+}
 
 void qc_matmul_rows_q81(struct qc_matmul *mm, int64_t r0, int64_t r1)
 {
 	const struct qc_mat *w = mm->w;
-	const ucodes_fn uc = find_ucodes(w->type);
+	const struct q81_type *qt = find_q81(w->type);
+	QC_ASSERT(qt != NULL);
+	const ucodes_fn uc = qt->ucodes;
 	const int64_t nb = w->n_in / 32;
 	float (*dot)(ucodes_fn, const uint8_t *, int64_t, const int8_t *, const double *,
 		     const float *) = dot_q81_generic;
-	QC_ASSERT(uc != NULL);
-#ifdef QC_X86
-	if (mm->avx2) {
-		rows_q81_avx2(mm, uc, r0, r1);
+	if (mm->avx2 && qt->rows_avx2) {
+		qt->rows_avx2(mm, r0, r1);
 		return;
 	}
-#endif
 	for (int64_t r = r0; r < r1; r++) {
 		const uint8_t *wr = qc_mat_row(w, mm->e, r);
 		for (int64_t t = 0; t < mm->n_tok; t++)
