@@ -109,6 +109,7 @@ static void cuda_destroy(void *state)
 		cudaStreamDestroy(c->st);
 	free(c->allocs);
 	free(c->convs);
+	free(c->l2_seq);
 	free(c->L);
 	free(c);
 }
@@ -240,6 +241,9 @@ static int cuda_create(const struct qc_model *m, const struct qc_backend_params 
 		    (rc = qc_cuda_be_upload_vec(c, ml->k_norm, cfg->head_dim, &L->d_k_norm, err)))
 			goto fail;
 	}
+
+	if ((rc = qc_cuda_be_l2_order(c, err)))
+		goto fail;
 
 	/* K/V pool and activations */
 	const size_t T = (size_t)p->max_tokens, E = (size_t)cfg->n_embd, F = (size_t)cfg->n_ff;

@@ -51,6 +51,10 @@ void qc_cuda_env_read(struct qc_cuda_env *e)
 	e->pdl = pdl && *pdl ? atoi(pdl) != 0 : -1;
 	const char *am = getenv("QC_CUDA_ATTN_MERGE");
 	e->attn_merge = am && !strcmp(am, "1");
+	/* MB of the weights read next that each GEMV launch asks L2 to prefetch; off
+	 * by default: 16 and 32 measured 3-9% slower on an H100 (docs/perf-notes.md) */
+	const int64_t mb = env_i64("QC_CUDA_L2_PREFETCH", 0);
+	e->l2_bytes = mb > 0 && mb < 1024 ? mb << 20 : 0;
 	const char *fn = getenv("QC_CUDA_FUSE_NORM");
 	e->fuse_norm = !(fn && !strcmp(fn, "0"));
 }

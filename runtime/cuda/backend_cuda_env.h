@@ -20,6 +20,8 @@ struct qc_cuda_env {
 					  (pdl.h) where the device has it, 0 plain launches */
 	int attn_merge;                /* QC_CUDA_ATTN_MERGE=1: the split attention's last block merges
 					  (off by default: measured slower, docs/perf-notes.md) */
+	int64_t l2_bytes;              /* QC_CUDA_L2_PREFETCH=MB: each GEMV launch's L2 hint (the weights
+					  read next, backend_cuda_l2.c); 0: no hints */
 	int fuse_norm;                 /* QC_CUDA_FUSE_NORM=0: the attention/FFN RMSNorm as a kernel of
 					  its own even where the GEMV could take it */
 };

@@ -30,6 +30,13 @@ struct dmat {
 	const struct qc_cuda_mm_kernels *k;
 	const int32_t *d_perm;     /* act-order permutation(s) in the uploaded file, or NULL */
 	int64_t perm_stride;
+	int32_t l2_at;             /* 1 + its place in the step's read order (cu.l2_seq), 0: none */
+};
+
+/* One matrix's bytes in the decode step's read order (backend_cuda_l2.c). */
+struct l2_range {
+	const uint8_t *d;
+	uint64_t bytes;
 };
 
 struct dlayer {
@@ -91,6 +98,8 @@ struct cu {
 				      captured graph stays valid as sequences grow */
 	struct qc_cuda_graphs *graphs; /* NULL: graphs off (QC_CUDA_GRAPHS=0, or profiling) */
 	struct qc_cuda_prof *prof;     /* NULL unless QC_PROFILE */
+	struct l2_range *l2_seq;       /* (n_l2) the dense weights in the order a step reads them */
+	int n_l2;
 };
 
 /* cuda_check with the backend's spelling. */
@@ -134,6 +143,13 @@ int qc_cuda_be_mm_fused(struct cu *c, const struct dmat *w, float *d_x, const fl
  * d_norm_w, x is RMSNorm(x) * d_norm_w inside that one launch. */
 int qc_cuda_be_mm_multi(struct cu *c, const struct dmat *const *w, float *const *d_y, const int64_t *ldy, int n,
 			const float *d_x, int64_t ldx, int64_t n_rows, const float *d_norm_w, struct qc_err *err);
+
+/* The decode step's weight read order into c->l2_seq and each dense dmat's l2_at
+ * (nothing when the hint is off, c->env.l2_bytes <= 0). After every make_dmat. */
+int qc_cuda_be_l2_order(struct cu *c, struct qc_err *err);
+/* The L2 hint of a launch of the n matrices w[]: up to c->env.l2_bytes of the
+ * weights read after the last of them (h->n = 0 when none of them has a place). */
+void qc_cuda_be_l2_hint(const struct cu *c, const struct dmat *const *w, int n, struct qc_cuda_l2_hint *h);
 
 /* Whether qc_cuda_be_mm_multi runs w[0..n) in one launch that also takes the
  * QC_MM_FUSE_* bits in fuse (d_norm_w may be given only then). */

@@ -40,13 +40,14 @@ static int mm_run(struct cu *c, const struct dmat *w, const float *d_x, int64_t 
 		ldx = w->n_in;
 		x_div = 1;
 	}
-	const struct qc_cuda_mm_args a = {
+	struct qc_cuda_mm_args a = {
 		.d_w = w->d_w, .type = w->type, .layout = w->layout, .n_in = w->n_in, .n_out = w->n_out,
 		.row_bytes = w->row_bytes, .mat_stride = w->mat_stride, .d_x = d_x, .ldx = ldx,
 		.x_div = x_div, .d_expert = d_expert, .n_rows = n_rows, .d_y = d_y, .ldy = ldy,
 		.d_ws = c->d_ws, .ws_bytes = c->ws_bytes, .blas = c->blas, .gemv_kt = c->env.mm.gemv_kt,
 		.d_flags = c->d_flags, .n_flags = c->n_flags, .d_x2 = d_x2, .accumulate = acc,
 	};
+	qc_cuda_be_l2_hint(c, &w, 1, &a.l2);
 	const struct qc_kernel_rows *r = &c->env.mm.rows;
 	const enum qc_kernel_kind kind = kind_of(c, w, n_rows, d_expert != NULL);
 	if (kind == QC_KERNEL_MOE_GEMM) {
@@ -130,6 +131,7 @@ int qc_cuda_be_mm_multi(struct cu *c, const struct dmat *const *w, float *const 
 	};
 	for (int i = 1; i < n; i++)
 		a.more[i - 1] = (struct qc_cuda_mm_more){w[i]->d_w, w[i]->n_out, d_y[i], ldy[i]};
+	qc_cuda_be_l2_hint(c, w, n, &a.l2);
 	return w[0]->k->run[kind](&a, c->st, err);
 }
 

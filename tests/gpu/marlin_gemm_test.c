@@ -452,7 +452,7 @@ static void check_gemv(enum qc_layout l, int64_t rows, int64_t n, int64_t k, int
 	}
 	/* streaming: the split-K sum through a thread-block cluster (sm_90) gives the
 	 * global partials' bits */
-	int64_t cl_differ = 0;
+	int64_t cl_differ = 0, hint_differ = 0;
 	if (!rc && gemv_mode == QC_CUDA_GEMV_STREAM && E == 1) {
 		float *yc = malloc((size_t)(rows * ldy) * 4);
 		CU(cudaMemset(d_y, 0xff, (size_t)(rows * ldy) * 4));
@@ -465,6 +465,25 @@ static void check_gemv(enum qc_layout l, int64_t rows, int64_t n, int64_t k, int
 			rc = qc_cuda_check(cudaDeviceSynchronize(), "sync (cluster)", &err);
 		CU(cudaMemcpy(yc, d_y, (size_t)(rows * ldy) * 4, cudaMemcpyDeviceToHost));
 		cl_differ = memcmp(yc, y, (size_t)(rows * ldy) * 4) != 0;
+		/* with an L2 prefetch hint (two ranges: the weights, whose last partial
+		 * 64 KB chunk is asked too, and x): the same bits, nothing else read */
+		if (!rc) {
+			struct qc_cuda_mm_args mh = m;
+			mh.l2 = (struct qc_cuda_l2_hint){ .d = { d_w, d_x },
+							  .bytes = { (sb * (uint64_t)E) & ~(uint64_t)15,
+								     (uint64_t)(rows * ldx) * 4 & ~(uint64_t)15 },
+							  .n = 2 };
+			CU(cudaMemset(d_y, 0xff, (size_t)(rows * ldy) * 4));
+			rc = qc_cuda_marlin_gemv(&mh, 0, &err);
+			if (!rc)
+				rc = qc_cuda_check(cudaDeviceSynchronize(), "sync (L2 hint)", &err);
+			CU(cudaMemcpy(yc, d_y, (size_t)(rows * ldy) * 4, cudaMemcpyDeviceToHost));
+			hint_differ = memcmp(yc, y, (size_t)(rows * ldy) * 4) != 0;
+			/* a misaligned hint is refused, not followed */
+			struct qc_err e2 = { 0 };
+			mh.l2.bytes[1] += 4;
+			hint_differ += qc_cuda_marlin_gemv(&mh, 0, &e2) != QC_EINVAL;
+		}
 		free(yc);
 	}
 	/* the in-kernel split-K sum (arrival counters), launched with programmatic
@@ -677,16 +696,17 @@ static void check_gemv(enum qc_layout l, int64_t rows, int64_t n, int64_t k, int
 		free(y1r);
 	}
 	double rg = sqrt(eg / nrm), rb = sqrt(eb / nrm);
-	int ok = rc == QC_OK && bad == 0 && touched == 0 && differ == 0 && fl_differ == 0 && fl_left == 0 && cl_differ == 0 &&
-		 fu_differ == 0 && nm_err <= 1e-5 && nm_differ == 0 && rg <= 2 * rb + 1e-6;
+	int ok = rc == QC_OK && bad == 0 && touched == 0 && differ == 0 && fl_differ == 0 && fl_left == 0 &&
+		 cl_differ == 0 && hint_differ == 0 && fu_differ == 0 && nm_err <= 1e-5 && nm_differ == 0 && rg <= 2 * rb + 1e-6;
 	printf("%s gemv %-6s %-9s rows=%lld n=%lld k=%lld experts=%lld ws=%llu rel_err %.3e (fp16 plain %.3e) nan %lld "
 	       "written past n %lld rows differing alone %lld in-kernel sum differing %lld counters left %lld "
-	       "fused rows differing %lld norm-fused err %.2e rows differing alone %lld cluster differs %lld%s%s\n",
+	       "fused rows differing %lld norm-fused err %.2e rows differing alone %lld cluster differs %lld "
+	       "L2 hint differs %lld%s%s\n",
 	       ok ? "PASS" : "FAIL", mode_name(gemv_mode), qc_layout_name(l), (long long)rows, (long long)n,
 	       (long long)k, (long long)E,
 	       (unsigned long long)wsb, rg, rb, (long long)bad, (long long)touched, (long long)differ,
 	       (long long)fl_differ, (long long)fl_left, (long long)fu_differ, nm_err, (long long)nm_differ,
-	       (long long)cl_differ,
+	       (long long)cl_differ, (long long)hint_differ,
 	       rc ? " err: " : "", rc ? err.msg : "");
 	ok ? n_pass++ : n_fail++;
 	cudaFree(d_w);

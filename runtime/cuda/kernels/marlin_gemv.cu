@@ -257,6 +257,14 @@ extern "C" int qc_cuda_marlin_gemv(const struct qc_cuda_mm_args *a, cudaStream_t
 	p.n = (int)cols;
 	p.k = (int)a->n_in;
 	const bool stream = a->gemv_kt == QC_CUDA_GEMV_STREAM && !a->d_expert;
+	bool hint_ok = a->l2.n >= 0 && a->l2.n <= QC_CUDA_L2_RANGES;
+	for (int r = 0; hint_ok && r < a->l2.n; r++)
+		hint_ok = a->l2.d[r] && (uintptr_t)a->l2.d[r] % 16 == 0 && a->l2.bytes[r] % 16 == 0;
+	if (!hint_ok) /* a caller's bug: say so rather than prefetch past an allocation */
+		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "marlin_gemv: L2 hint of %d ranges not aligned",
+				  a->l2.n);
+	if (stream) /* the load-once kernel takes no hint */
+		p.l2 = a->l2;
 	const enum qc_cuda_gemv_kt kt = a->gemv_kt == QC_CUDA_GEMV_STREAM ? QC_CUDA_GEMV_KT4 : a->gemv_kt;
 	p.kb = blocks_along_k(a->n_in, kt);
 	if (stream)

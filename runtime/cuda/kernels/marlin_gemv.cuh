@@ -52,6 +52,7 @@ struct gparams {
 	int kt_block;              /* k16 tiles per block along K (a multiple of 2 * WARPS) */
 	int cluster;               /* the kb blocks of a stripe are one thread-block cluster: their
 				      partials are summed through distributed shared memory (sm_90) */
+	struct qc_cuda_l2_hint l2; /* the weights read next: the blocks ask L2 for them (l2_prefetch) */
 };
 
 __device__ __forceinline__ float h2f(uint32_t w, int hi)
@@ -437,6 +438,38 @@ __device__ __forceinline__ void finish_cluster(const gparams &p, float (&acc)[S 
 #else
 	(void)p, (void)acc, (void)mat, (void)stripe, (void)nr;
 	__trap(); /* the host never asks for a cluster below sm_90 */
+#endif
+}
+
+/* Bytes of one bulk L2 prefetch: a launch's blocks share a hint's ranges in chunks
+ * of this size, so a 16 MB hint is one instruction for each of ~256 blocks. */
+constexpr uint64_t L2_CHUNK = 64 * 1024;
+
+/* This block's share of the launch's L2 hint (p.l2): chunk ids b, b + nb, ... of
+ * the ranges taken in order, each asked of L2 with one cp.async.bulk.prefetch
+ * (sm_90; fire and forget: nothing waits for it, a warp may exit with it pending).
+ * Called by one thread once the block's own weight loads are issued. Below sm_90
+ * the hint is ignored (the host sends none there). */
+__device__ __forceinline__ void l2_prefetch(const gparams &p)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	const uint64_t nb = (uint64_t)gridDim.x * gridDim.y, b = (uint64_t)blockIdx.y * gridDim.x + blockIdx.x;
+	uint64_t base = 0; /* first chunk id of range r */
+	for (int r = 0; r < p.l2.n; r++) {
+		const uint64_t nch = (p.l2.bytes[r] + L2_CHUNK - 1) / L2_CHUNK;
+		/* this block's first id at or past base */
+		uint64_t id = b >= base ? b : b + (base - b + nb - 1) / nb * nb;
+		for (; id < base + nch; id += nb) {
+			const uint64_t off = (id - base) * L2_CHUNK;
+			const uint64_t left = p.l2.bytes[r] - off;
+			const uint32_t len = (uint32_t)(left < L2_CHUNK ? left : L2_CHUNK);
+			asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p.l2.d[r] + off), "r"(len)
+				     : "memory");
+		}
+		base += nch;
+	}
+#else
+	(void)p;
 #endif
 }
 

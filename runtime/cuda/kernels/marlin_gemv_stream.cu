@@ -40,7 +40,7 @@ constexpr int STREAM_MAX_KTB = 256; /* k16 tiles per block at most: x of ROWS ro
 constexpr int STREAM_BLOCKS = 264, STREAM_MIN_WT = 8;
 int stream_blocks = STREAM_BLOCKS, stream_min_wt = STREAM_MIN_WT;
 /* split-K sums through a thread-block cluster (qc_cuda_marlin_gemv_stream_cluster;
- * off until measured, docs/perf-notes.md) */
+ * off: measured slower on an H100, docs/perf-notes.md) */
 bool stream_cluster = false;
 
 /* Whether the current device launches clusters (compute capability 9.0+). */
@@ -111,6 +111,10 @@ __global__ void __launch_bounds__(32 * WARPS, 2) marlin_gemv_stream_kernel(const
 			}
 		}
 	}
+	/* every weight load of this block is out: the next weights' L2 hint goes now,
+	 * to overlap this launch's tail and the latency-bound kernels after it */
+	if (p.l2.n && threadIdx.x == 0)
+		l2_prefetch(p);
 	if (p.cluster)
 		finish_cluster<S, G>(p, acc, mat, stripe, nr);
 	else
@@ -144,6 +148,7 @@ int launch(const gparams &p0, int64_t n_rows, uint64_t n_flags, cudaStream_t s, 
 		p.r0 = r0;
 		p.nr = (int)(n_rows - r0 < ROWS ? n_rows - r0 : ROWS);
 		p.flags = p0.flags && (uint64_t)(p.n / S) <= n_flags ? p0.flags : NULL;
+		p.l2.n = r0 == 0 ? p0.l2.n : 0; /* the hint once, with the first rows */
 		/* a cluster of the kb blocks along K where asked, the device has clusters
 		 * and kb fits the portable size (8); same bits as the other two sums */
 		p.cluster = stream_cluster && p.kb > 1 && p.kb <= 8 && cluster_ok();

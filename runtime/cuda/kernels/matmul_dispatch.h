@@ -31,6 +31,20 @@ extern "C" {
 
 #define QC_CUDA_MM_PAD 16 /* readable bytes after a weight stack's end */
 #define QC_CUDA_MM_MORE 2 /* most extra matrices of one multi-matrix launch */
+#define QC_CUDA_L2_RANGES 4 /* most byte ranges of one L2 prefetch hint */
+
+/* An L2 prefetch hint: the weight bytes the decode step reads after this launch's
+ * own (n ranges, each 16-byte aligned and a multiple of 16 bytes). A kernel that
+ * takes hints (the streaming marlin GEMV) asks L2 to fetch them with sm_90 bulk
+ * prefetches once its own weight loads are out, so the memory system works
+ * through the latency-bound kernels that follow (RoPE, attention, the split-K
+ * sums) instead of idling. Only a hint: results never depend on it, and kernels
+ * without it ignore it. n = 0: none. */
+struct qc_cuda_l2_hint {
+	const uint8_t *d[QC_CUDA_L2_RANGES];
+	uint64_t bytes[QC_CUDA_L2_RANGES];
+	int32_t n;
+};
 
 /* The marlin GEMV's K partition (fixed for the process, so a row's result stays
  * batch-invariant): warps of 4 or 8 k16 tiles that load once and exit
@@ -86,6 +100,7 @@ struct qc_cuda_mm_args {
 		float *d_y;
 		int64_t ldy;
 	} more[QC_CUDA_MM_MORE];
+	struct qc_cuda_l2_hint l2; /* bytes to prefetch into L2 (a hint; see above) */
 };
 
 /* What a kernel kind can fuse (qc_cuda_mm_kernels.fuse). */
