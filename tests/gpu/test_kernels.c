@@ -8,7 +8,9 @@
  * ops a relative max error. Prints max abs error, NMSE and the first bad index.
  * Every type with a device decoder is covered by looping over QC_TYPE_COUNT.
  * The comparator gets a deliberately wrong output that must fail.
- * QC_GPU_TEST_QUICK=1 shrinks the shapes (for compute-sanitizer runs).
+ * QC_GPU_TEST_QUICK=1 shrinks the shapes (for compute-sanitizer runs);
+ * QC_GPU_TEST_ONLY=attention runs the attention kernels' tests alone (a
+ * sanitizer run of a changed attention kernel in a short device call).
  * One binary: this file (main, the order of the tests) + kernels_harness.h +
  * kernels_matmul.c, kernels_ops.c, kernels_attn.c.
  */
@@ -33,8 +35,16 @@ int main(void)
 		CHECK(compare(b, a, 4, 1e-3).first_bad == 2, "comparator misses a wrong element");
 		CHECK(compare(c, a, 4, 1e9).first_bad == 1, "comparator misses a NaN");
 	}
+	const char *only = getenv("QC_GPU_TEST_ONLY");
+	const bool attn_only = only && !strcmp(only, "attention");
+	if (only && *only && !attn_only) {
+		CHECK(0, "QC_GPU_TEST_ONLY=%s: only 'attention' is known", only);
+		return check_report("test_kernels");
+	}
 	cublasHandle_t blas;
 	CHECK(cublasCreate(&blas) == CUBLAS_STATUS_SUCCESS, "cublasCreate");
+	if (attn_only)
+		goto attention;
 	printf("decoders (embed, dequant_f16) vs qc_dequant_row_*:\n");
 	for (int t = 0; t < QC_TYPE_COUNT; t++)
 		if (has_decoder((enum qc_type)t))
@@ -60,11 +70,14 @@ int main(void)
 	test_topk(128256);
 	test_topk(1001);
 	test_topk(130);
+attention:
 	test_attention(16, 64, 8, 2, 0);
 	test_attention(7, 100, 6, 6, 0);  /* hd 100: the split path refuses it, the one-block path runs twice */
 	test_attention(32, 128, 4, 1, 0);
 	test_attention(16, 128, 8, 2, 1); /* long context: many chunks */
 	test_attention(16, 80, 28, 4, 1); /* 7 query heads per K/V head, hd 80 */
+	test_attention(16, 96, 12, 4, 1); /* hd 96 (Phi-3): 12 of a V row's 16 lanes busy */
+	test_attention(8, 256, 16, 1, 0); /* hd 256, 16 query heads per K/V head: four passes of four */
 	{
 		/* runs of 16, 33, 200, 700 from position 0 and later, decode tokens, a run
 		 * of 15 (below the flash minimum) right before another sequence whose
@@ -86,8 +99,10 @@ int main(void)
 		test_flash_attn(16, 32, 16, 1, e7, 3);   /* GQA 16 (4-token tiles), hd 32 */
 		test_flash_attn(16, 128, 4, 4, e4, 3);   /* GQA 1, hd 128 */
 	}
-	test_moe(8, 2, 1);
-	test_moe(60, 4, 0);
+	if (!attn_only) {
+		test_moe(8, 2, 1);
+		test_moe(60, 4, 0);
+	}
 	cublasDestroy(blas);
 	return check_report("test_kernels");
 }

@@ -175,7 +175,7 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 		return;
 	const int kvh = blockIdx.y, sp = blockIdx.z;
 	const int G = a.n_head / a.n_head_kv, hd = a.hd;
-	/* (G, hd) scaled q, (G, chunk_max) scores then weights, (ST / (hd / 2), G, hd) P V partials */
+	/* (G, hd) scaled q, (G, chunk_max) scores then weights, (ST / 32, G, hd) P V partials */
 	float *qs = sm, *sc = sm + G * hd, *red = sc + G * chunk_max;
 	const int32_t n_ctx = a.d_pos[t] + 1;
 	const int32_t chunk = n_ctx <= a.max_ctx ? qc_attn_chunk(n_ctx) : 0, j0 = sp * chunk;
@@ -195,35 +195,44 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = lane & (TG - 1);
 	const int nvec = hd / 8; /* 16-byte vectors per row */
-	for (int32_t jb = j0 + warp * (32 / TG); jb < j1; jb += (ST / 32) * (32 / TG)) {
-		const int32_t j = jb + lane / TG;
-		const bool ok = j < j1;
-		uint4 kv[4]; /* hd <= 256: at most 32 vectors / 8 lanes */
-		int nv = 0;
-		if (ok) {
-			const uint4 *k = (const uint4 *)kv_row(a, table, j, 0, kvh);
+	/* SU block steps of SSTEP positions with all their K loads in flight before
+	 * any is summed (one memory round trip per 64 positions instead of four);
+	 * per position the same lane sums and shuffle tree as one step at a time */
+	constexpr int SSTEP = (ST / 32) * (32 / TG), SU = 4;
+	for (int32_t jb = j0 + warp * (32 / TG); jb < j1; jb += SSTEP * SU) {
+		uint4 kv[SU][4]; /* hd <= 256: at most 32 vectors / 8 lanes */
 #pragma unroll
-			for (int u = 0; u < 4; u++)
-				if (sub + TG * u < nvec)
-					kv[nv++] = k[sub + TG * u];
+		for (int u = 0; u < SU; u++) {
+			const int32_t j = jb + u * SSTEP + lane / TG;
+			const uint4 *k = j < j1 ? (const uint4 *)kv_row(a, table, j, 0, kvh) : NULL;
+#pragma unroll
+			for (int v = 0; v < 4; v++)
+				kv[u][v] = k && sub + TG * v < nvec ? k[sub + TG * v] : make_uint4(0u, 0u, 0u, 0u);
 		}
-		for (int g = 0; g < G; g++) {
-			float s = 0.0f;
-			for (int u = 0; u < nv; u++) {
-				const __half2 *h2 = (const __half2 *)&kv[u];
-				const float *qv = qs + g * hd + (sub + TG * u) * 8;
 #pragma unroll
-				for (int e = 0; e < 4; e++) {
-					const float2 f = __half22float2(h2[e]);
-					s = fmaf(qv[2 * e], f.x, s);
-					s = fmaf(qv[2 * e + 1], f.y, s);
+		for (int u = 0; u < SU; u++) {
+			const int32_t j = jb + u * SSTEP + lane / TG;
+			for (int g = 0; g < G; g++) {
+				float s = 0.0f;
+#pragma unroll
+				for (int v = 0; v < 4; v++) {
+					if (sub + TG * v >= nvec)
+						break;
+					const __half2 *h2 = (const __half2 *)&kv[u][v];
+					const float *qv = qs + g * hd + (sub + TG * v) * 8;
+#pragma unroll
+					for (int e = 0; e < 4; e++) {
+						const float2 f = __half22float2(h2[e]);
+						s = fmaf(qv[2 * e], f.x, s);
+						s = fmaf(qv[2 * e + 1], f.y, s);
+					}
 				}
+				s += __shfl_xor_sync(0xffffffffu, s, 4);
+				s += __shfl_xor_sync(0xffffffffu, s, 2);
+				s += __shfl_xor_sync(0xffffffffu, s, 1);
+				if (j < j1 && sub == 0)
+					sc[g * chunk_max + (j - j0)] = s;
 			}
-			s += __shfl_xor_sync(0xffffffffu, s, 4);
-			s += __shfl_xor_sync(0xffffffffu, s, 2);
-			s += __shfl_xor_sync(0xffffffffu, s, 1);
-			if (ok && sub == 0)
-				sc[g * chunk_max + (j - j0)] = s;
 		}
 	}
 	__syncthreads();
@@ -251,52 +260,76 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 		}
 	}
 	__syncthreads();
-	/* P V: thread i owns dimension pair i % (hd / 2) of every head in the group
-	 * for the positions of group i / (hd / 2); four V rows in flight per step */
-	const int h2 = hd / 2, ng = ST / h2, grp = threadIdx.x / h2, d2 = threadIdx.x % h2;
-	float acc[QC_ATTN_GROUP_MAX][2];
-	for (int g = 0; g < G; g++)
-		acc[g][0] = acc[g][1] = 0.0f;
-	if (grp < ng) {
-		int32_t j = grp;
-		for (; j + 3 * ng < n; j += 4 * ng) {
-			float2 f[4];
+	/* P V: a row of V is VP lanes of 16 bytes (VP: hd / 8 rounded up to a power of
+	 * two; lanes past hd / 8 idle), so a warp takes 32 / VP rows at once and the
+	 * block RG; row group rg sums rows rg, rg + RG, ... in order, PU of them in
+	 * flight per thread, four heads of the group at a time (V rows re-read from
+	 * L1 for the next four). The row groups of a warp meet in a shuffle tree, the
+	 * warps in shared memory in warp order: one fixed order (deterministic). */
+	constexpr int PU = 8;
+	int VP = 1;
+	while (VP < nvec)
+		VP *= 2;
+	const int RG = (ST / 32) * (32 / VP), rg = warp * (32 / VP) + lane / VP, vl = lane % VP;
+	const bool act = vl < nvec;
+	for (int g0 = 0; g0 < G; g0 += 4) {
+		float acc[4][8];
 #pragma unroll
-			for (int u = 0; u < 4; u++)
-				f[u] = __half22float2(((const __half2 *)kv_row(a, table, j0 + j + u * ng, 1, kvh))[d2]);
+		for (int gg = 0; gg < 4; gg++)
 #pragma unroll
-			for (int u = 0; u < 4; u++)
-				for (int g = 0; g < G; g++) {
-					const float p = sc[g * chunk_max + j + u * ng];
-					acc[g][0] = fmaf(p, f[u].x, acc[g][0]);
-					acc[g][1] = fmaf(p, f[u].y, acc[g][1]);
+			for (int e = 0; e < 8; e++)
+				acc[gg][e] = 0.0f;
+		for (int32_t jb = rg; jb < n; jb += RG * PU) {
+			uint4 vv[PU];
+#pragma unroll
+			for (int u = 0; u < PU; u++) {
+				const int32_t j = jb + u * RG;
+				vv[u] = act && j < n ? ((const uint4 *)kv_row(a, table, j0 + j, 1, kvh))[vl]
+						     : make_uint4(0u, 0u, 0u, 0u);
+			}
+#pragma unroll
+			for (int u = 0; u < PU; u++) {
+				const int32_t j = jb + u * RG;
+				if (j >= n)
+					break;
+				const __half2 *h2 = (const __half2 *)&vv[u];
+				float f[8];
+#pragma unroll
+				for (int e = 0; e < 4; e++) {
+					const float2 x = __half22float2(h2[e]);
+					f[2 * e] = x.x;
+					f[2 * e + 1] = x.y;
 				}
-		}
-		for (; j < n; j += ng) {
-			const float2 f = __half22float2(((const __half2 *)kv_row(a, table, j0 + j, 1, kvh))[d2]);
-			for (int g = 0; g < G; g++) {
-				const float p = sc[g * chunk_max + j];
-				acc[g][0] = fmaf(p, f.x, acc[g][0]);
-				acc[g][1] = fmaf(p, f.y, acc[g][1]);
+#pragma unroll
+				for (int gg = 0; gg < 4; gg++) {
+					if (g0 + gg >= G)
+						break;
+					const float p = sc[(g0 + gg) * chunk_max + j];
+#pragma unroll
+					for (int e = 0; e < 8; e++)
+						acc[gg][e] = fmaf(p, f[e], acc[gg][e]);
+				}
 			}
 		}
-		if (grp > 0)
-			for (int g = 0; g < G; g++) {
-				red[(grp * G + g) * hd + 2 * d2] = acc[g][0];
-				red[(grp * G + g) * hd + 2 * d2 + 1] = acc[g][1];
+#pragma unroll
+		for (int gg = 0; gg < 4; gg++)
+#pragma unroll
+			for (int e = 0; e < 8; e++) {
+				float v = acc[gg][e];
+				for (int off = VP; off < 32; off *= 2)
+					v += __shfl_xor_sync(0xffffffffu, v, off);
+				if (lane < VP && act && g0 + gg < G)
+					red[(warp * G + g0 + gg) * hd + 8 * vl + e] = v;
 			}
 	}
 	__syncthreads();
-	if (grp == 0)
-		for (int g = 0; g < G; g++) {
-			for (int r = 1; r < ng; r++) {
-				acc[g][0] += red[(r * G + g) * hd + 2 * d2];
-				acc[g][1] += red[(r * G + g) * hd + 2 * d2 + 1];
-			}
-			float *o = part_o + ((t * a.n_head + (int64_t)kvh * G + g) * n_split + sp) * hd;
-			o[2 * d2] = acc[g][0];
-			o[2 * d2 + 1] = acc[g][1];
-		}
+	for (int i = threadIdx.x; i < G * hd; i += ST) {
+		const int g = i / hd, d = i % hd;
+		float r = 0.0f;
+		for (int w = 0; w < ST / 32; w++)
+			r += red[(w * G + g) * hd + d];
+		part_o[((t * a.n_head + (int64_t)kvh * G + g) * n_split + sp) * hd + d] = r;
+	}
 	if (!flags)
 		return;
 	/* every thread's chunk results visible device-wide, then the block counts itself */
@@ -358,7 +391,7 @@ static int paged_attn_split(const struct qc_cuda_paged_attn_args *a, const int32
 	    ns > 65535 || a->n_tok > INT32_MAX)
 		return QC_EUNSUPPORTED;
 	const size_t smem = sizeof(float) * ((size_t)G * (size_t)a->hd + (size_t)G * (size_t)chunk_max +
-					     (size_t)(ST / (a->hd / 2)) * (size_t)G * (size_t)a->hd);
+					     (size_t)(ST / 32) * (size_t)G * (size_t)a->hd);
 	int dev, max_smem, rc;
 	if ((rc = qc_cuda_check(cudaGetDevice(&dev), "cudaGetDevice", err)) ||
 	    (rc = qc_cuda_check(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),

@@ -6,9 +6,12 @@
  * positions; a second kernel merges the chunks' (max, sum, unnormalized P V) in
  * chunk order. The chunk length is a function of the token's own context length,
  * so its result never depends on the other tokens of the step (batch invariance).
- * Scores: 8 lanes per position, each reading 16-byte vectors of the K row; P V:
- * threads over dimension pairs, split into position groups (four rows in flight
- * each) whose partial rows are summed in group order (deterministic).
+ * Scores: 8 lanes per position, each reading 16-byte vectors of the K row, the
+ * loads of 64 positions in flight at once; P V: a V row is hd / 8 lanes of 16
+ * bytes, row groups sum their rows in order with 8 rows in flight per thread, and
+ * the groups meet in a fixed shuffle tree and warp order (deterministic). Both
+ * passes were latency chains of small loads before (22 us per layer for 576
+ * positions of an 8B model on an H100, docs/perf-notes.md).
  * Limits (else the caller uses the one-block-per-head kernel): hd a multiple of
  * 8 and at most 256, at most 16 query heads per K/V head.
  */
