@@ -6,11 +6,14 @@
  * table) opens through qc_model_open from an mkgguf model, and its features are
  * its row's; every other arch is refused by qc_model_open naming what it lacks,
  * which must include the llama.cpp facts written below (gemma2's soft-caps and
- * window, phi3's fused tensors and LongRoPE, ...). Then inspect's JSON for the
+ * window, falcon's fused qkv and parallel block, ...). Then inspect's JSON for the
  * stories fixture and for a copy whose general.architecture (and "<arch>." keys)
  * say gemma2, and the convert-time note: present for gemma2, absent for llama and
- * with -q. Expected features come from llama.cpp's build_* graphs, never from
- * qconvert's output.
+ * with -q. Phi-3 (runs on the CPU only): inspect and the note for mkgguf models
+ * with and without LongRoPE tables and window, llama.cpp's windows for phi3 files
+ * without the key, and dump of its fused tensors equal to the GGUF's bytes.
+ * Expected features come from llama.cpp's build_* graphs, never from qconvert's
+ * output.
  */
 #include <cjson/cJSON.h>
 
@@ -63,22 +66,43 @@ static const struct {
 	{"qwen3", {"--arch", "qwen3", NULL}},
 	{"qwen3moe", {"--arch", "qwen3moe", "--n-expert", "4", "--n-expert-used", "2", NULL}},
 	{"gemma2", {"--arch", "gemma2", "--sliding-window", "64", NULL}},
+	{"phi3", {"--arch", "phi3", "--rope-scaling", "longrope", "--rope-orig-ctx", "64", "--sliding-window", "64", NULL}},
 };
 
-/* qrun --device cuda on a gemma2 bundle: the CUDA backend refuses before it
+/* The archs the CPU runs and the CUDA backend refuses, and the start of what
+ * CUDA says it lacks (features in arch_feat.def order; llama.cpp build_gemma2,
+ * build_phi3). */
+static const struct {
+	const char *arch, *missing;
+} cpu_only[] = {
+	{"gemma2", "missing RMSNorm (1+w), "},
+	{"phi3", "missing LongRoPE, sliding-window attention, fused attn_qkv, fused gate|up FFN"},
+};
+
+static const char *cpu_only_missing(const char *arch)
+{
+	for (size_t i = 0; i < sizeof cpu_only / sizeof cpu_only[0]; i++)
+		if (!strcmp(arch, cpu_only[i].arch))
+			return cpu_only[i].missing;
+	return NULL;
+}
+
+/* qrun --device cuda on a CPU-only bundle: the CUDA backend refuses before it
  * looks for a device (so this runs on a machine without one), naming what it
  * lacks; a build without nvcc links the stub, which says so instead. */
-static void qrun_cuda_refuses(const char *qb)
+static void qrun_cuda_refuses(const char *arch, const char *qb)
 {
-	char qrun[256], errp[256];
+	char qrun[256], errp[256], want[256];
 	snprintf(qrun, sizeof qrun, "%s/qrun", bin_dir());
 	snprintf(errp, sizeof errp, "%s/qrun-cuda.err", tmpdir);
+	snprintf(want, sizeof want, "architecture '%s' not supported by the CUDA backend: %s", arch,
+		 cpu_only_missing(arch));
 	const char *a[] = { qb, "-p", "a", "-n", "1", "--device", "cuda", NULL };
 	int rc = check_spawn(qrun, a, errp);
 	char *e = check_read_file(errp, NULL);
-	const bool stub = e && strstr(e, "no CUDA backend in this build");
-	CHECK(rc != 0 && e && (stub || strstr(e, "architecture 'gemma2' not supported by the CUDA backend: missing RMSNorm (1+w), ")),
-	      "qrun --device cuda on gemma2: exit %d, stderr %s", rc, e ? e : "");
+	const bool stub = e && strstr(e, "no CUDA backend"); /* the stub: "this build has no CUDA backend" */
+	CHECK(rc != 0 && e && (stub || strstr(e, want)), "qrun --device cuda on %s: exit %d, stderr %s", arch, rc,
+	      e ? e : "");
 	free(e);
 }
 
@@ -121,13 +145,16 @@ static void supported_open(char *llama_qb, size_t len)
 			CHECK((m->cfg.n_ff_shexp > 0) == !strcmp(runs[i].row, "qwen2moe"), "%s: shared expert width %d",
 			      runs[i].row, m->cfg.n_ff_shexp);
 			/* per backend: every arch runs on the CPU; the CUDA backend lacks gemma2's
-			 * llama.cpp facts (build_gemma2) and says so at create */
+			 * and phi3's llama.cpp facts (build_gemma2, build_phi3) and says so at create */
 			struct qc_err be = {0};
 			CHECK(qc_model_check_backend(m, QC_ARCH_BACKEND_CPU, &be) == QC_OK, "%s: CPU refuses: %s",
 			      runs[i].row, be.msg);
 			const bool gemma2 = !strcmp(runs[i].row, "gemma2");
+			const char *lacks = cpu_only_missing(runs[i].row);
 			rc = qc_model_check_backend(m, QC_ARCH_BACKEND_CUDA, &be);
-			CHECK((rc == QC_EUNSUPPORTED) == gemma2, "%s: CUDA check rc %d: %s", runs[i].row, rc, be.msg);
+			CHECK((rc == QC_EUNSUPPORTED) == (lacks != NULL), "%s: CUDA check rc %d: %s", runs[i].row, rc, be.msg);
+			CHECK(!lacks || (strstr(be.msg, lacks) && strstr(be.msg, "not supported by the CUDA backend")),
+			      "%s: CUDA message lacks '%s': %s", runs[i].row, lacks, be.msg);
 			static const char *const g2[] = {"RMSNorm (1+w)", "GELU-tanh gated FFN", "attention soft-capping",
 							  "final-logit soft-capping", "sliding-window attention",
 							  "post-attention/post-FFN norms", "embeddings scaled by sqrt(n_embd)"};
@@ -135,8 +162,10 @@ static void supported_open(char *llama_qb, size_t len)
 				CHECK(strstr(be.msg, g2[k]) && strstr(be.msg, "not supported by the CUDA backend"),
 				      "gemma2: CUDA message lacks '%s': %s", g2[k], be.msg);
 			CHECK(!gemma2 || !strstr(be.msg, "RoPE"), "gemma2: CUDA names a feature it has: %s", be.msg);
-			if (gemma2)
-				qrun_cuda_refuses(qb);
+			CHECK(!lacks || (!strstr(be.msg, "NeoX") && !strstr(be.msg, "SiLU")),
+			      "%s: CUDA names a feature it has: %s", runs[i].row, be.msg);
+			if (lacks)
+				qrun_cuda_refuses(runs[i].row, qb);
 		}
 		qc_model_close(m);
 	}
@@ -160,7 +189,6 @@ static const struct {
 } refused[] = {
 	{"gemma", {"RMSNorm (1+w)", "GELU-tanh gated FFN", "embeddings scaled by sqrt(n_embd)", NULL}},
 	{"gemma3", {"RMSNorm (1+w)", "GELU-tanh gated FFN", "sliding-window attention", "post-attention/post-FFN norms", NULL}},
-	{"phi3", {"fused attn_qkv", "fused gate|up FFN", "LongRoPE", "sliding-window attention", NULL}},
 	{"starcoder2", {"LayerNorm", "GELU FFN (not gated)", "biases on every linear layer", NULL}},
 	{"falcon", {"LayerNorm", "GELU FFN (not gated)", "fused attn_qkv", "parallel attention and FFN", NULL}},
 	{"gpt2", {"LayerNorm", "learned position embeddings", "fused attn_qkv", "biases on every linear layer", NULL}},
