@@ -553,6 +553,11 @@ int qc_model_from_bundle(struct qc_bundle *b, struct qc_model **out, struct qc_e
 		goto out_free;
 	c->rope_mode = arch.feats & QC_AF(ROPE_NEOX) ? QC_ROPE_NEOX : QC_ROPE_NORM;
 	arch_config(&arch, c);
+	if ((c->feats & QC_AF(SLIDING_WINDOW)) && c->sliding_window <= 0) { /* llama.cpp refuses a phi3 so too */
+		rc = qc_err_set(err, QC_EFORMAT, b->path, NULL, -1, "architecture '%s' attends through a window, but "
+				"'%s.attention.sliding_window' is not stated", c->arch, c->arch);
+		goto out_free;
+	}
 
 	const struct qc_bundle_tensor *te = qc_bundle_find(b, "token_embd.weight");
 	if (!te) {
