@@ -2,7 +2,9 @@
  *
  * Models: tests/data/ref/models.tsv lists synthetic GGUFs (qwen2, qwen3 tied,
  * qwen2moe with a shared expert, qwen3moe, llama + YaRN, llama + llama3 rope
- * factors; f32 and quantized), each regenerated here with mkgguf and checked
+ * factors, gemma2, phi3 with and without LongRoPE tables (the long one chosen
+ * at the test's context 128 and llama.cpp's 256 when the original context is 32,
+ * the short one at 384); f32 and quantized), each regenerated here with mkgguf and checked
  * against its recorded size and XXH3 (the generator must not drift), converted
  * to a cpu bundle (MoE: fused and unfused) and run: ids must equal
  * tests/data/ref/NAME.json (llama.cpp's own greedy run, tools/llref) up to the
