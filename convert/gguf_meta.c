@@ -348,6 +348,10 @@ static int add_config(const struct meta_ctx *c, const struct qc_gguf_model *m, c
 			cJSON_AddNumberToObject(cfg, "n_vocab", (double)emb->ne[1]);
 	}
 	cJSON_AddBoolToObject(cfg, "tie_embeddings", qc_gguf_model_find(m, "output.weight") == NULL);
+	/* Phi-3 LongRoPE has no rope.scaling.type: its factor tables are the sign. Only
+	 * when present, so the bundles of every other model keep their bytes. */
+	if (qc_gguf_model_find(m, "rope_factors_long.weight") || qc_gguf_model_find(m, "rope_factors_short.weight"))
+		cJSON_AddBoolToObject(cfg, "longrope", true);
 	return QC_OK;
 }
 

@@ -93,6 +93,35 @@ static void softcap(const cJSON *md, const char *arch, const char *suffix, uint6
 	*feats = v > 0 ? *feats | bit : *feats & ~bit;
 }
 
+/* llama.cpp c392e50 (load_hparams, LLM_ARCH_PHI3) gives Phi-3 GGUFs written before
+ * the window key these windows, by layer count, K/V heads (0: any) and trained
+ * context; any other phi3 without the key it refuses to load. */
+static const struct {
+	const char *arch;
+	double n_layer, n_head_kv, n_ctx_train, window;
+} window_defaults[] = {
+	{"phi3", 32, 0, 4096, 2047},      /* Phi-3-mini-4k-instruct */
+	{"phi3", 40, 0, 4096, 2047},      /* Phi-3-medium-4k-instruct */
+	{"phi3", 32, 32, 131072, 262144}, /* Phi-3-mini-128k-instruct */
+	{"phi3", 40, 0, 131072, 131072},  /* Phi-3-medium-128k-instruct */
+};
+
+static bool default_window(const cJSON *cfg, const char *arch, double *v)
+{
+	double nl = 0, kv = 0, ctx = 0;
+	num(cfg, "n_layer", &nl);
+	num(cfg, "n_head_kv", &kv);
+	num(cfg, "n_ctx_train", &ctx);
+	for (size_t i = 0; i < sizeof window_defaults / sizeof window_defaults[0]; i++)
+		if (!strcmp(arch, window_defaults[i].arch) && nl == window_defaults[i].n_layer &&
+		    (!window_defaults[i].n_head_kv || kv == window_defaults[i].n_head_kv) &&
+		    ctx == window_defaults[i].n_ctx_train) {
+			*v = window_defaults[i].window;
+			return true;
+		}
+	return false;
+}
+
 void qc_arch_describe(const cJSON *manifest, struct qc_arch_desc *d)
 {
 	const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(manifest, "config");
@@ -127,7 +156,7 @@ void qc_arch_describe(const cJSON *manifest, struct qc_arch_desc *d)
 
 	/* A stated window limits attention only when shorter than the trained context;
 	 * otherwise it never cuts anything and the model runs as all-global. */
-	if (md_num(md, d->name, "attention.sliding_window", &v)) {
+	if (md_num(md, d->name, "attention.sliding_window", &v) || default_window(cfg, d->name, &v)) {
 		double ctx = 0;
 		num(cfg, "n_ctx_train", &ctx);
 		d->sliding_window = v > 0 ? (int64_t)v : 0;
@@ -147,6 +176,10 @@ void qc_arch_describe(const cJSON *manifest, struct qc_arch_desc *d)
 	double factor = 0;
 	if (!num(cfg, "rope_scaling_factor", &factor) || factor == 0)
 		num(cfg, "rope_freq_scale_linear", &factor);
+	/* Phi-3: the row's LongRoPE only with the factor tables (config "longrope") */
+	const cJSON *lr = cJSON_GetObjectItemCaseSensitive(cfg, "longrope");
+	if (!cJSON_IsTrue(lr))
+		d->feats &= ~QC_AF(LONGROPE);
 	if (!strcmp(type, "yarn"))
 		d->feats |= QC_AF(ROPE_YARN);
 	else if (!strcmp(type, "longrope"))
@@ -164,11 +197,21 @@ const struct qc_arch_backend_info qc_arch_backends[QC_ARCH_BACKEND_COUNT] = {
 	[QC_ARCH_BACKEND_CUDA] = {"CUDA", QC_ARCH_CUDA_FEATURES},
 };
 
+const struct qc_arch_cpu_checked qc_arch_cpu_checked[] = {
+	{"gemma2", QC_ARCH_CPU_GEMMA2},
+	{"phi3", QC_ARCH_CPU_PHI3},
+};
+const size_t qc_n_arch_cpu_checked = sizeof qc_arch_cpu_checked / sizeof qc_arch_cpu_checked[0];
+
 uint64_t qc_arch_missing_on(const struct qc_arch_desc *d, enum qc_arch_backend b)
 {
 	uint64_t have = qc_arch_backends[b].feats;
-	if (b == QC_ARCH_BACKEND_CPU && strcmp(d->name, "gemma2"))
-		have &= ~QC_ARCH_CPU_GEMMA2_ONLY;
+	if (b == QC_ARCH_BACKEND_CPU) {
+		have = QC_ARCH_CUDA_FEATURES;
+		for (size_t i = 0; i < qc_n_arch_cpu_checked; i++)
+			if (!strcmp(d->name, qc_arch_cpu_checked[i].arch))
+				have |= qc_arch_cpu_checked[i].feats;
+	}
 	return d->arch ? d->feats & ~have : UINT64_MAX;
 }
 

@@ -61,17 +61,25 @@ extern const size_t qc_n_archs;
 	(QC_AF(RMSNORM) | QC_AF(SWIGLU) | QC_AF(ROPE_NORM) | QC_AF(ROPE_NEOX) | QC_AF(ROPE_LINEAR) | \
 	 QC_AF(ROPE_YARN) | QC_AF(QKV_BIAS) | QC_AF(QK_NORM) | QC_AF(MOE) | QC_AF(MOE_RENORM) |      \
 	 QC_AF(MOE_SHARED) | QC_AF(TIED_EMBD))
-/* The CPU runs Gemma 2 as well: RMSNORM_1P is a plain RMSNorm on a GGUF (its
- * converter stores 1 + w), the rest is runtime/cpu/backend_cpu.c. */
-#define QC_ARCH_CPU_FEATURES                                                                  \
-	(QC_ARCH_CUDA_FEATURES | QC_AF(RMSNORM_1P) | QC_AF(GEGLU_TANH) | QC_AF(EMBD_SCALE) |         \
-	 QC_AF(POST_NORM) | QC_AF(ATTN_SOFTCAP) | QC_AF(FINAL_SOFTCAP) | QC_AF(SLIDING_WINDOW))
-/* The CPU's Gemma bits are checked against llama.cpp for gemma2 only (gemma,
- * gemma3 and phi3 graphs differ: q scaling, local RoPE base, window rules; llama
- * ignores a stated soft-cap or window): other rows lack them. */
-#define QC_ARCH_CPU_GEMMA2_ONLY                                                               \
+/* Bits the CPU's forward pass has, each checked against llama.cpp for some
+ * architectures only (the rows of qc_arch_cpu_checked): Gemma 2's (RMSNORM_1P is a
+ * plain RMSNorm on a GGUF, whose converter stores 1 + w) and Phi-3's. */
+#define QC_ARCH_CPU_GEMMA2                                                                    \
 	(QC_AF(RMSNORM_1P) | QC_AF(GEGLU_TANH) | QC_AF(EMBD_SCALE) | QC_AF(POST_NORM) |             \
 	 QC_AF(ATTN_SOFTCAP) | QC_AF(FINAL_SOFTCAP) | QC_AF(SLIDING_WINDOW))
+#define QC_ARCH_CPU_PHI3 (QC_AF(FUSED_QKV) | QC_AF(FUSED_GATE_UP) | QC_AF(LONGROPE) | QC_AF(SLIDING_WINDOW))
+/* The CPU's column: CUDA's plus every per-architecture extra. */
+#define QC_ARCH_CPU_FEATURES (QC_ARCH_CUDA_FEATURES | QC_ARCH_CPU_GEMMA2 | QC_ARCH_CPU_PHI3)
+/* The CPU's extras beyond CUDA's column count for the architecture whose graph
+ * they were checked against only (gemma, gemma3, falcon graphs differ: q scaling,
+ * local RoPE base, window rules, parallel blocks; llama ignores a stated soft-cap
+ * or window): one row per architecture, the extras it may use. */
+struct qc_arch_cpu_checked {
+	const char *arch;
+	uint64_t feats;
+};
+extern const struct qc_arch_cpu_checked qc_arch_cpu_checked[];
+extern const size_t qc_n_arch_cpu_checked;
 /* What some backend of this qrun/qserve implements (the CPU's is a superset). */
 #define QC_ARCH_RUNTIME_FEATURES (QC_ARCH_CPU_FEATURES | QC_ARCH_CUDA_FEATURES)
 
@@ -97,10 +105,11 @@ struct qc_arch_desc {
 	int64_t n_expert, n_expert_used, n_expert_shared;
 };
 
-/* Fill d from manifest "config" (architecture, experts, rope scaling, tied
- * embeddings, context) and "metadata" ("<arch>.attn_logit_softcapping",
- * "<arch>.final_logit_softcapping", "<arch>.attention.sliding_window"). Never
- * fails: a key that is absent or not a number leaves the row's answer. */
+/* Fill d from manifest "config" (architecture, experts, rope scaling, LongRoPE
+ * tables, tied embeddings, context) and "metadata" ("<arch>.attn_logit_softcapping",
+ * "<arch>.final_logit_softcapping", "<arch>.attention.sliding_window"; for phi3
+ * without the window key, llama.cpp's defaults for the models that predate it).
+ * Never fails: a key that is absent or not a number leaves the row's answer. */
 void qc_arch_describe(const cJSON *manifest, struct qc_arch_desc *d);
 
 /* Features in d that no backend implements (QC_ARCH_RUNTIME_FEATURES lacks): 0

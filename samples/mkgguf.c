@@ -46,23 +46,28 @@ static void usage(FILE *f)
 		"                   in every shard, tensors in order balanced by bytes);\n"
 		"                   N <= 1 writes one plain file\n"
 		"  --threads N      generator threads (default: online CPUs, at most %d)\n"
-		"  --arch A         llama|mixtral|qwen2|qwen3|qwen2moe|qwen3moe|gemma2 (mixtral = llama\n"
+		"  --arch A         llama|mixtral|qwen2|qwen3|qwen2moe|qwen3moe|gemma2|phi3 (mixtral = llama\n"
 		"                   with experts, 8 experts / 2 used unless given; qwen2 adds q/k/v\n"
 		"                   biases, qwen3 adds q/k norms; the moe variants add stacked\n"
 		"                   experts (n_ff each), qwen2moe also a shared expert with a\n"
 		"                   sigmoid gate; gemma2 adds post-attention/FFN norms, soft-caps\n"
 		"                   and a window, ties its output, and needs --n-layer 26, 42\n"
-		"                   or 46 to load in llama.cpp; the vocab is always the SPM one)\n"
+		"                   or 46 to load in llama.cpp; phi3 fuses q|k|v into attn_qkv and\n"
+		"                   gate|up into ffn_up and states a window and an original\n"
+		"                   context; the vocab is always the SPM one)\n"
 		"  --attn-softcap F --final-softcap F  gemma2 soft-caps (default 50, 30)\n"
-		"  --sliding-window N  gemma2 window in tokens (default 4096)\n"
-		"  --rope-scaling S none|linear|yarn|llama3 (llama3: a rope_freqs.weight tensor of\n"
-		"                   Llama 3.1 factors, low/high frequency factors 1 and 4)\n"
+		"  --sliding-window N  gemma2/phi3 window in tokens (default 4096 / 2047)\n"
+		"  --rope-scaling S none|linear|yarn|llama3|longrope (llama3: a rope_freqs.weight\n"
+		"                   tensor of Llama 3.1 factors, low/high frequency factors 1 and 4;\n"
+		"                   longrope, phi3 only: rope_factors_short.weight 1 + 0.5 i/(n-1)\n"
+		"                   and rope_factors_long.weight 1 + (F - 1) i/(n-1) for pair i of n,\n"
+		"                   attn_factor sqrt(1 + ln(ctx/orig) / ln(orig)) as convert_hf_to_gguf)\n"
 		"  --rope-factor F  scaling factor (default 4)\n"
 		"  --weight-std F   std of matrices and biases (default 0.02; norms keep 0.02)\n"
 		"  --tie-embeddings no output.weight (llama.cpp then uses token_embd)\n"
 		"  --n-embd N  --n-layer N  --n-ff N  --n-head N  --n-head-kv N  --n-vocab N\n"
 		"  --n-expert N  --n-expert-used N  --ctx N  --n-ff-shexp N (qwen2moe; default n_ff)\n"
-		"  --rope-orig-ctx N  yarn/llama3 original context (default --ctx)\n"
+		"  --rope-orig-ctx N  yarn/llama3/phi3 original context (default --ctx)\n"
 		"                   override the preset's value (bench4g: an explicit --n-layer\n"
 		"                   wins over its size rule)\n"
 		"  -h, --help       this text\n"
@@ -126,8 +131,15 @@ static int check_hparams(const struct opts *o, struct qc_err *err)
 	if (qc_mkgguf_has_experts(hp->arch) && !hp->n_expert)
 		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "--arch %s needs --n-expert > 0",
 				  qc_mkgguf_arch_names[hp->arch]);
-	if (o->hx.rope_scaling == ROPE_LLAMA3 && hp->n_embd / hp->n_head / 2 > MAX_ROPE_FREQS)
+	if ((o->hx.rope_scaling == ROPE_LLAMA3 || o->hx.rope_scaling == ROPE_LONGROPE) &&
+	    hp->n_embd / hp->n_head / 2 > MAX_ROPE_FREQS)
 		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "head size too large for rope factors");
+	/* llama.cpp's phi3 loader requires output.weight; its factor tables are phi3's */
+	if (hp->arch == ARCH_PHI3 && o->hx.tie_embeddings)
+		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "phi3 has an output.weight (llama.cpp requires it)");
+	if ((o->hx.rope_scaling == ROPE_LONGROPE) != (hp->arch == ARCH_PHI3) && o->hx.rope_scaling != ROPE_NONE)
+		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "--rope-scaling longrope is for --arch phi3, "
+				  "and phi3 takes only longrope (its converter writes no rope.scaling.type)");
 	return QC_OK;
 }
 
@@ -245,18 +257,18 @@ static int parse_args(int argc, char **argv, struct opts *o, bool *help)
 				if (!strcmp(val, qc_mkgguf_arch_names[k]))
 					arch = k;
 			if (arch < 0) {
-				fprintf(stderr, PROG ": unknown --arch '%s' (llama|mixtral|qwen2|qwen3|qwen2moe|qwen3moe|gemma2)\n",
+				fprintf(stderr, PROG ": unknown --arch '%s' (llama|mixtral|qwen2|qwen3|qwen2moe|qwen3moe|gemma2|phi3)\n",
 					val);
 				return 2;
 			}
 		} else if (!strcmp(a, "--rope-scaling")) {
-			static const char *const rs[] = { "none", "linear", "yarn", "llama3" };
+			static const char *const rs[] = { "none", "linear", "yarn", "llama3", "longrope" };
 			rope_scaling = -1;
-			for (int k = 0; k < 4; k++)
+			for (int k = 0; k < (int)(sizeof rs / sizeof rs[0]); k++)
 				if (!strcmp(val, rs[k]))
 					rope_scaling = k;
 			if (rope_scaling < 0) {
-				fprintf(stderr, PROG ": unknown --rope-scaling '%s' (none|linear|yarn|llama3)\n", val);
+				fprintf(stderr, PROG ": unknown --rope-scaling '%s' (none|linear|yarn|llama3|longrope)\n", val);
 				return 2;
 			}
 		} else if (!strcmp(a, "--attn-softcap") || !strcmp(a, "--final-softcap")) {

@@ -22,11 +22,12 @@
 #define MAX_THREADS 16
 #define MAX_ROPE_FREQS 512                  /* rope_freqs.weight: one per rotated pair */
 
-enum arch { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_QWEN2MOE, ARCH_QWEN3MOE, ARCH_GEMMA2, ARCH_COUNT };
+enum arch { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_QWEN2MOE, ARCH_QWEN3MOE, ARCH_GEMMA2, ARCH_PHI3, ARCH_COUNT };
 
 /* RoPE scaling written to the GGUF (llama.cpp rope.scaling.type; LLAMA3 = the
- * rope_freqs.weight factors tensor convert_hf_to_gguf writes for Llama 3.1). */
-enum rope_scaling { ROPE_NONE, ROPE_LINEAR, ROPE_YARN, ROPE_LLAMA3 };
+ * rope_freqs.weight factors tensor convert_hf_to_gguf writes for Llama 3.1;
+ * LONGROPE = Phi-3's rope_factors_long/short.weight tables and attn_factor key). */
+enum rope_scaling { ROPE_NONE, ROPE_LINEAR, ROPE_YARN, ROPE_LLAMA3, ROPE_LONGROPE };
 
 struct hparams {
 	enum arch arch;
@@ -38,12 +39,14 @@ struct hparams {
 struct hparams_x {
 	int64_t n_ff_shexp;             /* qwen2moe shared expert width (0: n_ff) */
 	enum rope_scaling rope_scaling;
-	float rope_factor;              /* linear / yarn / llama3 factor */
-	int64_t rope_orig_ctx;          /* yarn / llama3 original context (0: n_ctx) */
+	float rope_factor;              /* linear / yarn / llama3 factor; longrope: the
+					 * largest long factor */
+	int64_t rope_orig_ctx;          /* yarn / llama3 / phi3 original context (0: n_ctx) */
 	double weight_std;              /* std of matrices and biases (0: WEIGHT_STD) */
 	bool tie_embeddings;            /* no output.weight: llama.cpp reuses token_embd */
 	float attn_softcap, final_softcap; /* gemma2 soft-caps (0: Gemma 2's 50 and 30) */
-	int64_t sliding_window;         /* gemma2 window in tokens (0: Gemma 2's 4096) */
+	int64_t sliding_window;         /* gemma2 / phi3 window in tokens (0: Gemma 2's
+					 * 4096, Phi-3-mini-4k's 2047) */
 };
 
 struct preset {

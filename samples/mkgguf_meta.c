@@ -6,6 +6,7 @@
  */
 #include "mkgguf.h"
 
+#include <math.h>
 #include <stdio.h>
 
 /* llama.cpp's general.file_type (enum llama_ftype) for the --type choices that have one. */
@@ -28,6 +29,26 @@ static int add_hparam_f32(struct qc_gguf_writer *w, const struct hparams *hp, co
 	char key[96];
 	snprintf(key, sizeof key, "%s.%s", qc_mkgguf_arch_names[hp->arch], suffix);
 	return qc_gguf_writer_add_f32(w, key, v, err);
+}
+
+/* convert_hf_to_gguf Phi3MiniModel: the original context and the window always
+ * (llama.cpp c392e50 refuses a phi3 without a window unless its layer count and
+ * context match a known model), and with LongRoPE the attention factor
+ * sqrt(1 + ln(scale) / ln(orig)), scale = context / original context (1 when <= 1). */
+static int add_phi3(struct qc_gguf_writer *w, const struct hparams *hp, const struct hparams_x *hx,
+		    struct qc_err *err)
+{
+	const int64_t orig = hx->rope_orig_ctx ? hx->rope_orig_ctx : hp->n_ctx;
+	int rc = add_hparam(w, hp, "rope.scaling.original_context_length", (uint32_t)orig, err);
+	if (!rc)
+		rc = add_hparam(w, hp, "attention.sliding_window",
+				(uint32_t)(hx->sliding_window > 0 ? hx->sliding_window : 2047), err);
+	if (!rc && hx->rope_scaling == ROPE_LONGROPE) {
+		const double scale = (double)hp->n_ctx / (double)orig;
+		const double f = scale > 1.0 ? sqrt(1.0 + log(scale) / log((double)orig)) : 1.0;
+		rc = add_hparam_f32(w, hp, "rope.scaling.attn_factor", (float)f, err);
+	}
+	return rc;
 }
 
 /* The full key set of a llama.cpp-converted checkpoint, in convert_hf_to_gguf's order. */
@@ -78,6 +99,8 @@ int qc_mkgguf_add_metadata(struct qc_gguf_writer *w, const struct opts *o, const
 	if (!rc && gemma2)
 		rc = add_hparam(w, hp, "attention.sliding_window",
 				(uint32_t)(gx->sliding_window > 0 ? gx->sliding_window : 4096), err);
+	if (!rc && hp->arch == ARCH_PHI3)
+		rc = add_phi3(w, hp, &o->hx, err);
 	if (!rc && hp->n_expert)
 		rc = add_hparam(w, hp, "expert_count", (uint32_t)hp->n_expert, err);
 	if (!rc && hp->n_expert)

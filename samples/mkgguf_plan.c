@@ -4,7 +4,10 @@
  * (llama-arch.cpp / llama-model.cpp load_tensors), with optional q/k/v biases, q/k
  * norms, stacked experts, a shared expert and Llama 3.1's rope_freqs.weight factors;
  * gemma2's post-attention/post-FFN norms (post_attention_norm, post_ffw_norm) and
- * its always-tied output (llama.cpp reads token_embd for it).
+ * its always-tied output (llama.cpp reads token_embd for it); phi3's fused
+ * attn_qkv (q rows, k rows, v rows) and ffn_up (n_ff gate rows, then n_ff up
+ * rows; no ffn_gate), and its LongRoPE rope_factors_long/short.weight tables,
+ * written first as convert_hf_to_gguf's generate_extra_tensors yields them.
  * Norms, biases and routers stay f32 (as llama.cpp's converter and quantizer keep
  * them); every other matrix has the chosen type. Each tensor's seed comes from
  * --seed and its name, so plans of any layer count agree on shared tensors.
@@ -54,6 +57,7 @@ static int plan_add(struct tensor_plan *p, size_t *n, size_t cap, const char *na
  * factors 1 and 4, original context rope_orig_ctx), one per rotated pair. Static:
  * the plan points at it and mkgguf writes one model per run. */
 static float rope_freqs_buf[MAX_ROPE_FREQS];
+static float rope_short_buf[MAX_ROPE_FREQS], rope_long_buf[MAX_ROPE_FREQS];
 
 static void llama3_rope_factors(const struct hparams *hp, const struct hparams_x *hx, int64_t hd)
 {
@@ -74,6 +78,34 @@ static void llama3_rope_factors(const struct hparams *hp, const struct hparams_x
 	}
 }
 
+/* Synthetic LongRoPE tables (real ones come from a search, not a formula): both
+ * rise linearly from 1 over the n = hd / 2 rotated pairs, short to 1.5, long to
+ * rope_factor, so the two differ where the angles of short prompts matter. */
+static void longrope_factors(const struct hparams_x *hx, int64_t hd)
+{
+	const int64_t n = hd / 2;
+	for (int64_t i = 0; i < n; i++) {
+		const double r = n > 1 ? (double)i / (double)(n - 1) : 0.0;
+		rope_short_buf[i] = (float)(1.0 + 0.5 * r);
+		rope_long_buf[i] = (float)(1.0 + ((double)hx->rope_factor - 1.0) * r);
+	}
+}
+
+/* The two LongRoPE tables, first in the file as the converter writes them. */
+static int plan_longrope(struct tensor_plan *p, size_t *n, size_t cap, const struct hparams_x *hx, int64_t hd,
+			 uint64_t seed, struct qc_err *err)
+{
+	longrope_factors(hx, hd);
+	int rc = plan_add(p, n, cap, "rope_factors_long.weight", QC_TYPE_F32, INIT_FIXED, 1, hd / 2, 1, 1, seed, err);
+	if (rc)
+		return rc;
+	p[*n - 1].fixed = rope_long_buf;
+	rc = plan_add(p, n, cap, "rope_factors_short.weight", QC_TYPE_F32, INIT_FIXED, 1, hd / 2, 1, 1, seed, err);
+	if (!rc)
+		p[*n - 1].fixed = rope_short_buf;
+	return rc;
+}
+
 int qc_mkgguf_plan_tensors(const struct hparams *hp, const struct hparams_x *hx, enum qc_type wt, uint64_t seed,
 			struct tensor_plan **out, size_t *n_out, struct qc_err *err)
 {
@@ -86,10 +118,14 @@ int qc_mkgguf_plan_tensors(const struct hparams *hp, const struct hparams_x *hx,
 	int64_t sh = hx->n_ff_shexp ? hx->n_ff_shexp : ff;
 	const bool bias = hp->arch == ARCH_QWEN2 || hp->arch == ARCH_QWEN2MOE;
 	const bool qk_norm = hp->arch == ARCH_QWEN3 || hp->arch == ARCH_QWEN3MOE;
-	const bool gemma2 = hp->arch == ARCH_GEMMA2;
+	const bool gemma2 = hp->arch == ARCH_GEMMA2, phi3 = hp->arch == ARCH_PHI3;
 	const enum qc_type f32 = QC_TYPE_F32;
 	char nm[QC_GGUF_MAX_NAME];
-	int rc = plan_add(p, &n, cap, "token_embd.weight", wt, INIT_WEIGHT, 2, e, hp->n_vocab, 1, seed, err);
+	int rc = QC_OK;
+	if (hx->rope_scaling == ROPE_LONGROPE)
+		rc = plan_longrope(p, &n, cap, hx, hd, seed, err);
+	if (!rc)
+		rc = plan_add(p, &n, cap, "token_embd.weight", wt, INIT_WEIGHT, 2, e, hp->n_vocab, 1, seed, err);
 	if (!rc && hx->rope_scaling == ROPE_LLAMA3) {
 		llama3_rope_factors(hp, hx, hd);
 		rc = plan_add(p, &n, cap, "rope_freqs.weight", f32, INIT_FIXED, 1, hd / 2, 1, 1, seed, err);
@@ -102,9 +138,13 @@ int qc_mkgguf_plan_tensors(const struct hparams *hp, const struct hparams_x *hx,
 			rc = plan_add(p, &n, cap, nm, type, init, nd, a, b, c, seed, err);         \
 		}
 		T("attn_norm.weight", f32, INIT_NORM, 1, e, 1, 1)
-		T("attn_q.weight", wt, INIT_WEIGHT, 2, e, hd * hp->n_head, 1)
-		T("attn_k.weight", wt, INIT_WEIGHT, 2, e, kv, 1)
-		T("attn_v.weight", wt, INIT_WEIGHT, 2, e, kv, 1)
+		if (phi3) {
+			T("attn_qkv.weight", wt, INIT_WEIGHT, 2, e, hd * hp->n_head + 2 * kv, 1)
+		} else {
+			T("attn_q.weight", wt, INIT_WEIGHT, 2, e, hd * hp->n_head, 1)
+			T("attn_k.weight", wt, INIT_WEIGHT, 2, e, kv, 1)
+			T("attn_v.weight", wt, INIT_WEIGHT, 2, e, kv, 1)
+		}
 		if (bias) {
 			T("attn_q.bias", f32, INIT_BIAS, 1, e, 1, 1)
 			T("attn_k.bias", f32, INIT_BIAS, 1, kv, 1, 1)
@@ -132,7 +172,10 @@ int qc_mkgguf_plan_tensors(const struct hparams *hp, const struct hparams_x *hx,
 			T("ffn_up_shexp.weight", wt, INIT_WEIGHT, 2, e, sh, 1)
 			T("ffn_down_shexp.weight", wt, INIT_WEIGHT, 2, sh, e, 1)
 		}
-		if (!x) {
+		if (phi3) {
+			T("ffn_up.weight", wt, INIT_WEIGHT, 2, e, 2 * ff, 1)
+			T("ffn_down.weight", wt, INIT_WEIGHT, 2, ff, e, 1)
+		} else if (!x) {
 			T("ffn_gate.weight", wt, INIT_WEIGHT, 2, e, ff, 1)
 			T("ffn_up.weight", wt, INIT_WEIGHT, 2, e, ff, 1)
 			T("ffn_down.weight", wt, INIT_WEIGHT, 2, ff, e, 1)

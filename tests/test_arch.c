@@ -6,11 +6,14 @@
  * table) opens through qc_model_open from an mkgguf model, and its features are
  * its row's; every other arch is refused by qc_model_open naming what it lacks,
  * which must include the llama.cpp facts written below (gemma2's soft-caps and
- * window, phi3's fused tensors and LongRoPE, ...). Then inspect's JSON for the
+ * window, falcon's fused qkv and parallel block, ...). Then inspect's JSON for the
  * stories fixture and for a copy whose general.architecture (and "<arch>." keys)
  * say gemma2, and the convert-time note: present for gemma2, absent for llama and
- * with -q. Expected features come from llama.cpp's build_* graphs, never from
- * qconvert's output.
+ * with -q. Phi-3 (runs on the CPU only): inspect and the note for mkgguf models
+ * with and without LongRoPE tables and window, llama.cpp's windows for phi3 files
+ * without the key, and dump of its fused tensors equal to the GGUF's bytes.
+ * Expected features come from llama.cpp's build_* graphs, never from qconvert's
+ * output.
  */
 #include <cjson/cJSON.h>
 
@@ -63,22 +66,43 @@ static const struct {
 	{"qwen3", {"--arch", "qwen3", NULL}},
 	{"qwen3moe", {"--arch", "qwen3moe", "--n-expert", "4", "--n-expert-used", "2", NULL}},
 	{"gemma2", {"--arch", "gemma2", "--sliding-window", "64", NULL}},
+	{"phi3", {"--arch", "phi3", "--rope-scaling", "longrope", "--rope-orig-ctx", "64", "--sliding-window", "64", NULL}},
 };
 
-/* qrun --device cuda on a gemma2 bundle: the CUDA backend refuses before it
+/* The archs the CPU runs and the CUDA backend refuses, and the start of what
+ * CUDA says it lacks (features in arch_feat.def order; llama.cpp build_gemma2,
+ * build_phi3). */
+static const struct {
+	const char *arch, *missing;
+} cpu_only[] = {
+	{"gemma2", "missing RMSNorm (1+w), "},
+	{"phi3", "missing LongRoPE, sliding-window attention, fused attn_qkv, fused gate|up FFN"},
+};
+
+static const char *cpu_only_missing(const char *arch)
+{
+	for (size_t i = 0; i < sizeof cpu_only / sizeof cpu_only[0]; i++)
+		if (!strcmp(arch, cpu_only[i].arch))
+			return cpu_only[i].missing;
+	return NULL;
+}
+
+/* qrun --device cuda on a CPU-only bundle: the CUDA backend refuses before it
  * looks for a device (so this runs on a machine without one), naming what it
  * lacks; a build without nvcc links the stub, which says so instead. */
-static void qrun_cuda_refuses(const char *qb)
+static void qrun_cuda_refuses(const char *arch, const char *qb)
 {
-	char qrun[256], errp[256];
+	char qrun[256], errp[256], want[256];
 	snprintf(qrun, sizeof qrun, "%s/qrun", bin_dir());
 	snprintf(errp, sizeof errp, "%s/qrun-cuda.err", tmpdir);
+	snprintf(want, sizeof want, "architecture '%s' not supported by the CUDA backend: %s", arch,
+		 cpu_only_missing(arch));
 	const char *a[] = { qb, "-p", "a", "-n", "1", "--device", "cuda", NULL };
 	int rc = check_spawn(qrun, a, errp);
 	char *e = check_read_file(errp, NULL);
-	const bool stub = e && strstr(e, "no CUDA backend in this build");
-	CHECK(rc != 0 && e && (stub || strstr(e, "architecture 'gemma2' not supported by the CUDA backend: missing RMSNorm (1+w), ")),
-	      "qrun --device cuda on gemma2: exit %d, stderr %s", rc, e ? e : "");
+	const bool stub = e && strstr(e, "no CUDA backend"); /* the stub: "this build has no CUDA backend" */
+	CHECK(rc != 0 && e && (stub || strstr(e, want)), "qrun --device cuda on %s: exit %d, stderr %s", arch, rc,
+	      e ? e : "");
 	free(e);
 }
 
@@ -121,13 +145,16 @@ static void supported_open(char *llama_qb, size_t len)
 			CHECK((m->cfg.n_ff_shexp > 0) == !strcmp(runs[i].row, "qwen2moe"), "%s: shared expert width %d",
 			      runs[i].row, m->cfg.n_ff_shexp);
 			/* per backend: every arch runs on the CPU; the CUDA backend lacks gemma2's
-			 * llama.cpp facts (build_gemma2) and says so at create */
+			 * and phi3's llama.cpp facts (build_gemma2, build_phi3) and says so at create */
 			struct qc_err be = {0};
 			CHECK(qc_model_check_backend(m, QC_ARCH_BACKEND_CPU, &be) == QC_OK, "%s: CPU refuses: %s",
 			      runs[i].row, be.msg);
 			const bool gemma2 = !strcmp(runs[i].row, "gemma2");
+			const char *lacks = cpu_only_missing(runs[i].row);
 			rc = qc_model_check_backend(m, QC_ARCH_BACKEND_CUDA, &be);
-			CHECK((rc == QC_EUNSUPPORTED) == gemma2, "%s: CUDA check rc %d: %s", runs[i].row, rc, be.msg);
+			CHECK((rc == QC_EUNSUPPORTED) == (lacks != NULL), "%s: CUDA check rc %d: %s", runs[i].row, rc, be.msg);
+			CHECK(!lacks || (strstr(be.msg, lacks) && strstr(be.msg, "not supported by the CUDA backend")),
+			      "%s: CUDA message lacks '%s': %s", runs[i].row, lacks, be.msg);
 			static const char *const g2[] = {"RMSNorm (1+w)", "GELU-tanh gated FFN", "attention soft-capping",
 							  "final-logit soft-capping", "sliding-window attention",
 							  "post-attention/post-FFN norms", "embeddings scaled by sqrt(n_embd)"};
@@ -135,8 +162,10 @@ static void supported_open(char *llama_qb, size_t len)
 				CHECK(strstr(be.msg, g2[k]) && strstr(be.msg, "not supported by the CUDA backend"),
 				      "gemma2: CUDA message lacks '%s': %s", g2[k], be.msg);
 			CHECK(!gemma2 || !strstr(be.msg, "RoPE"), "gemma2: CUDA names a feature it has: %s", be.msg);
-			if (gemma2)
-				qrun_cuda_refuses(qb);
+			CHECK(!lacks || (!strstr(be.msg, "NeoX") && !strstr(be.msg, "SiLU")),
+			      "%s: CUDA names a feature it has: %s", runs[i].row, be.msg);
+			if (lacks)
+				qrun_cuda_refuses(runs[i].row, qb);
 		}
 		qc_model_close(m);
 	}
@@ -160,7 +189,6 @@ static const struct {
 } refused[] = {
 	{"gemma", {"RMSNorm (1+w)", "GELU-tanh gated FFN", "embeddings scaled by sqrt(n_embd)", NULL}},
 	{"gemma3", {"RMSNorm (1+w)", "GELU-tanh gated FFN", "sliding-window attention", "post-attention/post-FFN norms", NULL}},
-	{"phi3", {"fused attn_qkv", "fused gate|up FFN", "LongRoPE", "sliding-window attention", NULL}},
 	{"starcoder2", {"LayerNorm", "GELU FFN (not gated)", "biases on every linear layer", NULL}},
 	{"falcon", {"LayerNorm", "GELU FFN (not gated)", "fused attn_qkv", "parallel attention and FFN", NULL}},
 	{"gpt2", {"LayerNorm", "learned position embeddings", "fused attn_qkv", "biases on every linear layer", NULL}},
@@ -230,6 +258,12 @@ static void unsupported_refused(const char *llama_qb)
 	memset(&err, 0, sizeof err);
 	rc = open_edited(src, "llama-swa-ctx", "llama", "llama.attention.sliding_window", 4096, &err, &d);
 	CHECK(rc == QC_OK, "llama + window past the context: %s", err.msg);
+	/* a phi3 with neither the window key nor one of llama.cpp's defaults for it
+	 * (this one: 2 layers): llama.cpp refuses to load it, so does the engine */
+	memset(&err, 0, sizeof err);
+	rc = open_edited(src, "phi3-nowindow", "phi3", NULL, 0, &err, &d);
+	CHECK(rc == QC_EFORMAT && strstr(err.msg, "'phi3.attention.sliding_window' is not stated"), "phi3, no window: %d %s",
+	      rc, err.msg);
 	open_edited(src, "gemma2-nocap", "gemma2", "gemma2.attn_logit_softcapping", 0, &err, &d);
 	CHECK(!(d.feats & QC_AF(ATTN_SOFTCAP)) && (d.feats & QC_AF(FINAL_SOFTCAP)),
 	      "gemma2 with attention soft-cap 0: %#llx", (unsigned long long)d.feats);
@@ -364,6 +398,120 @@ static void inspect_and_convert(const struct fixture *st)
 	free(e);
 }
 
+/* The inspect report of an mkgguf model (tmpdir/name.gguf from args), its text
+ * into text; NULL (counted) on failure. */
+static cJSON *mk_inspect(const char *name, const char *const *args, char *gguf, size_t len, char *text, size_t tlen)
+{
+	char errp[256], mk[256];
+	const char *a[16] = { "--preset", "tiny", "-o", gguf }; /* check_spawn passes 14 */
+	int n = 4;
+	snprintf(gguf, len, "%s/%s.gguf", tmpdir, name);
+	snprintf(errp, sizeof errp, "%s/%s.err", tmpdir, name);
+	snprintf(mk, sizeof mk, "%s/mkgguf", bin_dir());
+	for (int i = 0; args[i] && n < 15; i++)
+		a[n++] = args[i];
+	a[n] = NULL;
+	int rc = check_spawn(mk, a, errp);
+	CHECK(rc == 0, "%s: mkgguf exit %d", name, rc);
+	return rc ? NULL : inspect(gguf, text, tlen);
+}
+
+/* `qconvert dump` of tensor `name` in bundle qb: the GGUF's own bytes (f32). */
+static void dump_equals_gguf(const char *qb, const struct qc_gguf_model *g, const char *name)
+{
+	char out[256], errp[256];
+	snprintf(out, sizeof out, "%s/dump.f32", tmpdir);
+	snprintf(errp, sizeof errp, "%s/dump.err", tmpdir);
+	const char *a[] = { "dump", qb, name, "-o", out, NULL };
+	int rc = run_cli(a, errp);
+	size_t n = 0;
+	uint8_t *got = rc ? NULL : slurp(out, &n);
+	const struct qc_gguf_tensor *t = qc_gguf_model_find(g, name);
+	CHECK(got && t && t->type == QC_TYPE_F32 && n == t->n_bytes && !memcmp(got, qc_gguf_model_data(g, t), n),
+	      "dump %s: exit %d, %zu bytes, not the GGUF's", name, rc, n);
+	free(got);
+	unlink(out);
+}
+
+/* Phi-3 from mkgguf (llama.cpp's names and keys): with LongRoPE tables and a
+ * window shorter than the context, inspect lists both (llama.cpp build_phi3:
+ * the window on every layer), it runs (on the CPU), and converting it notes what
+ * CUDA lacks; without tables and with Phi-3-mini-4k's window 2047 past this
+ * context, neither is listed. The bundle keeps the fused tensors: dump returns
+ * each as the GGUF holds it. */
+static void phi3_inspect_dump(void)
+{
+	char gguf[256], text[1 << 16], qb[256], errp[256];
+	const char *lr[] = { "--arch", "phi3", "--rope-scaling", "longrope", "--rope-orig-ctx", "64", "--sliding-window",
+			     "64", "--type", "f32", NULL };
+	cJSON *r = mk_inspect("phi3-lr", lr, gguf, sizeof gguf, text, sizeof text);
+	const cJSON *af = cJSON_GetObjectItemCaseSensitive(r, "architecture_features");
+	const cJSON *fs = cJSON_GetObjectItemCaseSensitive(af, "features");
+	CHECK(json_has(fs, "rmsnorm") && json_has(fs, "swiglu") && json_has(fs, "rope_neox") && json_has(fs, "longrope") &&
+		      json_has(fs, "fused_qkv") && json_has(fs, "fused_gate_up") && json_has(fs, "sliding_window") &&
+		      cJSON_GetArraySize(fs) == 7,
+	      "phi3 + longrope: features %s", fs ? cJSON_PrintUnformatted(fs) : "absent");
+	CHECK(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "runs")) &&
+		      strstr(text, "LongRoPE, sliding-window attention, fused attn_qkv, fused gate|up FFN; window 64 tokens on every layer\nruns:          yes\n"),
+	      "phi3 + longrope: text report:\n%.600s", text);
+	cJSON_Delete(r);
+
+	snprintf(qb, sizeof qb, "%s/phi3-lr.qb", tmpdir);
+	snprintf(errp, sizeof errp, "%s/phi3-conv.err", tmpdir);
+	const char *c[] = { gguf, "--target", "cpu", "-o", qb, NULL };
+	int rc = run_cli(c, errp);
+	char *e = check_read_file(errp, NULL);
+	CHECK(rc == 0 && e && strstr(e, "note: architecture 'phi3' does not run on the CUDA backend yet: missing LongRoPE, "
+					"sliding-window attention, fused attn_qkv, fused gate|up FFN\n") &&
+		      !strstr(e, "in this qrun/qserve"),
+	      "phi3 convert: exit %d, stderr %s", rc, e ? e : "");
+	free(e);
+	struct qc_gguf_model *g = NULL;
+	struct qc_err err = {0};
+	CHECK(qc_gguf_model_open(gguf, &g, &err) == QC_OK, "%s: %s", gguf, err.msg);
+	static const char *const fused[] = { "blk.1.attn_qkv.weight", "blk.0.ffn_up.weight", "rope_factors_long.weight",
+					     "rope_factors_short.weight" };
+	for (size_t i = 0; g && rc == 0 && i < sizeof fused / sizeof fused[0]; i++)
+		dump_equals_gguf(qb, g, fused[i]);
+	qc_gguf_model_close(g);
+
+	const char *plain[] = { "--arch", "phi3", NULL };
+	r = mk_inspect("phi3-plain", plain, gguf, sizeof gguf, text, sizeof text);
+	fs = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(r, "architecture_features"), "features");
+	CHECK(json_has(fs, "fused_qkv") && json_has(fs, "fused_gate_up") && !json_has(fs, "longrope") &&
+		      !json_has(fs, "sliding_window") && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "runs")),
+	      "plain phi3: features %s", fs ? cJSON_PrintUnformatted(fs) : "absent");
+	cJSON_Delete(r);
+}
+
+/* llama.cpp c392e50 load_hparams (LLM_ARCH_PHI3) for files without the window
+ * key: 32 or 40 layers at a 4096 context get 2047; Phi-3-mini-128k (32 layers,
+ * 32 K/V heads, 131072) 262144, which never cuts that context. */
+static void phi3_window_defaults(void)
+{
+	static const struct {
+		const char *cfg;
+		int64_t window;
+		bool on;
+	} cases[] = {
+		{"{\"architecture\":\"phi3\",\"n_layer\":32,\"n_head_kv\":32,\"n_ctx_train\":4096}", 2047, true},
+		{"{\"architecture\":\"phi3\",\"n_layer\":40,\"n_head_kv\":10,\"n_ctx_train\":4096}", 2047, true},
+		{"{\"architecture\":\"phi3\",\"n_layer\":32,\"n_head_kv\":32,\"n_ctx_train\":131072}", 262144, false},
+		{"{\"architecture\":\"phi3\",\"n_layer\":32,\"n_head_kv\":8,\"n_ctx_train\":131072}", 0, true},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		char j[512];
+		snprintf(j, sizeof j, "{\"config\":%s,\"metadata\":{}}", cases[i].cfg);
+		cJSON *man = cJSON_Parse(j);
+		struct qc_arch_desc d;
+		qc_arch_describe(man, &d);
+		CHECK(d.sliding_window == cases[i].window && ((d.feats & QC_AF(SLIDING_WINDOW)) != 0) == cases[i].on,
+		      "%s: window %lld, feature %d", cases[i].cfg, (long long)d.sliding_window,
+		      (d.feats & QC_AF(SLIDING_WINDOW)) != 0);
+		cJSON_Delete(man);
+	}
+}
+
 /* The checks above must be able to fail: a describe that ignored metadata, or a
  * list that dropped a feature, would be caught. */
 static void self_check(void)
@@ -384,6 +532,7 @@ static void self_check(void)
 int main(void)
 {
 	self_check();
+	phi3_window_defaults();
 	if (!check_have_fixtures("test_arch"))
 		return check_report("test_arch");
 	find_bin();
@@ -396,6 +545,7 @@ int main(void)
 		unsupported_refused(llama_qb);
 	if (st.buf)
 		inspect_and_convert(&st);
+	phi3_inspect_dump();
 	fixture_free(&st);
 	rm_tree_files(tmpdir);
 	return check_report("test_arch");

@@ -2,14 +2,18 @@
  *
  * Models: tests/data/ref/models.tsv lists synthetic GGUFs (qwen2, qwen3 tied,
  * qwen2moe with a shared expert, qwen3moe, llama + YaRN, llama + llama3 rope
- * factors; f32 and quantized), each regenerated here with mkgguf and checked
+ * factors, gemma2, phi3 with and without LongRoPE tables (the long one chosen
+ * at the test's context 128 and llama.cpp's 256 when the original context is 32,
+ * the short one at 384); f32 and quantized), each regenerated here with mkgguf and checked
  * against its recorded size and XXH3 (the generator must not drift), converted
  * to a cpu bundle (MoE: fused and unfused) and run: ids must equal
  * tests/data/ref/NAME.json (llama.cpp's own greedy run, tools/llref) up to the
  * first reference margin below MARGIN_MIN, first-step top-10 logits within the
  * tolerance test_engine.c uses. Each model also runs once with the feature it
  * exercises switched off (biases, q/k norms, renormalization, shared expert,
- * YaRN, rope factors; gemma2: its window, its attention soft-cap) and must then fail that comparison: the reference can
+ * YaRN, rope factors; gemma2: its window, its attention soft-cap; phi3: its window,
+ * the order of its fused gate|up halves, the LongRoPE table chosen for the
+ * context, the LongRoPE attention factor) and must then fail that comparison: the reference can
  * tell. Act-order: a model whose weight columns are permuted, with the
  * "<base>.act_perm" tensors, gives the unpermuted model's logits bit for bit;
  * without the permutation, or with its inverse, it does not; a non-permutation
@@ -239,6 +243,32 @@ static void no_attn_softcap(struct qc_model *m)
 	m->cfg.attn_softcap = 0.0f;
 }
 
+/* Phi-3: the fused ffn_up's halves taken the other way round */
+static void gate_up_swapped(struct qc_model *m)
+{
+	for (int l = 0; l < m->cfg.n_layer; l++) {
+		const struct qc_mat g = m->layers[l].ffn_gate;
+		m->layers[l].ffn_gate = m->layers[l].ffn_up;
+		m->layers[l].ffn_up = g;
+	}
+}
+
+/* Phi-3 LongRoPE: the other table than llama.cpp's choice, or no attn_factor */
+static void short_for_long(struct qc_model *m)
+{
+	m->rope_long = m->rope_short;
+}
+
+static void long_for_short(struct qc_model *m)
+{
+	m->rope_short = m->rope_long;
+}
+
+static void no_rope_attn_factor(struct qc_model *m)
+{
+	m->cfg.rope_attn_factor = 1.0f;
+}
+
 static void rope_base_1e4(struct qc_model *m)
 {
 	m->cfg.rope_freq_base = 10000.0f;
@@ -431,6 +461,11 @@ static const struct model_case cases[] = {
 	{"llama3-rope-q8_0", no_rope_factors, "no rope factors"},
 	{"gemma2-f32", no_window, "no sliding window"},
 	{"gemma2-q8_0", no_attn_softcap, "no attention soft-cap"},
+	{"phi3-f32", no_window, "no sliding window"},
+	{"phi3-q8_0", gate_up_swapped, "ffn_up halves swapped"},
+	{"phi3-longrope-f32", short_for_long, "short rope factors at a long context"},
+	{"phi3-longrope-q4_0", no_rope_attn_factor, "no LongRoPE attention factor"},
+	{"phi3-shortrope-f32", long_for_short, "long rope factors at a short context"},
 	{"smollm2-q4_1", rope_base_1e4, "rope base 1e4 instead of 1e5"},
 };
 

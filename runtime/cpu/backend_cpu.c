@@ -1,4 +1,4 @@
-/* backend_cpu.c — the plain-C backend: llama/Qwen/Gemma 2 forward over a scheduler plan.
+/* backend_cpu.c — the plain-C backend: llama/Qwen/Gemma 2/Phi-3 forward over a scheduler plan.
  *
  * Owns: the K/V pool (n_blocks blocks, each [layer][K,V][token][kv_dim]) and
  * the activation buffers, all sized once at create. f16: floats holding values
@@ -26,7 +26,11 @@
  * soft-capped scores, a window on even layers, post-attention/post-FFN norms
  * before each residual add, GELU-tanh (binary16 table as ggml's CPU under
  * QC_ACT_ROUND_GGML), soft-capped logits.
- * Reference: llama.cpp c392e50 build_llama, build_gemma2, llm_build_kqv, llm_build_moe_ffn,
+ * Phi-3 (build_phi3): q/k/v and gate/up are row views of the fused tensors
+ * (model.c), q scaled after RoPE as Gemma 2's, a window on every layer, the
+ * LongRoPE table for this backend's context (qc_model_rope_factors) with the
+ * file's attn_factor on cos/sin (ggml rope mscale), as for any RoPE.
+ * Reference: llama.cpp c392e50 build_llama, build_gemma2, build_phi3, llm_build_kqv, llm_build_moe_ffn,
  * build_qwen2moe (the op-level references are named in runtime/ops/).
  */
 #include "backend.h"
@@ -337,7 +341,7 @@ static void attention_block(struct cpu *c, const struct qc_sched_plan *plan, int
 		ms *= 1.0f + 0.1f * logf(1.0f / cfg->rope_freq_scale);
 	const struct qc_ref_rope_ext re = {.ext_factor = cfg->rope_ext_factor, .mscale = ms,
 					   .corr = {cfg->rope_corr_dims[0], cfg->rope_corr_dims[1]},
-					   .ff = c->m->rope_freqs};
+					   .ff = qc_model_rope_factors(c->m, c->p.max_ctx)};
 	const float theta_scale = powf(cfg->rope_freq_base, -2.0f / (float)cfg->rope_dim);
 
 	qc_ref_rms_norm(c->x, E, NULL, L->attn_norm, c->xn, E, T, E, cfg->norm_eps);
@@ -353,7 +357,7 @@ static void attention_block(struct cpu *c, const struct qc_sched_plan *plan, int
 		    theta_scale, cfg->rope_freq_scale, &re);
 	qc_ref_rope(c->k, plan->positions, T, cfg->n_head_kv, cfg->head_dim, cfg->rope_dim, cfg->rope_mode,
 		    theta_scale, cfg->rope_freq_scale, &re);
-	if (cfg->q_scale > 0.0f) /* Gemma 2: q scaled after RoPE, scores then unscaled */
+	if (cfg->q_scale > 0.0f) /* Gemma 2, Phi-3: q scaled after RoPE, scores then unscaled */
 		qc_ref_scale(c->q, (int64_t)T * c->q_dim, cfg->q_scale);
 	kv_store(c, plan, il);
 	attend_all(c, plan, il);

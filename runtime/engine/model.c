@@ -1,4 +1,4 @@
-/* model.c — manifest config + weight views for the llama and Qwen families.
+/* model.c — manifest config + weight views for the llama, Qwen, Gemma 2 and Phi-3 families.
  *
  * Owns: reading "config" (per architecture, from formats/arch.h's row: RoPE pairing,
  * experts, weight renormalization, shared expert, as llama.cpp hard-codes them),
@@ -6,6 +6,8 @@
  * optional "<base>.act_perm" permutation) once, so the backend never re-checks.
  * Fused w13 experts are found through the bundle's part table (gate rows then up
  * rows per expert, docs/bundle.md), so fused and separate stacks look the same.
+ * Phi-3's fused attn_qkv and ffn_up stay whole in the bundle (dump returns them as
+ * the GGUF had them); q/k/v and gate/up are views of their row ranges here.
  * Non-goals: any arithmetic beyond decoding small vectors and the YaRN ramp.
  * Reference: llama.cpp llama_model::load_hparams / load_tensors, llama_context
  * cparams (yarn), ggml_rope_yarn_corr_dims (facts only).
@@ -343,6 +345,27 @@ static int mat_view(const struct qc_bundle *b, const char *name, int64_t n_in, i
 	return perm_view(b, name, t, w, err);
 }
 
+/* Rows [row0, row0 + n_rows) of the one-matrix tensor `fused` (total_rows rows of
+ * n_in) as a matrix of their own: Phi-3's attn_qkv and ffn_up, of whose single
+ * product llama.cpp's build_phi3 takes views. Each output row is one row's dot
+ * product either way. A layout whose kernels take whole matrices, or whose row
+ * stripes the range would cut, is refused. */
+static int row_view(const struct qc_bundle *b, const char *fused, int64_t n_in, int64_t total_rows, int64_t row0,
+		    int64_t n_rows, struct qc_mat *w, struct qc_err *err)
+{
+	int rc = mat_view(b, fused, n_in, total_rows, 1, true, w, err);
+	if (rc)
+		return rc;
+	const int stripe = qc_layout_row_align(w->layout);
+	if (stripe == 0 || (stripe > 1 && (row0 % stripe || n_rows % stripe)))
+		return qc_err_set(err, QC_EUNSUPPORTED, b->path, fused, -1,
+				  "rows [%lld, %lld) of a %s tensor are not whole %d-row stripes", (long long)row0,
+				  (long long)(row0 + n_rows), qc_layout_name(w->layout), stripe);
+	w->data += (uint64_t)row0 * w->row_bytes;
+	w->n_out = n_rows;
+	return QC_OK;
+}
+
 /* Decode a 1-D tensor of n elements into dst (advanced past it). */
 static int vec_load(const struct qc_bundle *b, const char *name, int64_t n, bool required,
 		    float **dst, const float **out, struct qc_err *err)
@@ -365,6 +388,27 @@ static int vec_load(const struct qc_bundle *b, const char *name, int64_t n, bool
 	return QC_OK;
 }
 
+/* Every one of the n RoPE divisors in v (NULL: none) is a positive number. */
+static int check_factors(const struct qc_bundle *b, const char *name, const float *v, int64_t n, struct qc_err *err)
+{
+	for (int64_t i = 0; v && i < n; i++)
+		if (!(v[i] > 0) || !isfinite(v[i]))
+			return qc_err_set(err, QC_EFORMAT, b->path, name, -1, "factor %lld = %g is not a positive number",
+					  (long long)i, (double)v[i]);
+	return QC_OK;
+}
+
+/* llama.cpp's K/V cache length is n_ctx rounded up to this (no flash attention) */
+#define LLAMA_KV_PAD 32
+
+const float *qc_model_rope_factors(const struct qc_model *m, int32_t n_ctx)
+{
+	if (m->rope_freqs)
+		return m->rope_freqs;
+	const int64_t padded = ((int64_t)n_ctx + LLAMA_KV_PAD - 1) / LLAMA_KV_PAD * LLAMA_KV_PAD;
+	return padded > m->cfg.n_ctx_orig ? m->rope_long : m->rope_short;
+}
+
 static int load_layer(const struct qc_bundle *b, const struct qc_model_config *c, int il,
 		      struct qc_layer *L, float **store, struct qc_err *err)
 {
@@ -384,11 +428,27 @@ static int load_layer(const struct qc_bundle *b, const struct qc_model_config *c
 	    (rc = vec_load(b, NAME("attn_v.bias"), kv_dim, false, store, &L->bv, err)) ||
 	    (rc = vec_load(b, NAME("attn_q_norm.weight"), hd, false, store, &L->q_norm, err)) ||
 	    (rc = vec_load(b, NAME("attn_k_norm.weight"), hd, false, store, &L->k_norm, err)) ||
-	    (rc = mat_view(b, NAME("attn_q.weight"), E, q_dim, 1, true, &L->wq, err)) ||
-	    (rc = mat_view(b, NAME("attn_k.weight"), E, kv_dim, 1, true, &L->wk, err)) ||
-	    (rc = mat_view(b, NAME("attn_v.weight"), E, kv_dim, 1, true, &L->wv, err)) ||
 	    (rc = mat_view(b, NAME("attn_output.weight"), q_dim, E, 1, true, &L->wo, err)))
 		return rc;
+	if (c->feats & QC_AF(FUSED_QKV)) { /* q rows, then k rows, then v rows */
+		const int64_t R = q_dim + 2 * kv_dim;
+		if ((rc = row_view(b, NAME("attn_qkv.weight"), E, R, 0, q_dim, &L->wq, err)) ||
+		    (rc = row_view(b, n, E, R, q_dim, kv_dim, &L->wk, err)) ||
+		    (rc = row_view(b, n, E, R, q_dim + kv_dim, kv_dim, &L->wv, err)))
+			return rc;
+	} else if ((rc = mat_view(b, NAME("attn_q.weight"), E, q_dim, 1, true, &L->wq, err)) ||
+		   (rc = mat_view(b, NAME("attn_k.weight"), E, kv_dim, 1, true, &L->wk, err)) ||
+		   (rc = mat_view(b, NAME("attn_v.weight"), E, kv_dim, 1, true, &L->wv, err))) {
+		return rc;
+	}
+	if (c->feats & QC_AF(FUSED_GATE_UP)) { /* llm_build_ffn SWIGLU: silu(first half) * second half */
+		const int64_t F = c->n_ff;
+		if ((rc = row_view(b, NAME("ffn_up.weight"), E, 2 * F, 0, F, &L->ffn_gate, err)) ||
+		    (rc = row_view(b, n, E, 2 * F, F, F, &L->ffn_up, err)) ||
+		    (rc = mat_view(b, NAME("ffn_down.weight"), F, E, 1, true, &L->ffn_down, err)))
+			return rc;
+		return QC_OK;
+	}
 	if (!c->n_expert) {
 		if ((rc = mat_view(b, NAME("ffn_gate.weight"), E, c->n_ff, 1, true, &L->ffn_gate, err)) ||
 		    (rc = mat_view(b, NAME("ffn_up.weight"), E, c->n_ff, 1, true, &L->ffn_up, err)) ||
@@ -414,21 +474,28 @@ static int load_layer(const struct qc_bundle *b, const struct qc_model_config *c
 	return QC_OK;
 }
 
-/* Gemma's extras, from the arch row and the file (llama.cpp build_gemma2):
- * embeddings times sqrtf(n_embd); q times 1/sqrt(head_dim) after RoPE (Gemma 2
- * 2B/9B; llama.cpp's 27B, told by its 46 layers, uses 1/sqrt(n_embd/n_head));
- * the soft-caps and window as the file states them. The GGUF's norm weights
- * already hold 1 + w (convert_hf_to_gguf Gemma2Model adds 1), so RMSNorm (1+w)
- * is a plain RMSNorm here. */
-static void gemma_config(const struct qc_arch_desc *d, struct qc_model_config *c)
+/* Architectures whose graph scales q by 1/sqrt(head_dim) after RoPE and then
+ * attends with scale 1 (llama.cpp build_gemma2, build_phi3). */
+static const char *const q_scaled_after_rope[] = {"gemma2", "phi3"};
+
+/* Gemma's and Phi-3's extras, from the arch row and the file (llama.cpp
+ * build_gemma2, build_phi3): embeddings times sqrtf(n_embd); q times
+ * 1/sqrt(head_dim) after RoPE (llama.cpp's Gemma 2 27B, told by its 46 layers,
+ * uses 1/sqrt(n_embd/n_head)); the soft-caps and window as the file states them.
+ * The GGUF's Gemma norm weights already hold 1 + w (convert_hf_to_gguf
+ * Gemma2Model adds 1), so RMSNorm (1+w) is a plain RMSNorm here. */
+static void arch_config(const struct qc_arch_desc *d, struct qc_model_config *c)
 {
 	c->feats = d->feats;
 	snprintf(c->arch, sizeof c->arch, "%s", d->name);
 	c->embd_scale = d->feats & QC_AF(EMBD_SCALE) ? sqrtf((float)c->n_embd) : 1.0f;
 	c->ffn_gelu = (d->feats & QC_AF(GEGLU_TANH)) != 0;
 	c->q_scale = 0.0f;
-	if (!strcmp(d->name, "gemma2"))
-		c->q_scale = 1.0f / sqrtf((float)(c->n_layer == 46 ? c->n_embd / c->n_head : c->head_dim));
+	for (size_t i = 0; i < sizeof q_scaled_after_rope / sizeof q_scaled_after_rope[0]; i++)
+		if (!strcmp(d->name, q_scaled_after_rope[i]))
+			c->q_scale = 1.0f / sqrtf((float)c->head_dim);
+	if (!strcmp(d->name, "gemma2") && c->n_layer == 46)
+		c->q_scale = 1.0f / sqrtf((float)(c->n_embd / c->n_head));
 	c->attn_softcap = d->feats & QC_AF(ATTN_SOFTCAP) ? (float)d->attn_softcap : 0.0f;
 	c->final_softcap = d->feats & QC_AF(FINAL_SOFTCAP) ? (float)d->final_softcap : 0.0f;
 	c->sliding_window = d->feats & QC_AF(SLIDING_WINDOW) ? (int32_t)d->sliding_window : 0;
@@ -485,7 +552,12 @@ int qc_model_from_bundle(struct qc_bundle *b, struct qc_model **out, struct qc_e
 	    (rc = check_config_tensors(b, c, err)))
 		goto out_free;
 	c->rope_mode = arch.feats & QC_AF(ROPE_NEOX) ? QC_ROPE_NEOX : QC_ROPE_NORM;
-	gemma_config(&arch, c);
+	arch_config(&arch, c);
+	if ((c->feats & QC_AF(SLIDING_WINDOW)) && c->sliding_window <= 0) { /* llama.cpp refuses a phi3 so too */
+		rc = qc_err_set(err, QC_EFORMAT, b->path, NULL, -1, "architecture '%s' attends through a window, but "
+				"'%s.attention.sliding_window' is not stated", c->arch, c->arch);
+		goto out_free;
+	}
 
 	const struct qc_bundle_tensor *te = qc_bundle_find(b, "token_embd.weight");
 	if (!te) {
@@ -509,22 +581,24 @@ int qc_model_from_bundle(struct qc_bundle *b, struct qc_model **out, struct qc_e
 	int64_t hd = c->head_dim;
 	size_t per_layer = 4 * (size_t)c->n_embd + (size_t)(c->n_head + 2 * c->n_head_kv) * hd + 2 * hd;
 	m->vec_store = malloc(sizeof(float) * (per_layer * (size_t)c->n_layer + (size_t)c->n_embd +
-					       (size_t)c->rope_dim / 2));
+					       (size_t)c->rope_dim / 2 + (size_t)hd));
 	m->layers = calloc((size_t)c->n_layer, sizeof *m->layers);
 	if (!m->vec_store || !m->layers) {
 		rc = qc_err_set(err, QC_ENOMEM, b->path, NULL, -1, "out of memory");
 		goto out_free;
 	}
 	float *store = m->vec_store;
+	/* LongRoPE tables hold head_dim / 2 values (llama.cpp load_tensors); RoPE reads
+	 * the first rope_dim / 2. Only an arch whose graph reads them loads them. */
+	const bool longrope = (arch.arch->feats & QC_AF(LONGROPE)) != 0;
 	if ((rc = vec_load(b, "output_norm.weight", c->n_embd, true, &store, &m->output_norm, err)) ||
-	    (rc = vec_load(b, "rope_freqs.weight", c->rope_dim / 2, false, &store, &m->rope_freqs, err)))
+	    (rc = vec_load(b, "rope_freqs.weight", c->rope_dim / 2, false, &store, &m->rope_freqs, err)) ||
+	    (rc = check_factors(b, "rope_freqs.weight", m->rope_freqs, c->rope_dim / 2, err)) ||
+	    (longrope && (rc = vec_load(b, "rope_factors_long.weight", hd / 2, false, &store, &m->rope_long, err))) ||
+	    (rc = check_factors(b, "rope_factors_long.weight", m->rope_long, hd / 2, err)) ||
+	    (longrope && (rc = vec_load(b, "rope_factors_short.weight", hd / 2, false, &store, &m->rope_short, err))) ||
+	    (rc = check_factors(b, "rope_factors_short.weight", m->rope_short, hd / 2, err)))
 		goto out_free;
-	for (int32_t i = 0; m->rope_freqs && i < c->rope_dim / 2; i++)
-		if (!(m->rope_freqs[i] > 0) || !isfinite(m->rope_freqs[i])) {
-			rc = qc_err_set(err, QC_EFORMAT, b->path, "rope_freqs.weight", -1,
-					"factor %d = %g is not a positive number", i, (double)m->rope_freqs[i]);
-			goto out_free;
-		}
 	for (int il = 0; il < c->n_layer; il++)
 		if ((rc = load_layer(b, c, il, &m->layers[il], &store, err)))
 			goto out_free;

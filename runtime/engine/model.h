@@ -9,7 +9,10 @@
  * "qwen3moe" (top-k renormalized); GQA, tied embeddings, RoPE NORM/NEOX with linear,
  * YaRN or llama3 (rope_freqs.weight) scaling.
  * "gemma2" (embedding scale, post norms, GELU-tanh, soft-caps, sliding window).
- * Non-goals: MLA, expert groups/bias, longrope, other archs.
+ * "phi3" (Phi-3 / Phi-3.5: fused attn_qkv and gate|up ffn_up viewed as their row
+ * ranges, q scaled after RoPE, LongRoPE tables chosen by context, a window on
+ * every layer).
+ * Non-goals: MLA, expert groups/bias, other archs.
  * Reference: llama.cpp llama-model.cpp, build_moe_ffn, ggml rope_yarn (facts only).
  */
 #ifndef QC_MODEL_H
@@ -80,10 +83,13 @@ struct qc_model_config {
 	char arch[64];             /* config.architecture */
 };
 
-/* Whether layer il attends through the sliding window (Gemma 2: even layers). */
+/* Whether layer il attends through the sliding window (Gemma 2: even layers;
+ * pattern 1, Phi-3: every layer). */
 static inline bool qc_model_layer_windowed(const struct qc_model_config *c, int il)
 {
-	return c->sliding_window > 0 && c->window_pattern > 0 && il % c->window_pattern < c->window_pattern - 1;
+	if (c->sliding_window <= 0 || c->window_pattern <= 0)
+		return false;
+	return c->window_pattern == 1 || il % c->window_pattern < c->window_pattern - 1;
 }
 
 struct qc_layer {
@@ -108,6 +114,7 @@ struct qc_model {
 	struct qc_mat output;      /* (n_vocab, n_embd); token_embd's view when tied */
 	const float *output_norm;  /* (n_embd) */
 	const float *rope_freqs;   /* (rope_dim / 2) frequency divisors (llama3); NULL when absent */
+	const float *rope_long, *rope_short; /* (head_dim / 2) Phi-3 LongRoPE divisors; NULL when absent */
 	struct qc_layer *layers;   /* (n_layer) */
 	float *vec_store;          /* owns every decoded vector above */
 };
@@ -122,7 +129,7 @@ int qc_model_open(const char *path, struct qc_model **out, struct qc_err *err);
 int qc_model_from_bundle(struct qc_bundle *b, struct qc_model **out, struct qc_err *err);
 
 /* True when this engine runs every feature formats/arch.h's row for arch needs
- * (llama, qwen2, qwen3, qwen2moe, qwen3moe): lets a caller refuse a GGUF before
+ * (llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma2, phi3): lets a caller refuse a GGUF before
  * converting it. The file's metadata may still add one (a soft-cap, a window) that
  * qc_model_open refuses, naming it. */
 bool qc_model_arch_supported(const char *arch);
@@ -131,6 +138,13 @@ bool qc_model_arch_supported(const char *arch);
  * naming the backend and the missing features (formats/arch.h's column).
  * Each backend's create calls it. */
 int qc_model_check_backend(const struct qc_model *m, enum qc_arch_backend b, struct qc_err *err);
+
+/* The RoPE frequency divisors for a per-sequence context of n_ctx tokens, or NULL
+ * for none, as llama.cpp c392e50 build_rope_factors picks them: rope_freqs when
+ * present, else the LongRoPE long table when n_ctx (rounded up to 32, llama.cpp's
+ * K/V padding without flash attention) exceeds the original context n_ctx_orig,
+ * else the short one. */
+const float *qc_model_rope_factors(const struct qc_model *m, int32_t n_ctx);
 
 /* Accepts NULL; closes the bundle when the model owns it. */
 void qc_model_close(struct qc_model *m);
