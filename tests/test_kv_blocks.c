@@ -420,6 +420,110 @@ static void check_trips_on_corrupted_state(void)
 	CHECK(qc_kv_check(kv, &err) == QC_EFORMAT, "row chain past its blocks not caught");
 	kv->row_nchain[s2] = 2;
 	CHECK(qc_kv_check(kv, &err) == QC_OK, "restored cached state fails: %s", err.msg);
+	/* a released column that still names a block, or a release count past the length */
+	qc_kv_seq_drop_before(kv, s2, 2);
+	CHECK(qc_kv_check(kv, &err) == QC_OK, "state after a release fails: %s", err.msg);
+	int32_t was = row(kv, s2)[0];
+	row(kv, s2)[0] = 0;
+	CHECK(qc_kv_check(kv, &err) == QC_EFORMAT, "released column naming block 0 not caught");
+	row(kv, s2)[0] = was;
+	kv->seq_lo[s2] += 100;
+	CHECK(qc_kv_check(kv, &err) == QC_EFORMAT, "release count past the length not caught");
+	kv->seq_lo[s2] -= 100;
+	CHECK(qc_kv_check(kv, &err) == QC_OK, "restored released state fails: %s", err.msg);
+	qc_kv_free(kv);
+}
+
+/* ---- sliding windows: blocks behind every window are released ---- */
+
+/* A window of W = 10 over 4-token blocks, decoding 200 tokens one at a time and
+ * releasing after each as the engine does: the row holds at most
+ * ceil((W - 1) / 4) + 1 = 4 blocks (worked out: positions len - 9 .. len span at
+ * most 4 blocks), the pool never more, and the table's indexing is kept (column
+ * i still holds positions 4i..4i+3). Without the release it would hold 50. */
+static void window_bounds_blocks_per_sequence(void)
+{
+	const int32_t W = 10, bt = 4, n = 200;
+	struct qc_kv *kv = make_kv(64, bt, 2, 256);
+	struct qc_err err = { 0 };
+	int32_t seq, slot, worst = 0, worst_pool = 0, bad_slot = 0;
+	CHECK(qc_kv_seq_new(kv, &seq, &err) == QC_OK, "seq_new: %s", err.msg);
+	for (int32_t len = 0; len < n; len++) {
+		CHECK(qc_kv_seq_append(kv, seq, 1, &slot, NULL, &err) == QC_OK, "append at %d: %s", len,
+		      err.msg);
+		int32_t nb;
+		const int32_t *t = qc_kv_seq_table(kv, seq, &nb);
+		bad_slot += slot != t[len / bt] * bt + len % bt;
+		if (qc_kv_seq_blocks_held(kv, seq) > worst)
+			worst = qc_kv_seq_blocks_held(kv, seq);
+		if (qc_kv_blocks_used(kv) > worst_pool)
+			worst_pool = qc_kv_blocks_used(kv);
+		qc_kv_seq_drop_before(kv, seq, len + 1 - W + 1);
+	}
+	CHECK(worst == 4 && worst_pool == 4, "held at most %d blocks (pool %d), expected 4", worst,
+	      worst_pool);
+	CHECK(bad_slot == 0, "%d slots outside their column", bad_slot);
+	int32_t nb;
+	const int32_t *t = qc_kv_seq_table(kv, seq, &nb);
+	int32_t lo = qc_kv_seq_first_block(kv, seq);
+	/* after 200 tokens: positions 191..199 are still read, 188.. in column 47 */
+	CHECK(nb == 50 && lo == 47 && t[46] == QC_KV_BLOCK_DROPPED && t[47] >= 0 && t[0] == QC_KV_BLOCK_DROPPED,
+	      "table: %d columns, %d released, t[46] %d, t[47] %d", nb, lo, t[46], t[47]);
+	CHECK(kv_ok(kv), "invariants after the windowed run");
+	/* a drop past the length is clamped; a dead or non-positive one is a no-op */
+	CHECK(qc_kv_seq_drop_before(kv, seq, 1000) == 3 && qc_kv_seq_blocks_held(kv, seq) == 0,
+	      "drop past the length: %d held", qc_kv_seq_blocks_held(kv, seq));
+	CHECK(qc_kv_seq_drop_before(kv, seq, 0) == 0 && qc_kv_seq_drop_before(kv, 1, 50) == 0,
+	      "no-op drops released something");
+	qc_kv_seq_free(kv, seq);
+	CHECK(qc_kv_blocks_used(kv) == 0 && kv_ok(kv), "free after drops leaves %d used",
+	      qc_kv_blocks_used(kv));
+	qc_kv_free(kv);
+}
+
+/* Released columns are the releasing row's only: a fork's child and the prefix
+ * cache keep the shared blocks (refcounts), a later request still matches them,
+ * and a row whose unentered block was released stops entering. */
+static void window_release_keeps_shared_and_cached_blocks(void)
+{
+	struct qc_kv *kv = make_kv_pc(16, 4, 4, 64, 5);
+	struct qc_err err = { 0 };
+	const int32_t tok[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+	int32_t a = put_seq(kv, tok, 12), b, ids[16], n_idle;
+	CHECK(qc_kv_blocks_cached(kv) == 3, "%d cached", qc_kv_blocks_cached(kv));
+	CHECK(qc_kv_seq_fork(kv, a, &b, &err) == QC_OK, "fork: %s", err.msg);
+	int32_t nb;
+	int32_t b0 = qc_kv_seq_table(kv, a, &nb)[0], b1 = qc_kv_seq_table(kv, a, &nb)[1];
+	CHECK(qc_kv_seq_drop_before(kv, a, 9) == 2, "drop below 9 releases 2 blocks");
+	CHECK(qc_kv_block_refcount(kv, b0) == 1 && qc_kv_block_refcount(kv, b1) == 1 &&
+	      qc_kv_blocks_used(kv) == 3, "shared blocks after a's release: refs %d %d, used %d",
+	      qc_kv_block_refcount(kv, b0), qc_kv_block_refcount(kv, b1), qc_kv_blocks_used(kv));
+	CHECK(qc_kv_seq_table(kv, b, &nb)[0] == b0 && qc_kv_seq_first_block(kv, b) == 0,
+	      "the child's table changed");
+	CHECK(kv_ok(kv), "invariants with a half-released fork");
+	/* a fork of the released row releases nothing twice */
+	int32_t c;
+	CHECK(qc_kv_seq_fork(kv, a, &c, &err) == QC_OK && qc_kv_seq_first_block(kv, c) == 2 &&
+	      qc_kv_block_refcount(kv, b0) == 1 && kv_ok(kv), "fork of a released row");
+	qc_kv_seq_free(kv, c);
+	qc_kv_seq_free(kv, b);
+	/* b0, b1 are now idle cached, still matched by the same prompt */
+	CHECK(qc_kv_blocks_idle(kv) == 2 && qc_kv_prefix_match(kv, tok, 12, ids, &n_idle) == 2 &&
+	      ids[0] == b0 && ids[1] == b1 && n_idle == 2,
+	      "released cached blocks: %d idle, match %d", qc_kv_blocks_idle(kv), n_idle);
+	qc_kv_seq_free(kv, a);
+	CHECK(kv_ok(kv) && qc_kv_blocks_used(kv) == 0, "after freeing all");
+
+	/* released before entered: the row stops entering rather than read a hole */
+	int32_t d, slots[12];
+	CHECK(qc_kv_seq_new(kv, &d, &err) == QC_OK && qc_kv_seq_append(kv, d, 12, slots, NULL, &err) == QC_OK,
+	      "d: %s", err.msg);
+	const int32_t tok2[12] = {9, 9, 9, 9, 8, 8, 8, 8, 7, 7, 7, 7};
+	int32_t cached0 = qc_kv_blocks_cached(kv);
+	qc_kv_seq_drop_before(kv, d, 5);
+	qc_kv_seq_cache(kv, d, tok2, 12);
+	CHECK(qc_kv_blocks_cached(kv) == cached0 && kv_ok(kv), "a released unentered block was entered");
+	qc_kv_seq_free(kv, d);
 	qc_kv_free(kv);
 }
 
@@ -434,6 +538,7 @@ struct shadow {
 	int32_t store[R_BLOCKS * R_BT];        /* what the "backend" holds per slot */
 	int32_t content[R_SEQS][R_MAXTOK];     /* what each live sequence must read back */
 	int32_t len[R_SEQS];
+	int32_t lo[R_SEQS];                    /* positions below are released (windows) */
 	bool live[R_SEQS];
 };
 
@@ -459,7 +564,7 @@ static int shadow_verify(const struct qc_kv *kv, const struct shadow *sh)
 			bad++;
 			continue;
 		}
-		for (int32_t pos = 0; pos < sh->len[s]; pos++)
+		for (int32_t pos = sh->lo[s]; pos < sh->len[s]; pos++)
 			if (sh->store[t[pos / R_BT] * R_BT + pos % R_BT] != sh->content[s][pos])
 				bad++;
 	}
@@ -472,7 +577,7 @@ static void random_ops_never_clobber_a_live_sequence(void)
 	struct shadow *sh = calloc(1, sizeof *sh);
 	struct qc_err err = { 0 };
 	int32_t slots[R_MAXTOK], next_val = 1;
-	int bad_verify = 0, bad_check = 0, n_cow = 0, n_enomem = 0;
+	int bad_verify = 0, bad_check = 0, n_cow = 0, n_enomem = 0, n_drop = 0;
 
 	for (int step = 0; step < 20000; step++) {
 		uint32_t op = rnd(10);
@@ -481,7 +586,7 @@ static void random_ops_never_clobber_a_live_sequence(void)
 			int32_t id;
 			if (qc_kv_seq_new(kv, &id, &err) == QC_OK) {
 				sh->live[id] = true;
-				sh->len[id] = 0;
+				sh->len[id] = sh->lo[id] = 0;
 			}
 		} else if (op < 7 && sh->live[s]) {
 			int32_t n = (int32_t)rnd(9);
@@ -507,9 +612,16 @@ static void random_ops_never_clobber_a_live_sequence(void)
 			if (qc_kv_seq_fork(kv, s, &ch, &err) == QC_OK) {
 				sh->live[ch] = true;
 				sh->len[ch] = sh->len[s];
+				sh->lo[ch] = sh->lo[s];
 				memcpy(sh->content[ch], sh->content[s], sizeof sh->content[s]);
 			}
-		} else if (sh->live[s]) {
+		} else if (op < 9 && sh->live[s]) {
+			/* a window of 1..12 positions has passed the rest */
+			int32_t lo = sh->len[s] - (int32_t)rnd(12);
+			n_drop += qc_kv_seq_drop_before(kv, s, lo);
+			if (lo > sh->lo[s])
+				sh->lo[s] = lo;
+		} else if (sh->live[s] && rnd(2)) {
 			qc_kv_seq_free(kv, s);
 			sh->live[s] = false;
 		}
@@ -518,14 +630,14 @@ static void random_ops_never_clobber_a_live_sequence(void)
 	}
 	CHECK(bad_verify == 0, "%d reads returned another sequence's data", bad_verify);
 	CHECK(bad_check == 0, "%d invariant failures", bad_check);
-	CHECK(n_cow > 50 && n_enomem > 50, "random run too tame: %d copies, %d refusals", n_cow,
-	      n_enomem);
+	CHECK(n_cow > 50 && n_enomem > 50 && n_drop > 50, "random run too tame: %d copies, %d refusals, %d released",
+	      n_cow, n_enomem, n_drop);
 
 	/* the shadow checker itself must trip when a live sequence's data is clobbered */
 	for (int32_t s = 0; s < R_SEQS; s++) {
 		int32_t nb;
 		const int32_t *t = qc_kv_seq_table(kv, s, &nb);
-		if (!sh->live[s] || sh->len[s] == 0)
+		if (!sh->live[s] || sh->len[s] == 0 || sh->lo[s] > 0)
 			continue;
 		sh->store[t[0] * R_BT] ^= 0x5555;
 		CHECK(shadow_verify(kv, sh) > 0, "clobbered slot not detected");
@@ -547,6 +659,8 @@ int main(void)
 	prefix_match_takes_full_blocks_only();
 	eviction_is_lru_and_on_demand();
 	check_trips_on_corrupted_state();
+	window_bounds_blocks_per_sequence();
+	window_release_keeps_shared_and_cached_blocks();
 	random_ops_never_clobber_a_live_sequence();
 	return check_report("test_kv_blocks");
 }

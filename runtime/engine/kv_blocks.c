@@ -37,6 +37,8 @@ struct qc_kv {
 	int32_t *tables;      /* (max_seqs, width) block ids, -1 past seq_nb */
 	int32_t *seq_len;     /* (max_seqs) tokens stored; -1 marks a dead row */
 	int32_t *seq_nb;      /* (max_seqs) blocks in the row's table */
+	int32_t *seq_lo;      /* (max_seqs) leading columns released by qc_kv_seq_drop_before
+				 (QC_KV_BLOCK_DROPPED there); live blocks are [seq_lo, seq_nb) */
 	int32_t *free_seqs;   /* (max_seqs) stack of dead rows */
 	int32_t *scratch;     /* (2, n_blocks) qc_kv_check's counters, preallocated */
 	/* prefix cache; every array NULL when cfg.prefix_cache is off */
@@ -200,9 +202,10 @@ int qc_kv_new(const struct qc_kv_config *cfg, struct qc_kv **out, struct qc_err 
 	kv->tables = malloc(entries * sizeof *kv->tables);
 	kv->seq_len = malloc((size_t)kv->max_seqs * sizeof *kv->seq_len);
 	kv->seq_nb = calloc((size_t)kv->max_seqs, sizeof *kv->seq_nb);
+	kv->seq_lo = calloc((size_t)kv->max_seqs, sizeof *kv->seq_lo);
 	kv->free_seqs = malloc((size_t)kv->max_seqs * sizeof *kv->free_seqs);
 	if (!kv->free_ids || !kv->refcnt || !kv->scratch || !kv->tables || !kv->seq_len ||
-	    !kv->seq_nb || !kv->free_seqs) {
+	    !kv->seq_nb || !kv->seq_lo || !kv->free_seqs) {
 		rc = qc_err_set(err, QC_ENOMEM, NULL, NULL, -1,
 				"kv: out of memory for %llu blocks", (unsigned long long)nb);
 		goto out_free;
@@ -240,6 +243,7 @@ void qc_kv_free(struct qc_kv *kv)
 	free(kv->tables);
 	free(kv->seq_len);
 	free(kv->seq_nb);
+	free(kv->seq_lo);
 	free(kv->free_seqs);
 	free(kv->lru_prev);
 	free(kv->lru_next);
@@ -451,6 +455,7 @@ int qc_kv_seq_attach(struct qc_kv *kv, int32_t seq, const int32_t *ids, int32_t 
 		t[i] = b;
 	}
 	kv->seq_nb[seq] = n;
+	kv->seq_lo[seq] = 0;
 	kv->seq_len[seq] = n * kv->bt;
 	if (n > 0) {
 		int32_t b = ids[n - 1];
@@ -476,8 +481,10 @@ void qc_kv_seq_cache(struct qc_kv *kv, int32_t seq, const int32_t *tokens, int32
 		block_key(kv, kv->row_ckey + 2 * seq, tok, k);
 		int32_t parent = kv->row_cblk[seq];
 		uint32_t pgen = kv->row_cgen[seq];
-		int32_t c = find_cached(kv, k, parent, pgen, tok);
 		int32_t b = t[i];
+		if (b < 0)
+			break; /* released before it was entered: nothing left to name */
+		int32_t c = find_cached(kv, k, parent, pgen, tok);
 		if (c < 0 && !kv->cached[b]) {
 			/* enter b; a block computed twice at once (c >= 0) stays private and
 			 * the chain goes on through the copy already cached */
@@ -524,6 +531,7 @@ int qc_kv_seq_new(struct qc_kv *kv, int32_t *seq, struct qc_err *err)
 	*seq = kv->free_seqs[--kv->n_free_seqs];
 	kv->seq_len[*seq] = 0;
 	kv->seq_nb[*seq] = 0;
+	kv->seq_lo[*seq] = 0;
 	row_chain_reset(kv, *seq);
 	return QC_OK;
 }
@@ -536,11 +544,13 @@ void qc_kv_seq_free(struct qc_kv *kv, int32_t seq)
 	/* last block first: a cached tail lands on the LRU before its predecessors,
 	 * so eviction takes chains from the end and never strands a child */
 	for (int32_t i = kv->seq_nb[seq] - 1; i >= 0; i--) {
-		release_block(kv, t[i]);
+		if (i >= kv->seq_lo[seq])
+			release_block(kv, t[i]);
 		t[i] = -1;
 	}
 	row_chain_reset(kv, seq);
 	kv->seq_nb[seq] = 0;
+	kv->seq_lo[seq] = 0;
 	kv->seq_len[seq] = -1;
 	kv->free_seqs[kv->n_free_seqs++] = seq;
 }
@@ -560,9 +570,11 @@ int qc_kv_seq_fork(struct qc_kv *kv, int32_t parent, int32_t *child, struct qc_e
 	int32_t *dst = row(kv, *child);
 	for (int32_t i = 0; i < kv->seq_nb[parent]; i++) {
 		dst[i] = src[i];
-		kv->refcnt[src[i]]++;
+		if (i >= kv->seq_lo[parent])
+			kv->refcnt[src[i]]++;
 	}
 	kv->seq_nb[*child] = kv->seq_nb[parent];
+	kv->seq_lo[*child] = kv->seq_lo[parent];
 	kv->seq_len[*child] = kv->seq_len[parent];
 	if (kv->pc) {
 		kv->row_nchain[*child] = kv->row_nchain[parent];
@@ -675,6 +687,33 @@ int qc_kv_seq_append(struct qc_kv *kv, int32_t seq, int32_t n, int32_t *slots,
 	return QC_OK;
 }
 
+int32_t qc_kv_seq_drop_before(struct qc_kv *kv, int32_t seq, int32_t lo)
+{
+	if (!qc_kv_seq_live(kv, seq) || lo <= 0)
+		return 0;
+	if (lo > kv->seq_len[seq])
+		lo = kv->seq_len[seq]; /* only what is stored can have been passed */
+	int32_t *t = row(kv, seq), n = 0;
+	/* release_block decrements: a block another row or the cache still holds
+	   stays theirs; ours only loses its name in this table */
+	for (int32_t i = kv->seq_lo[seq]; (int64_t)(i + 1) * kv->bt <= lo; i++, n++) {
+		release_block(kv, t[i]);
+		t[i] = QC_KV_BLOCK_DROPPED;
+	}
+	kv->seq_lo[seq] += n;
+	return n;
+}
+
+int32_t qc_kv_seq_first_block(const struct qc_kv *kv, int32_t seq)
+{
+	return qc_kv_seq_live(kv, seq) ? kv->seq_lo[seq] : 0;
+}
+
+int32_t qc_kv_seq_blocks_held(const struct qc_kv *kv, int32_t seq)
+{
+	return qc_kv_seq_live(kv, seq) ? kv->seq_nb[seq] - kv->seq_lo[seq] : 0;
+}
+
 /* The prefix cache's half of qc_kv_check: the LRU holds exactly the idle cached
  * blocks (stamped -2 like free ones), the buckets exactly the cached blocks, each
  * in the bucket of its key, and no row's chain runs past its blocks. */
@@ -742,19 +781,28 @@ int qc_kv_check(const struct qc_kv *kv, struct qc_err *err)
 	}
 	for (int32_t s = 0; s < kv->max_seqs; s++) {
 		const int32_t *t = row(kv, s);
-		int32_t len = kv->seq_len[s], nb = kv->seq_nb[s];
+		int32_t len = kv->seq_len[s], nb = kv->seq_nb[s], lo = kv->seq_lo[s];
 		if (len < 0) {
-			if (nb != 0 || t[0] != -1)
+			if (nb != 0 || lo != 0 || t[0] != -1)
 				return qc_err_set(err, QC_EFORMAT, NULL, NULL, -1,
 						  "kv check: dead row %d still holds blocks", s);
 			continue;
 		}
 		n_live++;
-		if (len > kv->width * kv->bt || nb != (len + kv->bt - 1) / kv->bt)
+		if (len > kv->width * kv->bt || nb != (len + kv->bt - 1) / kv->bt || lo < 0 ||
+		    (int64_t)lo * kv->bt > len)
 			return qc_err_set(err, QC_EFORMAT, NULL, NULL, -1,
-					  "kv check: row %d has %d tokens in %d blocks", s, len, nb);
+					  "kv check: row %d has %d tokens in %d blocks, %d released", s, len,
+					  nb, lo);
 		for (int32_t i = 0; i < kv->width; i++) {
 			int32_t b = t[i];
+			if (i < lo) {
+				if (b != QC_KV_BLOCK_DROPPED)
+					return qc_err_set(err, QC_EFORMAT, NULL, NULL, -1,
+							  "kv check: row %d column %d below its %d released is %d",
+							  s, i, lo, b);
+				continue;
+			}
 			if (i >= nb) {
 				if (b != -1)
 					return qc_err_set(err, QC_EFORMAT, NULL, NULL, -1,

@@ -17,8 +17,10 @@
  * persistence of the cache, thread safety (one owner thread).
  * Invariants: free + idle + used == total; refcount[b] == number of live tables
  * naming b; a refcount-0 block is on the free list (uncached) or the LRU (cached);
- * a table holds exactly ceil(len / block_tokens) blocks; a block never appears
- * twice in one table. Nothing is allocated after qc_kv_new.
+ * a table holds exactly ceil(len / block_tokens) columns, of which the first
+ * seq_lo may be released (QC_KV_BLOCK_DROPPED: positions no layer's window
+ * reaches any more, qc_kv_seq_drop_before) and the rest name blocks; a block never
+ * appears twice in one table. Nothing is allocated after qc_kv_new.
  * References: Kwon et al., "Efficient Memory Management for LLM Serving with
  * PagedAttention" (SOSP'23) §4.2-4.4; vLLM BlockSpaceManager and automatic prefix
  * caching (behaviour only).
@@ -36,6 +38,12 @@
 #define QC_KV_MAX_BLOCKS (1 << 24)     /* 16M ids: bookkeeping stays under 200 MiB
 					 (prefix cache: + 4 * block_tokens bytes a block) */
 #define QC_KV_MAX_SEQS 65536
+/* A released table column (qc_kv_seq_drop_before): columns keep their indexing
+ * (column i holds positions i * block_tokens ..), so attention finds position j
+ * where it always did; nothing may read a released column, which lies wholly
+ * before every window of the sequence's next queries. Distinct from the -1 past
+ * the last column so qc_kv_check can tell them apart. */
+#define QC_KV_BLOCK_DROPPED (-2)
 
 struct qc_kv;   /* opaque */
 
@@ -123,7 +131,8 @@ bool qc_kv_seq_live(const struct qc_kv *kv, int32_t seq);
 int32_t qc_kv_seq_len(const struct qc_kv *kv, int32_t seq);
 
 /* seq's block table: *n_blocks ids, valid until the next append/free/fork on kv.
- * NULL with *n_blocks = 0 for a dead row. The row is padded with -1 to the width. */
+ * NULL with *n_blocks = 0 for a dead row. The row is padded with -1 to the width;
+ * its first qc_kv_seq_first_block columns are QC_KV_BLOCK_DROPPED. */
 const int32_t *qc_kv_seq_table(const struct qc_kv *kv, int32_t seq, int32_t *n_blocks);
 
 /* New blocks (copy-on-write included) that appending n tokens to seq needs;
@@ -143,6 +152,26 @@ int32_t qc_kv_seq_room(const struct qc_kv *kv, int32_t seq, int32_t max_new_bloc
  * table width) or QC_ENOMEM (not enough free blocks; nothing changed). */
 int qc_kv_seq_append(struct qc_kv *kv, int32_t seq, int32_t n, int32_t *slots,
 		     struct qc_kv_cow *cow, struct qc_err *err);
+
+/* Sliding windows (all layers attend to the last W positions only): the next
+ * query of seq is at its length or later, so positions below lo = len - W + 1
+ * are never read again. Release every block of seq lying wholly below lo
+ * (clamped to the length): its column becomes QC_KV_BLOCK_DROPPED and its
+ * refcount drops by one, so a block another sequence (fork) or the prefix cache
+ * holds stays theirs (idle cached blocks go to the LRU, plain ones to the free
+ * list). Columns keep their indexing; length, appends and copy-on-write are
+ * unchanged. Called after every forward, it bounds what a sequence holds while
+ * n new tokens are written to ceil((W + n - 2) / block_tokens) + 1 blocks (the
+ * positions len - W + 1 .. len + n - 1; decode, n = 1: ceil((W - 1) / bt) + 1),
+ * whatever the length (a prefix-cache attach holds its blocks until then).
+ * Returns the blocks released (0 for a dead row or lo <= 0). */
+int32_t qc_kv_seq_drop_before(struct qc_kv *kv, int32_t seq, int32_t lo);
+
+/* Columns of seq released by qc_kv_seq_drop_before (its first live column); 0 for a dead row. */
+int32_t qc_kv_seq_first_block(const struct qc_kv *kv, int32_t seq);
+
+/* Blocks seq's table still names (columns less released ones); 0 for a dead row. */
+int32_t qc_kv_seq_blocks_held(const struct qc_kv *kv, int32_t seq);
 
 /* Longest run of cached blocks matching tokens[0..n_tokens) from the start, at
  * most (n_tokens - 1) / block_tokens of them (the last token is always left to
