@@ -11,6 +11,10 @@
  * checks each step. Groups (qc_sched_fork): a choice finished by its first
  * token, a group preempted or cancelled before its fork, fork misuse, a group on
  * a cached prompt (the mock copies cow blocks and checks refcounts every step).
+ * Sliding window: with g_window W the mock attends to the last W positions only
+ * (its next token hashes them, as ref_run does), the scheduler releases the
+ * blocks behind the window, and a stress run with preemption must still match
+ * the reference while each sequence holds at most the bound of kv_blocks.h.
  * Every checker is also fed a deliberately wrong input.
  */
 /* the .c itself: the fork tests corrupt a reservation count to see qc_sched_check trip */
@@ -39,9 +43,13 @@ static uint32_t hash_tokens(const int32_t *t, int32_t n)
 	return (uint32_t)(h ^ (h >> 32));
 }
 
+static int32_t g_window;      /* the mock model's window on every layer; 0: none */
+
+/* The next token after t[0..n): a hash of what the last query attends to. */
 static int32_t next_token(const int32_t *t, int32_t n)
 {
-	return (int32_t)(hash_tokens(t, n) % V);
+	int32_t from = g_window > 0 && n > g_window ? n - g_window : 0;
+	return (int32_t)(hash_tokens(t + from, n - from) % V);
 }
 
 struct req {
@@ -136,7 +144,8 @@ static int mock_read_context(const struct mock *m, const struct qc_sched_plan *p
 {
 	int32_t ctx[2 * MAX_REQ_TOKENS], n = p->ctx_lens[e], bad = 0;
 	const int32_t *tab = p->block_tables + (size_t)e * (size_t)p->table_stride;
-	for (int32_t pos = 0; pos < n; pos++) {
+	/* the window's positions only, as attention reads them */
+	for (int32_t pos = g_window > 0 && n > g_window ? n - g_window : 0; pos < n; pos++) {
 		int32_t blk = tab[pos / p->block_tokens];
 		if (blk < 0) {
 			bad++;
@@ -198,13 +207,15 @@ static bool g_groups;        /* the run forks groups: choices share blocks */
  * named twice (the scheduler never shares), refcounts that disagree, counts that
  * do not add up. */
 static int check_tables(const struct qc_kv *kv, const int32_t *const *tables, const int32_t *nbs,
-			int32_t n_rows)
+			const int32_t *firsts, int32_t n_rows)
 {
 	int32_t total = qc_kv_blocks_total(kv), distinct = 0, bad = 0;
 	int32_t *seen = calloc((size_t)total, sizeof *seen);
 	for (int32_t r = 0; r < n_rows; r++)
 		for (int32_t j = 0; j < nbs[r]; j++) {
 			int32_t b = tables[r][j];
+			if (b == QC_KV_BLOCK_DROPPED && g_window > 0 && j < firsts[r])
+				continue; /* released behind the window */
 			if (b < 0 || b >= total) {
 				bad++;
 				continue;
@@ -226,16 +237,29 @@ static int check_kv_live(const struct qc_kv *kv)
 {
 	int32_t n = qc_kv_max_seqs(kv), k = 0;
 	const int32_t **tables = calloc((size_t)n, sizeof *tables);
-	int32_t *nbs = calloc((size_t)n, sizeof *nbs);
+	int32_t *nbs = calloc((size_t)n, sizeof *nbs), *firsts = calloc((size_t)n, sizeof *firsts);
 	for (int32_t r = 0; r < n; r++)
 		if (qc_kv_seq_live(kv, r)) {
 			tables[k] = qc_kv_seq_table(kv, r, &nbs[k]);
+			firsts[k] = qc_kv_seq_first_block(kv, r);
 			k++;
 		}
-	int bad = check_tables(kv, tables, nbs, k);
+	int bad = check_tables(kv, tables, nbs, firsts, k);
 	free(tables);
 	free(nbs);
+	free(firsts);
 	return bad;
+}
+
+static int32_t max_i32(int32_t a, int32_t b) { return a > b ? a : b; }
+
+/* The most blocks any live row's table names (released columns not counted). */
+static int32_t most_held(const struct qc_kv *kv)
+{
+	int32_t most = 0;
+	for (int32_t r = 0; r < qc_kv_max_seqs(kv); r++)
+		most = max_i32(most, qc_kv_seq_blocks_held(kv, r));
+	return most;
 }
 
 /* ---- a driver shared by the runs ---- */
@@ -247,6 +271,8 @@ struct run {
 	struct mock m;
 	int bad_plan, bad_check, bad_kv;
 	int mixed_steps;        /* steps that held a decode and a multi-token prefill */
+	int32_t max_held_step;  /* most blocks one row held while a step wrote */
+	int32_t max_held_commit; /* ... after a commit (the released ones gone) */
 	long steps;
 	struct req *admits[64]; /* entries starting at position 0, in plan order */
 	int n_admits;
@@ -274,6 +300,7 @@ static void run_open(struct run *rn, int32_t n_blocks, int32_t bt, int32_t max_t
 	rn->cfg.max_waiting = 4096;
 	rn->cfg.max_batch_tokens = batch;
 	rn->cfg.max_prefill_tokens = prefill;
+	rn->cfg.window = g_window;
 	CHECK(qc_sched_new(&rn->cfg, rn->kv, &rn->s, &err) == QC_OK, "sched: %s", err.msg);
 	mock_init(&rn->m, rn->kv);
 }
@@ -358,6 +385,7 @@ static void run_step(struct run *rn, struct req *cancel_mid)
 		has_prefill |= chunk > 1;
 	}
 	rn->mixed_steps += has_decode && has_prefill;
+	rn->max_held_step = max_i32(rn->max_held_step, most_held(rn->kv));
 	if (cancel_mid) {
 		CHECK(qc_sched_cancel(rn->s, cancel_mid->id, &err) == QC_OK, "cancel: %s", err.msg);
 		cancel_mid->done = true;
@@ -398,6 +426,7 @@ static void run_step(struct run *rn, struct req *cancel_mid)
 	}
 	rn->bad_check += qc_sched_check(rn->s, NULL) != QC_OK;
 	rn->bad_kv += check_kv_live(rn->kv);
+	rn->max_held_commit = max_i32(rn->max_held_commit, most_held(rn->kv));
 }
 
 static void make_prompt(struct req *r, uint32_t seed, int32_t n)
@@ -695,10 +724,11 @@ static void checkers_trip_on_wrong_inputs(void)
 	const int32_t *t = qc_kv_seq_table(rn.kv, 0, &nb);
 	const int32_t *dup_tables[2] = { t, t };
 	int32_t dup_nbs[2] = { nb, nb };
-	CHECK(check_tables(rn.kv, dup_tables, dup_nbs, 2) > 0, "block in two tables not flagged");
+	const int32_t no_release[2] = { 0, 0 };
+	CHECK(check_tables(rn.kv, dup_tables, dup_nbs, no_release, 2) > 0, "block in two tables not flagged");
 	const int32_t *missing[1] = { t };
 	int32_t short_nb[1] = { nb - 1 };
-	CHECK(check_tables(rn.kv, missing, short_nb, 1) > 0, "refcount without a table not flagged");
+	CHECK(check_tables(rn.kv, missing, short_nb, no_release, 1) > 0, "refcount without a table not flagged");
 
 	/* the mock's context read must notice a clobbered slot */
 	struct qc_sched_plan *p;
@@ -859,9 +889,10 @@ static void randomized_stress_keeps_invariants(bool cache)
 	struct qc_sched_stats st;
 	struct qc_err err = { 0 };
 	int n_req = 0, n_cancel = 0, n_stopstr = 0, refused = 0;
-	/* 40 blocks x 8 tokens; prompts up to 90, context 160 */
+	/* 40 blocks x 8 tokens; prompts up to 90, context 160; with a window a
+	 * row holds at most 7, so 16 blocks keep preemption going */
 	g_prefix_cache = cache;
-	run_open(&rn, 40, 8, 160, 8, 48, 24);
+	run_open(&rn, g_window ? 16 : 40, 8, 160, 8, 48, 24);
 	g_prefix_cache = false;
 	for (long step = 0; step < 40000; step++) {
 		if (step < ARRIVE_STEPS) {
@@ -932,20 +963,35 @@ static void randomized_stress_keeps_invariants(bool cache)
 	CHECK(st.blocks_free == st.blocks_total, "%d of %d blocks free at the end", st.blocks_free,
 	      st.blocks_total);
 	CHECK(st.n_failed == 0, "%llu failures with prompts that fit", (unsigned long long)st.n_failed);
+	/* kv_blocks.h's bound, worked out for 8-token blocks and chunks of 24:
+	 * after a commit positions n - W + 1 .. n - 1 are held, ceil((W - 2) / 8) + 1
+	 * blocks; while a step writes a chunk, ceil((W + 24 - 2) / 8) + 1 (a cache
+	 * hit holds its attached blocks until its first forward) */
+	if (g_window > 0)
+		CHECK(rn.max_held_commit <= (g_window - 2 + 7) / 8 + 1 &&
+		      (cache || rn.max_held_step <= (g_window + 24 - 2 + 7) / 8 + 1),
+		      "window %d: a row held %d blocks after a commit, %d in a step", g_window,
+		      rn.max_held_commit, rn.max_held_step);
+	else
+		CHECK(rn.max_held_commit >= 12, "no window, yet no row held more than %d blocks",
+		      rn.max_held_commit);
 	if (cache)
 		/* a third of the queried tokens is a shared prefix on average; the
-		 * whole-block rule and evictions take some of it */
-		CHECK(st.prefix_hit_tokens * 10 > st.prefix_queried_tokens && st.blocks_cached > 0 &&
+		 * whole-block rule and evictions take some of it (more of it on the
+		 * windowed run's 16-block pool) */
+		CHECK(st.prefix_hit_tokens * (g_window ? 20 : 10) > st.prefix_queried_tokens && st.blocks_cached > 0 &&
 		      st.blocks_cached <= st.blocks_total,
 		      "prefix cache: %llu of %llu tokens hit, %d blocks cached",
 		      (unsigned long long)st.prefix_hit_tokens, (unsigned long long)st.prefix_queried_tokens,
 		      st.blocks_cached);
 	else
 		CHECK(st.prefix_hit_tokens == 0 && st.blocks_cached == 0, "cache off but hits");
-	printf("  stress%s: %d requests, %ld steps, %llu preemptions, %d cancels (%d stop strings), "
-	       "%d refused, %llu of %llu prompt tokens from the cache\n", cache ? " (prefix cache)" : "",
+	printf("  stress%s%s: %d requests, %ld steps, %llu preemptions, %d cancels (%d stop strings), "
+	       "%d refused, %llu of %llu prompt tokens from the cache, at most %d blocks a row\n", cache ? " (prefix cache)" : "",
+	       g_window ? " (window 20)" : "",
 	       n_req, rn.steps, (unsigned long long)st.n_preemptions, n_cancel, n_stopstr, refused,
-	       (unsigned long long)st.prefix_hit_tokens, (unsigned long long)st.prefix_queried_tokens);
+	       (unsigned long long)st.prefix_hit_tokens, (unsigned long long)st.prefix_queried_tokens,
+	       rn.max_held_step);
 
 	/* the completion checker must notice a request left unfinished */
 	reqs[0].done = false;
@@ -1265,5 +1311,10 @@ int main(void)
 	group_on_cached_prompt_matches_cache_off();
 	randomized_stress_keeps_invariants(false);
 	randomized_stress_keeps_invariants(true);
+	/* a window of 20 on every layer: 90-token prompts, up to 150 positions */
+	g_window = 20;
+	randomized_stress_keeps_invariants(false);
+	randomized_stress_keeps_invariants(true);
+	g_window = 0;
 	return check_report("test_scheduler");
 }

@@ -158,6 +158,8 @@ static int check_config(const struct qc_sched_config *c, const struct qc_kv *kv,
 		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1,
 				  "sched: max_prefill_tokens %d outside 1..max_batch_tokens (%d)",
 				  c->max_prefill_tokens, c->max_batch_tokens);
+	if (c->window < 0)
+		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "sched: window %d is negative", c->window);
 	if (c->watermark_blocks < 0 || c->watermark_blocks >= qc_kv_blocks_total(kv))
 		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1,
 				  "sched: watermark_blocks %d outside 0..%d", c->watermark_blocks,
@@ -287,6 +289,18 @@ static int32_t blocks_for(const struct qc_sched *s, int64_t tokens)
 	return (int32_t)((tokens + bt - 1) / bt);
 }
 
+/* Blocks a request of n tokens holds at once: all of them, or with a window on
+ * every layer those of one window and one chunk (kv_blocks.h's bound; a chunk
+ * is at most max_prefill_tokens, a decode step 1). */
+static int32_t peak_blocks(const struct qc_sched *s, int64_t n)
+{
+	int32_t all = blocks_for(s, n);
+	if (s->cfg.window <= 0)
+		return all;
+	int32_t win = blocks_for(s, (int64_t)s->cfg.window + s->cfg.max_prefill_tokens - 2) + 1;
+	return win < all ? win : all;
+}
+
 int qc_sched_add(struct qc_sched *s, const struct qc_sched_request *req, uint64_t *id,
 		 struct qc_err *err)
 {
@@ -305,10 +319,10 @@ int qc_sched_add(struct qc_sched *s, const struct qc_sched_request *req, uint64_
 		return qc_err_set(err, QC_ERANGE, NULL, NULL, -1,
 				  "sched: prompt of %d tokens + max_tokens %d exceeds the %d-token context",
 				  req->n_prompt, req->max_tokens, ctx);
-	if (blocks_for(s, req->n_prompt) > qc_kv_blocks_total(s->kv))
+	if (peak_blocks(s, req->n_prompt) > qc_kv_blocks_total(s->kv))
 		return qc_err_set(err, QC_ERANGE, NULL, NULL, -1,
 				  "sched: prompt of %d tokens needs %d KV blocks, the pool has %d",
-				  req->n_prompt, blocks_for(s, req->n_prompt),
+				  req->n_prompt, peak_blocks(s, req->n_prompt),
 				  qc_kv_blocks_total(s->kv));
 	if (s->waiting.n >= s->cfg.max_waiting || s->n_free_slots == 0)
 		return qc_err_set(err, QC_ERANGE, NULL, NULL, -1,
@@ -525,7 +539,7 @@ static void admit_waiting(struct qc_sched *s, int32_t *budget, int32_t *prefill_
 			break;
 		if (s->running.n > 0) {
 			free_blocks -= s->cfg.watermark_blocks;
-			if (blocks_for(s, q->n_tokens) - hit + q->n_fork > free_blocks)
+			if (peak_blocks(s, q->n_tokens) - hit + q->n_fork > free_blocks)
 				break;
 		} else if (free_blocks <= 0 && hit > 0) {
 			/* alone, and its own hits fill the pool: start from scratch,
@@ -587,7 +601,7 @@ static int32_t admit_reserve(const struct qc_sched *s, int32_t prefill_budget)
 	if (s->waiting.n == 0 || s->running.n == 0 || s->running.n >= s->cfg.max_running)
 		return 0;
 	const struct seq *h = &s->seqs[s->waiting.head];
-	if (blocks_for(s, h->n_tokens) > qc_kv_blocks_free(s->kv) - s->cfg.watermark_blocks)
+	if (peak_blocks(s, h->n_tokens) > qc_kv_blocks_free(s->kv) - s->cfg.watermark_blocks)
 		return 0;
 	return min32(prefill_budget / 2, h->n_tokens);
 }
@@ -654,6 +668,10 @@ int qc_sched_commit(struct qc_sched *s, struct qc_sched_plan *plan, const int32_
 		QC_ASSERT(q->n_computed == qc_kv_seq_len(s->kv, q->kv_seq));
 		/* the forward has written these K/V: full blocks become reusable */
 		qc_kv_seq_cache(s->kv, q->kv_seq, q->tokens, q->n_computed);
+		/* then the next query (at n_computed or later) reads no position
+		   before n_computed - window + 1 in any layer */
+		if (s->cfg.window > 0)
+			qc_kv_seq_drop_before(s->kv, q->kv_seq, q->n_computed - s->cfg.window + 1);
 		if (!plan->need_logits[e])
 			continue;
 		QC_ASSERT(q->n_tokens < q->cap);
@@ -891,7 +909,7 @@ int qc_sched_check(const struct qc_sched *s, struct qc_err *err)
 		const int32_t *t = qc_kv_seq_table(s->kv, q->kv_seq, &nb);
 		/* a block is the row's own, a cached one, or shared by the choices of
 		   one group (so by no more holders than a group has choices) */
-		for (int32_t j = 0; j < nb; j++)
+		for (int32_t j = qc_kv_seq_first_block(s->kv, q->kv_seq); j < nb; j++)
 			if (qc_kv_block_refcount(s->kv, t[j]) != 1 && !qc_kv_block_cached(s->kv, t[j]) &&
 			    qc_kv_block_refcount(s->kv, t[j]) > QC_SCHED_MAX_CHOICES)
 				return qc_err_set(err, QC_EFORMAT, NULL, NULL, -1,

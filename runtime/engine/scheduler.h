@@ -20,6 +20,12 @@
  * last token's block) and prefills only the rest; after each commit the newly
  * completed full blocks are entered. Cached blocks nobody holds count as free and
  * are evicted by the kv pool only when it needs them (kv_blocks.h).
+ * Sliding window (cfg.window W > 0, the model's window on every layer): after
+ * a request's forward is committed (and its full blocks entered in the cache)
+ * the blocks wholly before position n_computed - W + 1 are released, so a
+ * request holds at most ceil((W + chunk - 2) / block_tokens) + 1 blocks,
+ * however long it runs; admission and qc_sched_add count that peak. A
+ * preempted request re-prefills from its first token as without a window.
  * Out of blocks: the most recently admitted running sequence is preempted by
  * recompute (blocks freed, back to the front of the waiting queue, later
  * re-prefilled over prompt + generated tokens, from the cache where it still
@@ -69,6 +75,11 @@ struct qc_sched_config {
 				       running stream waits at most one step of this many */
 	int32_t watermark_blocks;   /* free blocks admission leaves for running decodes
 				       (ignored when nothing runs); 0 = none */
+	int32_t window;             /* tokens every layer attends back over (a sliding
+				       window on all layers), 0 = unlimited: after each
+				       commit the blocks behind it are released
+				       (qc_kv_seq_drop_before) and admission counts a
+				       request's peak, not its length */
 };
 
 struct qc_sched_request {
