@@ -21,7 +21,7 @@ const struct qc_arch qc_archs[] = {
 	{.name = "llama", .feats = LLAMA_BLOCK | QC_AF(ROPE_NORM) | QC_AF(MOE_RENORM),
 	 .experts = QC_EXPERTS_OPTIONAL, .examples = "Llama 2/3, TinyLlama"},
 	{.name = "mistral", .stored_as = "llama", .feats = LLAMA_BLOCK | QC_AF(ROPE_NORM),
-	 .examples = "Mistral 7B (its window is not applied, as in llama.cpp)"},
+	 .examples = "Mistral 7B (its window on every layer when the file states it, as transformers)"},
 	{.name = "mixtral", .stored_as = "llama", .feats = LLAMA_BLOCK | QC_AF(ROPE_NORM) | QC_AF(MOE) | QC_AF(MOE_RENORM),
 	 .experts = QC_EXPERTS_REQUIRED, .examples = "Mixtral 8x7B"},
 	{.name = "qwen2", .feats = LLAMA_BLOCK | QC_AF(ROPE_NEOX) | QC_AF(QKV_BIAS), .examples = "Qwen2, Qwen2.5"},
@@ -200,6 +200,8 @@ const struct qc_arch_backend_info qc_arch_backends[QC_ARCH_BACKEND_COUNT] = {
 const struct qc_arch_cpu_checked qc_arch_cpu_checked[] = {
 	{"gemma2", QC_ARCH_CPU_GEMMA2},
 	{"phi3", QC_ARCH_CPU_PHI3},
+	{"llama", QC_ARCH_CPU_HF_WINDOW},
+	{"qwen2", QC_ARCH_CPU_HF_WINDOW},
 };
 const size_t qc_n_arch_cpu_checked = sizeof qc_arch_cpu_checked / sizeof qc_arch_cpu_checked[0];
 

@@ -68,12 +68,16 @@ extern const size_t qc_n_archs;
 	(QC_AF(RMSNORM_1P) | QC_AF(GEGLU_TANH) | QC_AF(EMBD_SCALE) | QC_AF(POST_NORM) |             \
 	 QC_AF(ATTN_SOFTCAP) | QC_AF(FINAL_SOFTCAP) | QC_AF(SLIDING_WINDOW))
 #define QC_ARCH_CPU_PHI3 (QC_AF(FUSED_QKV) | QC_AF(FUSED_GATE_UP) | QC_AF(LONGROPE) | QC_AF(SLIDING_WINDOW))
+/* Mistral's (stored as llama) and Qwen2's window on every layer, as transformers
+ * applies it (its SDPA/eager mask: the last W positions); llama.cpp c392e50
+ * ignores the key for these, and its converter never writes it. */
+#define QC_ARCH_CPU_HF_WINDOW QC_AF(SLIDING_WINDOW)
 /* The CPU's column: CUDA's plus every per-architecture extra. */
 #define QC_ARCH_CPU_FEATURES (QC_ARCH_CUDA_FEATURES | QC_ARCH_CPU_GEMMA2 | QC_ARCH_CPU_PHI3)
 /* The CPU's extras beyond CUDA's column count for the architecture whose graph
  * they were checked against only (gemma, gemma3, falcon graphs differ: q scaling,
- * local RoPE base, window rules, parallel blocks; llama ignores a stated soft-cap
- * or window): one row per architecture, the extras it may use. */
+ * local RoPE base, window rules, parallel blocks; llama ignores a stated soft-cap):
+ * one row per architecture, the extras it may use. */
 struct qc_arch_cpu_checked {
 	const char *arch;
 	uint64_t feats;

@@ -101,6 +101,10 @@ int qc_mkgguf_add_metadata(struct qc_gguf_writer *w, const struct opts *o, const
 				(uint32_t)(gx->sliding_window > 0 ? gx->sliding_window : 4096), err);
 	if (!rc && hp->arch == ARCH_PHI3)
 		rc = add_phi3(w, hp, &o->hx, err);
+	/* any other arch: only when asked (qconvert writes it for a Hugging Face
+	 * Mistral or Qwen2 whose config has one; llama.cpp's converter never does) */
+	if (!rc && !gemma2 && hp->arch != ARCH_PHI3 && gx->sliding_window > 0)
+		rc = add_hparam(w, hp, "attention.sliding_window", (uint32_t)gx->sliding_window, err);
 	if (!rc && hp->n_expert)
 		rc = add_hparam(w, hp, "expert_count", (uint32_t)hp->n_expert, err);
 	if (!rc && hp->n_expert)

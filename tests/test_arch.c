@@ -244,17 +244,26 @@ static void unsupported_refused(const char *llama_qb)
 		CHECK(!strstr(err.msg, "SiLU-gated FFN") && !strstr(err.msg, "q/k/v biases"),
 		      "%s: names a feature the engine has: %s", refused[i].arch, err.msg);
 	}
-	/* metadata refines the row: a soft-cap or a window shorter than the context
-	 * (stories: 128 tokens) stops a llama; a window as long as the context does not;
+	/* metadata refines the row: a soft-cap shorter stops a llama; a window
+	 * shorter than the context (stories: 128 tokens) puts one on every layer
+	 * (Mistral's, Qwen2's, as transformers), which the CPU runs and CUDA lacks;
 	 * gemma2's stated 0 turns its attention soft-cap off */
 	struct qc_err err = {0};
 	struct qc_arch_desc d;
 	int rc = open_edited(src, "llama-softcap", "llama", "llama.attn_logit_softcapping", 50, &err, &d);
 	CHECK(rc == QC_EUNSUPPORTED && strstr(err.msg, "missing attention soft-capping"), "llama + soft-cap: %d %s", rc,
 	      err.msg);
+	memset(&err, 0, sizeof err);
 	rc = open_edited(src, "llama-swa", "llama", "llama.attention.sliding_window", 64, &err, &d);
-	CHECK(rc == QC_EUNSUPPORTED && strstr(err.msg, "missing sliding-window attention"), "llama + window 64: %d %s", rc,
-	      err.msg);
+	CHECK(rc == QC_OK && (d.feats & QC_AF(SLIDING_WINDOW)) && d.window_pattern == 1 && d.sliding_window == 64 &&
+	      !qc_arch_missing(&d) && qc_arch_missing_on(&d, QC_ARCH_BACKEND_CUDA) == QC_AF(SLIDING_WINDOW),
+	      "llama + window 64: %d %s (pattern %d)", rc, err.msg, d.window_pattern);
+	open_edited(src, "qwen2-swa", "qwen2", "qwen2.attention.sliding_window", 64, &err, &d);
+	CHECK((d.feats & QC_AF(SLIDING_WINDOW)) && d.window_pattern == 1 && !qc_arch_missing(&d),
+	      "qwen2 + window 64: missing %#llx", (unsigned long long)qc_arch_missing(&d));
+	open_edited(src, "qwen3-swa", "qwen3", "qwen3.attention.sliding_window", 64, &err, &d);
+	CHECK(qc_arch_missing(&d) == QC_AF(SLIDING_WINDOW), "qwen3's window is not checked against any reference: %#llx",
+	      (unsigned long long)qc_arch_missing(&d));
 	memset(&err, 0, sizeof err);
 	rc = open_edited(src, "llama-swa-ctx", "llama", "llama.attention.sliding_window", 4096, &err, &d);
 	CHECK(rc == QC_OK, "llama + window past the context: %s", err.msg);

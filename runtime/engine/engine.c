@@ -170,6 +170,21 @@ static uint64_t cache_salt(const struct qc_engine *e, const struct qc_engine_opt
 	return XXH3_64bits_withSeed(geo, sizeof geo, h);
 }
 
+/* A window no shorter than the longest sequence cuts nothing: every layer then
+ * attends to all its positions, bit for bit as a global one (paged_attn's first
+ * position is 0 either way), so the model runs as all-global and a backend
+ * without windows (CUDA) may run it, as Mistral 7B v0.1 (window 4096) at the
+ * default 4096-token context. */
+static void no_uncut_window(struct qc_model *m, int32_t max_seq_tokens)
+{
+	struct qc_model_config *c = &m->cfg;
+	if (c->sliding_window <= 0 || c->sliding_window < max_seq_tokens)
+		return;
+	c->sliding_window = 0;
+	c->window_pattern = 0;
+	c->feats &= ~QC_AF(SLIDING_WINDOW);
+}
+
 int qc_engine_new(const char *path, const struct qc_engine_opts *o, struct qc_engine **out,
 		  struct qc_err *err)
 {
@@ -214,6 +229,7 @@ int qc_engine_new(const char *path, const struct qc_engine_opts *o, struct qc_en
 		op->max_seq_tokens = cfg->n_ctx_train > 0 && cfg->n_ctx_train < 4096 ? cfg->n_ctx_train : 4096;
 	if (!op->max_batch_tokens)
 		op->max_batch_tokens = 512;
+	no_uncut_window(e->model, op->max_seq_tokens);
 	uint64_t block_bytes, be_max = 0;
 	const struct qc_backend_params lim = {
 		.block_tokens = op->block_tokens,
@@ -262,6 +278,7 @@ int qc_engine_new(const char *path, const struct qc_engine_opts *o, struct qc_en
 		op->max_prefill_tokens = e->be->prefill_chunk;
 	sc.max_prefill_tokens = op->max_prefill_tokens > 0 && op->max_prefill_tokens < op->max_batch_tokens
 					? op->max_prefill_tokens : op->max_batch_tokens;
+	sc.window = op->kv_keep_passed ? 0 : qc_model_window_all(cfg);
 	if ((rc = qc_sched_new(&sc, e->kv, &e->sched, err)))
 		goto out_free;
 

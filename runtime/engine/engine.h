@@ -53,6 +53,10 @@ struct qc_engine_opts {
 						 max_batch_tokens */
 	bool prefix_cache;                    /* reuse cached K/V blocks of earlier requests'
 						 identical prefixes; default true */
+	bool kv_keep_passed;                  /* keep the K/V blocks a window on every layer has
+						 passed (default false: released after each step,
+						 so such a model's K/V stops growing with the
+						 context); the results are the same bits either way */
 	uint64_t prefix_salt;                 /* mixed into every cache key with the bundle's
 						 manifest, backend and K/V block geometry */
 	int32_t n_threads;                    /* backend matmul threads; 0: $QC_THREADS, else online CPUs

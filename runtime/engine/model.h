@@ -92,6 +92,16 @@ static inline bool qc_model_layer_windowed(const struct qc_model_config *c, int 
 	return c->window_pattern == 1 || il % c->window_pattern < c->window_pattern - 1;
 }
 
+/* The window every layer attends through, or 0 when some layer is global (Gemma
+ * 2's odd layers) or there is none: the K/V the scheduler may release behind. */
+static inline int32_t qc_model_window_all(const struct qc_model_config *c)
+{
+	for (int il = 0; il < c->n_layer; il++)
+		if (!qc_model_layer_windowed(c, il))
+			return 0;
+	return c->n_layer > 0 ? c->sliding_window : 0;
+}
+
 struct qc_layer {
 	const float *attn_norm;    /* (n_embd) */
 	const float *ffn_norm;     /* (n_embd) */

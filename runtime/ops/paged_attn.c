@@ -1,7 +1,8 @@
 /* paged_attn.c — reference of runtime/cuda/kernels/paged_attn.cu, and the CPU
  * backend's attention: for each token and head, softmax(q . k_j * scale) over
  * positions 0..pos of its sequence (K/V found through the block table), times V;
- * optionally soft-capped scores and a sliding window (Gemma 2).
+ * optionally soft-capped scores and a sliding window (Gemma 2, Phi-3, Mistral,
+ * Qwen2), whose positions before it are never read (their blocks may be released).
  * Dots in double with four partial sums (the CPU backend's order, which its
  * llama.cpp comparisons were measured with), softmax sum in double, the ·V sum
  * in float. QC_REF_ATTN_F16 rounds q and the softmax weights to binary16 first,
@@ -22,6 +23,7 @@
 
 #include "fp16.h"
 #include "ops.h"
+#include "qc_err.h"
 
 /* Exact products (24-bit x 24-bit mantissas fit a double) in four running sums,
  * combined pairwise. */
@@ -49,6 +51,9 @@ static const float *kv_row(const struct qc_ref_kv_pool *p, int layer, const int3
 			   int which, int64_t kvo, int hd, float *dst)
 {
 	const int64_t b = table[j / p->bt], off = j % p->bt;
+	/* a released column (kv_blocks.h QC_KV_BLOCK_DROPPED) lies before every
+	   window that can read it: reaching one is a bug, not a read of garbage */
+	QC_ASSERT(b >= 0);
 	const int64_t row = ((b * p->n_layer + layer) * 2 + which) * p->bt + off;
 	const int64_t at = row * p->kv_dim + kvo;
 	if (p->f32)
