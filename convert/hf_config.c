@@ -145,6 +145,8 @@ static int parse_moe(struct ctx *c, struct qc_hf_config *h)
 	return QC_OK;
 }
 
+static int parse_window(struct ctx *c, struct qc_hf_config *h);
+
 int qc_hf_config_parse(const struct qc_hf_source *src, struct qc_hf_config *h, struct qc_err *err)
 {
 	struct ctx c = { .j = src->config, .err = err };
@@ -184,18 +186,8 @@ int qc_hf_config_parse(const struct qc_hf_source *src, struct qc_hf_config *h, s
 		return qc_err_set(err, QC_EFORMAT, c.path, NULL, -1, "head dimension %lld must be even", (long long)h->head_dim);
 	if (h->arch->qkv_bias)
 		h->attn_bias = true;
-	/* Qwen2/3 configs say use_sliding_window; only all-global attention is converted */
-	bool swa = false;
-	if ((rc = get_bool(&c, "use_sliding_window", false, &swa, NULL)))
+	if ((rc = parse_window(&c, h)))
 		return rc;
-	if (swa)
-		return qc_err_set(err, QC_EUNSUPPORTED, c.path, NULL, -1, "use_sliding_window: true is not supported");
-	/* Mistral/Mixtral "sliding_window": transformers limits attention to it, llama.cpp's
-	 * llama arch (and our runtime) does not; identical up to that many tokens */
-	const cJSON *sw = cJSON_GetObjectItemCaseSensitive(c.j, "sliding_window");
-	if (h->arch->permute_qk && cJSON_IsNumber(sw) && sw->valuedouble < (double)h->n_ctx)
-		QC_WARN_ONCE("%s: sliding_window %.0f is not applied (as in llama.cpp); outputs match transformers only up to that many tokens",
-			     c.path, sw->valuedouble);
 	const cJSON *act = cJSON_GetObjectItemCaseSensitive(c.j, "hidden_act");
 	if (cJSON_IsString(act) && strcmp(act->valuestring, "silu") != 0)
 		return qc_err_set(err, QC_EUNSUPPORTED, c.path, NULL, -1, "hidden_act '%.40s' is not supported (silu)",
@@ -203,6 +195,55 @@ int qc_hf_config_parse(const struct qc_hf_source *src, struct qc_hf_config *h, s
 	if ((rc = parse_rope_scaling(&c, h)))
 		return rc;
 	return parse_moe(&c, h);
+}
+
+/* Which classes' sliding_window transformers applies, and whether it is gated by
+ * use_sliding_window and max_window_layers (Qwen2: layers il >= max_window_layers
+ * are windowed, as its flash-attention path and later releases' layer_types say;
+ * 4.46's eager/SDPA mask windows every layer whenever use_sliding_window is set). */
+static const struct {
+	const char *hf_name;
+	bool gated;
+} window_rules[] = {
+	{"MistralForCausalLM", false},
+	{"MixtralForCausalLM", false},
+	{"Qwen2ForCausalLM", true},
+};
+
+/* h->sliding_window from the config: a window on every layer is written (the
+ * runtime applies it, as transformers does; llama.cpp's converter drops it);
+ * windowed layers above full-attention ones are refused, as is a window on a
+ * class not in window_rules; one as long as the context cuts nothing. */
+static int parse_window(struct ctx *c, struct qc_hf_config *h)
+{
+	bool swa = false, gated = false, known = false;
+	int64_t w = 0, first = 0;
+	int rc;
+	for (size_t i = 0; i < sizeof window_rules / sizeof window_rules[0]; i++)
+		if (!strcmp(h->arch->hf_name, window_rules[i].hf_name)) {
+			known = true;
+			gated = window_rules[i].gated;
+		}
+	if ((rc = get_bool(c, "use_sliding_window", false, &swa, NULL)))
+		return rc;
+	const cJSON *sw = cJSON_GetObjectItemCaseSensitive(c->j, "sliding_window");
+	if (swa && !known)
+		return qc_err_set(c->err, QC_EUNSUPPORTED, c->path, NULL, -1, "use_sliding_window: true is not supported for %s",
+				  h->arch->hf_name);
+	h->sliding_window = 0;
+	if (!known || (gated && !swa) || !sw || cJSON_IsNull(sw))
+		return QC_OK;
+	if ((rc = get_int(c, "sliding_window", 1, 1ll << 40, true, 0, &w)) ||
+	    (gated && (rc = get_int(c, "max_window_layers", 0, 1ll << 40, false, 28, &first))))
+		return rc;
+	if (w >= h->n_ctx || first >= h->n_layer)
+		return QC_OK; /* cuts nothing, or no layer is windowed */
+	if (first > 0)
+		return qc_err_set(c->err, QC_EUNSUPPORTED, c->path, NULL, -1,
+				  "sliding_window on layers %lld.. above full-attention layers 0..%lld (max_window_layers) is not supported",
+				  (long long)first, (long long)first - 1);
+	h->sliding_window = w;
+	return QC_OK;
 }
 
 static int key(char *buf, size_t n, const struct qc_hf_config *c, const char *suffix)
@@ -238,6 +279,9 @@ int qc_hf_config_to_gguf(const struct qc_hf_config *c, struct qc_gguf_writer *w,
 	key(k, sizeof k, c, "attention.layer_norm_rms_epsilon");
 	if (!rc)
 		rc = qc_gguf_writer_add_f32(w, k, (float)c->rms_eps, err);
+	key(k, sizeof k, c, "attention.sliding_window");
+	if (!rc && c->sliding_window > 0)
+		rc = qc_gguf_writer_add_u32(w, k, (uint32_t)(c->sliding_window > UINT32_MAX ? UINT32_MAX : c->sliding_window), err);
 	if (!rc && (c->rope.type == QC_HF_ROPE_LINEAR || c->rope.type == QC_HF_ROPE_YARN)) {
 		key(k, sizeof k, c, "rope.scaling.type");
 		rc = qc_gguf_writer_add_str(w, k, c->rope.type == QC_HF_ROPE_LINEAR ? "linear" : "yarn", err);

@@ -47,6 +47,8 @@ struct qc_hf_config {
 	bool attn_bias;            /* arch->qkv_bias, or Llama's "attention_bias" */
 	int64_t n_expert, n_expert_used, n_ff_expert, n_ff_shared;
 	bool norm_topk_prob;       /* Qwen MoE: renormalize the top-k router weights */
+	int64_t sliding_window;    /* tokens every layer attends back over (transformers'
+				      mask: the last W positions), 0: none or never cuts */
 	struct {
 		enum qc_hf_rope_scaling type;
 		double factor, low_freq_factor, high_freq_factor;
