@@ -293,6 +293,9 @@ static int run_bundle(const char *bundle, const struct ref *ref, breaker_fn brea
 	o.cb_ctx = &r;
 	/* decode steps summed as llama.cpp sums them (matters on the real model only) */
 	o.attn_order = QC_ATTN_ORDER_LLAMA;
+	/* a breaker may widen attention after the engine chose what to release
+	   (no_window): keep every block then; the reference runs release them */
+	o.kv_keep_passed = breaker != NULL;
 	int rc = qc_engine_new(bundle, &o, &e, &err);
 	CHECK(rc == QC_OK, "%s: engine: %s", bundle, err.msg);
 	if (rc)
