@@ -142,7 +142,7 @@ int qc_model_open(const char *path, struct qc_model **out, struct qc_err *err);
 int qc_model_from_bundle(struct qc_bundle *b, struct qc_model **out, struct qc_err *err);
 
 /* True when this engine runs every feature formats/arch.h's row for arch needs
- * (llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma2, phi3): lets a caller refuse a GGUF before
+ * (llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma2, phi3, gemma3): lets a caller refuse a GGUF before
  * converting it. The file's metadata may still add one (a soft-cap, a window) that
  * qc_model_open refuses, naming it. */
 bool qc_model_arch_supported(const char *arch);
