@@ -34,7 +34,8 @@ const struct qc_arch qc_archs[] = {
 	{.name = "gemma2", .feats = GEMMA_BLOCK | QC_AF(POST_NORM) | QC_AF(ATTN_SOFTCAP) | QC_AF(FINAL_SOFTCAP) |
 					QC_AF(SLIDING_WINDOW),
 	 .window_pattern = 2, .examples = "Gemma 2"},
-	{.name = "gemma3", .feats = GEMMA_BLOCK | QC_AF(POST_NORM) | QC_AF(QK_NORM) | QC_AF(SLIDING_WINDOW),
+	{.name = "gemma3", .feats = GEMMA_BLOCK | QC_AF(POST_NORM) | QC_AF(QK_NORM) | QC_AF(SLIDING_WINDOW) |
+					QC_AF(ROPE_LOCAL),
 	 .window_pattern = 6, .examples = "Gemma 3"},
 	{.name = "phi3", .feats = LLAMA_BLOCK | QC_AF(ROPE_NEOX) | QC_AF(FUSED_QKV) | QC_AF(FUSED_GATE_UP) |
 				  QC_AF(LONGROPE) | QC_AF(SLIDING_WINDOW),
@@ -202,6 +203,7 @@ const struct qc_arch_cpu_checked qc_arch_cpu_checked[] = {
 	{"phi3", QC_ARCH_CPU_PHI3},
 	{"llama", QC_ARCH_CPU_HF_WINDOW},
 	{"qwen2", QC_ARCH_CPU_HF_WINDOW},
+	{"gemma3", QC_ARCH_CPU_GEMMA3},
 };
 const size_t qc_n_arch_cpu_checked = sizeof qc_arch_cpu_checked / sizeof qc_arch_cpu_checked[0];
 

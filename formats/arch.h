@@ -72,11 +72,16 @@ extern const size_t qc_n_archs;
  * applies it (its SDPA/eager mask: the last W positions); llama.cpp c392e50
  * ignores the key for these, and its converter never writes it. */
 #define QC_ARCH_CPU_HF_WINDOW QC_AF(SLIDING_WINDOW)
+/* Gemma 3's, checked against transformers (Gemma3ForCausalLM): Gemma 2's block
+ * without the soft-caps, plus the local layers' own RoPE base. */
+#define QC_ARCH_CPU_GEMMA3                                                                    \
+	(QC_AF(RMSNORM_1P) | QC_AF(GEGLU_TANH) | QC_AF(EMBD_SCALE) | QC_AF(POST_NORM) |             \
+	 QC_AF(SLIDING_WINDOW) | QC_AF(ROPE_LOCAL))
 /* The CPU's column: CUDA's plus every per-architecture extra. */
-#define QC_ARCH_CPU_FEATURES (QC_ARCH_CUDA_FEATURES | QC_ARCH_CPU_GEMMA2 | QC_ARCH_CPU_PHI3)
+#define QC_ARCH_CPU_FEATURES (QC_ARCH_CUDA_FEATURES | QC_ARCH_CPU_GEMMA2 | QC_ARCH_CPU_PHI3 | QC_ARCH_CPU_GEMMA3)
 /* The CPU's extras beyond CUDA's column count for the architecture whose graph
- * they were checked against only (gemma, gemma3, falcon graphs differ: q scaling,
- * local RoPE base, window rules, parallel blocks; llama ignores a stated soft-cap):
+ * they were checked against only (gemma, falcon graphs differ: q scaling,
+ * window rules, parallel blocks; llama ignores a stated soft-cap):
  * one row per architecture, the extras it may use. */
 struct qc_arch_cpu_checked {
 	const char *arch;

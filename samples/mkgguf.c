@@ -46,7 +46,7 @@ static void usage(FILE *f)
 		"                   in every shard, tensors in order balanced by bytes);\n"
 		"                   N <= 1 writes one plain file\n"
 		"  --threads N      generator threads (default: online CPUs, at most %d)\n"
-		"  --arch A         llama|mixtral|qwen2|qwen3|qwen2moe|qwen3moe|gemma2|phi3 (mixtral = llama\n"
+		"  --arch A         llama|mixtral|qwen2|qwen3|qwen2moe|qwen3moe|gemma2|phi3|gemma3 (mixtral = llama\n"
 		"                   with experts, 8 experts / 2 used unless given; qwen2 adds q/k/v\n"
 		"                   biases, qwen3 adds q/k norms; the moe variants add stacked\n"
 		"                   experts (n_ff each), qwen2moe also a shared expert with a\n"
@@ -54,10 +54,12 @@ static void usage(FILE *f)
 		"                   and a window, ties its output, and needs --n-layer 26, 42\n"
 		"                   or 46 to load in llama.cpp; phi3 fuses q|k|v into attn_qkv and\n"
 		"                   gate|up into ffn_up and states a window and an original\n"
-		"                   context; the vocab is always the SPM one)\n"
+		"                   context; gemma3 is gemma2 with q/k norms and no soft-caps (a\n"
+		"                   window, 5 local layers of 6 in the reader); the vocab is always\n"
+		"                   the SPM one)\n"
 		"  --attn-softcap F --final-softcap F  gemma2 soft-caps (default 50, 30)\n"
-		"  --sliding-window N  gemma2/phi3 window in tokens (default 4096 / 2047); other\n"
-		"                   archs: write <arch>.attention.sliding_window (Mistral, Qwen2)\n"
+		"  --sliding-window N  gemma2/phi3/gemma3 window in tokens (default 4096 / 2047 / 512);\n"
+		"                   other archs: write <arch>.attention.sliding_window (Mistral, Qwen2)\n"
 		"  --rope-scaling S none|linear|yarn|llama3|longrope (llama3: a rope_freqs.weight\n"
 		"                   tensor of Llama 3.1 factors, low/high frequency factors 1 and 4;\n"
 		"                   longrope, phi3 only: rope_factors_short.weight 1 + 0.5 i/(n-1)\n"
@@ -258,7 +260,7 @@ static int parse_args(int argc, char **argv, struct opts *o, bool *help)
 				if (!strcmp(val, qc_mkgguf_arch_names[k]))
 					arch = k;
 			if (arch < 0) {
-				fprintf(stderr, PROG ": unknown --arch '%s' (llama|mixtral|qwen2|qwen3|qwen2moe|qwen3moe|gemma2|phi3)\n",
+				fprintf(stderr, PROG ": unknown --arch '%s' (llama|mixtral|qwen2|qwen3|qwen2moe|qwen3moe|gemma2|phi3|gemma3)\n",
 					val);
 				return 2;
 			}

@@ -22,7 +22,7 @@
 #define MAX_THREADS 16
 #define MAX_ROPE_FREQS 512                  /* rope_freqs.weight: one per rotated pair */
 
-enum arch { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_QWEN2MOE, ARCH_QWEN3MOE, ARCH_GEMMA2, ARCH_PHI3, ARCH_COUNT };
+enum arch { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_QWEN2MOE, ARCH_QWEN3MOE, ARCH_GEMMA2, ARCH_PHI3, ARCH_GEMMA3, ARCH_COUNT };
 
 /* RoPE scaling written to the GGUF (llama.cpp rope.scaling.type; LLAMA3 = the
  * rope_freqs.weight factors tensor convert_hf_to_gguf writes for Llama 3.1;
@@ -45,8 +45,8 @@ struct hparams_x {
 	double weight_std;              /* std of matrices and biases (0: WEIGHT_STD) */
 	bool tie_embeddings;            /* no output.weight: llama.cpp reuses token_embd */
 	float attn_softcap, final_softcap; /* gemma2 soft-caps (0: Gemma 2's 50 and 30) */
-	int64_t sliding_window;         /* gemma2 / phi3 window in tokens (0: Gemma 2's
-					 * 4096, Phi-3-mini-4k's 2047) */
+	int64_t sliding_window;         /* gemma2 / phi3 / gemma3 window in tokens (0: Gemma 2's
+					 * 4096, Phi-3-mini-4k's 2047, Gemma 3 1B's 512) */
 };
 
 struct preset {

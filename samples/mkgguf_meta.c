@@ -84,10 +84,10 @@ int qc_mkgguf_add_metadata(struct qc_gguf_writer *w, const struct opts *o, const
 	if (!rc)
 		rc = add_hparam_f32(w, hp, "attention.layer_norm_rms_epsilon", hp->rms_eps, err);
 	const bool qwen3 = hp->arch == ARCH_QWEN3 || hp->arch == ARCH_QWEN3MOE;
-	const bool gemma2 = hp->arch == ARCH_GEMMA2;
-	if (!rc && (qwen3 || gemma2))
+	const bool gemma2 = hp->arch == ARCH_GEMMA2, gemma3 = hp->arch == ARCH_GEMMA3;
+	if (!rc && (qwen3 || gemma2 || gemma3))
 		rc = add_hparam(w, hp, "attention.key_length", hd, err);
-	if (!rc && (qwen3 || gemma2))
+	if (!rc && (qwen3 || gemma2 || gemma3))
 		rc = add_hparam(w, hp, "attention.value_length", hd, err);
 	/* convert_hf_to_gguf Gemma2Model: both soft-caps and the window, always */
 	const struct hparams_x *gx = &o->hx;
@@ -99,11 +99,15 @@ int qc_mkgguf_add_metadata(struct qc_gguf_writer *w, const struct opts *o, const
 	if (!rc && gemma2)
 		rc = add_hparam(w, hp, "attention.sliding_window",
 				(uint32_t)(gx->sliding_window > 0 ? gx->sliding_window : 4096), err);
+	/* convert_hf_to_gguf Gemma3Model: the window, no soft-caps (Gemma 3 has none) */
+	if (!rc && gemma3)
+		rc = add_hparam(w, hp, "attention.sliding_window",
+				(uint32_t)(gx->sliding_window > 0 ? gx->sliding_window : 512), err);
 	if (!rc && hp->arch == ARCH_PHI3)
 		rc = add_phi3(w, hp, &o->hx, err);
 	/* any other arch: only when asked (qconvert writes it for a Hugging Face
 	 * Mistral or Qwen2 whose config has one; llama.cpp's converter never does) */
-	if (!rc && !gemma2 && hp->arch != ARCH_PHI3 && gx->sliding_window > 0)
+	if (!rc && !gemma2 && !gemma3 && hp->arch != ARCH_PHI3 && gx->sliding_window > 0)
 		rc = add_hparam(w, hp, "attention.sliding_window", (uint32_t)gx->sliding_window, err);
 	if (!rc && hp->n_expert)
 		rc = add_hparam(w, hp, "expert_count", (uint32_t)hp->n_expert, err);

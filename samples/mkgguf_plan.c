@@ -3,8 +3,9 @@
  * Owns: the list of tensors for llama/mixtral/qwen2/qwen3/qwen2moe/qwen3moe
  * (llama-arch.cpp / llama-model.cpp load_tensors), with optional q/k/v biases, q/k
  * norms, stacked experts, a shared expert and Llama 3.1's rope_freqs.weight factors;
- * gemma2's post-attention/post-FFN norms (post_attention_norm, post_ffw_norm) and
- * its always-tied output (llama.cpp reads token_embd for it); phi3's fused
+ * gemma2's and gemma3's post-attention/post-FFN norms (post_attention_norm,
+ * post_ffw_norm) and always-tied output (llama.cpp reads token_embd for them),
+ * gemma3's q/k norms; phi3's fused
  * attn_qkv (q rows, k rows, v rows) and ffn_up (n_ff gate rows, then n_ff up
  * rows; no ffn_gate), and its LongRoPE rope_factors_long/short.weight tables,
  * written first as convert_hf_to_gguf's generate_extra_tensors yields them.
@@ -117,8 +118,10 @@ int qc_mkgguf_plan_tensors(const struct hparams *hp, const struct hparams_x *hx,
 	int64_t kv = hd * hp->n_head_kv, x = hp->n_expert;
 	int64_t sh = hx->n_ff_shexp ? hx->n_ff_shexp : ff;
 	const bool bias = hp->arch == ARCH_QWEN2 || hp->arch == ARCH_QWEN2MOE;
-	const bool qk_norm = hp->arch == ARCH_QWEN3 || hp->arch == ARCH_QWEN3MOE;
-	const bool gemma2 = hp->arch == ARCH_GEMMA2, phi3 = hp->arch == ARCH_PHI3;
+	const bool gemma3 = hp->arch == ARCH_GEMMA3;
+	const bool qk_norm = hp->arch == ARCH_QWEN3 || hp->arch == ARCH_QWEN3MOE || gemma3;
+	/* gemma2 and gemma3 share the post norms and the always-tied output */
+	const bool gemma = hp->arch == ARCH_GEMMA2 || gemma3, phi3 = hp->arch == ARCH_PHI3;
 	const enum qc_type f32 = QC_TYPE_F32;
 	char nm[QC_GGUF_MAX_NAME];
 	int rc = QC_OK;
@@ -155,7 +158,7 @@ int qc_mkgguf_plan_tensors(const struct hparams *hp, const struct hparams_x *hx,
 			T("attn_k_norm.weight", f32, INIT_NORM, 1, hd, 1, 1)
 		}
 		T("attn_output.weight", wt, INIT_WEIGHT, 2, hd * hp->n_head, e, 1)
-		if (gemma2)
+		if (gemma)
 			T("post_attention_norm.weight", f32, INIT_NORM, 1, e, 1, 1)
 		T("ffn_norm.weight", f32, INIT_NORM, 1, e, 1, 1)
 		if (x) {
@@ -180,13 +183,13 @@ int qc_mkgguf_plan_tensors(const struct hparams *hp, const struct hparams_x *hx,
 			T("ffn_up.weight", wt, INIT_WEIGHT, 2, e, ff, 1)
 			T("ffn_down.weight", wt, INIT_WEIGHT, 2, ff, e, 1)
 		}
-		if (gemma2)
+		if (gemma)
 			T("post_ffw_norm.weight", f32, INIT_NORM, 1, e, 1, 1)
 #undef T
 	}
 	if (!rc)
 		rc = plan_add(p, &n, cap, "output_norm.weight", f32, INIT_NORM, 1, e, 1, 1, seed, err);
-	if (!rc && !hx->tie_embeddings && !gemma2)
+	if (!rc && !hx->tie_embeddings && !gemma)
 		rc = plan_add(p, &n, cap, "output.weight", wt, INIT_WEIGHT, 2, e, hp->n_vocab, 1, seed, err);
 	if (rc) {
 		free(p);

@@ -11,7 +11,7 @@
 const char *const qc_mkgguf_arch_names[ARCH_COUNT] = {
 	[ARCH_LLAMA] = "llama", [ARCH_QWEN2] = "qwen2", [ARCH_QWEN3] = "qwen3",
 	[ARCH_QWEN2MOE] = "qwen2moe", [ARCH_QWEN3MOE] = "qwen3moe", [ARCH_GEMMA2] = "gemma2",
-	[ARCH_PHI3] = "phi3",
+	[ARCH_PHI3] = "phi3", [ARCH_GEMMA3] = "gemma3",
 };
 
 const struct preset qc_mkgguf_presets[] = {

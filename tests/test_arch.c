@@ -12,6 +12,8 @@
  * with -q. Phi-3 (runs on the CPU only): inspect and the note for mkgguf models
  * with and without LongRoPE tables and window, llama.cpp's windows for phi3 files
  * without the key, and dump of its fused tensors equal to the GGUF's bytes.
+ * Gemma 3 (runs on the CPU only): what CUDA lacks, inspect's features and window
+ * pattern, and the local layers' RoPE base kept when the window cuts nothing.
  * Expected features come from llama.cpp's build_* graphs, never from qconvert's
  * output.
  */
@@ -67,16 +69,18 @@ static const struct {
 	{"qwen3moe", {"--arch", "qwen3moe", "--n-expert", "4", "--n-expert-used", "2", NULL}},
 	{"gemma2", {"--arch", "gemma2", "--sliding-window", "64", NULL}},
 	{"phi3", {"--arch", "phi3", "--rope-scaling", "longrope", "--rope-orig-ctx", "64", "--sliding-window", "64", NULL}},
+	{"gemma3", {"--arch", "gemma3", "--sliding-window", "64", NULL}},
 };
 
 /* The archs the CPU runs and the CUDA backend refuses, and the start of what
  * CUDA says it lacks (features in arch_feat.def order; llama.cpp build_gemma2,
- * build_phi3). */
+ * build_phi3; Gemma 3 from transformers' Gemma3TextModel). */
 static const struct {
 	const char *arch, *missing;
 } cpu_only[] = {
 	{"gemma2", "missing RMSNorm (1+w), "},
 	{"phi3", "missing LongRoPE, sliding-window attention, fused attn_qkv, fused gate|up FFN"},
+	{"gemma3", "missing RMSNorm (1+w), "},
 };
 
 static const char *cpu_only_missing(const char *arch)
@@ -162,6 +166,17 @@ static void supported_open(char *llama_qb, size_t len)
 				CHECK(strstr(be.msg, g2[k]) && strstr(be.msg, "not supported by the CUDA backend"),
 				      "gemma2: CUDA message lacks '%s': %s", g2[k], be.msg);
 			CHECK(!gemma2 || !strstr(be.msg, "RoPE"), "gemma2: CUDA names a feature it has: %s", be.msg);
+			/* Gemma 3: gemma2's list less the soft-caps, plus the local layers' RoPE
+			 * base; q/k norm is CUDA's already (qwen3) */
+			const bool gemma3 = !strcmp(runs[i].row, "gemma3");
+			static const char *const g3[] = {"RMSNorm (1+w)", "GELU-tanh gated FFN", "sliding-window attention",
+							  "post-attention/post-FFN norms", "embeddings scaled by sqrt(n_embd)",
+							  "RoPE base 10000 on sliding-window layers"};
+			for (size_t k = 0; gemma3 && k < sizeof g3 / sizeof g3[0]; k++)
+				CHECK(strstr(be.msg, g3[k]) && strstr(be.msg, "not supported by the CUDA backend"),
+				      "gemma3: CUDA message lacks '%s': %s", g3[k], be.msg);
+			CHECK(!gemma3 || (!strstr(be.msg, "soft-capping") && !strstr(be.msg, "q/k norm")),
+			      "gemma3: CUDA names a feature it has or gemma3 lacks: %s", be.msg);
 			CHECK(!lacks || (!strstr(be.msg, "NeoX") && !strstr(be.msg, "SiLU")),
 			      "%s: CUDA names a feature it has: %s", runs[i].row, be.msg);
 			if (lacks)
@@ -188,7 +203,6 @@ static const struct {
 	const char *arch, *want[6];
 } refused[] = {
 	{"gemma", {"RMSNorm (1+w)", "GELU-tanh gated FFN", "embeddings scaled by sqrt(n_embd)", NULL}},
-	{"gemma3", {"RMSNorm (1+w)", "GELU-tanh gated FFN", "sliding-window attention", "post-attention/post-FFN norms", NULL}},
 	{"starcoder2", {"LayerNorm", "GELU FFN (not gated)", "biases on every linear layer", NULL}},
 	{"falcon", {"LayerNorm", "GELU FFN (not gated)", "fused attn_qkv", "parallel attention and FFN", NULL}},
 	{"gpt2", {"LayerNorm", "learned position embeddings", "fused attn_qkv", "biases on every linear layer", NULL}},
@@ -493,6 +507,48 @@ static void phi3_inspect_dump(void)
 	cJSON_Delete(r);
 }
 
+/* Gemma 3 from mkgguf (llama.cpp's gemma3 names and keys): inspect lists q/k norm,
+ * the window on 5 of every 6 layers (llama.cpp's and transformers' pattern) and the
+ * local layers' RoPE base, and says it runs; with a window past the context the
+ * window goes, but the local layers keep their own base (transformers and llama.cpp
+ * choose it by the layer's place in the pattern, not by the window's length). */
+static void gemma3_inspect(void)
+{
+	char gguf[256], text[1 << 16];
+	const char *win[] = { "--arch", "gemma3", "--sliding-window", "64", "--type", "f32", NULL };
+	cJSON *r = mk_inspect("gemma3-win", win, gguf, sizeof gguf, text, sizeof text);
+	const cJSON *fs = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(r, "architecture_features"),
+							   "features");
+	CHECK(json_has(fs, "rmsnorm_1p") && json_has(fs, "post_norm") && json_has(fs, "geglu_tanh") &&
+		      json_has(fs, "rope_neox") && json_has(fs, "qk_norm") && json_has(fs, "sliding_window") &&
+		      json_has(fs, "embd_scale") && json_has(fs, "tied_embeddings") && json_has(fs, "rope_local") &&
+		      !json_has(fs, "attn_softcap") && !json_has(fs, "final_softcap") && cJSON_GetArraySize(fs) == 9,
+	      "gemma3: features %s", fs ? cJSON_PrintUnformatted(fs) : "absent");
+	CHECK(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "runs")) &&
+		      strstr(text, "RoPE base 10000 on sliding-window layers; window 64 tokens on 5 of every 6 layers\n"
+				   "runs:          yes\n"),
+	      "gemma3: text report:\n%.600s", text);
+	cJSON_Delete(r);
+
+	const char *past[] = { "--arch", "gemma3", "--sliding-window", "4096", NULL };
+	char qb[256];
+	struct qc_model *m = NULL;
+	struct qc_err err = {0};
+	if (!make_bundle("gemma3-past", past, qb, sizeof qb))
+		return;
+	CHECK(qc_model_open(qb, &m, &err) == QC_OK, "gemma3-past: %s", err.msg);
+	struct qc_arch_desc d = {0};
+	if (m)
+		qc_arch_describe(m->bundle->manifest, &d);
+	CHECK(!(d.feats & QC_AF(SLIDING_WINDOW)) && (d.feats & QC_AF(ROPE_LOCAL)),
+	      "gemma3, window past the context: features %#llx", (unsigned long long)d.feats);
+	CHECK(!m || (m->cfg.sliding_window == 0 && qc_model_layer_local_rope(&m->cfg, 0) &&
+		     !qc_model_layer_local_rope(&m->cfg, 5) && m->cfg.rope_local_base == 10000.0f),
+	      "gemma3-past: window %d, layer 0 local %d, layer 5 local %d", m ? m->cfg.sliding_window : -1,
+	      m && qc_model_layer_local_rope(&m->cfg, 0), m && qc_model_layer_local_rope(&m->cfg, 5));
+	qc_model_close(m);
+}
+
 /* llama.cpp c392e50 load_hparams (LLM_ARCH_PHI3) for files without the window
  * key: 32 or 40 layers at a 4096 context get 2047; Phi-3-mini-128k (32 layers,
  * 32 K/V heads, 131072) 262144, which never cuts that context. */
@@ -555,6 +611,7 @@ int main(void)
 	if (st.buf)
 		inspect_and_convert(&st);
 	phi3_inspect_dump();
+	gemma3_inspect();
 	fixture_free(&st);
 	rm_tree_files(tmpdir);
 	return check_report("test_arch");

@@ -1,4 +1,4 @@
-/* backend_cpu.c — the plain-C backend: llama/Qwen/Gemma 2/Phi-3 forward over a scheduler plan.
+/* backend_cpu.c — the plain-C backend: llama/Qwen/Gemma 2/Gemma 3/Phi-3 forward over a scheduler plan.
  *
  * Owns: the K/V pool (n_blocks blocks, each [layer][K,V][token][kv_dim]) and
  * the activation buffers, all sized once at create. f16: floats holding values
@@ -30,6 +30,10 @@
  * (model.c), q scaled after RoPE as Gemma 2's, a window on every layer, the
  * LongRoPE table for this backend's context (qc_model_rope_factors) with the
  * file's attn_factor on cos/sin (ggml rope mscale), as for any RoPE.
+ * Gemma 3 (transformers Gemma3TextModel; llama.cpp build_gemma3 postdates c392e50):
+ * Gemma 2's block without soft-caps, per-head q/k RMSNorm before RoPE, a window
+ * and RoPE base 10000 (unscaled) on 5 layers of every 6, the file's base and
+ * linear scaling on the others; GELU-tanh exact unless rounded as ggml's.
  * Reference: llama.cpp c392e50 build_llama, build_gemma2, build_phi3, llm_build_kqv, llm_build_moe_ffn,
  * build_qwen2moe (the op-level references are named in runtime/ops/).
  */
@@ -342,7 +346,11 @@ static void attention_block(struct cpu *c, const struct qc_sched_plan *plan, int
 	const struct qc_ref_rope_ext re = {.ext_factor = cfg->rope_ext_factor, .mscale = ms,
 					   .corr = {cfg->rope_corr_dims[0], cfg->rope_corr_dims[1]},
 					   .ff = qc_model_rope_factors(c->m, c->p.max_ctx)};
-	const float theta_scale = powf(cfg->rope_freq_base, -2.0f / (float)cfg->rope_dim);
+	/* Gemma 3's local layers rotate with their own base, unscaled */
+	const bool local = qc_model_layer_local_rope(cfg, il);
+	const float base = local ? cfg->rope_local_base : cfg->rope_freq_base;
+	const float freq_scale = local ? 1.0f : cfg->rope_freq_scale;
+	const float theta_scale = powf(base, -2.0f / (float)cfg->rope_dim);
 
 	qc_ref_rms_norm(c->x, E, NULL, L->attn_norm, c->xn, E, T, E, cfg->norm_eps);
 	matmul(c, &L->wq, 0, c->xn, T, c->q, c->q_dim);
@@ -354,10 +362,10 @@ static void attention_block(struct cpu *c, const struct qc_sched_plan *plan, int
 	head_norm(c->q, L->q_norm, T, cfg->n_head, cfg->head_dim, cfg->norm_eps);
 	head_norm(c->k, L->k_norm, T, cfg->n_head_kv, cfg->head_dim, cfg->norm_eps);
 	qc_ref_rope(c->q, plan->positions, T, cfg->n_head, cfg->head_dim, cfg->rope_dim, cfg->rope_mode,
-		    theta_scale, cfg->rope_freq_scale, &re);
+		    theta_scale, freq_scale, &re);
 	qc_ref_rope(c->k, plan->positions, T, cfg->n_head_kv, cfg->head_dim, cfg->rope_dim, cfg->rope_mode,
-		    theta_scale, cfg->rope_freq_scale, &re);
-	if (cfg->q_scale > 0.0f) /* Gemma 2, Phi-3: q scaled after RoPE, scores then unscaled */
+		    theta_scale, freq_scale, &re);
+	if (cfg->q_scale > 0.0f) /* Gemma 2/3, Phi-3: q scaled after RoPE, scores then unscaled */
 		qc_ref_scale(c->q, (int64_t)T * c->q_dim, cfg->q_scale);
 	kv_store(c, plan, il);
 	attend_all(c, plan, il);

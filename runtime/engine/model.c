@@ -1,4 +1,4 @@
-/* model.c — manifest config + weight views for the llama, Qwen, Gemma 2 and Phi-3 families.
+/* model.c — manifest config + weight views for the llama, Qwen, Gemma 2/3 and Phi-3 families.
  *
  * Owns: reading "config" (per architecture, from formats/arch.h's row: RoPE pairing,
  * experts, weight renormalization, shared expert, as llama.cpp hard-codes them),
@@ -475,15 +475,29 @@ static int load_layer(const struct qc_bundle *b, const struct qc_model_config *c
 }
 
 /* Architectures whose graph scales q by 1/sqrt(head_dim) after RoPE and then
- * attends with scale 1 (llama.cpp build_gemma2, build_phi3). */
-static const char *const q_scaled_after_rope[] = {"gemma2", "phi3"};
+ * attends with scale 1 (llama.cpp build_gemma2, build_phi3, build_gemma3). */
+static const char *const q_scaled_after_rope[] = {"gemma2", "phi3", "gemma3"};
+
+/* The 27B models, told by their layer count as llama.cpp tells them, scale q by
+ * 1/sqrt(n_embd/n_head) instead (their query_pre_attn_scalar: 4608/32 and
+ * 5376/32; a GGUF does not store it). */
+static const struct { const char *arch; int32_t n_layer; } q_scaled_by_width[] = {
+	{"gemma2", 46},
+	{"gemma3", 62},
+};
+
+/* Gemma 3's local layers: RoPE base 10000, unscaled (llama.cpp
+ * rope_freq_base_train_swa; transformers rope_local_base_freq). */
+#define GEMMA3_LOCAL_ROPE_BASE 10000.0f
 
 /* Gemma's and Phi-3's extras, from the arch row and the file (llama.cpp
- * build_gemma2, build_phi3): embeddings times sqrtf(n_embd); q times
- * 1/sqrt(head_dim) after RoPE (llama.cpp's Gemma 2 27B, told by its 46 layers,
- * uses 1/sqrt(n_embd/n_head)); the soft-caps and window as the file states them.
- * The GGUF's Gemma norm weights already hold 1 + w (convert_hf_to_gguf
- * Gemma2Model adds 1), so RMSNorm (1+w) is a plain RMSNorm here. */
+ * build_gemma2, build_phi3; Gemma 3 as transformers' Gemma3ForCausalLM): embeddings
+ * times sqrtf(n_embd); q times 1/sqrt(head_dim) after RoPE (the 27B models, told by
+ * their layer count, use 1/sqrt(n_embd/n_head)); the soft-caps and window as the
+ * file states them; Gemma 3's local layers' RoPE base. The GGUF's Gemma norm
+ * weights already hold 1 + w (convert_hf_to_gguf Gemma2Model and Gemma3Model add
+ * 1 to every *norm.weight, q/k norms included), so RMSNorm (1+w) is a plain
+ * RMSNorm here. */
 static void arch_config(const struct qc_arch_desc *d, struct qc_model_config *c)
 {
 	c->feats = d->feats;
@@ -494,12 +508,15 @@ static void arch_config(const struct qc_arch_desc *d, struct qc_model_config *c)
 	for (size_t i = 0; i < sizeof q_scaled_after_rope / sizeof q_scaled_after_rope[0]; i++)
 		if (!strcmp(d->name, q_scaled_after_rope[i]))
 			c->q_scale = 1.0f / sqrtf((float)c->head_dim);
-	if (!strcmp(d->name, "gemma2") && c->n_layer == 46)
-		c->q_scale = 1.0f / sqrtf((float)(c->n_embd / c->n_head));
+	for (size_t i = 0; i < sizeof q_scaled_by_width / sizeof q_scaled_by_width[0]; i++)
+		if (!strcmp(d->name, q_scaled_by_width[i].arch) && c->n_layer == q_scaled_by_width[i].n_layer)
+			c->q_scale = 1.0f / sqrtf((float)(c->n_embd / c->n_head));
 	c->attn_softcap = d->feats & QC_AF(ATTN_SOFTCAP) ? (float)d->attn_softcap : 0.0f;
 	c->final_softcap = d->feats & QC_AF(FINAL_SOFTCAP) ? (float)d->final_softcap : 0.0f;
 	c->sliding_window = d->feats & QC_AF(SLIDING_WINDOW) ? (int32_t)d->sliding_window : 0;
 	c->window_pattern = d->window_pattern;
+	c->rope_local_pattern = d->feats & QC_AF(ROPE_LOCAL) ? d->arch->window_pattern : 0;
+	c->rope_local_base = GEMMA3_LOCAL_ROPE_BASE;
 }
 
 int qc_model_check_backend(const struct qc_model *m, enum qc_arch_backend b, struct qc_err *err)

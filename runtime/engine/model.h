@@ -9,6 +9,9 @@
  * "qwen3moe" (top-k renormalized); GQA, tied embeddings, RoPE NORM/NEOX with linear,
  * YaRN or llama3 (rope_freqs.weight) scaling.
  * "gemma2" (embedding scale, post norms, GELU-tanh, soft-caps, sliding window).
+ * "gemma3" (gemma2's block without soft-caps, q/k norms, 5 local layers of 6 with
+ * a window and RoPE base 10000, the global ones with the file's base and scaling;
+ * checked against transformers, which Gemma 3 llama.cpp c392e50 predates).
  * "phi3" (Phi-3 / Phi-3.5: fused attn_qkv and gate|up ffn_up viewed as their row
  * ranges, q scaled after RoPE, LongRoPE tables chosen by context, a window on
  * every layer).
@@ -79,6 +82,10 @@ struct qc_model_config {
 	float final_softcap;       /* logits soft-capped at this; 0: none */
 	int32_t sliding_window;    /* tokens a windowed layer sees; 0: none */
 	int32_t window_pattern;    /* formats/arch.h's: n-1 windowed layers then one global */
+	/* Gemma 3: the local layers (n-1 of every rope_local_pattern, whether or not
+	 * the window cuts anything) rotate with their own base and no scaling */
+	int32_t rope_local_pattern; /* 0: every layer uses rope_freq_base / rope_freq_scale */
+	float rope_local_base;
 	uint64_t feats;            /* formats/arch.h QC_AF() bits this model needs */
 	char arch[64];             /* config.architecture */
 };
@@ -100,6 +107,12 @@ static inline int32_t qc_model_window_all(const struct qc_model_config *c)
 		if (!qc_model_layer_windowed(c, il))
 			return 0;
 	return c->n_layer > 0 ? c->sliding_window : 0;
+}
+
+/* Whether layer il is a Gemma 3 local layer (RoPE base rope_local_base, unscaled). */
+static inline bool qc_model_layer_local_rope(const struct qc_model_config *c, int il)
+{
+	return c->rope_local_pattern > 1 && il % c->rope_local_pattern < c->rope_local_pattern - 1;
 }
 
 struct qc_layer {
@@ -139,7 +152,7 @@ int qc_model_open(const char *path, struct qc_model **out, struct qc_err *err);
 int qc_model_from_bundle(struct qc_bundle *b, struct qc_model **out, struct qc_err *err);
 
 /* True when this engine runs every feature formats/arch.h's row for arch needs
- * (llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma2, phi3): lets a caller refuse a GGUF before
+ * (llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma2, phi3, gemma3): lets a caller refuse a GGUF before
  * converting it. The file's metadata may still add one (a soft-cap, a window) that
  * qc_model_open refuses, naming it. */
 bool qc_model_arch_supported(const char *arch);
