@@ -39,6 +39,7 @@
 #include <xxhash.h>
 
 #include "check.h"
+#include "engine_ref.h"
 #include "convert.h"
 #include "engine.h"
 #include "gguf.h"
@@ -46,94 +47,10 @@
 #include "plan.h"
 #include "vocab.h"
 
-#define N_GEN 32
-#define MAX_PROMPTS 8
-#define MAX_PROMPT 64
-#define MARGIN_MIN 0.05
 #define TOL_FLOAT 5e-3 /* test_engine.c: f32/f16/bf16 weights */
 #define TOL_QUANT 1e-4 /* test_engine.c: quantized weights, activations rounded as ggml */
 #define TOL_LOGPROB 1e-3 /* first-step log-probs of the top 10, where the reference has them */
 #define TOL_PPL 1e-3     /* perplexity relative to llama-perplexity's (issue 20: within 0.1%) */
-
-struct ref_prompt {
-	int32_t prompt[MAX_PROMPT];
-	int32_t n_prompt;
-	int32_t ids[N_GEN];
-	double margins[N_GEN];
-	int32_t top_ids[10];
-	double top_logits[10];
-	double lse;                /* first_step_logsumexp, NAN when the file has none */
-};
-
-struct ref {
-	struct ref_prompt p[MAX_PROMPTS];
-	int n;
-};
-
-/* How far one run is from the reference. */
-struct outcome {
-	double top10_err;     /* worst first-step top-10 logit error over the prompts */
-	double logprob_err;   /* same for log-probs (0 when the reference has none) */
-	int mismatches;       /* prompts whose ids differ before the margin cut */
-	int compared;         /* steps compared, all prompts */
-};
-
-struct run {
-	uint64_t id[MAX_PROMPTS];
-	float *first[MAX_PROMPTS]; /* (n_vocab) first-step logits */
-	int n;
-};
-
-static int load_ref(const char *path, struct ref *r)
-{
-	char *txt = check_read_file(path, NULL);
-	cJSON *j = txt ? cJSON_Parse(txt) : NULL;
-	int ok = 0;
-	free(txt);
-	if (!j)
-		return -1;
-	const cJSON *g = cJSON_GetObjectItem(j, "greedy");
-	r->n = cJSON_GetArraySize(g);
-	if (r->n < 1 || r->n > MAX_PROMPTS)
-		goto out;
-	for (int p = 0; p < r->n; p++) {
-		const cJSON *e = cJSON_GetArrayItem(g, p);
-		const cJSON *pi = cJSON_GetObjectItem(e, "prompt_ids");
-		const cJSON *ids = cJSON_GetObjectItem(e, "ids");
-		const cJSON *mg = cJSON_GetObjectItem(e, "margins");
-		const cJSON *top = cJSON_GetObjectItem(e, "first_step_top10");
-		int np = cJSON_GetArraySize(pi);
-		if (np < 1 || np > MAX_PROMPT || cJSON_GetArraySize(ids) != N_GEN ||
-		    cJSON_GetArraySize(mg) != N_GEN || cJSON_GetArraySize(top) != 10)
-			goto out;
-		r->p[p].n_prompt = np;
-		for (int i = 0; i < np; i++)
-			r->p[p].prompt[i] = (int32_t)cJSON_GetArrayItem(pi, i)->valuedouble;
-		for (int i = 0; i < N_GEN; i++) {
-			r->p[p].ids[i] = (int32_t)cJSON_GetArrayItem(ids, i)->valuedouble;
-			r->p[p].margins[i] = cJSON_GetArrayItem(mg, i)->valuedouble;
-		}
-		const cJSON *lse = cJSON_GetObjectItem(e, "first_step_logsumexp");
-		r->p[p].lse = cJSON_IsNumber(lse) ? lse->valuedouble : NAN;
-		for (int i = 0; i < 10; i++) {
-			const cJSON *t = cJSON_GetArrayItem(top, i);
-			r->p[p].top_ids[i] = (int32_t)cJSON_GetObjectItem(t, "id")->valuedouble;
-			r->p[p].top_logits[i] = cJSON_GetObjectItem(t, "logit")->valuedouble;
-		}
-	}
-	ok = 1;
-out:
-	cJSON_Delete(j);
-	return ok ? 0 : -1;
-}
-
-static int steps_to_compare(const struct ref_prompt *rp)
-{
-	int n = 0;
-	while (n < N_GEN && rp->margins[n] >= MARGIN_MIN)
-		n++;
-	return n;
-}
 
 static int first_mismatch(const int32_t *got, int32_t n_got, const int32_t *want, int n)
 {
@@ -141,45 +58,6 @@ static int first_mismatch(const int32_t *got, int32_t n_got, const int32_t *want
 		if (i >= n_got || got[i] != want[i])
 			return i;
 	return -1;
-}
-
-static double top10_err(const float *logits, const struct ref_prompt *rp)
-{
-	double e = 0.0;
-	for (int i = 0; i < 10; i++) {
-		double d = fabs((double)logits[rp->top_ids[i]] - rp->top_logits[i]);
-		e = d > e ? d : e;
-	}
-	return e;
-}
-
-/* Worst first-step top-10 log-prob error (log-sum-exp over n_vocab in double);
- * 0 when the reference has no log-sum-exp. */
-static double logprob_err(const float *logits, int32_t n_vocab, const struct ref_prompt *rp)
-{
-	if (isnan(rp->lse))
-		return 0.0;
-	float mx = logits[0];
-	for (int32_t i = 1; i < n_vocab; i++)
-		mx = logits[i] > mx ? logits[i] : mx;
-	double sum = 0.0;
-	for (int32_t i = 0; i < n_vocab; i++)
-		sum += exp((double)logits[i] - (double)mx);
-	const double lse = (double)mx + log(sum);
-	double e = 0.0;
-	for (int i = 0; i < 10; i++) {
-		const double d = fabs(((double)logits[rp->top_ids[i]] - lse) - (rp->top_logits[i] - rp->lse));
-		e = d > e ? d : e;
-	}
-	return e;
-}
-
-static void on_logits(void *ctx, uint64_t id, int32_t step, const float *logits, int32_t n_vocab)
-{
-	struct run *r = ctx;
-	for (int p = 0; p < r->n; p++)
-		if (r->id[p] == id && step == 0)
-			memcpy(r->first[p], logits, sizeof(float) * (size_t)n_vocab);
 }
 
 static int convert_to(const char *in, const char *out, unsigned flags)

@@ -14,7 +14,7 @@
  * the loaded model and the same comparison must fail (the reference can tell):
  * the local layers' own RoPE base, the q/k norms, the window, the post norms,
  * the embedding scale. The JSON reader and the comparison rules are
- * test_engine_arch.c's (same fields, same margin cut).
+ * test_engine_arch.c's (engine_ref.h).
  */
 #include <math.h>
 #include <stdint.h>
@@ -26,13 +26,10 @@
 #include <cjson/cJSON.h>
 
 #include "check.h"
+#include "engine_ref.h"
 #include "convert.h"
 #include "engine.h"
 
-#define N_GEN 32
-#define MAX_PROMPTS 8
-#define MAX_PROMPT 64
-#define MARGIN_MIN 0.05
 #define TOL_FLOAT 5e-3   /* test_engine_arch.c: float weights */
 /* First-step log-probs of the top 10. test_engine_arch.c's 1e-3 is against
  * llama.cpp, whose K/V cache is binary16 as this engine's; transformers keeps K/V
@@ -40,118 +37,6 @@
  * 2.8e-3 and logits by 2.4e-3 (with K/V stored unrounded, measured once: 2.1e-6
  * and 2.4e-6), so the bound here is 5e-3; every broken feature is off by > 3. */
 #define TOL_LOGPROB 5e-3
-
-struct ref_prompt {
-	int32_t prompt[MAX_PROMPT];
-	int32_t n_prompt;
-	int32_t ids[N_GEN];
-	double margins[N_GEN];
-	int32_t top_ids[10];
-	double top_logits[10];
-	double lse; /* first_step_logsumexp */
-};
-
-struct ref {
-	struct ref_prompt p[MAX_PROMPTS];
-	int n;
-};
-
-/* How far one run is from the reference. */
-struct outcome {
-	double top10_err;   /* worst first-step top-10 logit error over the prompts */
-	double logprob_err; /* same for log-probs */
-	int mismatches;     /* prompts whose ids differ before the margin cut */
-	int compared;       /* steps compared, all prompts */
-};
-
-static double num_at(const cJSON *arr, int i)
-{
-	const cJSON *it = cJSON_GetArrayItem(arr, i);
-	return cJSON_IsNumber(it) ? it->valuedouble : NAN;
-}
-
-/* One "greedy" entry into rp; false when a field is missing or mis-sized. */
-static bool load_prompt(const cJSON *e, struct ref_prompt *rp)
-{
-	const cJSON *pi = cJSON_GetObjectItem(e, "prompt_ids"), *ids = cJSON_GetObjectItem(e, "ids");
-	const cJSON *mg = cJSON_GetObjectItem(e, "margins"), *top = cJSON_GetObjectItem(e, "first_step_top10");
-	const cJSON *lse = cJSON_GetObjectItem(e, "first_step_logsumexp");
-	const int np = cJSON_GetArraySize(pi);
-	if (np < 1 || np > MAX_PROMPT || cJSON_GetArraySize(ids) != N_GEN || cJSON_GetArraySize(mg) != N_GEN ||
-	    cJSON_GetArraySize(top) != 10 || !cJSON_IsNumber(lse))
-		return false;
-	rp->n_prompt = np;
-	for (int i = 0; i < np; i++)
-		rp->prompt[i] = (int32_t)num_at(pi, i);
-	for (int i = 0; i < N_GEN; i++) {
-		rp->ids[i] = (int32_t)num_at(ids, i);
-		rp->margins[i] = num_at(mg, i);
-	}
-	for (int i = 0; i < 10; i++) {
-		const cJSON *t = cJSON_GetArrayItem(top, i);
-		rp->top_ids[i] = (int32_t)cJSON_GetObjectItem(t, "id")->valuedouble;
-		rp->top_logits[i] = cJSON_GetObjectItem(t, "logit")->valuedouble;
-	}
-	rp->lse = lse->valuedouble;
-	return true;
-}
-
-static int load_ref(const char *path, struct ref *r)
-{
-	char *txt = check_read_file(path, NULL);
-	cJSON *j = txt ? cJSON_Parse(txt) : NULL;
-	free(txt);
-	const cJSON *g = cJSON_GetObjectItem(j, "greedy");
-	r->n = cJSON_GetArraySize(g);
-	bool ok = j && r->n >= 1 && r->n <= MAX_PROMPTS;
-	for (int p = 0; ok && p < r->n; p++)
-		ok = load_prompt(cJSON_GetArrayItem(g, p), &r->p[p]);
-	cJSON_Delete(j);
-	return ok ? 0 : -1;
-}
-
-static int steps_to_compare(const struct ref_prompt *rp)
-{
-	int n = 0;
-	while (n < N_GEN && rp->margins[n] >= MARGIN_MIN)
-		n++;
-	return n;
-}
-
-static double top10_err(const float *logits, const struct ref_prompt *rp)
-{
-	double e = 0.0;
-	for (int i = 0; i < 10; i++)
-		e = fmax(e, fabs((double)logits[rp->top_ids[i]] - rp->top_logits[i]));
-	return e;
-}
-
-static double logprob_err(const float *logits, int32_t n_vocab, const struct ref_prompt *rp)
-{
-	double mx = logits[0], sum = 0.0, e = 0.0;
-	for (int32_t i = 1; i < n_vocab; i++)
-		mx = fmax(mx, (double)logits[i]);
-	for (int32_t i = 0; i < n_vocab; i++)
-		sum += exp((double)logits[i] - mx);
-	const double lse = mx + log(sum);
-	for (int i = 0; i < 10; i++)
-		e = fmax(e, fabs(((double)logits[rp->top_ids[i]] - lse) - (rp->top_logits[i] - rp->lse)));
-	return e;
-}
-
-struct run {
-	uint64_t id[MAX_PROMPTS];
-	float *first[MAX_PROMPTS]; /* (n_vocab) first-step logits */
-	int n;
-};
-
-static void on_logits(void *ctx, uint64_t id, int32_t step, const float *logits, int32_t n_vocab)
-{
-	struct run *r = ctx;
-	for (int p = 0; p < r->n; p++)
-		if (r->id[p] == id && step == 0)
-			memcpy(r->first[p], logits, sizeof(float) * (size_t)n_vocab);
-}
 
 /* ---- breakers: one Gemma 3 feature switched off in a loaded model ---------- */
 
@@ -263,6 +148,9 @@ static void run_model(const char *tmpdir, const char *name)
 	snprintf(gguf, sizeof gguf, "tests/data/ref/%s.gguf", name);
 	snprintf(bundle, sizeof bundle, "%s/%s.qb", tmpdir, name);
 	CHECK(load_ref(refp, &ref) == 0, "%s unreadable or malformed", refp);
+	/* the log-prob check needs the reference's log-sum-exp on every prompt */
+	for (int p = 0; p < ref.n; p++)
+		CHECK(!isnan(ref.p[p].lse), "%s: prompt %d has no first_step_logsumexp", refp, p);
 	struct qc_convert_opts co = {.in = gguf, .out = bundle, .target = QC_TARGET_CPU, .alignment = QC_BUNDLE_ALIGN};
 	int rc = qc_convert_gguf(&co, NULL, &err);
 	CHECK(rc == QC_OK, "convert %s: %s", gguf, err.msg);

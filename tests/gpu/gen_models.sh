@@ -2,8 +2,9 @@
 # tests/gpu/gen_models.sh MKGGUF DIR — write the mkgguf models test_e2e runs for
 # what no fixture has: qwen2 biases, qwen3 q/k norms (NEOX), qwen3moe, mixtral,
 # qwen2moe (sigmoid-gated shared expert), linear rope + tied embeddings, YaRN,
-# llama3 rope_freqs factors; gemma2 and phi3 (CPU only: CUDA must refuse them). Used by tests/gpu/run.sh (make test-gpu) and
-# tools/gpu_check.sh; test_e2e reads DIR from $QC_GPU_GEN.
+# llama3 rope_freqs factors; gemma2, phi3 and gemma3 (CPU only: CUDA must refuse
+# them). Used by tests/gpu/run.sh (make test-gpu) and tools/gpu_check.sh; test_e2e
+# reads DIR from $QC_GPU_GEN.
 set -eu
 MK=$1
 G=$2
@@ -14,7 +15,8 @@ for spec in "qwen2 q8_0 --n-embd 128" "qwen3 q4_0 --n-embd 128" "qwen3moe q4_0 -
 	    "llama q8_0 --rope-scaling yarn --ctx 256 --rope-orig-ctx 64" \
 	    "llama q4_0 --rope-scaling llama3 --ctx 256 --rope-orig-ctx 64" \
 	    "gemma2 q8_0 --sliding-window 8" \
-	    "phi3 q8_0 --rope-scaling longrope --rope-orig-ctx 64 --sliding-window 8"; do
+	    "phi3 q8_0 --rope-scaling longrope --rope-orig-ctx 64 --sliding-window 8" \
+	    "gemma3 q8_0 --sliding-window 8"; do
 	set -- $spec
 	a=$1 t=$2
 	shift 2

@@ -1,0 +1,151 @@
+/* engine_ref.h — the reference files of the engine-vs-reference tests
+ * (test_engine_arch.c against llama.cpp, test_engine_gemma3.c against
+ * transformers): tools/llref's JSON format (per prompt: prompt_ids, 32 greedy
+ * ids with the reference's top-2 margins, first-step top 10 and, where the file
+ * has it, the first step's log-sum-exp), and the comparison rules both apply:
+ * ids up to the first margin below MARGIN_MIN, the worst top-10 logit error, the
+ * worst top-10 log-prob error. Header-only, static functions.
+ */
+#ifndef QC_TEST_ENGINE_REF_H
+#define QC_TEST_ENGINE_REF_H
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "check.h"
+
+#define N_GEN 32
+#define MAX_PROMPTS 8
+#define MAX_PROMPT 64
+#define MARGIN_MIN 0.05
+
+struct ref_prompt {
+	int32_t prompt[MAX_PROMPT];
+	int32_t n_prompt;
+	int32_t ids[N_GEN];
+	double margins[N_GEN];
+	int32_t top_ids[10];
+	double top_logits[10];
+	double lse;                /* first_step_logsumexp, NAN when the file has none */
+};
+
+struct ref {
+	struct ref_prompt p[MAX_PROMPTS];
+	int n;
+};
+
+/* How far one run is from the reference. */
+struct outcome {
+	double top10_err;     /* worst first-step top-10 logit error over the prompts */
+	double logprob_err;   /* same for log-probs (0 when the reference has none) */
+	int mismatches;       /* prompts whose ids differ before the margin cut */
+	int compared;         /* steps compared, all prompts */
+};
+
+/* The first-step logits of each prompt's request (qc_engine's logits callback). */
+struct run {
+	uint64_t id[MAX_PROMPTS];
+	float *first[MAX_PROMPTS]; /* (n_vocab) first-step logits */
+	int n;
+};
+
+static inline double ref_num_at(const cJSON *arr, int i)
+{
+	const cJSON *it = cJSON_GetArrayItem(arr, i);
+	return cJSON_IsNumber(it) ? it->valuedouble : NAN;
+}
+
+/* One "greedy" entry into rp; false when a field is missing or mis-sized. */
+static inline bool ref_load_prompt(const cJSON *e, struct ref_prompt *rp)
+{
+	const cJSON *pi = cJSON_GetObjectItem(e, "prompt_ids"), *ids = cJSON_GetObjectItem(e, "ids");
+	const cJSON *mg = cJSON_GetObjectItem(e, "margins"), *top = cJSON_GetObjectItem(e, "first_step_top10");
+	const cJSON *lse = cJSON_GetObjectItem(e, "first_step_logsumexp");
+	const int np = cJSON_GetArraySize(pi);
+	if (np < 1 || np > MAX_PROMPT || cJSON_GetArraySize(ids) != N_GEN || cJSON_GetArraySize(mg) != N_GEN ||
+	    cJSON_GetArraySize(top) != 10)
+		return false;
+	rp->n_prompt = np;
+	for (int i = 0; i < np; i++)
+		rp->prompt[i] = (int32_t)ref_num_at(pi, i);
+	for (int i = 0; i < N_GEN; i++) {
+		rp->ids[i] = (int32_t)ref_num_at(ids, i);
+		rp->margins[i] = ref_num_at(mg, i);
+	}
+	for (int i = 0; i < 10; i++) {
+		const cJSON *t = cJSON_GetArrayItem(top, i);
+		const cJSON *id = cJSON_GetObjectItem(t, "id"), *lg = cJSON_GetObjectItem(t, "logit");
+		if (!cJSON_IsNumber(id) || !cJSON_IsNumber(lg))
+			return false;
+		rp->top_ids[i] = (int32_t)id->valuedouble;
+		rp->top_logits[i] = lg->valuedouble;
+	}
+	rp->lse = cJSON_IsNumber(lse) ? lse->valuedouble : NAN;
+	return true;
+}
+
+/* path's prompts into r; -1 when the file is missing or malformed. */
+static inline int load_ref(const char *path, struct ref *r)
+{
+	char *txt = check_read_file(path, NULL);
+	cJSON *j = txt ? cJSON_Parse(txt) : NULL;
+	free(txt);
+	const cJSON *g = cJSON_GetObjectItem(j, "greedy");
+	r->n = cJSON_GetArraySize(g);
+	bool ok = j && r->n >= 1 && r->n <= MAX_PROMPTS;
+	for (int p = 0; ok && p < r->n; p++)
+		ok = ref_load_prompt(cJSON_GetArrayItem(g, p), &r->p[p]);
+	cJSON_Delete(j);
+	return ok ? 0 : -1;
+}
+
+/* Steps before the reference's first top-2 margin below MARGIN_MIN. */
+static inline int steps_to_compare(const struct ref_prompt *rp)
+{
+	int n = 0;
+	while (n < N_GEN && rp->margins[n] >= MARGIN_MIN)
+		n++;
+	return n;
+}
+
+static inline double top10_err(const float *logits, const struct ref_prompt *rp)
+{
+	double e = 0.0;
+	for (int i = 0; i < 10; i++)
+		e = fmax(e, fabs((double)logits[rp->top_ids[i]] - rp->top_logits[i]));
+	return e;
+}
+
+/* Worst first-step top-10 log-prob error (log-sum-exp over n_vocab in double);
+ * 0 when the reference has no log-sum-exp. */
+static inline double logprob_err(const float *logits, int32_t n_vocab, const struct ref_prompt *rp)
+{
+	if (isnan(rp->lse))
+		return 0.0;
+	float mx = logits[0];
+	for (int32_t i = 1; i < n_vocab; i++)
+		mx = logits[i] > mx ? logits[i] : mx;
+	double sum = 0.0;
+	for (int32_t i = 0; i < n_vocab; i++)
+		sum += exp((double)logits[i] - (double)mx);
+	const double lse = (double)mx + log(sum);
+	double e = 0.0;
+	for (int i = 0; i < 10; i++)
+		e = fmax(e, fabs(((double)logits[rp->top_ids[i]] - lse) - (rp->top_logits[i] - rp->lse)));
+	return e;
+}
+
+static inline void on_logits(void *ctx, uint64_t id, int32_t step, const float *logits, int32_t n_vocab)
+{
+	struct run *r = ctx;
+	for (int p = 0; p < r->n; p++)
+		if (r->id[p] == id && step == 0)
+			memcpy(r->first[p], logits, sizeof(float) * (size_t)n_vocab);
+}
+
+#endif
