@@ -18,6 +18,7 @@
 #include <cjson/cJSON.h>
 
 #include "check.h"
+#include "engine.h"
 
 #define N_GEN 32
 #define MAX_PROMPTS 8
@@ -113,6 +114,15 @@ static inline int steps_to_compare(const struct ref_prompt *rp)
 	return n;
 }
 
+/* The first step where got (n_got ids) differs from want within n steps, or -1. */
+static inline int first_mismatch(const int32_t *got, int32_t n_got, const int32_t *want, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (i >= n_got || got[i] != want[i])
+			return i;
+	return -1;
+}
+
 static inline double top10_err(const float *logits, const struct ref_prompt *rp)
 {
 	double e = 0.0;
@@ -146,6 +156,42 @@ static inline void on_logits(void *ctx, uint64_t id, int32_t step, const float *
 	for (int p = 0; p < r->n; p++)
 		if (r->id[p] == id && step == 0)
 			memcpy(r->first[p], logits, sizeof(float) * (size_t)n_vocab);
+}
+
+/* Every prompt of ref through engine e (model m, greedy, N_GEN tokens, e's
+ * on_logits callback filling r), scored into *out (zeroed by the caller): ids up
+ * to the margin cut, worst top-10 logit and log-prob errors. Frees r's rows. */
+static inline int ref_score_prompts(struct qc_engine *e, const struct qc_model *m, const struct ref *ref,
+				    struct run *r, struct outcome *out, const char *what)
+{
+	struct qc_err err = {0};
+	int rc = QC_OK;
+	for (int p = 0; p < ref->n && rc == QC_OK; p++) {
+		struct qc_engine_request q = {.prompt = ref->p[p].prompt, .n_prompt = ref->p[p].n_prompt,
+					      .max_tokens = N_GEN, .ignore_eos = true};
+		qc_sampler_params_init(&q.sampling);
+		q.sampling.temperature = 0.0f;
+		r->first[p] = calloc((size_t)m->cfg.n_vocab, sizeof(float));
+		rc = qc_engine_add(e, &q, &r->id[p], &err);
+	}
+	while (rc == QC_OK && qc_engine_has_work(e))
+		rc = qc_engine_step(e, &err);
+	CHECK(rc == QC_OK, "%s: run: %s", what, err.msg);
+	for (int p = 0; p < ref->n; p++) {
+		const int32_t *ids = NULL;
+		int32_t n = 0;
+		enum qc_sched_finish fin;
+		if (rc == QC_OK && r->first[p] && qc_engine_output(e, r->id[p], &ids, &n, &fin) == QC_OK) {
+			const int cmp = steps_to_compare(&ref->p[p]);
+			out->mismatches += first_mismatch(ids, n, ref->p[p].ids, cmp) >= 0;
+			out->compared += cmp;
+			out->top10_err = fmax(out->top10_err, top10_err(r->first[p], &ref->p[p]));
+			out->logprob_err = fmax(out->logprob_err, logprob_err(r->first[p], m->cfg.n_vocab, &ref->p[p]));
+		}
+		free(r->first[p]);
+		r->first[p] = NULL;
+	}
+	return rc;
 }
 
 #endif

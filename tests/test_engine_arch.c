@@ -52,14 +52,6 @@
 #define TOL_LOGPROB 1e-3 /* first-step log-probs of the top 10, where the reference has them */
 #define TOL_PPL 1e-3     /* perplexity relative to llama-perplexity's (issue 20: within 0.1%) */
 
-static int first_mismatch(const int32_t *got, int32_t n_got, const int32_t *want, int n)
-{
-	for (int i = 0; i < n; i++)
-		if (i >= n_got || got[i] != want[i])
-			return i;
-	return -1;
-}
-
 static int convert_to(const char *in, const char *out, unsigned flags)
 {
 	struct qc_convert_opts o = {.in = in, .out = out, .target = QC_TARGET_CPU,
@@ -188,32 +180,7 @@ static int run_bundle(const char *bundle, const struct ref *ref, breaker_fn brea
 	for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
 		if (ws[i]->data && qc_types[ws[i]->type].family != QC_FAMILY_FLOAT)
 			*all_float = false;
-	for (int p = 0; p < ref->n && rc == QC_OK; p++) {
-		struct qc_engine_request q = {.prompt = ref->p[p].prompt, .n_prompt = ref->p[p].n_prompt,
-					      .max_tokens = N_GEN, .ignore_eos = true};
-		qc_sampler_params_init(&q.sampling);
-		q.sampling.temperature = 0.0f;
-		r.first[p] = calloc((size_t)m->cfg.n_vocab, sizeof(float));
-		rc = qc_engine_add(e, &q, &r.id[p], &err);
-	}
-	while (rc == QC_OK && qc_engine_has_work(e))
-		rc = qc_engine_step(e, &err);
-	CHECK(rc == QC_OK, "%s: run: %s", bundle, err.msg);
-	for (int p = 0; p < ref->n; p++) {
-		const int32_t *ids = NULL;
-		int32_t n = 0;
-		enum qc_sched_finish fin;
-		if (rc == QC_OK && qc_engine_output(e, r.id[p], &ids, &n, &fin) == QC_OK) {
-			int cmp = steps_to_compare(&ref->p[p]);
-			out->mismatches += first_mismatch(ids, n, ref->p[p].ids, cmp) >= 0;
-			out->compared += cmp;
-			double te = top10_err(r.first[p], &ref->p[p]);
-			out->top10_err = te > out->top10_err ? te : out->top10_err;
-			double le = logprob_err(r.first[p], m->cfg.n_vocab, &ref->p[p]);
-			out->logprob_err = le > out->logprob_err ? le : out->logprob_err;
-		}
-		free(r.first[p]);
-	}
+	rc = ref_score_prompts(e, m, ref, &r, out, bundle);
 	qc_engine_free(e);
 	return rc;
 }

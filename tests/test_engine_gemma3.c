@@ -106,33 +106,7 @@ static int run_bundle(const char *bundle, const struct ref *ref, breaker_fn brea
 	struct qc_model *m = (struct qc_model *)(uintptr_t)qc_engine_model(e);
 	if (breaker)
 		breaker(m);
-	for (int p = 0; p < ref->n && rc == QC_OK; p++) {
-		struct qc_engine_request q = {.prompt = ref->p[p].prompt, .n_prompt = ref->p[p].n_prompt,
-					      .max_tokens = N_GEN, .ignore_eos = true};
-		qc_sampler_params_init(&q.sampling);
-		q.sampling.temperature = 0.0f;
-		r.first[p] = calloc((size_t)m->cfg.n_vocab, sizeof(float));
-		rc = qc_engine_add(e, &q, &r.id[p], &err);
-	}
-	while (rc == QC_OK && qc_engine_has_work(e))
-		rc = qc_engine_step(e, &err);
-	CHECK(rc == QC_OK, "%s: run: %s", bundle, err.msg);
-	for (int p = 0; p < ref->n; p++) {
-		const int32_t *ids = NULL;
-		int32_t n = 0;
-		enum qc_sched_finish fin;
-		if (rc == QC_OK && r.first[p] && qc_engine_output(e, r.id[p], &ids, &n, &fin) == QC_OK) {
-			const int cmp = steps_to_compare(&ref->p[p]);
-			bool same = n >= cmp;
-			for (int i = 0; same && i < cmp; i++)
-				same = ids[i] == ref->p[p].ids[i];
-			out->mismatches += !same;
-			out->compared += cmp;
-			out->top10_err = fmax(out->top10_err, top10_err(r.first[p], &ref->p[p]));
-			out->logprob_err = fmax(out->logprob_err, logprob_err(r.first[p], m->cfg.n_vocab, &ref->p[p]));
-		}
-		free(r.first[p]);
-	}
+	rc = ref_score_prompts(e, m, ref, &r, out, bundle);
 	qc_engine_free(e);
 	return rc;
 }
