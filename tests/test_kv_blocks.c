@@ -489,7 +489,7 @@ static void window_release_keeps_shared_and_cached_blocks(void)
 	struct qc_kv *kv = make_kv_pc(16, 4, 4, 64, 5);
 	struct qc_err err = { 0 };
 	const int32_t tok[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
-	int32_t a = put_seq(kv, tok, 12), b, ids[16], n_idle;
+	int32_t a = put_seq(kv, tok, 12), b, ids[16], n_idle = 0;
 	CHECK(qc_kv_blocks_cached(kv) == 3, "%d cached", qc_kv_blocks_cached(kv));
 	CHECK(qc_kv_seq_fork(kv, a, &b, &err) == QC_OK, "fork: %s", err.msg);
 	int32_t nb;
