@@ -4,7 +4,8 @@
  * ids with the reference's top-2 margins, first-step top 10 and, where the file
  * has it, the first step's log-sum-exp), and the comparison rules both apply:
  * ids up to the first margin below MARGIN_MIN, the worst top-10 logit error, the
- * worst top-10 log-prob error. Header-only, static functions.
+ * worst top-10 log-prob error; ref_run_bundle runs a bundle on them (the
+ * transformers-referenced tests). Header-only, static functions.
  */
 #ifndef QC_TEST_ENGINE_REF_H
 #define QC_TEST_ENGINE_REF_H
@@ -18,10 +19,11 @@
 #include <cjson/cJSON.h>
 
 #include "check.h"
+#include "engine.h"
 
 #define N_GEN 32
 #define MAX_PROMPTS 8
-#define MAX_PROMPT 64
+#define MAX_PROMPT 80
 #define MARGIN_MIN 0.05
 
 struct ref_prompt {
@@ -146,6 +148,68 @@ static inline void on_logits(void *ctx, uint64_t id, int32_t step, const float *
 	for (int p = 0; p < r->n; p++)
 		if (r->id[p] == id && step == 0)
 			memcpy(r->first[p], logits, sizeof(float) * (size_t)n_vocab);
+}
+
+/* Edits a loaded model so that one feature is off (a test's breaker). */
+typedef void (*ref_breaker_fn)(struct qc_model *m);
+
+/* Greedy-decode every reference prompt on bundle with float activations and a
+ * per-sequence context of seq_tokens; breaker (may be NULL) edits the model first.
+ * Returns QC_OK and *out, or an engine error. */
+static inline int ref_run_bundle(const char *bundle, const struct ref *ref, ref_breaker_fn breaker, int32_t seq_tokens,
+				 struct outcome *out)
+{
+	struct run r = {.n = ref->n};
+	struct qc_engine_opts o;
+	struct qc_err err = {0};
+	struct qc_engine *e = NULL;
+
+	memset(out, 0, sizeof *out);
+	qc_engine_opts_init(&o);
+	o.act_round = QC_ACT_ROUND_NONE; /* the reference is float32 throughout */
+	o.max_running = ref->n;
+	o.max_seq_tokens = seq_tokens;
+	o.kv_keep_passed = breaker != NULL; /* a breaker may widen a window after blocks behind it were released */
+	o.n_threads = 2;
+	o.on_logits = on_logits;
+	o.cb_ctx = &r;
+	int rc = qc_engine_new(bundle, &o, &e, &err);
+	CHECK(rc == QC_OK, "%s: engine: %s", bundle, err.msg);
+	if (rc)
+		return rc;
+	/* the backend reads the model at every forward: a test may edit it first */
+	struct qc_model *m = (struct qc_model *)(uintptr_t)qc_engine_model(e);
+	if (breaker)
+		breaker(m);
+	for (int p = 0; p < ref->n && rc == QC_OK; p++) {
+		struct qc_engine_request q = {.prompt = ref->p[p].prompt, .n_prompt = ref->p[p].n_prompt,
+					      .max_tokens = N_GEN, .ignore_eos = true};
+		qc_sampler_params_init(&q.sampling);
+		q.sampling.temperature = 0.0f;
+		r.first[p] = calloc((size_t)m->cfg.n_vocab, sizeof(float));
+		rc = qc_engine_add(e, &q, &r.id[p], &err);
+	}
+	while (rc == QC_OK && qc_engine_has_work(e))
+		rc = qc_engine_step(e, &err);
+	CHECK(rc == QC_OK, "%s: run: %s", bundle, err.msg);
+	for (int p = 0; p < ref->n; p++) {
+		const int32_t *ids = NULL;
+		int32_t n = 0;
+		enum qc_sched_finish fin;
+		if (rc == QC_OK && r.first[p] && qc_engine_output(e, r.id[p], &ids, &n, &fin) == QC_OK) {
+			const int cmp = steps_to_compare(&ref->p[p]);
+			bool same = n >= cmp;
+			for (int i = 0; same && i < cmp; i++)
+				same = ids[i] == ref->p[p].ids[i];
+			out->mismatches += !same;
+			out->compared += cmp;
+			out->top10_err = fmax(out->top10_err, top10_err(r.first[p], &ref->p[p]));
+			out->logprob_err = fmax(out->logprob_err, logprob_err(r.first[p], m->cfg.n_vocab, &ref->p[p]));
+		}
+		free(r.first[p]);
+	}
+	qc_engine_free(e);
+	return rc;
 }
 
 #endif

@@ -40,8 +40,6 @@
 
 /* ---- breakers: one Gemma 3 feature switched off in a loaded model ---------- */
 
-typedef void (*breaker_fn)(struct qc_model *m);
-
 /* local layers rotate with the global base and scaling */
 static void no_local_rope(struct qc_model *m)
 {
@@ -71,7 +69,7 @@ static void no_embd_scale(struct qc_model *m)
 }
 
 static const struct {
-	breaker_fn fn;
+	ref_breaker_fn fn;
 	const char *what;
 } breakers[] = {
 	{no_local_rope, "local layers with the global RoPE base and scaling"},
@@ -80,62 +78,6 @@ static const struct {
 	{no_post_norms, "no post-attention/post-FFN norms"},
 	{no_embd_scale, "embeddings not scaled"},
 };
-
-/* Greedy-decode every reference prompt on bundle with float activations; breaker
- * (may be NULL) edits the model first. Returns QC_OK and *out, or an engine error. */
-static int run_bundle(const char *bundle, const struct ref *ref, breaker_fn breaker, struct outcome *out)
-{
-	struct run r = {.n = ref->n};
-	struct qc_engine_opts o;
-	struct qc_err err = {0};
-	struct qc_engine *e = NULL;
-
-	memset(out, 0, sizeof *out);
-	qc_engine_opts_init(&o);
-	o.act_round = QC_ACT_ROUND_NONE; /* the reference is float32 throughout */
-	o.max_running = ref->n;
-	o.max_seq_tokens = 128;
-	o.n_threads = 2;
-	o.on_logits = on_logits;
-	o.cb_ctx = &r;
-	int rc = qc_engine_new(bundle, &o, &e, &err);
-	CHECK(rc == QC_OK, "%s: engine: %s", bundle, err.msg);
-	if (rc)
-		return rc;
-	/* the backend reads the model at every forward: a test may edit it first */
-	struct qc_model *m = (struct qc_model *)(uintptr_t)qc_engine_model(e);
-	if (breaker)
-		breaker(m);
-	for (int p = 0; p < ref->n && rc == QC_OK; p++) {
-		struct qc_engine_request q = {.prompt = ref->p[p].prompt, .n_prompt = ref->p[p].n_prompt,
-					      .max_tokens = N_GEN, .ignore_eos = true};
-		qc_sampler_params_init(&q.sampling);
-		q.sampling.temperature = 0.0f;
-		r.first[p] = calloc((size_t)m->cfg.n_vocab, sizeof(float));
-		rc = qc_engine_add(e, &q, &r.id[p], &err);
-	}
-	while (rc == QC_OK && qc_engine_has_work(e))
-		rc = qc_engine_step(e, &err);
-	CHECK(rc == QC_OK, "%s: run: %s", bundle, err.msg);
-	for (int p = 0; p < ref->n; p++) {
-		const int32_t *ids = NULL;
-		int32_t n = 0;
-		enum qc_sched_finish fin;
-		if (rc == QC_OK && r.first[p] && qc_engine_output(e, r.id[p], &ids, &n, &fin) == QC_OK) {
-			const int cmp = steps_to_compare(&ref->p[p]);
-			bool same = n >= cmp;
-			for (int i = 0; same && i < cmp; i++)
-				same = ids[i] == ref->p[p].ids[i];
-			out->mismatches += !same;
-			out->compared += cmp;
-			out->top10_err = fmax(out->top10_err, top10_err(r.first[p], &ref->p[p]));
-			out->logprob_err = fmax(out->logprob_err, logprob_err(r.first[p], m->cfg.n_vocab, &ref->p[p]));
-		}
-		free(r.first[p]);
-	}
-	qc_engine_free(e);
-	return rc;
-}
 
 static void run_model(const char *tmpdir, const char *name)
 {
@@ -154,7 +96,7 @@ static void run_model(const char *tmpdir, const char *name)
 	struct qc_convert_opts co = {.in = gguf, .out = bundle, .target = QC_TARGET_CPU, .alignment = QC_BUNDLE_ALIGN};
 	int rc = qc_convert_gguf(&co, NULL, &err);
 	CHECK(rc == QC_OK, "convert %s: %s", gguf, err.msg);
-	if (rc || run_bundle(bundle, &ref, NULL, &good) != QC_OK)
+	if (rc || ref_run_bundle(bundle, &ref, NULL, 128, &good) != QC_OK)
 		return;
 	CHECK(good.mismatches == 0, "%s: ids differ from transformers in %d of %d prompts", name, good.mismatches, ref.n);
 	CHECK(good.top10_err <= TOL_FLOAT, "%s: first-step top-10 error %.2e > %.0e", name, good.top10_err, TOL_FLOAT);
@@ -164,7 +106,7 @@ static void run_model(const char *tmpdir, const char *name)
 	       name, ref.n - good.mismatches, ref.n, good.compared, good.top10_err, TOL_FLOAT, good.logprob_err,
 	       TOL_LOGPROB);
 	for (size_t i = 0; i < sizeof breakers / sizeof breakers[0]; i++) {
-		if (run_bundle(bundle, &ref, breakers[i].fn, &bad) != QC_OK)
+		if (ref_run_bundle(bundle, &ref, breakers[i].fn, 128, &bad) != QC_OK)
 			continue;
 		CHECK(bad.mismatches > 0 || bad.top10_err > 100 * TOL_FLOAT,
 		      "%s with %s still matches transformers (err %.2e): the check is blind", name, breakers[i].what,
