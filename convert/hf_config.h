@@ -7,8 +7,9 @@
  * the converter and runtime need, and writing them with convert_hf_to_gguf.py's key
  * names (<arch>.block_count, .rope.scaling.*, .expert_count, ...).
  * Non-goals: tensor names (hf_names.c), tokenizer (hf_tokenizer.c), quantization.
- * References: transformers' Llama/Mistral/Mixtral/Qwen2/Qwen3/Qwen2Moe/Qwen3Moe
- * configuration_*.py (defaults), llama.cpp convert_hf_to_gguf.py set_gguf_parameters.
+ * References: transformers' Llama/Mistral/Mixtral/Qwen2/Qwen3/Qwen2Moe/Qwen3Moe/Gemma2/
+ * Gemma3/Phi3 configuration_*.py (defaults), modeling_rope_utils.py (LongRoPE's attention
+ * factor), llama.cpp convert_hf_to_gguf.py set_gguf_parameters (keys; facts only).
  */
 #ifndef QC_HF_CONFIG_H
 #define QC_HF_CONFIG_H
@@ -26,17 +27,33 @@ enum qc_hf_moe {
 	QC_HF_MOE_QWEN,      /* mlp.{gate, experts.N.{gate,up,down}_proj} (+ shared_expert) */
 };
 
+/* Which per-layer tensor table a family uses (hf_names.c). */
+enum qc_hf_layer_names {
+	QC_HF_NAMES_LLAMA,   /* q/k/v/o, input + post-attention norms, gate/up/down (or experts) */
+	QC_HF_NAMES_GEMMA,   /* + post-attention and pre/post-FFN norms (Gemma 2, 3) */
+	QC_HF_NAMES_PHI3,    /* fused qkv_proj and gate_up_proj */
+};
+
+enum qc_hf_rope_scaling { QC_HF_ROPE_NONE, QC_HF_ROPE_LINEAR, QC_HF_ROPE_LLAMA3, QC_HF_ROPE_YARN, QC_HF_ROPE_LONGROPE };
+#define QC_HF_ROPE_BIT(t) (1u << (t))
+
 struct qc_hf_arch {
 	const char *hf_name;       /* config.json "architectures"[0] */
 	const char *gguf_arch;     /* general.architecture */
+	enum qc_hf_layer_names names;
 	bool permute_qk;           /* NORM RoPE in GGUF: Q/K rows reordered per head */
 	bool qkv_bias;             /* q/k/v_proj carry a bias */
-	bool qk_norm;              /* per-head RMS norm of Q and K (Qwen3) */
+	bool qk_norm;              /* per-head RMS norm of Q and K (Qwen3, Gemma 3) */
 	enum qc_hf_moe moe;
 	bool shared_expert;        /* Qwen2-MoE shared expert + its sigmoid gate */
+	bool norm_plus_one;        /* HF stores w of an RMSNorm that scales by (1 + w); the
+				    * GGUF (llama.cpp's Gemma converters) holds 1 + w */
+	bool text_config;          /* hyper-parameters under "text_config" (a multimodal
+				    * class whose text model alone is converted) */
+	bool softcap;              /* attn/final logit soft-capping keys are written (Gemma 2) */
+	const char *act;           /* the hidden activation the GGUF arch implies */
+	unsigned rope_types;       /* QC_HF_ROPE_BIT of each accepted rope_scaling type */
 };
-
-enum qc_hf_rope_scaling { QC_HF_ROPE_NONE, QC_HF_ROPE_LINEAR, QC_HF_ROPE_LLAMA3, QC_HF_ROPE_YARN };
 
 struct qc_hf_config {
 	const struct qc_hf_arch *arch;
@@ -47,12 +64,23 @@ struct qc_hf_config {
 	bool attn_bias;            /* arch->qkv_bias, or Llama's "attention_bias" */
 	int64_t n_expert, n_expert_used, n_ff_expert, n_ff_shared;
 	bool norm_topk_prob;       /* Qwen MoE: renormalize the top-k router weights */
-	int64_t sliding_window;    /* tokens every layer attends back over (transformers'
+	int64_t sliding_window;    /* tokens a windowed layer attends back over (transformers'
 				      mask: the last W positions), 0: none or never cuts */
+	bool write_window;         /* write the window key even when 0 or longer than the
+				      context (which layers it covers is the GGUF arch's rule) */
+	double attn_softcap, final_softcap; /* 0: none (null in config.json) */
+	char root[48];             /* the text model's tensor prefix: "model", or e.g.
+				      "language_model.model" inside a multimodal class */
+	char head[48];             /* the output projection's module: "lm_head", ... */
+	const char *const *dropped;/* tensor-name prefixes converted by nobody (a vision
+				      tower), NULL-terminated; NULL: none */
 	struct {
 		enum qc_hf_rope_scaling type;
 		double factor, low_freq_factor, high_freq_factor;
 		int64_t orig_ctx;        /* original_max_position_embeddings, 0 when absent */
+		double attn_factor;      /* LongRoPE: on cos and sin (transformers' attention_factor) */
+		const cJSON *long_factor, *short_factor; /* LongRoPE: head_dim/2 positive numbers
+							    each, checked; valid while the source is open */
 	} rope;
 };
 
@@ -67,5 +95,9 @@ int qc_hf_config_to_gguf(const struct qc_hf_config *c, struct qc_gguf_writer *w,
 /* Llama 3 RoPE frequency factors (hd/2 floats) into out, as llama.cpp's rope_freqs.weight.
  * Only meaningful when c->rope.type == QC_HF_ROPE_LLAMA3. */
 void qc_hf_config_llama3_rope_factors(const struct qc_hf_config *c, float *out);
+
+/* LongRoPE factor table (rope.long_factor or rope.short_factor, head_dim/2 values,
+ * checked by parse) into out, as llama.cpp's rope_factors_{long,short}.weight. */
+void qc_hf_config_rope_factors(const cJSON *table, int64_t n, float *out);
 
 #endif

@@ -301,6 +301,10 @@ static int vector(struct conv *c, const struct qc_hf_tspec *s)
 	if (!v || (rc = own(c, v)))
 		return v ? rc : qc_err_set(c->err, QC_ENOMEM, c->src->path, s->gguf, -1, "out of memory");
 	qc_types[type].dequant_row(t->data, v, s->ne0);
+	/* Gemma: the runtime's RMSNorm multiplies by the stored weight, as llama.cpp's,
+	 * whose converter stores 1 + w (the bf16/f16 w upcast first, the sum in float32) */
+	for (int64_t i = 0; s->plus_one && i < s->ne0; i++)
+		v[i] += 1.0f;
 	if (s->perm_heads) {
 		if (!(p = malloc(sizeof(float) * (size_t)s->ne0)) || (rc = own(c, p)))
 			return p ? rc : qc_err_set(c->err, QC_ENOMEM, c->src->path, s->gguf, -1, "out of memory");
@@ -539,17 +543,55 @@ static int rope_freqs(struct conv *c)
 	return emit(c, o, QC_TYPE_F32, 1, &n);
 }
 
+/* LongRoPE's two tables as F32 tensors (llama.cpp's rope_factors_long/short.weight). */
+static int rope_factor_tables(struct conv *c)
+{
+	static const char *const names[2] = {"rope_factors_long.weight", "rope_factors_short.weight"};
+	const cJSON *tables[2] = {c->cfg.rope.long_factor, c->cfg.rope.short_factor};
+	int64_t n = c->cfg.head_dim / 2;
+	int rc = QC_OK;
+	for (int k = 0; k < 2 && !rc; k++) {
+		float *f = malloc(sizeof(float) * (size_t)n);
+		if (!f)
+			return qc_err_set(c->err, QC_ENOMEM, c->src->path, names[k], -1, "out of memory");
+		if ((rc = own(c, f)))
+			return rc;
+		qc_hf_config_rope_factors(tables[k], n, f);
+		struct otensor *o = new_ot(c, names[k]);
+		if (!(rc = seg_add(c, o, (const uint8_t *)f, sizeof(float) * (uint64_t)n)))
+			rc = emit(c, o, QC_TYPE_F32, 1, &n);
+	}
+	return rc;
+}
+
+/* A tensor of a part no converter reads (a vision tower): its prefix is listed. */
+static bool dropped(const struct conv *c, const char *name)
+{
+	for (const char *const *p = c->cfg.dropped; p && *p; p++)
+		if (strncmp(name, *p, strlen(*p)) == 0)
+			return true;
+	return false;
+}
+
 static bool ignorable(const struct conv *c, const char *name)
 {
 	size_t n = strlen(name);
 	static const char inv[] = ".rotary_emb.inv_freq";
+	char head[sizeof c->cfg.head + 8];
 	if (n > sizeof inv - 1 && strcmp(name + n - (sizeof inv - 1), inv) == 0)
 		return true;
-	return c->cfg.tie_embeddings && strcmp(name, "lm_head.weight") == 0;
+	snprintf(head, sizeof head, "%s.weight", c->cfg.head);
+	return (c->cfg.tie_embeddings && strcmp(name, head) == 0) || dropped(c, name);
 }
 
 static int check_all_used(const struct conv *c)
 {
+	uint64_t n_dropped = 0;
+	for (uint64_t i = 0; i < c->src->n_tensors; i++)
+		n_dropped += !c->used[i] && dropped(c, c->src->tensors[i].name);
+	if (n_dropped) /* said whatever the verbosity: part of the checkpoint is not in the bundle */
+		fprintf(stderr, "qconvert: note: %s: %s: the text model only; %llu tensors of the vision tower and its "
+			"projector are not converted\n", c->src->path, c->cfg.arch->hf_name, (unsigned long long)n_dropped);
 	for (uint64_t i = 0; i < c->src->n_tensors; i++) {
 		const struct qc_hf_tensor *t = &c->src->tensors[i];
 		if (!c->used[i] && !ignorable(c, t->name))
@@ -703,7 +745,7 @@ int qc_hf_to_gguf(const char *in, const char *gguf_path, cJSON **source, int ver
 	if ((rc = qc_hfq_open(src, &c.q, err)) || (rc = qc_hf_config_parse(src, &c.cfg, err)) ||
 	    (rc = qc_hf_names_build(&c.cfg, &specs, &n_specs, err)))
 		goto out;
-	c.cap_ot = 2 * n_specs + 4;
+	c.cap_ot = 2 * n_specs + 6;
 	c.ot = calloc(c.cap_ot, sizeof *c.ot);
 	c.used = calloc((size_t)src->n_tensors + 1, sizeof *c.used);
 	done = calloc(n_specs + 1, sizeof *done);
@@ -724,6 +766,8 @@ int qc_hf_to_gguf(const char *in, const char *gguf_path, cJSON **source, int ver
 		rc = specs[i].kind == QC_HF_T_VECTOR ? vector(&c, &specs[i]) : matrix(&c, specs, i, done);
 		if (!rc && i == 0 && c.cfg.rope.type == QC_HF_ROPE_LLAMA3)
 			rc = rope_freqs(&c);
+		if (!rc && i == 0 && c.cfg.rope.type == QC_HF_ROPE_LONGROPE)
+			rc = rope_factor_tables(&c);
 	}
 	if (!rc)
 		rc = check_all_used(&c);

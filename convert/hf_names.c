@@ -38,6 +38,90 @@ static struct qc_hf_tspec *add(struct list *l, enum qc_hf_tkind kind, int64_t ne
 	return s;
 }
 
+/* Widths a per-layer table row names (resolved per config by dim_of). */
+enum dim { D_E, D_Q, D_KV, D_HD, D_FF, D_QKV, D_FF2, D_ONE };
+
+/* Tensors of one layer of a family without experts or biases: the GGUF suffix
+ * after "blk.N.", the HF name after "<root>.layers.N." (a matrix: its module), the
+ * ggml shape, and whether the row needs the arch's q/k norms. */
+struct layer_row {
+	const char *gguf, *hf;
+	enum qc_hf_tkind kind;
+	enum dim ne0, ne1;
+	bool qk_norm_only;
+};
+
+/* Gemma 2/3 (llama.cpp tensor_mapping: the pre-FFN norm is ffn_norm). */
+static const struct layer_row gemma_layer[] = {
+	{"attn_norm.weight", "input_layernorm.weight", QC_HF_T_VECTOR, D_E, D_ONE, false},
+	{"attn_q.weight", "self_attn.q_proj", QC_HF_T_MATRIX, D_E, D_Q, false},
+	{"attn_k.weight", "self_attn.k_proj", QC_HF_T_MATRIX, D_E, D_KV, false},
+	{"attn_v.weight", "self_attn.v_proj", QC_HF_T_MATRIX, D_E, D_KV, false},
+	{"attn_output.weight", "self_attn.o_proj", QC_HF_T_MATRIX, D_Q, D_E, false},
+	{"attn_q_norm.weight", "self_attn.q_norm.weight", QC_HF_T_VECTOR, D_HD, D_ONE, true},
+	{"attn_k_norm.weight", "self_attn.k_norm.weight", QC_HF_T_VECTOR, D_HD, D_ONE, true},
+	{"post_attention_norm.weight", "post_attention_layernorm.weight", QC_HF_T_VECTOR, D_E, D_ONE, false},
+	{"ffn_norm.weight", "pre_feedforward_layernorm.weight", QC_HF_T_VECTOR, D_E, D_ONE, false},
+	{"ffn_gate.weight", "mlp.gate_proj", QC_HF_T_MATRIX, D_E, D_FF, false},
+	{"ffn_up.weight", "mlp.up_proj", QC_HF_T_MATRIX, D_E, D_FF, false},
+	{"ffn_down.weight", "mlp.down_proj", QC_HF_T_MATRIX, D_FF, D_E, false},
+	{"post_ffw_norm.weight", "post_feedforward_layernorm.weight", QC_HF_T_VECTOR, D_E, D_ONE, false},
+};
+
+/* Phi-3: qkv_proj holds q, k, v rows and gate_up_proj the gate rows then the up
+ * rows, the order llama.cpp's attn_qkv and ffn_up keep (no reordering). */
+static const struct layer_row phi3_layer[] = {
+	{"attn_norm.weight", "input_layernorm.weight", QC_HF_T_VECTOR, D_E, D_ONE, false},
+	{"attn_qkv.weight", "self_attn.qkv_proj", QC_HF_T_MATRIX, D_E, D_QKV, false},
+	{"attn_output.weight", "self_attn.o_proj", QC_HF_T_MATRIX, D_Q, D_E, false},
+	{"ffn_norm.weight", "post_attention_layernorm.weight", QC_HF_T_VECTOR, D_E, D_ONE, false},
+	{"ffn_up.weight", "mlp.gate_up_proj", QC_HF_T_MATRIX, D_E, D_FF2, false},
+	{"ffn_down.weight", "mlp.down_proj", QC_HF_T_MATRIX, D_FF, D_E, false},
+};
+
+static const struct {
+	enum qc_hf_layer_names names;
+	const struct layer_row *rows;
+	size_t n;
+} layer_tables[] = {
+	{QC_HF_NAMES_GEMMA, gemma_layer, sizeof gemma_layer / sizeof gemma_layer[0]},
+	{QC_HF_NAMES_PHI3, phi3_layer, sizeof phi3_layer / sizeof phi3_layer[0]},
+};
+
+static int64_t dim_of(const struct qc_hf_config *c, enum dim d)
+{
+	const int64_t q = c->n_head * c->head_dim, kv = c->n_head_kv * c->head_dim;
+	const int64_t v[] = {
+		[D_E] = c->n_embd, [D_Q] = q, [D_KV] = kv, [D_HD] = c->head_dim,
+		[D_FF] = c->n_ff, [D_QKV] = q + 2 * kv, [D_FF2] = 2 * c->n_ff, [D_ONE] = 1,
+	};
+	return v[d];
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+	size_t n = strlen(s), k = strlen(suffix);
+	return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* One layer from a table (names other than QC_HF_NAMES_LLAMA). */
+static int add_table_layer(struct list *l, const struct qc_hf_config *c, int il, const struct layer_row *rows, size_t n)
+{
+	char g[QC_HF_NAME_MAX];
+	for (size_t i = 0; i < n; i++) {
+		const struct layer_row *r = &rows[i];
+		if (r->qk_norm_only && !c->arch->qk_norm)
+			continue;
+		snprintf(g, sizeof g, "blk.%d.%s", il, r->gguf);
+		struct qc_hf_tspec *s = add(l, r->kind, dim_of(c, r->ne0), dim_of(c, r->ne1), g, "%s.layers.%d.%s", c->root,
+					    il, r->hf);
+		if (!s)
+			return QC_ENOMEM;
+		s->plus_one = c->arch->norm_plus_one && r->kind == QC_HF_T_VECTOR && ends_with(r->gguf, "norm.weight");
+	}
+	return QC_OK;
+}
+
 #define GG(fmt) (snprintf(g, sizeof g, fmt, il), g)
 
 static int add_layer(struct list *l, const struct qc_hf_config *c, int il)
@@ -45,7 +129,11 @@ static int add_layer(struct list *l, const struct qc_hf_config *c, int il)
 	char g[QC_HF_NAME_MAX];
 	const struct qc_hf_arch *a = c->arch;
 	int64_t E = c->n_embd, hd = c->head_dim, q = c->n_head * hd, kv = c->n_head_kv * hd;
-	const char *L = "model.layers";
+	char L[64];
+	snprintf(L, sizeof L, "%s.layers", c->root);
+	for (size_t i = 0; i < sizeof layer_tables / sizeof layer_tables[0]; i++)
+		if (layer_tables[i].names == a->names)
+			return add_table_layer(l, c, il, layer_tables[i].rows, layer_tables[i].n);
 	struct qc_hf_tspec *s;
 	int perm_q = a->permute_qk ? (int)c->n_head : 0, perm_k = a->permute_qk ? (int)c->n_head_kv : 0;
 
@@ -125,14 +213,17 @@ int qc_hf_names_build(const struct qc_hf_config *c, struct qc_hf_tspec **out, si
 	int rc = QC_OK;
 	*out = NULL;
 	*n = 0;
-	if (!add(&l, QC_HF_T_MATRIX, c->n_embd, c->n_vocab, "token_embd.weight", "model.embed_tokens"))
+	struct qc_hf_tspec *s;
+	if (!add(&l, QC_HF_T_MATRIX, c->n_embd, c->n_vocab, "token_embd.weight", "%s.embed_tokens", c->root))
 		rc = QC_ENOMEM;
 	for (int il = 0; !rc && il < c->n_layer; il++)
 		rc = add_layer(&l, c, il);
-	if (!rc && !add(&l, QC_HF_T_VECTOR, c->n_embd, 1, "output_norm.weight", "model.norm.weight"))
+	if (!rc && !(s = add(&l, QC_HF_T_VECTOR, c->n_embd, 1, "output_norm.weight", "%s.norm.weight", c->root)))
 		rc = QC_ENOMEM;
+	if (!rc)
+		s->plus_one = c->arch->norm_plus_one;
 	/* tied: transformers ignores a stored lm_head, so do we */
-	if (!rc && !c->tie_embeddings && !add(&l, QC_HF_T_MATRIX, c->n_embd, c->n_vocab, "output.weight", "lm_head"))
+	if (!rc && !c->tie_embeddings && !add(&l, QC_HF_T_MATRIX, c->n_embd, c->n_vocab, "output.weight", "%s", c->head))
 		rc = QC_ENOMEM;
 	if (rc) {
 		free(l.v);

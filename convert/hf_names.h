@@ -34,6 +34,8 @@ struct qc_hf_tspec {
 	int n_expert;                /* > 0: stacked [ne0, ne1, n_expert] from n_expert modules */
 	int perm_heads;              /* > 0: RoPE row permutation over this many heads */
 	int pair;                    /* gate experts: index of the up-experts spec, else -1 */
+	bool plus_one;               /* VECTOR: written as 1 + w (Gemma's RMSNorm weights,
+				      * as llama.cpp's converter writes them, in float32) */
 };
 
 /* The tensor list for c. *out is malloc'd (caller frees), *n its length.

@@ -239,3 +239,26 @@ const char *qc_arch_feat_list(uint64_t mask, char *buf, size_t len)
 		}
 	return buf;
 }
+
+/* Architectures whose graph scales q by 1/sqrt(head_dim) after RoPE and then
+ * attends with scale 1 (llama.cpp build_gemma2, build_phi3, build_gemma3). */
+static const char *const q_scaled_after_rope[] = {"gemma2", "phi3", "gemma3"};
+
+/* The 27B models, told by their layer count as llama.cpp tells them, scale q by
+ * 1/sqrt(n_embd/n_head) instead (their query_pre_attn_scalar: 4608/32 and 5376/32). */
+static const struct { const char *arch; int64_t n_layer; } q_scaled_by_width[] = {
+	{"gemma2", 46},
+	{"gemma3", 62},
+};
+
+int64_t qc_arch_q_scale_dim(const char *arch, int64_t n_layer, int64_t n_embd, int64_t n_head, int64_t head_dim)
+{
+	int64_t d = 0;
+	for (size_t i = 0; i < sizeof q_scaled_after_rope / sizeof q_scaled_after_rope[0]; i++)
+		if (!strcmp(arch, q_scaled_after_rope[i]))
+			d = head_dim;
+	for (size_t i = 0; i < sizeof q_scaled_by_width / sizeof q_scaled_by_width[0]; i++)
+		if (!strcmp(arch, q_scaled_by_width[i].arch) && n_layer == q_scaled_by_width[i].n_layer && n_head > 0)
+			d = n_embd / n_head;
+	return d;
+}

@@ -128,6 +128,13 @@ uint64_t qc_arch_missing(const struct qc_arch_desc *d);
 /* Features in d that backend b lacks; an unknown arch needs everything. */
 uint64_t qc_arch_missing_on(const struct qc_arch_desc *d, enum qc_arch_backend b);
 
+/* The d whose 1/sqrt(d) multiplies q after RoPE, scores then unscaled (llama.cpp
+ * build_gemma2, build_phi3, build_gemma3): head_dim, or n_embd / n_head for the
+ * 27B Gemma models, which llama.cpp tells by their layer count (their
+ * query_pre_attn_scalar; a GGUF does not store it). 0: arch scales scores as usual.
+ * qconvert holds a Hugging Face config's query_pre_attn_scalar to it. */
+int64_t qc_arch_q_scale_dim(const char *arch, int64_t n_layer, int64_t n_embd, int64_t n_head, int64_t head_dim);
+
 /* The phrases of the bits in mask, ", "-separated, into buf (truncated to len). Returns buf. */
 const char *qc_arch_feat_list(uint64_t mask, char *buf, size_t len);
 

@@ -4,7 +4,8 @@
  * ids with the reference's top-2 margins, first-step top 10 and, where the file
  * has it, the first step's log-sum-exp), and the comparison rules both apply:
  * ids up to the first margin below MARGIN_MIN, the worst top-10 logit error, the
- * worst top-10 log-prob error. Header-only, static functions.
+ * worst top-10 log-prob error; ref_run_bundle runs a bundle on them (the
+ * transformers-referenced tests). Header-only, static functions.
  */
 #ifndef QC_TEST_ENGINE_REF_H
 #define QC_TEST_ENGINE_REF_H
@@ -22,7 +23,7 @@
 
 #define N_GEN 32
 #define MAX_PROMPTS 8
-#define MAX_PROMPT 64
+#define MAX_PROMPT 80
 #define MARGIN_MIN 0.05
 
 struct ref_prompt {
@@ -191,6 +192,42 @@ static inline int ref_score_prompts(struct qc_engine *e, const struct qc_model *
 		free(r->first[p]);
 		r->first[p] = NULL;
 	}
+	return rc;
+}
+
+/* Edits a loaded model so that one feature is off (a test's breaker). */
+typedef void (*ref_breaker_fn)(struct qc_model *m);
+
+/* Greedy-decode every reference prompt on bundle with float activations and a
+ * per-sequence context of seq_tokens; breaker (may be NULL) edits the model first.
+ * Returns QC_OK and *out, or an engine error. */
+static inline int ref_run_bundle(const char *bundle, const struct ref *ref, ref_breaker_fn breaker, int32_t seq_tokens,
+				 struct outcome *out)
+{
+	struct run r = {.n = ref->n};
+	struct qc_engine_opts o;
+	struct qc_err err = {0};
+	struct qc_engine *e = NULL;
+
+	memset(out, 0, sizeof *out);
+	qc_engine_opts_init(&o);
+	o.act_round = QC_ACT_ROUND_NONE; /* the reference is float32 throughout */
+	o.max_running = ref->n;
+	o.max_seq_tokens = seq_tokens;
+	o.kv_keep_passed = breaker != NULL; /* a breaker may widen a window after blocks behind it were released */
+	o.n_threads = 2;
+	o.on_logits = on_logits;
+	o.cb_ctx = &r;
+	int rc = qc_engine_new(bundle, &o, &e, &err);
+	CHECK(rc == QC_OK, "%s: engine: %s", bundle, err.msg);
+	if (rc)
+		return rc;
+	/* the backend reads the model at every forward: a test may edit it first */
+	struct qc_model *m = (struct qc_model *)(uintptr_t)qc_engine_model(e);
+	if (breaker)
+		breaker(m);
+	rc = ref_score_prompts(e, m, ref, &r, out, bundle);
+	qc_engine_free(e);
 	return rc;
 }
 

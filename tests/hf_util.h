@@ -148,6 +148,24 @@ static inline bool copy_file(const char *from, const char *to)
 	return ok;
 }
 
+/* Replace the first occurrence of from by to (same length) in file p. */
+static inline bool patch_file(const char *p, const char *from, const char *to)
+{
+	size_t n;
+	char *b = check_read_file(p, &n);
+	char *hit = b ? memmem(b, n, from, strlen(from)) : NULL;
+	bool ok = hit && strlen(from) == strlen(to);
+	if (ok) {
+		memcpy(hit, to, strlen(to));
+		FILE *f = fopen(p, "wb");
+		ok = f && fwrite(b, 1, n, f) == n;
+		if (f)
+			ok = fclose(f) == 0 && ok;
+	}
+	free(b);
+	return ok;
+}
+
 static inline void rm_rf(const char *dir)
 {
 	char cmd[600];

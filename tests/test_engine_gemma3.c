@@ -40,8 +40,6 @@
 
 /* ---- breakers: one Gemma 3 feature switched off in a loaded model ---------- */
 
-typedef void (*breaker_fn)(struct qc_model *m);
-
 /* local layers rotate with the global base and scaling */
 static void no_local_rope(struct qc_model *m)
 {
@@ -71,7 +69,7 @@ static void no_embd_scale(struct qc_model *m)
 }
 
 static const struct {
-	breaker_fn fn;
+	ref_breaker_fn fn;
 	const char *what;
 } breakers[] = {
 	{no_local_rope, "local layers with the global RoPE base and scaling"},
@@ -80,36 +78,6 @@ static const struct {
 	{no_post_norms, "no post-attention/post-FFN norms"},
 	{no_embd_scale, "embeddings not scaled"},
 };
-
-/* Greedy-decode every reference prompt on bundle with float activations; breaker
- * (may be NULL) edits the model first. Returns QC_OK and *out, or an engine error. */
-static int run_bundle(const char *bundle, const struct ref *ref, breaker_fn breaker, struct outcome *out)
-{
-	struct run r = {.n = ref->n};
-	struct qc_engine_opts o;
-	struct qc_err err = {0};
-	struct qc_engine *e = NULL;
-
-	memset(out, 0, sizeof *out);
-	qc_engine_opts_init(&o);
-	o.act_round = QC_ACT_ROUND_NONE; /* the reference is float32 throughout */
-	o.max_running = ref->n;
-	o.max_seq_tokens = 128;
-	o.n_threads = 2;
-	o.on_logits = on_logits;
-	o.cb_ctx = &r;
-	int rc = qc_engine_new(bundle, &o, &e, &err);
-	CHECK(rc == QC_OK, "%s: engine: %s", bundle, err.msg);
-	if (rc)
-		return rc;
-	/* the backend reads the model at every forward: a test may edit it first */
-	struct qc_model *m = (struct qc_model *)(uintptr_t)qc_engine_model(e);
-	if (breaker)
-		breaker(m);
-	rc = ref_score_prompts(e, m, ref, &r, out, bundle);
-	qc_engine_free(e);
-	return rc;
-}
 
 static void run_model(const char *tmpdir, const char *name)
 {
@@ -128,7 +96,7 @@ static void run_model(const char *tmpdir, const char *name)
 	struct qc_convert_opts co = {.in = gguf, .out = bundle, .target = QC_TARGET_CPU, .alignment = QC_BUNDLE_ALIGN};
 	int rc = qc_convert_gguf(&co, NULL, &err);
 	CHECK(rc == QC_OK, "convert %s: %s", gguf, err.msg);
-	if (rc || run_bundle(bundle, &ref, NULL, &good) != QC_OK)
+	if (rc || ref_run_bundle(bundle, &ref, NULL, 128, &good) != QC_OK)
 		return;
 	CHECK(good.mismatches == 0, "%s: ids differ from transformers in %d of %d prompts", name, good.mismatches, ref.n);
 	CHECK(good.top10_err <= TOL_FLOAT, "%s: first-step top-10 error %.2e > %.0e", name, good.top10_err, TOL_FLOAT);
@@ -138,7 +106,7 @@ static void run_model(const char *tmpdir, const char *name)
 	       name, ref.n - good.mismatches, ref.n, good.compared, good.top10_err, TOL_FLOAT, good.logprob_err,
 	       TOL_LOGPROB);
 	for (size_t i = 0; i < sizeof breakers / sizeof breakers[0]; i++) {
-		if (run_bundle(bundle, &ref, breakers[i].fn, &bad) != QC_OK)
+		if (ref_run_bundle(bundle, &ref, breakers[i].fn, 128, &bad) != QC_OK)
 			continue;
 		CHECK(bad.mismatches > 0 || bad.top10_err > 100 * TOL_FLOAT,
 		      "%s with %s still matches transformers (err %.2e): the check is blind", name, breakers[i].what,

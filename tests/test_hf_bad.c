@@ -32,24 +32,6 @@ static bool copy_llama(const char *dir)
 	return true;
 }
 
-/* Replace the first occurrence of from by to (same length) in file p. */
-static bool patch(const char *p, const char *from, const char *to)
-{
-	size_t n;
-	char *b = check_read_file(p, &n);
-	char *hit = b ? memmem(b, n, from, strlen(from)) : NULL;
-	bool ok = hit && strlen(from) == strlen(to);
-	if (ok) {
-		memcpy(hit, to, strlen(to));
-		FILE *f = fopen(p, "wb");
-		ok = f && fwrite(b, 1, n, f) == n;
-		if (f)
-			ok = fclose(f) == 0 && ok;
-	}
-	free(b);
-	return ok;
-}
-
 static void expect_fail(const char *what, const char *dir, const char *needle1, const char *needle2)
 {
 	char out[600], errp[512], outdir[512];
@@ -81,20 +63,20 @@ static void test_bad_input(void)
 	snprintf(d, sizeof d, "%s/bad-arch", tmpdir);
 	CHECK(copy_llama(d), "copy");
 	snprintf(p, sizeof p, "%s/config.json", d);
-	CHECK(patch(p, "\"LlamaForCausalLM\"", "\"GPT2LMHeadModel\" "), "patch");
+	CHECK(patch_file(p, "\"LlamaForCausalLM\"", "\"GPT2LMHeadModel\" "), "patch");
 	expect_fail("unknown architecture", d, "config.json", "GPT2LMHeadModel");
 
 	/* rename one tensor in the safetensors header: it goes missing (and an unknown one appears) */
 	snprintf(d, sizeof d, "%s/bad-missing", tmpdir);
 	CHECK(copy_llama(d), "copy");
 	snprintf(p, sizeof p, "%s/model.safetensors", d);
-	CHECK(patch(p, "model.layers.1.mlp.up_proj.weight", "model.layers.1.mlp.up_xxxx.weight"), "patch");
+	CHECK(patch_file(p, "model.layers.1.mlp.up_proj.weight", "model.layers.1.mlp.up_xxxx.weight"), "patch");
 	expect_fail("missing tensor", d, "model.layers.1.mlp.up_proj.weight", "missing");
 
 	snprintf(d, sizeof d, "%s/bad-shape", tmpdir);
 	CHECK(copy_llama(d), "copy");
 	snprintf(p, sizeof p, "%s/config.json", d);
-	CHECK(patch(p, "\"intermediate_size\": 128", "\"intermediate_size\": 96 "), "patch");
+	CHECK(patch_file(p, "\"intermediate_size\": 128", "\"intermediate_size\": 96 "), "patch");
 	expect_fail("shape mismatch", d, "model.safetensors", "model.layers.0.mlp.gate_proj.weight");
 
 	/* an unknown pre-tokenizer regex is refused, not tokenized some other way */
@@ -103,9 +85,9 @@ static void test_bad_input(void)
 	char tp[600];
 	snprintf(tp, sizeof tp, "%s/tokenizer.json", d);
 	CHECK(copy_file("tests/data/hf/llama-tied/tokenizer.json", tp), "copy");
-	CHECK(patch(tp, "(?i:'s|'t|", "(?i:'S|'t|"), "patch");
+	CHECK(patch_file(tp, "(?i:'s|'t|", "(?i:'S|'t|"), "patch");
 	snprintf(p, sizeof p, "%s/config.json", d);
-	CHECK(patch(p, "\"vocab_size\": 512", "\"vocab_size\": 515"), "patch");
+	CHECK(patch_file(p, "\"vocab_size\": 512", "\"vocab_size\": 515"), "patch");
 	expect_fail("unknown pre-tokenizer", d, "tokenizer.json", "regex");
 
 	/* the checker itself: a good folder must not "fail" */

@@ -474,18 +474,6 @@ static int load_layer(const struct qc_bundle *b, const struct qc_model_config *c
 	return QC_OK;
 }
 
-/* Architectures whose graph scales q by 1/sqrt(head_dim) after RoPE and then
- * attends with scale 1 (llama.cpp build_gemma2, build_phi3, build_gemma3). */
-static const char *const q_scaled_after_rope[] = {"gemma2", "phi3", "gemma3"};
-
-/* The 27B models, told by their layer count as llama.cpp tells them, scale q by
- * 1/sqrt(n_embd/n_head) instead (their query_pre_attn_scalar: 4608/32 and
- * 5376/32; a GGUF does not store it). */
-static const struct { const char *arch; int32_t n_layer; } q_scaled_by_width[] = {
-	{"gemma2", 46},
-	{"gemma3", 62},
-};
-
 /* Gemma 3's local layers: RoPE base 10000, unscaled (llama.cpp
  * rope_freq_base_train_swa; transformers rope_local_base_freq). */
 #define GEMMA3_LOCAL_ROPE_BASE 10000.0f
@@ -504,13 +492,8 @@ static void arch_config(const struct qc_arch_desc *d, struct qc_model_config *c)
 	snprintf(c->arch, sizeof c->arch, "%s", d->name);
 	c->embd_scale = d->feats & QC_AF(EMBD_SCALE) ? sqrtf((float)c->n_embd) : 1.0f;
 	c->ffn_gelu = (d->feats & QC_AF(GEGLU_TANH)) != 0;
-	c->q_scale = 0.0f;
-	for (size_t i = 0; i < sizeof q_scaled_after_rope / sizeof q_scaled_after_rope[0]; i++)
-		if (!strcmp(d->name, q_scaled_after_rope[i]))
-			c->q_scale = 1.0f / sqrtf((float)c->head_dim);
-	for (size_t i = 0; i < sizeof q_scaled_by_width / sizeof q_scaled_by_width[0]; i++)
-		if (!strcmp(d->name, q_scaled_by_width[i].arch) && c->n_layer == q_scaled_by_width[i].n_layer)
-			c->q_scale = 1.0f / sqrtf((float)(c->n_embd / c->n_head));
+	const int64_t q_dim = qc_arch_q_scale_dim(d->name, c->n_layer, c->n_embd, c->n_head, c->head_dim);
+	c->q_scale = q_dim > 0 ? 1.0f / sqrtf((float)q_dim) : 0.0f;
 	c->attn_softcap = d->feats & QC_AF(ATTN_SOFTCAP) ? (float)d->attn_softcap : 0.0f;
 	c->final_softcap = d->feats & QC_AF(FINAL_SOFTCAP) ? (float)d->final_softcap : 0.0f;
 	c->sliding_window = d->feats & QC_AF(SLIDING_WINDOW) ? (int32_t)d->sliding_window : 0;
