@@ -19,6 +19,7 @@
  * Reference: ggml soft_max (double sum), llama.cpp llm_build_kqv, ggml-cpu.c
  * ggml_v_expf / ggml_vec_soft_max_f32, llamafile sgemm.cpp tinyBLAS. */
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "fp16.h"
@@ -38,6 +39,10 @@ static double dot(const float *a, const float *b, int64_t n)
 		acc[0] += (double)a[i] * (double)b[i];
 	return (acc[0] + acc[1]) + (acc[2] + acc[3]);
 }
+
+/* The ggml-order helpers are inlined into both builds of attn_head_ggml (below):
+ * the FMA one must see their fmaf calls. */
+#define QC_INLINE inline __attribute__((always_inline))
 
 static float f16_round(float x)
 {
@@ -87,7 +92,7 @@ static void softmax(float *x, int64_t n)
 
 /* x86 hsum of 8 lanes (hsum_float_8, tinyBLAS hsum): high half + low half, then
  * (0 + 2) + (1 + 3). */
-static float hsum8(const float *a)
+static QC_INLINE float hsum8(const float *a)
 {
 	float h[4];
 	for (int j = 0; j < 4; j++)
@@ -98,7 +103,7 @@ static float hsum8(const float *a)
 /* ggml_compute_forward_soft_max_f32 on AVX2/FMA: max, ggml_v_expf 8 at a time
  * (positions past n count as exp(-inf) = 0, as llama.cpp's padded, masked n_kv),
  * each 8-sum added in double, scaled by (float)(1 / sum). */
-static void softmax_ggml(float *x, int64_t n)
+static QC_INLINE void softmax_ggml(float *x, int64_t n)
 {
 	float mx = -INFINITY;
 	for (int64_t i = 0; i < n; i++)
@@ -116,7 +121,7 @@ static void softmax_ggml(float *x, int64_t n)
 }
 
 /* tinyBLAS's f16 dot as llama.cpp's AVX2 build runs q.k: 8 fma lanes, then hsum8. */
-static float dot_lanes8(const float *a, const float *b, int n)
+static QC_INLINE float dot_lanes8(const float *a, const float *b, int n)
 {
 	float acc[8] = {0};
 	for (int i = 0; i < n; i += 8)
@@ -127,7 +132,7 @@ static float dot_lanes8(const float *a, const float *b, int n)
 
 /* ggml_vec_dot_f16's AVX2 reduction of its 4 x 8 lanes (GGML_F32x8_REDUCE): 0 += 2,
  * 1 += 3, 0 += 1, then low half + high half and two horizontal adds. */
-static float reduce32(float acc[4][8])
+static QC_INLINE float reduce32(float acc[4][8])
 {
 	float t[4];
 	for (int l = 0; l < 8; l++) {
@@ -142,7 +147,7 @@ static float reduce32(float acc[4][8])
 
 /* ggml_vec_dot_f16 (AVX2): element i in lane i mod 8 of accumulator (i mod 32) / 8,
  * fma; the reduced float then the n mod 32 leftovers' float products in double. */
-static float dot_vec_f16(const float *a, const float *b, int n)
+static QC_INLINE float dot_vec_f16(const float *a, const float *b, int n)
 {
 	float acc[4][8] = {{0}};
 	const int np = n & ~31;
@@ -157,8 +162,8 @@ static float dot_vec_f16(const float *a, const float *b, int n)
 /* One head as llama.cpp's AVX2/FMA CPU build (float pool, hd % 8 == 0). P.V runs
  * over llama.cpp's padded n_kv (a multiple of 32): the zero weights past n_ctx add
  * nothing to any lane, and there are no leftovers. */
-static void attn_head_ggml(const struct qc_ref_attn_args *a, const float *qh, float *o, int32_t j0,
-			   int32_t n_all, int64_t kvo, const int32_t *table, float *sc)
+static QC_INLINE void attn_head_ggml(const struct qc_ref_attn_args *a, const float *qh, float *o, int32_t j0,
+				      int32_t n_all, int64_t kvo, const int32_t *table, float *sc)
 {
 	/* positions before the window stay in the rows as -inf (ggml's mask), so the
 	   8-lane sums group the same indices as llama.cpp's: exp(-inf) adds 0 */
@@ -190,6 +195,40 @@ static void attn_head_ggml(const struct qc_ref_attn_args *a, const float *qh, fl
 		o[d] = tiles ? hsum8(acc[d][0]) : reduce32(acc[d]);
 }
 
+/* attn_head_ggml twice: compiled for FMA (x86-64 with the instruction: every fmaf
+ * above becomes one vfmadd) and plain (fmaf through libm). fmaf is one correctly
+ * rounded operation either way, so the two give the same bits; the FMA build only
+ * stops paying a library call per product (42% of a SmolLM2 decode step was
+ * attention, most of it in libm's fmaf: docs/bench.md). */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+static __attribute__((target("fma"))) void attn_head_ggml_fma(const struct qc_ref_attn_args *a, const float *qh,
+								 float *o, int32_t j0, int32_t n_all, int64_t kvo,
+								 const int32_t *table, float *sc)
+{
+	attn_head_ggml(a, qh, o, j0, n_all, kvo, table, sc);
+}
+
+static bool have_fma(void)
+{
+	static int known = -1; /* a benign race: every thread writes the same answer */
+	if (known < 0)
+		known = __builtin_cpu_supports("fma") ? 1 : 0;
+	return known == 1;
+}
+#endif
+
+static void attn_head_ggml_any(const struct qc_ref_attn_args *a, const float *qh, float *o, int32_t j0,
+			       int32_t n_all, int64_t kvo, const int32_t *table, float *sc)
+{
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+	if (have_fma()) {
+		attn_head_ggml_fma(a, qh, o, j0, n_all, kvo, table, sc);
+		return;
+	}
+#endif
+	attn_head_ggml(a, qh, o, j0, n_all, kvo, table, sc);
+}
+
 void qc_ref_attn_token(const struct qc_ref_attn_args *a, const float *q, float *out, int32_t pos,
 		       const int32_t *table, float *scratch)
 {
@@ -209,7 +248,7 @@ void qc_ref_attn_token(const struct qc_ref_attn_args *a, const float *q, float *
 		if (a->pool.e4m3) /* its K rows are rotated: H q . H k = q . k */
 			qc_ref_kv_rotate(qh, hd);
 		if (ggml) {
-			attn_head_ggml(a, qh, o, j0, pos + 1, kvo, table, sc);
+			attn_head_ggml_any(a, qh, o, j0, pos + 1, kvo, table, sc);
 			continue;
 		}
 		for (int32_t j = 0; j < n_ctx; j++) {
