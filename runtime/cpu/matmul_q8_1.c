@@ -123,6 +123,7 @@ q81_tokens(struct qc_matmul *mm, codes256_fn codes, const uint8_t *wr, int64_t n
 	const int64_t n_in = mm->w->n_in;
 	__m256 acc[Q81_TOK];
 	float summs[Q81_TOK];
+#pragma GCC unroll 4
 	for (int u = 0; u < nt; u++) {
 		acc[u] = _mm256_setzero_ps();
 		summs[u] = 0.0f;
@@ -130,6 +131,7 @@ q81_tokens(struct qc_matmul *mm, codes256_fn codes, const uint8_t *wr, int64_t n
 	for (int64_t b = 0; b < nb; b++) {
 		float dw, mw;
 		const __m256i cw = codes(wr, b, &dw, &mw);
+#pragma GCC unroll 4
 		for (int u = 0; u < nt; u++) {
 			const int64_t t = t0 + u;
 			summs[u] += mw * mm->xs81[t * nb + b];
@@ -139,6 +141,7 @@ q81_tokens(struct qc_matmul *mm, codes256_fn codes, const uint8_t *wr, int64_t n
 			acc[u] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s), acc[u]);
 		}
 	}
+#pragma GCC unroll 4
 	for (int u = 0; u < nt; u++) {
 		float a[8], h[4];
 		_mm256_storeu_ps(a, acc[u]);

@@ -22,6 +22,7 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include "expf_ggml.h"
 #include "fp16.h"
 #include "ops.h"
 #include "qc_err.h"
@@ -112,7 +113,7 @@ static QC_INLINE void softmax_ggml(float *x, int64_t n)
 	for (int64_t c = 0; c < n; c += 8) {
 		float v[8] = {0};
 		for (int64_t i = c; i < c + 8 && i < n; i++)
-			x[i] = v[i - c] = qc_ref_expf_ggml(x[i] - mx);
+			x[i] = v[i - c] = qc_expf_ggml_inline(x[i] - mx);
 		sum += (double)hsum8(v);
 	}
 	const float inv = (float)(1.0 / sum);
