@@ -123,6 +123,7 @@ static double err_ratio(const struct qc_matmul *mm, const float *dec, const floa
 static void force_portable(struct qc_matmul *mm)
 {
 	mm->avx2 = false;
+	mm->vnni = false; /* and no in-place VNNI decode kernel (dot16): the repack + generic tile */
 	mm->ftile = qc_matmul_ftile_generic;
 	mm->itile = qc_matmul_itile_generic;
 	mm->dot_dd = qc_matmul_dot_dd_generic;
