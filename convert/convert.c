@@ -367,7 +367,7 @@ int qc_convert_gguf(const struct qc_convert_opts *o, struct qc_convert_stats *st
 	if (!rc)
 		rc = qc_meta_from_gguf(m, man, err);
 	if (!rc && o->verbose)
-		warn_arch(o->in, man);
+		warn_arch(o->in_label ? o->in_label : o->in, man);
 	if (!rc)
 		rc = o->out_fd ? qc_bundle_writer_open_unnamed(o->out, o->alignment, o->out_fd, &w, err)
 			       : qc_bundle_writer_open(o->out, o->alignment, &w, err);

@@ -21,6 +21,8 @@ struct qc_convert_opts {
 	const struct cJSON *source; /* NULL: describe and hash the GGUF input; else the
 				     * manifest "source" object verbatim (borrowed), as
 				     * hf_convert.c passes for its temporary GGUF */
+	const char *in_label;      /* NULL: notes name in; else the name the user gave
+				    * (hf_convert.c: the checkpoint, not its temporary GGUF) */
 };
 
 /* Stats a caller may report. */

@@ -827,6 +827,7 @@ int qc_convert_hf(const struct qc_convert_opts *o, struct qc_convert_stats *st, 
 	if (!rc) {
 		struct qc_convert_opts g = *o;
 		g.in = tmp_path;
+		g.in_label = o->in;
 		g.source = source;
 		rc = qc_convert_gguf(&g, st, err);
 		if (rc && strcmp(err->path, tmp_path) == 0) /* name the user's input, not our temp file */

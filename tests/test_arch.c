@@ -406,6 +406,18 @@ static void inspect_and_convert(const struct fixture *st)
 	CHECK(e && !strncmp(e, g2, strlen(g2)), "the note should start with the model's path: %s", e ? e : "");
 	free(e);
 	unlink(qb);
+	/* from a Hugging Face folder the note names the folder, not the temporary
+	   GGUF the converter writes beside the output */
+	const char *hf = "tests/data/hf/gemma2";
+	const char *ah[] = { hf, "--target", "cpu", "-o", qb, NULL };
+	rc = run_cli(ah, errp);
+	e = check_read_file(errp, NULL);
+	hit = e ? strstr(e, "note: architecture 'gemma2' does not run on the CUDA backend") : NULL;
+	CHECK(rc == 0 && hit && hit - e >= (ptrdiff_t)strlen(hf) + 2 && !strncmp(hit - strlen(hf) - 2, hf, strlen(hf)) &&
+		      !strstr(e, "hf-gguf"),
+	      "HF gemma2 convert: the note should name %s: %s", hf, e ? e : "");
+	free(e);
+	unlink(qb);
 	const char *a2[] = { g2, "--target", "cpu", "-q", "-o", qb, NULL };
 	rc = run_cli(a2, errp);
 	e = check_read_file(errp, NULL);
