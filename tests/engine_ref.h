@@ -198,6 +198,28 @@ static inline int ref_score_prompts(struct qc_engine *e, const struct qc_model *
 /* Edits a loaded model so that one feature is off (a test's breaker). */
 typedef void (*ref_breaker_fn)(struct qc_model *m);
 
+/* An engine on bundle with options o (its logits callback filling r), the
+ * breaker (may be NULL) applied to the loaded model: QC_OK with *e and *m, or an
+ * engine error (counted). A breaker may widen a window after the engine released
+ * the blocks behind it, so breaker runs keep every block. */
+static inline int ref_engine_open(const char *bundle, struct qc_engine_opts *o, struct run *r, ref_breaker_fn breaker,
+				  struct qc_engine **e, struct qc_model **m)
+{
+	struct qc_err err = {0};
+	o->on_logits = on_logits;
+	o->cb_ctx = r;
+	o->kv_keep_passed = breaker != NULL;
+	int rc = qc_engine_new(bundle, o, e, &err);
+	CHECK(rc == QC_OK, "%s: engine: %s", bundle, err.msg);
+	if (rc)
+		return rc;
+	/* the backend reads the model at every forward: a test may edit it first */
+	*m = (struct qc_model *)(uintptr_t)qc_engine_model(*e);
+	if (breaker)
+		breaker(*m);
+	return QC_OK;
+}
+
 /* Greedy-decode every reference prompt on bundle with float activations and a
  * per-sequence context of seq_tokens; breaker (may be NULL) edits the model first.
  * Returns QC_OK and *out, or an engine error. */
@@ -206,26 +228,18 @@ static inline int ref_run_bundle(const char *bundle, const struct ref *ref, ref_
 {
 	struct run r = {.n = ref->n};
 	struct qc_engine_opts o;
-	struct qc_err err = {0};
 	struct qc_engine *e = NULL;
+	struct qc_model *m = NULL;
 
 	memset(out, 0, sizeof *out);
 	qc_engine_opts_init(&o);
 	o.act_round = QC_ACT_ROUND_NONE; /* the reference is float32 throughout */
 	o.max_running = ref->n;
 	o.max_seq_tokens = seq_tokens;
-	o.kv_keep_passed = breaker != NULL; /* a breaker may widen a window after blocks behind it were released */
 	o.n_threads = 2;
-	o.on_logits = on_logits;
-	o.cb_ctx = &r;
-	int rc = qc_engine_new(bundle, &o, &e, &err);
-	CHECK(rc == QC_OK, "%s: engine: %s", bundle, err.msg);
+	int rc = ref_engine_open(bundle, &o, &r, breaker, &e, &m);
 	if (rc)
 		return rc;
-	/* the backend reads the model at every forward: a test may edit it first */
-	struct qc_model *m = (struct qc_model *)(uintptr_t)qc_engine_model(e);
-	if (breaker)
-		breaker(m);
 	rc = ref_score_prompts(e, m, ref, &r, out, bundle);
 	qc_engine_free(e);
 	return rc;

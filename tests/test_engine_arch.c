@@ -62,9 +62,7 @@ static int convert_to(const char *in, const char *out, unsigned flags)
 	return rc;
 }
 
-/* A feature switched off in a loaded model (the negative control). */
-typedef void (*breaker_fn)(struct qc_model *m);
-
+/* Breakers (ref_breaker_fn): a feature switched off in a loaded model (the negative control). */
 static void no_biases(struct qc_model *m)
 {
 	for (int l = 0; l < m->cfg.n_layer; l++)
@@ -146,34 +144,24 @@ static void rope_base_1e4(struct qc_model *m)
 
 /* Greedy-decode every reference prompt on bundle; breaker (may be NULL) edits
  * the model first. Returns QC_OK and *out, or an engine error. */
-static int run_bundle(const char *bundle, const struct ref *ref, breaker_fn breaker,
+static int run_bundle(const char *bundle, const struct ref *ref, ref_breaker_fn breaker,
 		      struct outcome *out, bool *all_float)
 {
 	struct run r = {.n = ref->n};
 	struct qc_engine_opts o;
-	struct qc_err err = {0};
 	struct qc_engine *e = NULL;
+	struct qc_model *m = NULL;
 
 	memset(out, 0, sizeof *out);
 	qc_engine_opts_init(&o);
 	o.max_running = ref->n;
 	o.max_seq_tokens = 128;
 	o.n_threads = 1;
-	o.on_logits = on_logits;
-	o.cb_ctx = &r;
 	/* decode steps summed as llama.cpp sums them (matters on the real model only) */
 	o.attn_order = QC_ATTN_ORDER_LLAMA;
-	/* a breaker may widen attention after the engine chose what to release
-	   (no_window): keep every block then; the reference runs release them */
-	o.kv_keep_passed = breaker != NULL;
-	int rc = qc_engine_new(bundle, &o, &e, &err);
-	CHECK(rc == QC_OK, "%s: engine: %s", bundle, err.msg);
+	int rc = ref_engine_open(bundle, &o, &r, breaker, &e, &m);
 	if (rc)
 		return rc;
-	/* the backend reads the model at every forward: a test may edit it first */
-	struct qc_model *m = (struct qc_model *)(uintptr_t)qc_engine_model(e);
-	if (breaker)
-		breaker(m);
 	const struct qc_layer *L = &m->layers[0];
 	const struct qc_mat *ws[] = {&L->wq, &L->ffn_up, &L->up_exps, &m->output};
 	*all_float = true;
@@ -187,7 +175,7 @@ static int run_bundle(const char *bundle, const struct ref *ref, breaker_fn brea
 
 struct model_case {
 	const char *name;     /* tests/data/ref/NAME.json, models.tsv row */
-	breaker_fn breaker;   /* the feature this model checks, switched off */
+	ref_breaker_fn breaker;   /* the feature this model checks, switched off */
 	const char *broken;   /* what the breaker does */
 };
 
@@ -219,7 +207,7 @@ static int load_ppl_ref(const char *path, struct ppl_ref *r)
 /* qrun perplexity's computation (runtime/qrun_main.c): windows of ctx tokens, BOS
  * first when the vocabulary adds it, second halves scored. Returns the perplexity
  * or -1 on an engine error (reported). */
-static double bundle_ppl(const char *bundle, const struct ppl_ref *pr, breaker_fn breaker)
+static double bundle_ppl(const char *bundle, const struct ppl_ref *pr, ref_breaker_fn breaker)
 {
 	struct qc_engine_opts o;
 	struct qc_err err = {0};
