@@ -19,7 +19,6 @@
  * Reference: ggml soft_max (double sum), llama.cpp llm_build_kqv, ggml-cpu.c
  * ggml_v_expf / ggml_vec_soft_max_f32, llamafile sgemm.cpp tinyBLAS. */
 #include <math.h>
-#include <stdbool.h>
 #include <string.h>
 
 #include "expf_ggml.h"
@@ -209,20 +208,13 @@ static __attribute__((target("fma"))) void attn_head_ggml_fma(const struct qc_re
 	attn_head_ggml(a, qh, o, j0, n_all, kvo, table, sc);
 }
 
-static bool have_fma(void)
-{
-	static int known = -1; /* a benign race: every thread writes the same answer */
-	if (known < 0)
-		known = __builtin_cpu_supports("fma") ? 1 : 0;
-	return known == 1;
-}
 #endif
 
 static void attn_head_ggml_any(const struct qc_ref_attn_args *a, const float *qh, float *o, int32_t j0,
 			       int32_t n_all, int64_t kvo, const int32_t *table, float *sc)
 {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-	if (have_fma()) {
+	if (__builtin_cpu_supports("fma")) { /* a load and a bit test: no cache needed */
 		attn_head_ggml_fma(a, qh, o, j0, n_all, kvo, table, sc);
 		return;
 	}
