@@ -242,6 +242,42 @@ static void gemm_ref(enum qc_type t, int64_t M, int64_t K, int64_t N)
 	}
 	CHECK(bad == 0, "%s m=%lld k=%lld n=%lld: %d outputs differ from the ggml-decoded matmul",
 	      qc_type_get(t)->name, (long long)M, (long long)K, (long long)N, bad);
+	/* the integer-activation precisions (the streaming GEMV's XQ modes): x rounded
+	 * per 32-block as specified (8: ggml's x86 q8 rounding, d = fp16(amax / 127);
+	 * 16: d = amax / 32767; q = rint(x * (qmax / amax))), then the same double
+	 * matmul; each rounded value within d / 2 (+ d's own fp16 rounding) of x */
+	for (int xq = 8; xq <= 16; xq += 8) {
+		const float qmax = xq == 8 ? 127.0f : 32767.0f;
+		CHECK(qc_marlin_gemm_ref(&a, xq == 8 ? QC_MARLIN_PREC_XQ8_F64 : QC_MARLIN_PREC_XQ16_F64, ref, &err) ==
+			      QC_OK,
+		      "ref xq%d: %s", xq, err.msg);
+		double *xr = malloc((size_t)K * sizeof(double));
+		int bad_x = 0, bad_y = 0;
+		for (int64_t m = 0; m < M; m++) {
+			for (int64_t b0 = 0; b0 < K; b0 += 32) {
+				float amax = 0.0f;
+				for (int j = 0; j < 32; j++)
+					amax = fmaxf(amax, fabsf(qc_fp16_to_f32(ah[m * K + b0 + j])));
+				const float d = xq == 8 ? qc_fp16_to_f32(qc_f32_to_fp16(amax / 127.0f)) : amax / 32767.0f;
+				for (int j = 0; j < 32; j++) {
+					const float x = qc_fp16_to_f32(ah[m * K + b0 + j]);
+					xr[b0 + j] = (double)d * (double)rintf(x * (amax != 0.0f ? qmax / amax : 0.0f));
+					bad_x += fabs(xr[b0 + j] - x) > amax * (0.5 / qmax + (xq == 8 ? 0x1p-11 : 0x1p-20));
+				}
+			}
+			for (int64_t n = 0; n < N; n++) {
+				qc_type_get(t)->dequant_row(src + (uint64_t)n * row, wf, K);
+				double s = 0;
+				for (int64_t k = 0; k < K; k++)
+					s += xr[k] * (double)wf[k];
+				bad_y += fabs(s - ref[m * N + n]) > 1e-12 * (1 + fabs(s));
+			}
+		}
+		CHECK(bad_x == 0 && bad_y == 0, "%s xq%d: %d activations past the rounding bound, %d outputs differ",
+		      qc_type_get(t)->name, xq, bad_x, bad_y);
+		free(xr);
+	}
+	qc_marlin_gemm_ref(&a, QC_MARLIN_PREC_F64, ref, &err);
 	/* the reference must notice a wrong layout: swap two packed tiles */
 	memcpy(src, pk, 512);
 	memcpy(pk, pk + 512, 512);

@@ -45,6 +45,13 @@ void qc_cuda_env_read(struct qc_cuda_env *e)
 	/* 1: the streaming GEMV's split-K sum through a thread-block cluster (A/B runs) */
 	const char *cl = getenv("QC_MARLIN_GEMV_CLUSTER");
 	e->mm.stream_cluster = cl && !strcmp(cl, "1");
+	/* 0 / 8 / 16: the streaming GEMV's activations as floats or integer codes for
+	 * every weight width (unset: each width's default) */
+	e->mm.stream_xq = (int)env_i64("QC_MARLIN_GEMV_XQ", def.stream_xq);
+	if (e->mm.stream_xq != 0 && e->mm.stream_xq != 8 && e->mm.stream_xq != 16 && e->mm.stream_xq != def.stream_xq) {
+		QC_WARN_ONCE("cuda: QC_MARLIN_GEMV_XQ=%d is not 0, 8 or 16; ignored", e->mm.stream_xq);
+		e->mm.stream_xq = def.stream_xq;
+	}
 	const char *fl = getenv("QC_CUDA_FLASH");
 	e->flash = fl && !strcmp(fl, "0") ? QC_CUDA_ATTN_FLASH_OFF : QC_CUDA_ATTN_FLASH_AUTO;
 	const char *pdl = getenv("QC_CUDA_PDL");

@@ -7,6 +7,7 @@
  */
 #include "marlin_gemm.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -67,6 +68,22 @@ static float weight(const struct qc_marlin_gemm_args *a, uint64_t row, const uin
 	return qc_fp16_to_f32(d) * q; /* exact: 11-bit scale times a code of at most 8 bits */
 }
 
+/* x[0 .. k) rounded in place to integer codes of `bits` (8 or 16) in blocks of 32
+ * (see QC_MARLIN_PREC_XQ8_F64); x = d q in double, exactly */
+static void round_xq(const float *x, double *xd, int64_t k, int bits)
+{
+	const float qmax = bits == 8 ? 127.0f : 32767.0f;
+	for (int64_t b = 0; b + 32 <= k; b += 32) {
+		float amax = 0.0f;
+		for (int j = 0; j < 32; j++)
+			amax = fmaxf(amax, fabsf(x[b + j]));
+		const float d = bits == 8 ? qc_fp16_to_f32(qc_f32_to_fp16(amax / 127.0f)) : amax / 32767.0f;
+		const float id = amax != 0.0f ? qmax / amax : 0.0f;
+		for (int j = 0; j < 32; j++)
+			xd[b + j] = (double)d * (double)rintf(x[b + j] * id);
+	}
+}
+
 int qc_marlin_gemm_ref(const struct qc_marlin_gemm_args *a, enum qc_marlin_prec prec, double *out,
 		       struct qc_err *err)
 {
@@ -75,9 +92,11 @@ int qc_marlin_gemm_ref(const struct qc_marlin_gemm_args *a, enum qc_marlin_prec 
 		return rc;
 	float *w = malloc((size_t)(a->n * a->k) * sizeof(float));
 	float *x = malloc((size_t)a->k * sizeof(float));
-	if (!w || !x) {
+	double *xd = malloc((size_t)a->k * sizeof(double)); /* the XQ modes' rounded x */
+	if (!w || !x || !xd) {
 		free(w);
 		free(x);
+		free(xd);
 		return qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "marlin_gemm_ref: out of memory");
 	}
 	const uint16_t *ah = a->a;
@@ -94,9 +113,22 @@ int qc_marlin_gemm_ref(const struct qc_marlin_gemm_args *a, enum qc_marlin_prec 
 		have = e;
 		for (int64_t k = 0; k < a->k; k++)
 			x[k] = qc_fp16_to_f32(ah[m * a->k + k]);
+		const int xq = prec == QC_MARLIN_PREC_XQ8_F64 || prec == QC_MARLIN_PREC_XQ8_F32 ? 8
+			       : prec == QC_MARLIN_PREC_XQ16_F64 || prec == QC_MARLIN_PREC_XQ16_F32 ? 16 : 0;
+		if (xq)
+			round_xq(x, xd, a->k, xq);
 		for (int64_t n = 0; n < a->n; n++) {
 			const float *wr = w + n * a->k;
-			if (prec == QC_MARLIN_PREC_F16) {
+			if (xq) {
+				const bool f32 = prec == QC_MARLIN_PREC_XQ8_F32 || prec == QC_MARLIN_PREC_XQ16_F32;
+				double sd = 0;
+				float sf = 0;
+				for (int64_t k = 0; k < a->k; k++) {
+					sd += xd[k] * (double)wr[k];
+					sf += (float)xd[k] * wr[k];
+				}
+				out[m * a->n + n] = f32 ? sf : sd;
+			} else if (prec == QC_MARLIN_PREC_F16) {
 				float s = 0; /* fp16 products are exact in float; the sum rounds as a GPU's would */
 				for (int64_t k = 0; k < a->k; k++)
 					s += x[k] * wr[k];
@@ -111,5 +143,6 @@ int qc_marlin_gemm_ref(const struct qc_marlin_gemm_args *a, enum qc_marlin_prec 
 	}
 	free(w);
 	free(x);
+	free(xd);
 	return QC_OK;
 }

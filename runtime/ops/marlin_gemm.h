@@ -48,10 +48,19 @@ struct qc_marlin_gemm_args {
 };
 
 /* Precision of the reference: F64 is the truth (exact weights, double sums);
- * F16 is a plain fp16 GEMM (weights rounded to fp16, products summed in float). */
+ * F16 is a plain fp16 GEMM (weights rounded to fp16, products summed in float).
+ * XQ16_* / XQ8_*: each 32-block of a row's activations first rounded to integer
+ * codes as the streaming GEMV's XQ modes round (16: d = amax / 32767; 8: the CPU
+ * backend's ggml rounding, d = fp16(amax / 127); q = rint(x * (qmax / amax)),
+ * x = d q), then exact weights summed in double (_F64: the truth of that mode) or
+ * in float in k order (_F32). */
 enum qc_marlin_prec {
 	QC_MARLIN_PREC_F64 = 0,
 	QC_MARLIN_PREC_F16 = 1,
+	QC_MARLIN_PREC_XQ8_F64 = 2,
+	QC_MARLIN_PREC_XQ8_F32 = 3,
+	QC_MARLIN_PREC_XQ16_F64 = 4,
+	QC_MARLIN_PREC_XQ16_F32 = 5,
 };
 
 /* Shape/layout checks shared by the kernel and the reference; QC_EINVAL or

@@ -189,9 +189,11 @@ extern "C" uint64_t qc_cuda_marlin_gemv_ws(int64_t n_in, int64_t n_out, int64_t 
 {
 	int kb = blocks_along_k(n_in, kt == QC_CUDA_GEMV_STREAM ? QC_CUDA_GEMV_KT4 : kt);
 	if (kt == QC_CUDA_GEMV_STREAM) {
-		int skb, ktb;
-		qc_mgv_stream_partition(n_in, n_out, &skb, &ktb);
-		kb = skb > kb ? skb : kb;
+		for (int bits = 4; bits <= 8; bits += 4) { /* the most of the two widths' */
+			int skb, ktb;
+			qc_mgv_stream_partition(bits, n_in, n_out, &skb, &ktb);
+			kb = skb > kb ? skb : kb;
+		}
 	}
 	const int64_t rows = n_rows < ROWS ? n_rows : ROWS;
 	return kb > 1 ? (uint64_t)kb * (uint64_t)rows * (uint64_t)n_out * sizeof(float) : 0;
@@ -268,7 +270,7 @@ extern "C" int qc_cuda_marlin_gemv(const struct qc_cuda_mm_args *a, cudaStream_t
 	const enum qc_cuda_gemv_kt kt = a->gemv_kt == QC_CUDA_GEMV_STREAM ? QC_CUDA_GEMV_KT4 : a->gemv_kt;
 	p.kb = blocks_along_k(a->n_in, kt);
 	if (stream)
-		qc_mgv_stream_partition(a->n_in, cols, &p.kb, &p.kt_block);
+		qc_mgv_stream_partition(qc_marlin_bits(a->layout), a->n_in, cols, &p.kb, &p.kt_block);
 	p.ws = (float *)a->d_ws;
 	p.flags = a->d_flags;
 	p.x2 = a->d_x2;

@@ -271,11 +271,177 @@ __device__ __forceinline__ void norm_scales(const gparams &p, int64_t row0, int 
 	__syncthreads();
 }
 
+/* ---- integer activations (the streaming GEMV's XQ modes, QC_MARLIN_GEMV_XQ) ----
+ * Why: with float activations a 16-byte int4 load costs ~170 instructions per lane
+ * (per weight a byte permute, a subtraction and an FMA), which holds the big GEMVs
+ * at 60-80% of the copy rate; with integer activations two or four products are
+ * one dp2a / dp4a and the decode is a mask and a byte permute per four weights.
+ * XB = 16: each 32-element block as 16-bit codes, d = amax / 32767 (a float),
+ *   |error| <= 2^-16 amax per element: below binary16's rounding (2^-11 |x|) for
+ *   every element above amax / 32, so the end-to-end bound derived from fp16
+ *   activations (docs/cuda.md) still covers it.
+ * XB = 8: int8 codes as the CPU backend rounds for ggml (runtime/cpu/
+ *   matmul_round.c: d = fp16(amax / 127), q = rint(x * (127 / amax))), ggml's
+ *   numerics; |error| <= amax / 254, outside that bound.
+ * Staged layout of a block's K range (G rows of len elements, ng = len / 32 groups
+ * per row): the codes first, XB / 2 bytes per (row t, group g, lane c): for each
+ * tile h of the group the codes at k = 2c, 2c + 1, 2c + 8, 2c + 9 of the tile (the
+ * weights' fragment order, docs/layout-marlin.md): XB = 8 one 32-bit word per
+ * tile, XB = 16 two (k = 2c, 2c + 1, then 2c + 8, 2c + 9); then the G * ng float
+ * scales d, row by row. */
+template <int XB> __device__ __forceinline__ constexpr int xq_lane_bytes()
+{
+	return XB == 8 ? 8 : 16; /* one group's codes for one lane */
+}
+template <int G, int XB> __device__ __forceinline__ float *xq_scales(float *xs, int len)
+{
+	return xs + G * len * (XB / 8) / 4; /* after the codes */
+}
+/* Shared memory bytes of the staged activations: G rows of len elements. */
+__host__ __device__ constexpr size_t xq_smem(int G, int len, int XB)
+{
+	return (size_t)G * (size_t)len * (size_t)(XB / 8) + (size_t)G * (size_t)(len / 32) * sizeof(float);
+}
+
+/* Round four activations e (elements kk .. kk + 3 of row t, kk a multiple of 4)
+ * to the codes of their 32-block and store codes and scale (layout above). A
+ * block's 8 threads are lanes 8a .. 8a + 7 of one warp; all 32 lanes call this
+ * together. amax is the integer max of |e|'s bit patterns, so a NaN (the largest
+ * pattern) or an inf reaches d and the output, as the float path's would. */
+template <int G, int XB> __device__ __forceinline__ void store_xq(const float e[4], int t, int kk, int len, float *xs)
+{
+	constexpr float QMAX = XB == 8 ? 127.0f : 32767.0f;
+	uint32_t m = 0;
+#pragma unroll
+	for (int h = 0; h < 4; h++)
+		m = max(m, __float_as_uint(fabsf(e[h])));
+#pragma unroll
+	for (int off = 1; off < 8; off <<= 1)
+		m = max(m, __shfl_xor_sync(0xffffffffu, m, off));
+	const float amax = __uint_as_float(m);
+	const float id = amax != 0.0f ? QMAX / amax : 0.0f;
+	int qi[4];
+#pragma unroll
+	for (int h = 0; h < 4; h++)
+		qi[h] = __float2int_rn(e[h] * id);
+	const int ng = len / 32, g = kk / 32, h = (kk % 32) / 16, m4 = (kk % 16) / 4;
+	const int c0 = 2 * (m4 % 2), half = m4 / 2; /* k = 4·m4 .. +3: lanes c0, c0 + 1 */
+	const int lane0 = (t * ng + g) * 4 + c0;    /* (row, group, lane) slot of c0 */
+	if constexpr (XB == 8) {
+		uint16_t *w16 = (uint16_t *)xs; /* slot: 2 words, word h: 2 halves */
+		w16[4 * lane0 + 2 * h + half] = (uint16_t)((qi[0] & 0xff) | (qi[1] & 0xff) << 8);
+		w16[4 * (lane0 + 1) + 2 * h + half] = (uint16_t)((qi[2] & 0xff) | (qi[3] & 0xff) << 8);
+	} else {
+		uint32_t *w32 = (uint32_t *)xs; /* slot: 4 words, 2h + half */
+		w32[4 * lane0 + 2 * h + half] = (uint32_t)(qi[0] & 0xffff) | (uint32_t)qi[1] << 16;
+		w32[4 * (lane0 + 1) + 2 * h + half] = (uint32_t)(qi[2] & 0xffff) | (uint32_t)qi[3] << 16;
+	}
+	if (kk % 32 == 0)
+		xq_scales<G, XB>(xs, len)[t * ng + g] = XB == 8 ? __half2float(__float2half_rn(amax / 127.0f))
+								 : amax / 32767.0f;
+}
+
+/* An integer below 2^22 in magnitude as a float, exactly, in two full-rate
+ * instructions (I2F is quarter rate): its bits added to 1.5 * 2^23's. */
+__device__ __forceinline__ float i2f_small(int v)
+{
+	return __int_as_float(0x4B400000 + v) - 12582912.0f;
+}
+
+/* dot_group with integer activations: group g of the staged K range (layout
+ * above), tiles v0, v1. Per column j and row t: the lane's integer sum over its 8
+ * k values Σ(q − z)x, then acc += (d_w d_x) · Σ (+ (o d_x) · Σx for offsets).
+ * The integer sums are exact, and so are their floats (below 2^22, but for int8
+ * weights with 16-bit codes: rounded once); with XB = 8 d_w d_x is exact too (two
+ * 11-bit significands). */
+template <int BITS, bool ZP, int G, int XB>
+__device__ __forceinline__ void dot_group_xq(const uint4 v0, const uint4 v1, const uint4 sv, const uint4 ov,
+					     const float *xs, int len, int g, int c,
+					     float (&acc)[(BITS == 4 ? 64 : 32) / 8][G])
+{
+	constexpr int NJ = (BITS == 4 ? 64 : 32) / 8;
+	const int ng = len / 32;
+	const float *dx = xs + G * len * (XB / 8) / 4;
+	float d[NJ], o[NJ];
+	const uint32_t sw[4] = {sv.x, sv.y, sv.z, sv.w};
+#pragma unroll
+	for (int j = 0; j < NJ; j++)
+		d[j] = h2f(sw[j / 2], j % 2);
+	if constexpr (ZP) {
+		const uint32_t ow[4] = {ov.x, ov.y, ov.z, ov.w};
+#pragma unroll
+		for (int j = 0; j < NJ; j++)
+			o[j] = h2f(ow[j / 2], j % 2);
+	}
+	/* the weight words of both tiles, one column's four codes per word */
+	uint32_t q[2][NJ];
+#pragma unroll
+	for (int hh = 0; hh < 2; hh++) {
+		const uint4 vv = hh ? v1 : v0;
+		const uint32_t wd[4] = {vv.x, vv.y, vv.z, vv.w};
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			if constexpr (BITS == 4) {
+				/* word i: columns 2i (bytes 0, 2 of each nibble plane) and 2i + 1 (1, 3) */
+				const uint32_t lo = wd[i] & 0x0f0f0f0fu, hi = (wd[i] >> 4) & 0x0f0f0f0fu;
+				q[hh][2 * i] = __byte_perm(lo, hi, 0x6420);
+				q[hh][2 * i + 1] = __byte_perm(lo, hi, 0x7531);
+			} else {
+				q[hh][i] = wd[i]; /* signed codes, k = 2c, 2c + 1, 2c + 8, 2c + 9 */
+			}
+		}
+	}
+#pragma unroll
+	for (int t = 0; t < G; t++) {
+		const int slot = (t * ng + g) * 4 + c;
+		const float dxt = dx[t * ng + g];
+		uint32_t xw[4]; /* XB 8: tiles 0, 1 in xw[0], xw[1]; XB 16: (tile, half) in xw[2 tile + half] */
+		if constexpr (XB == 8) {
+			const uint2 x2 = ((const uint2 *)xs)[slot];
+			xw[0] = x2.x, xw[1] = x2.y;
+		} else {
+			const uint4 x4 = ((const uint4 *)xs)[slot];
+			xw[0] = x4.x, xw[1] = x4.y, xw[2] = x4.z, xw[3] = x4.w;
+		}
+		/* Σx over the lane's 8 k: the offsets' term, and q4_0's centre 8 */
+		int sx = 0;
+		if constexpr (ZP || BITS == 4) {
+			if constexpr (XB == 8)
+				sx = __dp4a((int)xw[0], 0x01010101, __dp4a((int)xw[1], 0x01010101, 0));
+			else
+#pragma unroll
+				for (int i = 0; i < 4; i++)
+					sx = __dp2a_lo((int)xw[i], 0x0101, sx);
+		}
+#pragma unroll
+		for (int j = 0; j < NJ; j++) {
+			int is;
+			if constexpr (XB == 8) {
+				is = __dp4a((int)q[0][j], (int)xw[0], __dp4a((int)q[1][j], (int)xw[1], 0));
+			} else {
+				is = __dp2a_lo((int)xw[0], (int)q[0][j], 0);
+				is = __dp2a_hi((int)xw[1], (int)q[0][j], is);
+				is = __dp2a_lo((int)xw[2], (int)q[1][j], is);
+				is = __dp2a_hi((int)xw[3], (int)q[1][j], is);
+			}
+			if constexpr (BITS == 4 && !ZP)
+				is -= 8 * sx;
+			/* below 2^22 but for int8 weights times 16-bit codes (8 * 128 * 32767) */
+			float a = acc[j][t];
+			if constexpr (ZP)
+				a = fmaf(o[j] * dxt, i2f_small(sx), a); /* |sx| <= 8 * 32767 */
+			acc[j][t] = fmaf(d[j] * dxt, XB == 16 && BITS == 8 ? (float)is : i2f_small(is), a);
+		}
+	}
+}
+
 /* xs[t * xstride + kk] = the activation the matmul sees at k = k0 + kk of row
  * row0 + t, kk < len (a multiple of 32; zero past k and past the launch's rows):
  * x, silu(x) * x2, or (x * nscale) * norm_w (rms_norm.cu's rounding). Four
- * 16-byte loads per thread in flight. Not synchronized. */
-template <int G>
+ * 16-byte loads per thread in flight. Not synchronized.
+ * XB (8, 16): each 32-element block rounded to integer codes instead (store_xq;
+ * xs then holds the layout dot_group_xq reads, xstride unused). */
+template <int G, int XB = 0>
 __device__ __forceinline__ void stage_x(const gparams &p, int64_t row0, int nr, int64_t k0, int len, bool vec,
 					const float *nscale, float *xs, int xstride)
 {
@@ -297,7 +463,7 @@ __device__ __forceinline__ void stage_x(const gparams &p, int64_t row0, int nr, 
 #pragma unroll
 		for (int u = 0; u < 4; u++) {
 			const int i = i0 + u * STEP, t = i / len, kk = i % len;
-			if (i >= G * len)
+			if (i >= G * len) /* warp-uniform: G * len is a multiple of 128 */
 				break;
 			const int64_t kg = k0 + kk;
 			float e[4] = {q[u].x, q[u].y, q[u].z, q[u].w};
@@ -311,7 +477,10 @@ __device__ __forceinline__ void stage_x(const gparams &p, int64_t row0, int nr, 
 						e[h] = (e[h] * nscale[t]) * p.norm_w[kg + h]; /* rms_norm.cu's rounding */
 				}
 			}
-			*(float4 *)&xs[t * xstride + kk] = make_float4(e[0], e[1], e[2], e[3]);
+			if constexpr (XB != 0)
+				store_xq<G, XB>(e, t, kk, len, xs);
+			else
+				*(float4 *)&xs[t * xstride + kk] = make_float4(e[0], e[1], e[2], e[3]);
 		}
 	}
 }
@@ -483,7 +652,8 @@ int qc_mgv_stream_launch(int bits, bool zp, const qc_mgv::gparams &p0, int64_t n
  * GEMV that had no arrival counters: y = sum of p.ws in block order. */
 int qc_mgv_reduce_launch(const qc_mgv::gparams &p, cudaStream_t s, struct qc_err *err);
 /* Blocks along K and k16 tiles per block of the streaming kernel for an
- * n_in x n_out matrix: a function of the shape only (batch-invariant). */
-void qc_mgv_stream_partition(int64_t n_in, int64_t n_out, int *kb, int *kt_block);
+ * n_in x n_out matrix of `bits`-wide codes (4, 8): a function of the shape and the
+ * width only (batch-invariant). */
+void qc_mgv_stream_partition(int bits, int64_t n_in, int64_t n_out, int *kb, int *kt_block);
 
 #endif

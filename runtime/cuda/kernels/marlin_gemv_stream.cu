@@ -18,8 +18,12 @@
  * arithmetic is marlin_gemv.cuh's (per 32-k group, warps in order, blocks in
  * order), so a row's bits do not depend on the batch. x of the block's K range
  * is staged in dynamic shared memory (G rows x kt_block x 16 floats).
+ * Activations: floats (marlin_gemv.cuh's dot_group), or per 32-block integer
+ * codes summed with dp2a / dp4a (dot_group_xq; int4 layouts default to 16-bit
+ * codes: about half the instructions per weight byte, docs/cuda.md).
  * MoE rows (experts) stay on marlin_gemv.cu's kernel (one row per block there).
- * Reference: runtime/ops/marlin_gemm.c, through tests/gpu/marlin_gemm_test.c.
+ * Reference: runtime/ops/marlin_gemm.c (QC_MARLIN_PREC_F64, _XQ16_F64, _XQ8_F64),
+ * through tests/gpu/marlin_gemm_test.c.
  */
 #include "marlin_gemv.cuh"
 #include "pdl.cuh"
@@ -31,14 +35,24 @@ using namespace qc_mgv;
 namespace {
 
 constexpr int STREAM_MAX_KTB = 256; /* k16 tiles per block at most: x of ROWS rows in 64 KB */
-/* The partition's two numbers (qc_cuda_marlin_gemv_stream_tune; set once, before
- * any launch, so every launch of the process partitions alike): blocks a launch
- * aims at (2 per SM of a 132-SM H100/H200, the most that are resident at 128
- * registers), and k16 tiles per warp at least (8: a ring's worth). The best of
- * five pairs on the Llama-3-8B and SmolLM2 shapes and end to end on an H100
- * (docs/perf-notes.md). */
-constexpr int STREAM_BLOCKS = 264, STREAM_MIN_WT = 8;
-int stream_blocks = STREAM_BLOCKS, stream_min_wt = STREAM_MIN_WT;
+/* The streaming GEMV's choices, one row per weight width (int4 layouts, int8
+ * layouts), set once before any launch (qc_cuda_marlin_gemv_stream_tune / _xq) so
+ * every launch of the process partitions and rounds alike: blocks a launch aims
+ * at (264: 2 per SM of a 132-SM H100/H200, the most that are resident at 128
+ * registers; 132: one per SM, fewer blocks along K), k16 tiles per warp at least
+ * (8: a ring's worth), and the activations' codes (16-bit codes: dp2a; 0: floats).
+ * The defaults are the best measured end to end on an H100 and an H200 on the
+ * Llama-3-8B and SmolLM2 shapes (docs/perf-notes.md): int4 gains from the codes
+ * (fewer instructions per byte) and loses with 132 blocks; int8 the other way. */
+struct stream_cfg {
+	int blocks, min_wt, xq;
+};
+constexpr stream_cfg STREAM_DEFAULT[2] = {{264, 8, 16}, {132, 8, 0}};
+stream_cfg cfg[2] = {STREAM_DEFAULT[0], STREAM_DEFAULT[1]};
+int cfg_of(int bits)
+{
+	return bits == 4 ? 0 : 1;
+}
 /* split-K sums through a thread-block cluster (qc_cuda_marlin_gemv_stream_cluster;
  * off: measured slower on an H100, docs/perf-notes.md) */
 bool stream_cluster = false;
@@ -51,13 +65,14 @@ bool cluster_ok()
 	       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9;
 }
 
-/* D: tiles in flight per warp (even). */
-template <int BITS, bool ZP, int G, int D>
+/* D: tiles in flight per warp (even). XB: 0 float activations, 8 / 16 integer
+ * codes (dot_group_xq). */
+template <int BITS, bool ZP, int G, int D, int XB>
 __global__ void __launch_bounds__(32 * WARPS, 2) marlin_gemv_stream_kernel(const gparams p)
 {
 	constexpr int S = BITS == 4 ? 64 : 32;
 	constexpr int NJ = S / 8;
-	extern __shared__ __align__(16) float xs[]; /* [G][kt_block * 16] */
+	extern __shared__ __align__(16) float xs[]; /* [G][kt_block * 16], or XB's codes and scales */
 	__shared__ float nscale[G];
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, r = lane / 4, c = lane % 4;
 	const int stripe = blockIdx.x, kb = blockIdx.y;
@@ -85,7 +100,7 @@ __global__ void __launch_bounds__(32 * WARPS, 2) marlin_gemv_stream_kernel(const
 	const bool vec = x_vec(p);
 	if (p.norm_w)
 		norm_scales<G>(p, row0, nr, vec, nscale);
-	stage_x<G>(p, row0, nr, (int64_t)kt0 * 16, ktb * 16, vec, nscale, xs, ktb * 16);
+	stage_x<G, XB>(p, row0, nr, (int64_t)kt0 * 16, ktb * 16, vec, nscale, xs, ktb * 16);
 	__syncthreads();
 
 	float acc[NJ][G];
@@ -100,8 +115,12 @@ __global__ void __launch_bounds__(32 * WARPS, 2) marlin_gemv_stream_kernel(const
 		for (int gg = 0; gg < D / 2; gg++) {
 			const int kt = base + 2 * gg;
 			if (kt < t1) {
-				dot_group<BITS, ZP, G>(v[2 * gg], v[2 * gg + 1], sv[gg], ov[gg], xs, ktb * 16,
-						       (kt - kt0) * 16, c, acc);
+				if constexpr (XB != 0)
+					dot_group_xq<BITS, ZP, G, XB>(v[2 * gg], v[2 * gg + 1], sv[gg], ov[gg], xs, ktb * 16,
+								  (kt - kt0) / 2, c, acc);
+				else
+					dot_group<BITS, ZP, G>(v[2 * gg], v[2 * gg + 1], sv[gg], ov[gg], xs, ktb * 16,
+							       (kt - kt0) * 16, c, acc);
 				const int nk = kt + D;
 				if (nk < t1) { /* refill the slot just summed */
 					v[2 * gg] = ld_stream(w + (size_t)nk * TILE + 16 * lane);
@@ -121,14 +140,21 @@ __global__ void __launch_bounds__(32 * WARPS, 2) marlin_gemv_stream_kernel(const
 		finish<S, G>(p, acc, mat, stripe, kb, 0, nr);
 }
 
-template <int BITS, bool ZP, int G, int D>
-cudaError_t launch_one(const gparams &p, size_t smem, cudaStream_t s)
+template <int BITS, bool ZP, int G, int D, int XB>
+cudaError_t launch_one(const gparams &p, cudaStream_t s)
 {
 	constexpr int S = BITS == 4 ? 64 : 32;
-	auto *k = marlin_gemv_stream_kernel<BITS, ZP, G, D>;
-	/* past the default 48 KB of dynamic shared memory the kernel must be allowed
-	 * it, on the current device (a function attribute, not a stream operation) */
-	if (smem > 48 * 1024) {
+	auto *k = marlin_gemv_stream_kernel<BITS, ZP, G, D, XB>;
+	const int len = p.kt_block * 16;
+	const size_t smem = XB ? xq_smem(G, len, XB) : (size_t)G * (size_t)len * sizeof(float);
+	/* past the default 48 KB of shared memory (the staged x and the epilogues'
+	 * static arrays, ~17 KB at ROWS rows) the kernel must be allowed it, on the
+	 * current device (a function attribute, not a stream operation) */
+	static const size_t smem_static = [k] {
+		cudaFuncAttributes fa;
+		return cudaFuncGetAttributes(&fa, k) == cudaSuccess ? fa.sharedSizeBytes : (size_t)48 * 1024;
+	}();
+	if (smem + smem_static > 48 * 1024) {
 		cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
 		if (e != cudaSuccess)
 			return e;
@@ -152,11 +178,16 @@ int launch(const gparams &p0, int64_t n_rows, uint64_t n_flags, cudaStream_t s, 
 		/* a cluster of the kb blocks along K where asked, the device has clusters
 		 * and kb fits the portable size (8); same bits as the other two sums */
 		p.cluster = stream_cluster && p.kb > 1 && p.kb <= 8 && cluster_ok();
-		const int G = p.nr == 1 ? 1 : ROWS;
-		const size_t smem = (size_t)G * (size_t)p.kt_block * 16 * sizeof(float);
 		/* a ring of 8 tiles for one row; 4 for ROWS rows (their accumulators
 		 * take the registers): the ring depth changes no arithmetic */
-		cudaError_t e = p.nr == 1 ? launch_one<BITS, ZP, 1, 8>(p, smem, s) : launch_one<BITS, ZP, ROWS, 4>(p, smem, s);
+		cudaError_t e;
+		const int xq = cfg[cfg_of(BITS)].xq;
+		if (xq == 16)
+			e = p.nr == 1 ? launch_one<BITS, ZP, 1, 8, 16>(p, s) : launch_one<BITS, ZP, ROWS, 4, 16>(p, s);
+		else if (xq == 8)
+			e = p.nr == 1 ? launch_one<BITS, ZP, 1, 8, 8>(p, s) : launch_one<BITS, ZP, ROWS, 4, 8>(p, s);
+		else
+			e = p.nr == 1 ? launch_one<BITS, ZP, 1, 8, 0>(p, s) : launch_one<BITS, ZP, ROWS, 4, 0>(p, s);
 		int rc = qc_cuda_check(e, "marlin_gemv_stream_kernel", err);
 		if (rc)
 			return rc;
@@ -168,15 +199,16 @@ int launch(const gparams &p0, int64_t n_rows, uint64_t n_flags, cudaStream_t s, 
 
 } /* namespace */
 
-void qc_mgv_stream_partition(int64_t n_in, int64_t n_out, int *kb, int *kt_block)
+void qc_mgv_stream_partition(int bits, int64_t n_in, int64_t n_out, int *kb, int *kt_block)
 {
+	const stream_cfg &c = cfg[cfg_of(bits)];
 	/* width in 64-column units whatever the stripe (a function of the shape
 	 * alone); i8's 32-wide stripes then get twice the blocks */
 	const int64_t KT = n_in / 16, units = n_out / 64 > 0 ? n_out / 64 : 1;
-	const int64_t step = 2 * WARPS, per = (int64_t)WARPS * stream_min_wt;
+	const int64_t step = 2 * WARPS, per = (int64_t)WARPS * c.min_wt;
 	const int64_t max_kb = KT / per > 0 ? KT / per : 1;
 	const int64_t min_kb = (KT + STREAM_MAX_KTB - 1) / STREAM_MAX_KTB;
-	int64_t b = (stream_blocks + units / 2) / units;
+	int64_t b = (c.blocks + units / 2) / units;
 	b = b > max_kb ? max_kb : b;
 	b = b < min_kb ? min_kb : b < 1 ? 1 : b;
 	int64_t ktb = (KT + b - 1) / b;
@@ -187,13 +219,24 @@ void qc_mgv_stream_partition(int64_t n_in, int64_t n_out, int *kb, int *kt_block
 
 extern "C" void qc_cuda_marlin_gemv_stream_tune(int blocks, int min_warp_tiles)
 {
-	stream_blocks = blocks > 0 ? blocks : STREAM_BLOCKS;
-	stream_min_wt = min_warp_tiles >= 2 ? min_warp_tiles & ~1 : STREAM_MIN_WT;
+	for (int i = 0; i < 2; i++) {
+		cfg[i].blocks = blocks > 0 ? blocks : STREAM_DEFAULT[i].blocks;
+		cfg[i].min_wt = min_warp_tiles >= 2 ? min_warp_tiles & ~1 : STREAM_DEFAULT[i].min_wt;
+	}
 }
 
 extern "C" void qc_cuda_marlin_gemv_stream_cluster(int on)
 {
 	stream_cluster = on != 0;
+}
+
+extern "C" int qc_cuda_marlin_gemv_stream_xq(int bits)
+{
+	if (bits != -1 && bits != 0 && bits != 8 && bits != 16)
+		return QC_EINVAL;
+	for (int i = 0; i < 2; i++)
+		cfg[i].xq = bits >= 0 ? bits : STREAM_DEFAULT[i].xq;
+	return QC_OK;
 }
 
 int qc_mgv_stream_launch(int bits, bool zp, const gparams &p, int64_t n_rows, uint64_t n_flags, cudaStream_t s,

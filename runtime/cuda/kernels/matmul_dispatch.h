@@ -117,22 +117,31 @@ struct qc_cuda_mm_tuning {
 	struct qc_kernel_rows rows;
 	enum qc_cuda_gemv_kt gemv_kt;
 	/* QC_CUDA_GEMV_STREAM's partition (qc_cuda_marlin_gemv_stream_tune): blocks a
-	 * launch aims at, k16 tiles per warp at least */
+	 * launch aims at, k16 tiles per warp at least; 0: each weight width's default */
 	int stream_blocks, stream_min_wt;
 	int stream_cluster; /* qc_cuda_marlin_gemv_stream_cluster */
+	int stream_xq;      /* qc_cuda_marlin_gemv_stream_xq; -1: each width's default */
 };
-#define QC_CUDA_MM_TUNING_DEFAULT { QC_KERNEL_ROWS_DEFAULT, QC_CUDA_GEMV_STREAM, 264, 8, 0 }
+#define QC_CUDA_MM_TUNING_DEFAULT { QC_KERNEL_ROWS_DEFAULT, QC_CUDA_GEMV_STREAM, 0, 0, 0, -1 }
 
 /* The streaming GEMV's partition (marlin_gemv_stream.cu): about `blocks` blocks per
- * launch, at least min_warp_tiles k16 tiles per warp (even; out-of-range values
- * take the defaults). Process-wide, set by the backend at create before any
- * launch: batch invariance holds among launches with the same numbers. */
+ * launch, at least min_warp_tiles k16 tiles per warp (even), for both weight widths;
+ * out-of-range values take each width's default (int4 264,8; int8 132,8).
+ * Process-wide, set by the backend at create before any launch: batch invariance
+ * holds among launches with the same numbers. */
 void qc_cuda_marlin_gemv_stream_tune(int blocks, int min_warp_tiles);
 /* 1: the streaming GEMV's kb blocks along K (2..8) form one thread-block cluster and
  * sum their partials through distributed shared memory (sm_90+), the same bits as
  * the global partials; 0 (default): global partials and arrival counters.
  * Process-wide like the partition. */
 void qc_cuda_marlin_gemv_stream_cluster(int on);
+/* The streaming GEMV's activations, for both weight widths: 0 floats (no
+ * rounding); 16: each 32-element block as 16-bit codes and a float scale
+ * amax / 32767 (dp2a); 8: as int8 codes and an fp16 scale, the CPU backend's ggml
+ * rounding (runtime/cpu/matmul_round.c; dp4a); -1: each width's default (int4 16,
+ * int8 0). Process-wide like the partition; QC_EINVAL for other values. The
+ * reference is qc_marlin_gemm_ref's QC_MARLIN_PREC_XQ*. */
+int qc_cuda_marlin_gemv_stream_xq(int bits);
 
 typedef int (*qc_cuda_mm_fn)(const struct qc_cuda_mm_args *a, cudaStream_t s, struct qc_err *err);
 /* Scratch bytes for n_rows rows: the most any kind the table can pick for up to
