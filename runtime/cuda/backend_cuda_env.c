@@ -45,6 +45,10 @@ void qc_cuda_env_read(struct qc_cuda_env *e)
 	/* 1: the streaming GEMV's split-K sum through a thread-block cluster (A/B runs) */
 	const char *cl = getenv("QC_MARLIN_GEMV_CLUSTER");
 	e->mm.stream_cluster = cl && !strcmp(cl, "1");
+	/* 1 / 0: the one-row streaming GEMV's weights in flight through a shared-memory
+	 * ring or registers (unset: each width's default) */
+	const char *rg = getenv("QC_MARLIN_GEMV_RING");
+	e->mm.stream_ring = rg && *rg ? atoi(rg) != 0 : def.stream_ring;
 	/* 0 / 8 / 16: the streaming GEMV's activations as floats or integer codes for
 	 * every weight width (unset: each width's default) */
 	e->mm.stream_xq = (int)env_i64("QC_MARLIN_GEMV_XQ", def.stream_xq);

@@ -366,11 +366,14 @@ static void check_table_entry(enum qc_layout l, int64_t rows, int64_t n, int64_t
  * truth within 2x a plain fp16 GEMM's; nothing written past n; without
  * experts, each row run alone gives the batched row bit for bit. */
 static enum qc_cuda_gemv_kt gemv_mode = QC_CUDA_GEMV_KT4; /* the K partition check_gemv runs */
-static int gemv_xq; /* check_gemv runs the streaming GEMV with 8- or 16-bit activation codes (0: floats) */
+static int gemv_xq;   /* check_gemv runs the streaming GEMV with 8- or 16-bit activation codes (0: floats) */
+static int gemv_ring; /* ... and one row's tiles through the shared-memory ring */
 static const char *mode_name(enum qc_cuda_gemv_kt m)
 {
-	if (m == QC_CUDA_GEMV_STREAM)
-		return gemv_xq == 16 ? "str-x16" : gemv_xq == 8 ? "str-x8" : "stream";
+	if (m == QC_CUDA_GEMV_STREAM) {
+		static const char *names[2][3] = {{"stream", "str-x8", "str-x16"}, {"str-rg", "str-rg-x8", "str-rg-x16"}};
+		return names[gemv_ring != 0][gemv_xq / 8];
+	}
 	return m == QC_CUDA_GEMV_KT8 ? "kt8" : "kt4";
 }
 
@@ -402,6 +405,7 @@ static void check_gemv(enum qc_layout l, int64_t rows, int64_t n, int64_t k, int
 	 * rounding, and a float sum of it as the yardstick */
 	const int xq = gemv_mode == QC_CUDA_GEMV_STREAM && E == 1 ? gemv_xq : 0;
 	QC_ASSERT(qc_cuda_marlin_gemv_stream_xq(gemv_xq) == QC_OK);
+	qc_cuda_marlin_gemv_stream_ring(gemv_ring);
 	const enum qc_marlin_prec pt = xq == 16 ? QC_MARLIN_PREC_XQ16_F64 : xq == 8 ? QC_MARLIN_PREC_XQ8_F64 : QC_MARLIN_PREC_F64;
 	const enum qc_marlin_prec pb = xq == 16 ? QC_MARLIN_PREC_XQ16_F32 : xq == 8 ? QC_MARLIN_PREC_XQ8_F32 : QC_MARLIN_PREC_F16;
 	QC_ASSERT(qc_marlin_gemm_ref(&ar, pt, truth, &err) == QC_OK);
@@ -723,6 +727,7 @@ static void check_gemv(enum qc_layout l, int64_t rows, int64_t n, int64_t k, int
 	       rc ? " err: " : "", rc ? err.msg : "");
 	ok ? n_pass++ : n_fail++;
 	qc_cuda_marlin_gemv_stream_xq(0);
+	qc_cuda_marlin_gemv_stream_ring(0);
 	cudaFree(d_w);
 	cudaFree(d_x);
 	cudaFree(d_y);
@@ -929,14 +934,18 @@ static void bench_gemv(enum qc_layout l, int64_t n, int64_t k, int rows, int fus
 	if (wsb)
 		CU(cudaMalloc(&d_ws, wsb));
 	/* -1: the load-once kernel (kt4); then each partition with float activations,
-	 * 16-bit codes, 8-bit codes */
-	for (int t = -1; t < 3 * n_tunes; t++) {
+	 * 16-bit codes, 8-bit codes; then each with floats and 16-bit codes through the
+	 * shared-memory ring (one row) */
+	const int n_runs = (rows == 1 ? 5 : 3) * n_tunes;
+	for (int t = -1; t < n_runs; t++) {
 		const enum qc_cuda_gemv_kt mode = t < 0 ? QC_CUDA_GEMV_KT4 : QC_CUDA_GEMV_STREAM;
-		const int xq = t < n_tunes ? 0 : t < 2 * n_tunes ? 16 : 8;
-		const int ti = t % n_tunes;
+		const int set = t < 0 ? 0 : t / n_tunes; /* 0 float, 1 x16, 2 x8, 3 ring float, 4 ring x16 */
+		const int xq = set == 1 || set == 4 ? 16 : set == 2 ? 8 : 0;
+		const int ti = t < 0 ? 0 : t % n_tunes;
 		if (t >= 0)
 			qc_cuda_marlin_gemv_stream_tune(stream_tunes[ti][0], stream_tunes[ti][1]);
 		qc_cuda_marlin_gemv_stream_xq(xq);
+		qc_cuda_marlin_gemv_stream_ring(set >= 3);
 		c.a = (struct qc_cuda_mm_args){ .type = type_of(l), .layout = l, .n_in = k, .n_out = n, .d_x = d_x,
 						.ldx = k, .x_div = 1, .n_rows = rows, .d_y = d_y, .ldy = n, .d_ws = d_ws,
 						.ws_bytes = wsb, .gemv_kt = mode, .d_flags = d_fl, .n_flags = nf,
@@ -946,8 +955,8 @@ static void bench_gemv(enum qc_layout l, int64_t n, int64_t k, int rows, int fus
 		double gbs = (double)wb / (us * 1e-6) / 1e9;
 		char tune[32] = "";
 		if (t >= 0)
-			snprintf(tune, sizeof tune, "%d,%d%s", stream_tunes[ti][0], stream_tunes[ti][1],
-				 xq == 16 ? ",x16" : xq == 8 ? ",x8" : "");
+			snprintf(tune, sizeof tune, "%d,%d%s%s", stream_tunes[ti][0], stream_tunes[ti][1],
+				 xq == 16 ? ",x16" : xq == 8 ? ",x8" : "", set >= 3 ? ",rg" : "");
 		printf("gemv %-6s %-8s %-9s %-5s n=%-6lld k=%-6lld rows=%d %-9s: %7.1f us, %6.0f GB/s, %3.0f%% of copy "
 		       "bandwidth\n",
 		       mode_name(mode), tune, qc_layout_name(l), qc_types[type_of(l)].name, (long long)n, (long long)k,
@@ -955,6 +964,7 @@ static void bench_gemv(enum qc_layout l, int64_t n, int64_t k, int rows, int fus
 	}
 	qc_cuda_marlin_gemv_stream_tune(0, 0);
 	qc_cuda_marlin_gemv_stream_xq(0);
+	qc_cuda_marlin_gemv_stream_ring(0);
 	for (int i = 0; i < c.n_copies; i++)
 		cudaFree(c.d_w[i]);
 	cudaFree(d_x);
@@ -1152,11 +1162,13 @@ int main(int argc, char **argv)
 	};
 	/* both K partitions: load-once warps and streaming blocks (experts: load-once) */
 	/* kt4; stream at the default partition and at 528,2, with float activations,
-	 * 16-bit codes, 8-bit codes */
-	for (int mode = 0; mode < 7; mode++) {
+	 * 16-bit codes, 8-bit codes; then the shared-memory ring at the default
+	 * partition with floats and 16-bit codes */
+	for (int mode = 0; mode < 9; mode++) {
 		gemv_mode = mode ? QC_CUDA_GEMV_STREAM : QC_CUDA_GEMV_KT4;
-		gemv_xq = mode >= 5 ? 8 : mode >= 3 ? 16 : 0;
-		const bool alt = mode && mode % 2 == 0; /* 2, 4, 6 */
+		gemv_xq = mode == 8 || mode == 3 || mode == 4 ? 16 : mode == 5 || mode == 6 ? 8 : 0;
+		gemv_ring = mode >= 7;
+		const bool alt = mode && mode % 2 == 0 && mode < 7; /* 2, 4, 6 */
 		qc_cuda_marlin_gemv_stream_tune(alt ? 528 : 0, alt ? 2 : 0);
 		for (int li = 0; li < n_layouts; li++)
 			for (size_t i = 0; i < sizeof gv / sizeof gv[0]; i++) {
@@ -1173,11 +1185,13 @@ int main(int argc, char **argv)
 		check_gemv(QC_LAYOUT_MARLIN_I8Z, 9, 160, 512, 4);
 	}
 	qc_cuda_marlin_gemv_stream_tune(0, 0);
+	gemv_ring = 0;
 	/* streaming: a block of 16 tiles over 2 k-tiles (7 idle warps), ragged last
 	 * blocks, 2 row chunks, the 8B shapes' partitions; float and int8 activations */
 	gemv_mode = QC_CUDA_GEMV_STREAM;
-	for (int xi = 0; xi < 3; xi++) {
-		gemv_xq = xi * 8;
+	for (int xi = 0; xi < 5; xi++) { /* floats, 8-bit, 16-bit codes; the ring with floats, 16-bit */
+		gemv_xq = xi < 3 ? xi * 8 : xi == 3 ? 0 : 16;
+		gemv_ring = xi >= 3;
 		z_turn = 0;
 		check_gemv(QC_LAYOUT_MARLIN_I4, 5, 64, 32, 1);
 		check_gemv(QC_LAYOUT_MARLIN_I4, 2, 128, 4128, 1);
@@ -1194,6 +1208,7 @@ int main(int argc, char **argv)
 		}
 	}
 	gemv_xq = 0;
+	gemv_ring = 0;
 	gemv_mode = QC_CUDA_GEMV_KT4;
 	check_refusals();
 checked:

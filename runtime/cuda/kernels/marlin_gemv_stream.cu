@@ -26,6 +26,7 @@
  * through tests/gpu/marlin_gemm_test.c.
  */
 #include "marlin_gemv.cuh"
+#include "cp_async.cuh"
 #include "pdl.cuh"
 
 #include <cuda_runtime.h>
@@ -46,8 +47,9 @@ constexpr int STREAM_MAX_KTB = 256; /* k16 tiles per block at most: x of ROWS ro
  * (fewer instructions per byte) and loses with 132 blocks; int8 the other way. */
 struct stream_cfg {
 	int blocks, min_wt, xq;
+	bool ring; /* one row's tiles through the shared-memory ring (ring_issue) */
 };
-constexpr stream_cfg STREAM_DEFAULT[2] = {{264, 8, 16}, {132, 8, 0}};
+constexpr stream_cfg STREAM_DEFAULT[2] = {{264, 8, 16, false}, {132, 8, 0, false}};
 stream_cfg cfg[2] = {STREAM_DEFAULT[0], STREAM_DEFAULT[1]};
 int cfg_of(int bits)
 {
@@ -65,14 +67,92 @@ bool cluster_ok()
 	       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9;
 }
 
-/* D: tiles in flight per warp (even). XB: 0 float activations, 8 / 16 integer
- * codes (dot_group_xq). */
-template <int BITS, bool ZP, int G, int D, int XB>
+/* The shared-memory ring (QC_MARLIN_GEMV_RING): a slot holds one 32-k group of
+ * a warp: its two 512-byte tiles, then every lane's scales (16 bytes for i4, 8
+ * for i8) and, with offsets, every lane's offsets. Each lane copies (cp.async)
+ * and later reads only its own bytes, so a lane's wait on its copies is all the
+ * synchronization a slot needs. */
+template <int BITS, bool ZP> __host__ __device__ constexpr int ring_slot_bytes()
+{
+	return 2 * TILE + (BITS == 4 ? 512 : 256) * (ZP ? 2 : 1);
+}
+/* Groups per warp: 11 KB of ring per warp, 88 KB per block, so that two blocks
+ * and their staged x fit an SM's 227 KB (i4 7 groups, i4z 5, i8 8, i8z 7): twice
+ * the weight bytes in flight of the register ring (8 tiles per warp). */
+template <int BITS, bool ZP> __host__ __device__ constexpr int ring_groups()
+{
+	return (11 * 1024) / ring_slot_bytes<BITS, ZP>();
+}
+/* Bytes of the staged activations (the ring follows, 16-byte aligned). */
+__host__ __device__ constexpr size_t x_bytes(int G, int len, int XB)
+{
+	return ((XB ? xq_smem(G, len, XB) : (size_t)G * (size_t)len * sizeof(float)) + 15) / 16 * 16;
+}
+
+/* Copy group kt / 2 (tiles kt, kt + 1 and their scales) of this lane into slot. */
+template <int BITS, bool ZP>
+__device__ __forceinline__ void ring_issue(uint8_t *slot, const uint8_t *w, const uint8_t *sc, int G32, int kt,
+					   int lane, int r)
+{
+	constexpr int S = BITS == 4 ? 64 : 32, NJ = S / 8;
+	cp_async16(slot + 16 * lane, w + (size_t)kt * TILE + 16 * lane, true);
+	cp_async16(slot + TILE + 16 * lane, w + (size_t)(kt + 1) * TILE + 16 * lane, true);
+	const uint8_t *s0 = sc + 2 * ((size_t)(kt / 2) * S + NJ * r);
+	if constexpr (BITS == 4) {
+		cp_async16(slot + 2 * TILE + 16 * lane, s0, true);
+		if constexpr (ZP)
+			cp_async16(slot + 2 * TILE + 512 + 16 * lane, s0 + 2 * (size_t)G32 * S, true);
+	} else {
+		cp_async8(slot + 2 * TILE + 8 * lane, s0);
+		if constexpr (ZP)
+			cp_async8(slot + 2 * TILE + 256 + 8 * lane, s0 + 2 * (size_t)G32 * S);
+	}
+}
+
+/* This lane's tiles, scales and offsets of the group in slot. */
+template <int BITS, bool ZP>
+__device__ __forceinline__ void ring_read(const uint8_t *slot, int lane, uint4 &v0, uint4 &v1, uint4 &sv, uint4 &ov)
+{
+	v0 = *(const uint4 *)(slot + 16 * lane);
+	v1 = *(const uint4 *)(slot + TILE + 16 * lane);
+	if constexpr (BITS == 4) {
+		sv = *(const uint4 *)(slot + 2 * TILE + 16 * lane);
+		if constexpr (ZP)
+			ov = *(const uint4 *)(slot + 2 * TILE + 512 + 16 * lane);
+	} else {
+		const uint2 s2 = *(const uint2 *)(slot + 2 * TILE + 8 * lane);
+		sv = make_uint4(s2.x, s2.y, 0, 0);
+		if constexpr (ZP) {
+			const uint2 o2 = *(const uint2 *)(slot + 2 * TILE + 256 + 8 * lane);
+			ov = make_uint4(o2.x, o2.y, 0, 0);
+		}
+	}
+}
+
+/* One group into acc, with float activations or integer codes (the same
+ * arithmetic whichever ring delivered the group). */
+template <int BITS, bool ZP, int G, int XB>
+__device__ __forceinline__ void sum_group(const uint4 v0, const uint4 v1, const uint4 sv, const uint4 ov, const float *xs,
+					  int ktb, int kt, int kt0, int c, float (&acc)[(BITS == 4 ? 64 : 32) / 8][G])
+{
+	if constexpr (XB != 0)
+		dot_group_xq<BITS, ZP, G, XB>(v0, v1, sv, ov, xs, ktb * 16, (kt - kt0) / 2, c, acc);
+	else
+		dot_group<BITS, ZP, G>(v0, v1, sv, ov, xs, ktb * 16, (kt - kt0) * 16, c, acc);
+}
+
+/* D: tiles in flight per warp in registers (even), when RING is false; RING: the
+ * shared-memory ring of ring_groups() groups per warp instead. XB: 0 float
+ * activations, 8 / 16 integer codes (dot_group_xq). */
+template <int BITS, bool ZP, int G, int D, int XB, bool RING>
 __global__ void __launch_bounds__(32 * WARPS, 2) marlin_gemv_stream_kernel(const gparams p)
 {
 	constexpr int S = BITS == 4 ? 64 : 32;
 	constexpr int NJ = S / 8;
-	extern __shared__ __align__(16) float xs[]; /* [G][kt_block * 16], or XB's codes and scales */
+	constexpr int DG = RING ? ring_groups<BITS, ZP>() : 1;
+	constexpr int SLOT = ring_slot_bytes<BITS, ZP>();
+	/* [G][kt_block * 16] floats or XB's codes and scales, then the ring */
+	extern __shared__ __align__(16) float xs[];
 	__shared__ float nscale[G];
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, r = lane / 4, c = lane % 4;
 	const int stripe = blockIdx.x, kb = blockIdx.y;
@@ -87,15 +167,25 @@ __global__ void __launch_bounds__(32 * WARPS, 2) marlin_gemv_stream_kernel(const
 	qc_pdl_trigger();
 
 	const uint8_t *sc = w + (size_t)KT * TILE; /* scales, then (i4z/i8z) offsets */
-	uint4 v[D], sv[D / 2], ov[D / 2];
-	/* the first D tiles and their scales in flight before anything waits */
+	uint4 v[RING ? 2 : D], sv[RING ? 1 : D / 2], ov[RING ? 1 : D / 2];
+	uint8_t *ring = (uint8_t *)xs + x_bytes(G, ktb * 16, XB) + (size_t)warp * DG * SLOT;
+	/* the first D tiles (DG groups) and their scales in flight before anything waits */
+	if constexpr (RING) {
 #pragma unroll
-	for (int u = 0; u < D; u += 2)
-		if (t0 + u < t1) {
-			v[u] = ld_stream(w + (size_t)(t0 + u) * TILE + 16 * lane);
-			v[u + 1] = ld_stream(w + (size_t)(t0 + u + 1) * TILE + 16 * lane);
-			load_scales<BITS, ZP>(sc, G32, (t0 + u) / 2, r, sv[u / 2], ov[u / 2]);
+		for (int u = 0; u < DG; u++) {
+			if (t0 + 2 * u < t1)
+				ring_issue<BITS, ZP>(ring + u * SLOT, w, sc, G32, t0 + 2 * u, lane, r);
+			cp_async_commit(); /* one group per slot, empty or not: the waits count them */
 		}
+	} else {
+#pragma unroll
+		for (int u = 0; u < D; u += 2)
+			if (t0 + u < t1) {
+				v[u] = ld_stream(w + (size_t)(t0 + u) * TILE + 16 * lane);
+				v[u + 1] = ld_stream(w + (size_t)(t0 + u + 1) * TILE + 16 * lane);
+				load_scales<BITS, ZP>(sc, G32, (t0 + u) / 2, r, sv[u / 2], ov[u / 2]);
+			}
+	}
 	qc_pdl_wait(); /* everything below reads or writes what earlier kernels touch */
 	const bool vec = x_vec(p);
 	if (p.norm_w)
@@ -110,22 +200,33 @@ __global__ void __launch_bounds__(32 * WARPS, 2) marlin_gemv_stream_kernel(const
 		for (int t = 0; t < G; t++)
 			acc[j][t] = 0.0f;
 	/* t1 - t0 is even (kt_block / WARPS is, and so is KT): whole groups */
-	for (int base = t0; base < t1; base += D) {
+	if constexpr (RING) {
+		int slot = 0;
+		for (int kt = t0; kt < t1; kt += 2) {
+			cp_async_wait<DG - 1>(); /* this lane's oldest group has landed */
+			uint8_t *sl = ring + slot * SLOT;
+			ring_read<BITS, ZP>(sl, lane, v[0], v[1], sv[0], ov[0]);
+			sum_group<BITS, ZP, G, XB>(v[0], v[1], sv[0], ov[0], xs, ktb, kt, kt0, c, acc);
+			/* refill the slot just read (in-order issue: its reads came first) */
+			if (kt + 2 * DG < t1)
+				ring_issue<BITS, ZP>(sl, w, sc, G32, kt + 2 * DG, lane, r);
+			cp_async_commit();
+			slot = slot + 1 == DG ? 0 : slot + 1;
+		}
+	} else {
+		for (int base = t0; base < t1; base += D) {
 #pragma unroll
-		for (int gg = 0; gg < D / 2; gg++) {
-			const int kt = base + 2 * gg;
-			if (kt < t1) {
-				if constexpr (XB != 0)
-					dot_group_xq<BITS, ZP, G, XB>(v[2 * gg], v[2 * gg + 1], sv[gg], ov[gg], xs, ktb * 16,
-								  (kt - kt0) / 2, c, acc);
-				else
-					dot_group<BITS, ZP, G>(v[2 * gg], v[2 * gg + 1], sv[gg], ov[gg], xs, ktb * 16,
-							       (kt - kt0) * 16, c, acc);
-				const int nk = kt + D;
-				if (nk < t1) { /* refill the slot just summed */
-					v[2 * gg] = ld_stream(w + (size_t)nk * TILE + 16 * lane);
-					v[2 * gg + 1] = ld_stream(w + (size_t)(nk + 1) * TILE + 16 * lane);
-					load_scales<BITS, ZP>(sc, G32, nk / 2, r, sv[gg], ov[gg]);
+			for (int gg = 0; gg < D / 2; gg++) {
+				const int kt = base + 2 * gg;
+				if (kt < t1) {
+					sum_group<BITS, ZP, G, XB>(v[2 * gg], v[2 * gg + 1], sv[gg], ov[gg], xs, ktb, kt, kt0,
+								   c, acc);
+					const int nk = kt + D;
+					if (nk < t1) { /* refill the slot just summed */
+						v[2 * gg] = ld_stream(w + (size_t)nk * TILE + 16 * lane);
+						v[2 * gg + 1] = ld_stream(w + (size_t)(nk + 1) * TILE + 16 * lane);
+						load_scales<BITS, ZP>(sc, G32, nk / 2, r, sv[gg], ov[gg]);
+					}
 				}
 			}
 		}
@@ -140,13 +241,20 @@ __global__ void __launch_bounds__(32 * WARPS, 2) marlin_gemv_stream_kernel(const
 		finish<S, G>(p, acc, mat, stripe, kb, 0, nr);
 }
 
-template <int BITS, bool ZP, int G, int D, int XB>
+template <int BITS, bool ZP, int G, int D, int XB, bool RING>
 cudaError_t launch_one(const gparams &p, cudaStream_t s)
 {
 	constexpr int S = BITS == 4 ? 64 : 32;
-	auto *k = marlin_gemv_stream_kernel<BITS, ZP, G, D, XB>;
+	auto *k = marlin_gemv_stream_kernel<BITS, ZP, G, D, XB, RING>;
 	const int len = p.kt_block * 16;
-	const size_t smem = XB ? xq_smem(G, len, XB) : (size_t)G * (size_t)len * sizeof(float);
+	const size_t smem =
+		x_bytes(G, len, XB) + (RING ? (size_t)WARPS * ring_groups<BITS, ZP>() * ring_slot_bytes<BITS, ZP>() : 0);
+	if (RING) { /* two blocks of ~100 KB per SM: ask for the largest shared-memory carveout, once */
+		static const cudaError_t ce = cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout,
+								   (int)cudaSharedmemCarveoutMaxShared);
+		if (ce != cudaSuccess)
+			return ce;
+	}
 	/* past the default 48 KB of shared memory (the staged x and the epilogues'
 	 * static arrays, ~17 KB at ROWS rows) the kernel must be allowed it, on the
 	 * current device (a function attribute, not a stream operation) */
@@ -181,13 +289,22 @@ int launch(const gparams &p0, int64_t n_rows, uint64_t n_flags, cudaStream_t s, 
 		/* a ring of 8 tiles for one row; 4 for ROWS rows (their accumulators
 		 * take the registers): the ring depth changes no arithmetic */
 		cudaError_t e;
+		/* one row: the register ring or the shared-memory one; ROWS rows: the
+		 * register ring (the staged x of 4 rows leaves no room for the other) */
 		const int xq = cfg[cfg_of(BITS)].xq;
+		const bool ring = cfg[cfg_of(BITS)].ring;
 		if (xq == 16)
-			e = p.nr == 1 ? launch_one<BITS, ZP, 1, 8, 16>(p, s) : launch_one<BITS, ZP, ROWS, 4, 16>(p, s);
+			e = p.nr > 1 ? launch_one<BITS, ZP, ROWS, 4, 16, false>(p, s)
+			    : ring   ? launch_one<BITS, ZP, 1, 8, 16, true>(p, s)
+				     : launch_one<BITS, ZP, 1, 8, 16, false>(p, s);
 		else if (xq == 8)
-			e = p.nr == 1 ? launch_one<BITS, ZP, 1, 8, 8>(p, s) : launch_one<BITS, ZP, ROWS, 4, 8>(p, s);
+			e = p.nr > 1 ? launch_one<BITS, ZP, ROWS, 4, 8, false>(p, s)
+			    : ring   ? launch_one<BITS, ZP, 1, 8, 8, true>(p, s)
+				     : launch_one<BITS, ZP, 1, 8, 8, false>(p, s);
 		else
-			e = p.nr == 1 ? launch_one<BITS, ZP, 1, 8, 0>(p, s) : launch_one<BITS, ZP, ROWS, 4, 0>(p, s);
+			e = p.nr > 1 ? launch_one<BITS, ZP, ROWS, 4, 0, false>(p, s)
+			    : ring   ? launch_one<BITS, ZP, 1, 8, 0, true>(p, s)
+				     : launch_one<BITS, ZP, 1, 8, 0, false>(p, s);
 		int rc = qc_cuda_check(e, "marlin_gemv_stream_kernel", err);
 		if (rc)
 			return rc;
@@ -228,6 +345,12 @@ extern "C" void qc_cuda_marlin_gemv_stream_tune(int blocks, int min_warp_tiles)
 extern "C" void qc_cuda_marlin_gemv_stream_cluster(int on)
 {
 	stream_cluster = on != 0;
+}
+
+extern "C" void qc_cuda_marlin_gemv_stream_ring(int on)
+{
+	for (int i = 0; i < 2; i++)
+		cfg[i].ring = on < 0 ? STREAM_DEFAULT[i].ring : on != 0;
 }
 
 extern "C" int qc_cuda_marlin_gemv_stream_xq(int bits)

@@ -121,8 +121,9 @@ struct qc_cuda_mm_tuning {
 	int stream_blocks, stream_min_wt;
 	int stream_cluster; /* qc_cuda_marlin_gemv_stream_cluster */
 	int stream_xq;      /* qc_cuda_marlin_gemv_stream_xq; -1: each width's default */
+	int stream_ring;    /* qc_cuda_marlin_gemv_stream_ring; -1: each width's default */
 };
-#define QC_CUDA_MM_TUNING_DEFAULT { QC_KERNEL_ROWS_DEFAULT, QC_CUDA_GEMV_STREAM, 0, 0, 0, -1 }
+#define QC_CUDA_MM_TUNING_DEFAULT { QC_KERNEL_ROWS_DEFAULT, QC_CUDA_GEMV_STREAM, 0, 0, 0, -1, -1 }
 
 /* The streaming GEMV's partition (marlin_gemv_stream.cu): about `blocks` blocks per
  * launch, at least min_warp_tiles k16 tiles per warp (even), for both weight widths;
@@ -142,6 +143,10 @@ void qc_cuda_marlin_gemv_stream_cluster(int on);
  * int8 0). Process-wide like the partition; QC_EINVAL for other values. The
  * reference is qc_marlin_gemm_ref's QC_MARLIN_PREC_XQ*. */
 int qc_cuda_marlin_gemv_stream_xq(int bits);
+/* 1: a one-row streaming GEMV keeps its weight tiles in flight in a shared-memory
+ * ring filled by cp.async (more bytes in flight per SM than the registers hold);
+ * 0: in registers; -1: each width's default. Same arithmetic, same bits. */
+void qc_cuda_marlin_gemv_stream_ring(int on);
 
 typedef int (*qc_cuda_mm_fn)(const struct qc_cuda_mm_args *a, cudaStream_t s, struct qc_err *err);
 /* Scratch bytes for n_rows rows: the most any kind the table can pick for up to
