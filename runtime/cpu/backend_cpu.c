@@ -14,9 +14,9 @@
  * Threads: each matmul's output rows are split into n_threads contiguous ranges,
  * one per thread of a pool made at create (the caller runs range 0); every
  * output is computed by exactly the same code whatever thread runs it, so
- * results are bit-identical for any thread count. Attention of a batch is split
- * the same way by tokens (each with its thread's scratch); everything else runs
- * on the caller's thread.
+ * results are bit-identical for any thread count. Attention is split the same
+ * way, by tokens, or by (token, head) pairs when there are few tokens (decode),
+ * each with its thread's scratch; everything else runs on the caller's thread.
  * Act-order weights (qc_mat.act_perm) get their activations gathered first.
  * MoE: softmax router, top-k, optional renormalization, expert outputs summed
  * in rank order then the sigmoid-gated shared expert, then the residual, in
@@ -89,6 +89,7 @@ struct cpu {
 	int64_t job_rows;             /* output rows of the current job (0: attention job) */
 	const struct qc_sched_plan *job_plan; /* attention job: plan, layer */
 	int job_il;
+	bool job_heads;               /* attention job: split by (token, head), not by token */
 	float *scratch;               /* (n_threads, 2 * head_dim + max_ctx) qc_ref_attn_token scratch */
 	int32_t *lrows;               /* (max_logits) token of each logits row */
 	/* MoE */
@@ -284,10 +285,10 @@ static void head_norm(float *x, const float *w, int64_t n_tok, int n_heads, int 
 		qc_ref_rms_norm(x, hd, NULL, w, x, hd, n_tok * n_heads, hd, eps);
 }
 
-/* Attention of token t (entry i) over its sequence's cached positions 0..pos,
- * with thread k's scratch. */
+/* Attention of heads h0..h1-1 of token t (entry i) over its sequence's cached
+ * positions 0..pos, with thread k's scratch. */
 static void attend(struct cpu *c, const struct qc_sched_plan *plan, int il, int32_t i, int32_t t,
-		   int k)
+		   int h0, int h1, int k)
 {
 	const struct qc_model_config *cfg = &c->m->cfg;
 	const int hd = cfg->head_dim;
@@ -303,33 +304,54 @@ static void attend(struct cpu *c, const struct qc_sched_plan *plan, int il, int3
 					: 2, /* the tile order whatever the batch */
 	};
 	float *scratch = c->scratch + (size_t)k * (size_t)(2 * hd + c->p.max_ctx);
-	qc_ref_attn_token(&a, c->q + (int64_t)t * c->q_dim, c->att + (int64_t)t * c->q_dim, plan->positions[t],
-			  plan->block_tables + (size_t)i * (size_t)plan->table_stride, scratch);
+	qc_ref_attn_token_heads(&a, c->q + (int64_t)t * c->q_dim, c->att + (int64_t)t * c->q_dim,
+				plan->positions[t], plan->block_tables + (size_t)i * (size_t)plan->table_stride,
+				scratch, h0, h1);
 }
 
-/* Thread k's share of an attention job: tokens t with t mod n_threads == k
- * (interleaved: a token's cost grows with its position). Each token's result
- * is computed by the same code whichever thread runs it. */
+/* Thread k's share of an attention job. Many tokens (prefill): tokens t with
+ * t mod n_threads == k (interleaved: a token's cost grows with its position).
+ * Few tokens (decode): the job's (token, head) pairs in n_threads contiguous
+ * ranges, so one token's heads are shared out (its K/V head groups stay
+ * together). Each head's result is computed by the same code whichever thread
+ * runs it. */
 static void attend_range(struct cpu *c, int k)
 {
 	const struct qc_sched_plan *plan = c->job_plan;
+	const int nh = c->m->cfg.n_head, nt = c->p.n_threads;
+	if (!c->job_heads) {
+		for (int32_t i = 0; i < plan->n_seqs; i++)
+			for (int32_t t = plan->tok_start[i]; t < plan->tok_start[i + 1]; t++)
+				if (t % nt == k)
+					attend(c, plan, c->job_il, i, t, 0, nh, k);
+		return;
+	}
+	const int64_t n = (int64_t)plan->n_tokens * nh, p0 = n * k / nt, p1 = n * (k + 1) / nt;
 	for (int32_t i = 0; i < plan->n_seqs; i++)
-		for (int32_t t = plan->tok_start[i]; t < plan->tok_start[i + 1]; t++)
-			if (t % c->p.n_threads == k)
-				attend(c, plan, c->job_il, i, t, k);
+		for (int32_t t = plan->tok_start[i]; t < plan->tok_start[i + 1]; t++) {
+			const int64_t b = (int64_t)t * nh; /* this token's pairs: [b, b + nh) */
+			const int64_t lo = p0 > b ? p0 : b, hi = p1 < b + nh ? p1 : b + nh;
+			if (lo < hi)
+				attend(c, plan, c->job_il, i, t, (int)(lo - b), (int)(hi - b), k);
+		}
 }
+
+/* Few tokens per thread: split by heads (see attend_range). */
+#define ATTN_HEAD_SPLIT_TOK 4
 
 static void attend_all(struct cpu *c, const struct qc_sched_plan *plan, int il)
 {
-	if (c->p.n_threads < 2 || plan->n_tokens < 2) {
+	const int nh = c->m->cfg.n_head;
+	if (c->p.n_threads < 2 || (int64_t)plan->n_tokens * nh < c->p.n_threads) {
 		for (int32_t i = 0; i < plan->n_seqs; i++)
 			for (int32_t t = plan->tok_start[i]; t < plan->tok_start[i + 1]; t++)
-				attend(c, plan, il, i, t, 0);
+				attend(c, plan, il, i, t, 0, nh, 0);
 		return;
 	}
 	c->job_rows = 0;
 	c->job_plan = plan;
 	c->job_il = il;
+	c->job_heads = plan->n_tokens < ATTN_HEAD_SPLIT_TOK * c->p.n_threads;
 	pool_run(c);
 }
 

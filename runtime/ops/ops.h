@@ -171,6 +171,11 @@ struct qc_ref_attn_args {
 void qc_ref_attn_token(const struct qc_ref_attn_args *a, const float *q, float *out, int32_t pos,
 		       const int32_t *table, float *scratch);
 
+/* qc_ref_attn_token for heads h0..h1-1 only (0 <= h0 <= h1 <= n_head): each head
+ * is computed alone, so splitting a token's heads over calls changes no bit. */
+void qc_ref_attn_token_heads(const struct qc_ref_attn_args *a, const float *q, float *out, int32_t pos,
+			     const int32_t *table, float *scratch, int h0, int h1);
+
 /* out (n_tok, n_head * hd); tables (n_seqs, stride): qc_ref_attn_token per
  * token on a binary16 pool, QC_REF_ATTN_F32. */
 void qc_ref_paged_attn(const float *q, float *out, const uint16_t *pool, int layer, int n_layer,

@@ -49,6 +49,31 @@ static float f16_round(float x)
 	return qc_fp16_to_f32(qc_f32_to_fp16(x));
 }
 
+/* x[0..n) rounded through binary16 in place. */
+typedef void (*round_f16_fn)(float *x, int32_t n);
+
+static void round_f16_sw(float *x, int32_t n)
+{
+	for (int32_t i = 0; i < n; i++)
+		x[i] = f16_round(x[i]);
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
+/* The same with F16C, 8 at a time: round to nearest even, subnormals kept, as
+ * qc_f32_to_fp16 (NaN payloads aside: the softmax weights have none). The
+ * software conversion's branches were a tenth of a SmolLM2 prefill. */
+static __attribute__((target("avx,f16c"))) void round_f16_f16c(float *x, int32_t n)
+{
+	int32_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(x + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT)));
+	for (; i < n; i++)
+		x[i] = f16_round(x[i]);
+}
+#endif
+
 /* The hd values of the K (which 0) or V (1) row of position j, kv head offset
  * kvo, as floats in dst (binary16 or fp8 pool) or in place (float pool). fp8:
  * e4m3(code) * 2^exp is exact in float (a code has 4 significant bits). */
@@ -125,6 +150,7 @@ static QC_INLINE float dot_lanes8(const float *a, const float *b, int n)
 {
 	float acc[8] = {0};
 	for (int i = 0; i < n; i += 8)
+#pragma GCC unroll 8
 		for (int l = 0; l < 8; l++)
 			acc[l] = fmaf(a[i + l], b[i + l], acc[l]);
 	return hsum8(acc);
@@ -151,8 +177,12 @@ static QC_INLINE float dot_vec_f16(const float *a, const float *b, int n)
 {
 	float acc[4][8] = {{0}};
 	const int np = n & ~31;
-	for (int i = 0; i < np; i++)
-		acc[(i % 32) / 8][i % 8] = fmaf(a[i], b[i], acc[(i % 32) / 8][i % 8]);
+	for (int i = 0; i < np; i += 32)
+#pragma GCC unroll 4
+		for (int c = 0; c < 4; c++)
+#pragma GCC unroll 8
+			for (int l = 0; l < 8; l++)
+				acc[c][l] = fmaf(a[i + 8 * c + l], b[i + 8 * c + l], acc[c][l]);
 	double s = reduce32(acc);
 	for (int i = np; i < n; i++)
 		s += (double)(a[i] * b[i]);
@@ -163,7 +193,8 @@ static QC_INLINE float dot_vec_f16(const float *a, const float *b, int n)
  * over llama.cpp's padded n_kv (a multiple of 32): the zero weights past n_ctx add
  * nothing to any lane, and there are no leftovers. */
 static QC_INLINE void attn_head_ggml(const struct qc_ref_attn_args *a, const float *qh, float *o, int32_t j0,
-				      int32_t n_all, int64_t kvo, const int32_t *table, float *sc)
+				      int32_t n_all, int64_t kvo, const int32_t *table, float *sc,
+				      round_f16_fn round_p)
 {
 	/* positions before the window stay in the rows as -inf (ggml's mask), so the
 	   8-lane sums group the same indices as llama.cpp's: exp(-inf) adds 0 */
@@ -179,24 +210,33 @@ static QC_INLINE void attn_head_ggml(const struct qc_ref_attn_args *a, const flo
 			sc[j] = qc_ref_softcap1(sc[j], a->softcap);
 	}
 	softmax_ggml(sc, n_all);
-	for (int32_t j = 0; j < n_all; j++)
-		sc[j] = f16_round(sc[j]);
+	round_p(sc, n_all);
 	/* each (d, lane) accumulator sums over j in increasing order, as llama.cpp's
-	   does; j runs outside so each V row is found once, not once per d */
-	float acc[hd][4][8];
+	   does; j runs outside so each V row is found once, not once per d, and the
+	   accumulators of one lane lie along d, so a row's products are 8-wide fmas */
+	float acc[4][8][hd];
 	memset(acc, 0, sizeof acc);
 	for (int32_t j = j0; j < n_all; j++) {
-		const int r = tiles ? 0 : (j % 32) / 8;
+		float *ac = acc[tiles ? 0 : (j % 32) / 8][j % 8];
+		const float p = sc[j];
 		const float *v = kv_row(&a->pool, a->layer, table, j, 1, kvo, hd, NULL);
-		for (int d = 0; d < hd; d++)
-			acc[d][r][j % 8] = fmaf(sc[j], v[d], acc[d][r][j % 8]);
+		for (int d = 0; d < hd; d += 8)
+#pragma GCC unroll 8
+			for (int l = 0; l < 8; l++)
+				ac[d + l] = fmaf(p, v[d + l], ac[d + l]);
 	}
-	for (int d = 0; d < hd; d++)
-		o[d] = tiles ? hsum8(acc[d][0]) : reduce32(acc[d]);
+	for (int d = 0; d < hd; d++) {
+		float lanes[4][8];
+		for (int r = 0; r < 4; r++)
+			for (int l = 0; l < 8; l++)
+				lanes[r][l] = acc[r][l][d];
+		o[d] = tiles ? hsum8(lanes[0]) : reduce32(lanes);
+	}
 }
 
 /* attn_head_ggml twice: compiled for FMA (x86-64 with the instruction: every fmaf
- * above becomes one vfmadd) and plain (fmaf through libm). fmaf is one correctly
+ * above becomes one vfmadd, 8 lanes wide where the loops allow, and the softmax
+ * weights are rounded by F16C) and plain (fmaf through libm). fmaf is one correctly
  * rounded operation either way, so the two give the same bits; the FMA build only
  * stops paying a library call per product (42% of a SmolLM2 decode step was
  * attention, most of it in libm's fmaf: docs/bench.md). */
@@ -205,7 +245,7 @@ static __attribute__((target("fma"))) void attn_head_ggml_fma(const struct qc_re
 								 float *o, int32_t j0, int32_t n_all, int64_t kvo,
 								 const int32_t *table, float *sc)
 {
-	attn_head_ggml(a, qh, o, j0, n_all, kvo, table, sc);
+	attn_head_ggml(a, qh, o, j0, n_all, kvo, table, sc, round_f16_f16c);
 }
 
 #endif
@@ -214,16 +254,23 @@ static void attn_head_ggml_any(const struct qc_ref_attn_args *a, const float *qh
 			       int32_t n_all, int64_t kvo, const int32_t *table, float *sc)
 {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-	if (__builtin_cpu_supports("fma")) { /* a load and a bit test: no cache needed */
+	/* a load and a bit test each: no cache needed (every FMA x86 has F16C) */
+	if (__builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
 		attn_head_ggml_fma(a, qh, o, j0, n_all, kvo, table, sc);
 		return;
 	}
 #endif
-	attn_head_ggml(a, qh, o, j0, n_all, kvo, table, sc);
+	attn_head_ggml(a, qh, o, j0, n_all, kvo, table, sc, round_f16_sw);
 }
 
 void qc_ref_attn_token(const struct qc_ref_attn_args *a, const float *q, float *out, int32_t pos,
 		       const int32_t *table, float *scratch)
+{
+	qc_ref_attn_token_heads(a, q, out, pos, table, scratch, 0, a->n_head);
+}
+
+void qc_ref_attn_token_heads(const struct qc_ref_attn_args *a, const float *q, float *out, int32_t pos,
+			     const int32_t *table, float *scratch, int h0, int h1)
 {
 	const int hd = a->hd, group = a->n_head / a->n_head_kv;
 	const int32_t j0 = a->window > 0 && pos >= a->window ? pos - a->window + 1 : 0;
@@ -232,7 +279,7 @@ void qc_ref_attn_token(const struct qc_ref_attn_args *a, const float *q, float *
 	const int ggml = r16 && a->pool.f32 && hd % 8 == 0;
 	float *qh = scratch, *row = scratch + hd, *sc = scratch + 2 * hd;
 
-	for (int h = 0; h < a->n_head; h++) {
+	for (int h = h0; h < h1; h++) {
 		const float *qs = q + (int64_t)h * hd;
 		float *o = out + (int64_t)h * hd;
 		const int64_t kvo = (int64_t)(h / group) * hd;
