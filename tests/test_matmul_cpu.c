@@ -88,7 +88,7 @@ static bool same_bits(const float *a, const float *b, int64_t n_tok, int64_t n_o
 static double err_ratio(const struct qc_matmul *mm, const float *dec, const float *y,
 			int64_t n_in, int64_t n_out, int64_t n_tok, int64_t ldy, int64_t *first_bad)
 {
-	const struct qc_type_traits *tt = &qc_types[mm->w->type];
+	const struct qc_type_traits *tt = &qc_types[mm->parts[0].w->type];
 	const double u = 0x1p-24;
 	double worst = 0.0;
 	*first_bad = -1;
@@ -101,7 +101,7 @@ static double err_ratio(const struct qc_matmul *mm, const float *dec, const floa
 				mag += fabs(p);
 			}
 			for (int64_t b = 0; mm->q81 && b < n_in / 32; b++) {
-				const uint8_t *wr = qc_mat_row(mm->w, 0, r);
+				const uint8_t *wr = qc_mat_row(mm->parts[0].w, 0, r);
 				const double p = (double)block_min(tt, wr, b) * mm->sdelta[t * (n_in / 32) + b];
 				truth += p;
 				mag += fabs(p);
@@ -145,10 +145,11 @@ static void check_case(enum qc_type t, enum qc_act_round ar, struct shape sh, do
 	float *x = malloc(sizeof(float) * (size_t)(n_in * n_tok));
 	float *y = malloc(sizeof(float) * (size_t)(ldy * n_tok));
 	float *y2 = malloc(sizeof(float) * (size_t)(ldy * n_tok));
+	float *yg = malloc(sizeof(float) * (size_t)(3 * ldy * n_tok));
 	struct qc_matmul *mm = NULL, *mp = NULL;
 	struct qc_err err = {0};
 
-	if (!data || !dec || !x || !y || !y2 || !make_weights(t, n_in, n_out, data, dec)) {
+	if (!data || !dec || !x || !y || !y2 || !yg || !make_weights(t, n_in, n_out, data, dec)) {
 		CHECK(0, "%s: no weights for %lld x %lld", tt->name, (long long)n_out, (long long)n_in);
 		goto out;
 	}
@@ -188,6 +189,21 @@ static void check_case(enum qc_type t, enum qc_act_round ar, struct shape sh, do
 	qc_matmul_rows(mm, 0, n_out / 3, n_out);
 	CHECK(same_bits(y, y2, n_tok, n_out, ldy), "%s: split rows differ", tt->name);
 
+	/* the matrix three times as one group (Q, K, V), its job rows split over two
+	   slots inside the second part: each part equals the single job */
+	for (int64_t i = 0; i < 3 * ldy * n_tok; i++)
+		yg[i] = NAN;
+	const struct qc_mat *gw[3] = {&w, &w, &w};
+	float *gy[3] = {yg, yg + ldy * n_tok, yg + 2 * ldy * n_tok};
+	const int64_t gl[3] = {ldy, ldy, ldy};
+	qc_matmul_prepare_group(mm, 3, gw, 0, x, n_tok, gy, gl);
+	CHECK(qc_matmul_job_rows(mm) == 3 * n_out, "%s: group of 3 has %lld rows", tt->name,
+	      (long long)qc_matmul_job_rows(mm));
+	qc_matmul_rows(mm, 1, 0, n_out + n_out / 3);
+	qc_matmul_rows(mm, 0, n_out + n_out / 3, 3 * n_out);
+	for (int i = 0; i < 3; i++)
+		CHECK(same_bits(y, gy[i], n_tok, n_out, ldy), "%s: part %d of a group differs", tt->name, i);
+
 	/* each token alone (decode) equals its row of the batch (prefill) */
 	bool alone = true;
 	for (int64_t tk = 0; tk < n_tok; tk++) {
@@ -211,6 +227,7 @@ out:
 	free(x);
 	free(y);
 	free(y2);
+	free(yg);
 }
 
 static bool weight_family(enum qc_family f)

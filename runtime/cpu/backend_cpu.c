@@ -206,19 +206,44 @@ static void pool_run(struct cpu *c)
  * the pool costs more (the split does not change any result either way). */
 #define MT_MIN_MACS (1 << 16)
 
+/* Runs the prepared matmul job of n_in wide rows for n_tok tokens: on the pool,
+ * or on the caller's thread when it is small. */
+static void matmul_run(struct cpu *c, int64_t n_in, int64_t n_tok)
+{
+	const int64_t rows = qc_matmul_job_rows(c->mm);
+	c->job_rows = rows;
+	if (c->p.n_threads < 2 || rows < c->p.n_threads || rows * n_in * n_tok < MT_MIN_MACS) {
+		qc_matmul_rows(c->mm, 0, 0, rows);
+		return;
+	}
+	pool_run(c);
+}
+
 /* y[t*ldy + r] = W_e[r] . x[t] for n_rows tokens (x rows are w->n_in long). */
 static void matmul(struct cpu *c, const struct qc_mat *w, int64_t e, const float *x,
 		   int64_t n_rows, float *y, int64_t ldy)
 {
 	x = act_gather(c, w, e, x, n_rows);
 	qc_matmul_prepare(c->mm, w, e, x, n_rows, y, ldy);
-	c->job_rows = w->n_out;
-	if (c->p.n_threads < 2 || w->n_out < c->p.n_threads ||
-	    w->n_out * w->n_in * n_rows < MT_MIN_MACS) {
-		qc_matmul_rows(c->mm, 0, 0, w->n_out);
-		return;
+	matmul_run(c, w->n_in, n_rows);
+}
+
+/* matmul of each of the n matrices w[i] (expert e) into y[i] over the same x: runs
+ * of consecutive matrices of one type go to the pool as one job (one dispatch and
+ * one activation rounding for Q, K and V). Each output is computed as by matmul. */
+static void matmul_group(struct cpu *c, int n, const struct qc_mat *const *w, int64_t e, const float *x,
+			 int64_t n_rows, float *const *y, const int64_t *ldy)
+{
+	for (int i = 0, j; i < n; i = j) {
+		for (j = i + 1; j < n && qc_matmul_groupable(w[i], w[j]); j++)
+			;
+		if (j - i == 1) {
+			matmul(c, w[i], e, x, n_rows, y[i], ldy[i]);
+			continue;
+		}
+		qc_matmul_prepare_group(c->mm, j - i, w + i, e, x, n_rows, y + i, ldy + i);
+		matmul_run(c, w[i]->n_in, n_rows);
 	}
-	pool_run(c);
 }
 
 /* ---- K/V pool ------------------------------------------------------------ */
@@ -375,9 +400,10 @@ static void attention_block(struct cpu *c, const struct qc_sched_plan *plan, int
 	const float theta_scale = powf(base, -2.0f / (float)cfg->rope_dim);
 
 	qc_ref_rms_norm(c->x, E, NULL, L->attn_norm, c->xn, E, T, E, cfg->norm_eps);
-	matmul(c, &L->wq, 0, c->xn, T, c->q, c->q_dim);
-	matmul(c, &L->wk, 0, c->xn, T, c->k, c->kv_dim);
-	matmul(c, &L->wv, 0, c->xn, T, c->v, c->kv_dim);
+	const struct qc_mat *qkv[3] = {&L->wq, &L->wk, &L->wv};
+	float *const qkv_y[3] = {c->q, c->k, c->v};
+	const int64_t qkv_ld[3] = {c->q_dim, c->kv_dim, c->kv_dim};
+	matmul_group(c, 3, qkv, 0, c->xn, T, qkv_y, qkv_ld);
 	add_bias(c->q, L->bq, T, c->q_dim);
 	add_bias(c->k, L->bk, T, c->kv_dim);
 	add_bias(c->v, L->bv, T, c->kv_dim);
@@ -402,8 +428,10 @@ static void ffn_swiglu(struct cpu *c, const struct qc_mat *gate, const struct qc
 		       const struct qc_mat *down, int64_t e, const float *in, int64_t n, float *out)
 {
 	const int64_t F = gate->n_out;
-	matmul(c, gate, e, in, n, c->fa, F);
-	matmul(c, up, e, in, n, c->fb, F);
+	const struct qc_mat *gu[2] = {gate, up};
+	float *const gu_y[2] = {c->fa, c->fb};
+	const int64_t gu_ld[2] = {F, F};
+	matmul_group(c, 2, gu, e, in, n, gu_y, gu_ld);
 	if (c->m->cfg.ffn_gelu)
 		qc_ref_gelu_mul(c->fa, c->fb, c->fa, n * F,
 				c->p.act_round == QC_ACT_ROUND_GGML ? QC_REF_GELU_F16_TABLE : QC_REF_GELU_EXACT);

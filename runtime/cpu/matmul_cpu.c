@@ -1,9 +1,10 @@
 /* matmul_cpu.c — y = W x on the CPU: the job, its dispatch, and the kernels' lifetime.
  *
  * Owns: qc_matmul_new/free (buffers; CPU features pick the SIMD clones once),
- * qc_matmul_prepare (rounds the activations, chooses the kernel) and qc_matmul_rows
- * (runs it on a row range). Four kernels, chosen per matmul from the weight type and
- * enum qc_act_round:
+ * qc_matmul_prepare[_group] (rounds the activations once, chooses the kernel; a
+ * group is several matrices over the same x) and qc_matmul_rows (runs it on a
+ * range of the job's rows, part by part). Four kernels, chosen per job from the
+ * weight type and enum qc_act_round:
  *  - float (f32/f16 weights, float lanes): matmul_float.c;
  *  - int8 (q8_0 / q4_0 weights x q8_0 activation codes, QC_ACT_ROUND_GGML), exact
  *    integer block sums summed in double: matmul_int8.c;
@@ -23,41 +24,70 @@
 
 /* ---- jobs ------------------------------------------------------------------ */
 
-void qc_matmul_prepare(struct qc_matmul *mm, const struct qc_mat *w, int64_t e, const float *x,
-		       int64_t n_tok, float *y, int64_t ldy)
+bool qc_matmul_groupable(const struct qc_mat *a, const struct qc_mat *b)
 {
-	const struct int8_type *i8 = mm->ar == QC_ACT_ROUND_GGML ? qc_matmul_find_int8(w->type) : NULL;
+	return a->type == b->type && a->n_in == b->n_in && !a->act_perm && !b->act_perm;
+}
 
-	mm->w = w;
+void qc_matmul_prepare_group(struct qc_matmul *mm, int n, const struct qc_mat *const *w, int64_t e,
+			     const float *x, int64_t n_tok, float *const *y, const int64_t *ldy)
+{
+	QC_ASSERT(n >= 1 && n <= QC_MATMUL_MAX_PARTS);
+	const struct qc_mat *w0 = w[0];
+	const struct int8_type *i8 = mm->ar == QC_ACT_ROUND_GGML ? qc_matmul_find_int8(w0->type) : NULL;
+
+	mm->n_rows = 0;
+	for (int i = 0; i < n; i++) {
+		QC_ASSERT(i == 0 || qc_matmul_groupable(w0, w[i]));
+		mm->parts[i] = (struct mm_part){.w = w[i], .y = y[i], .ldy = ldy[i], .r_base = mm->n_rows};
+		mm->n_rows += w[i]->n_out;
+	}
+	mm->n_parts = n;
 	mm->e = e;
 	mm->n_tok = n_tok;
-	mm->y = y;
-	mm->ldy = ldy;
 	mm->i8 = i8;
 	mm->pack = i8 && mm->avx2 && i8->pack_simd ? i8->pack_simd : qc_matmul_pack_generic;
 	mm->dot16 = i8 && mm->vnni && n_tok < DOT16_MAX_TOK ? i8->dot16_vnni : NULL;
-	const bool q81 = mm->ar == QC_ACT_ROUND_GGML && qc_matmul_q81_kernel(w->type);
-	mm->xa = qc_matmul_round_act(mm, w->type, x, w->n_in, n_tok, i8 != NULL || q81);
-	mm->q81 = mm->xa == mm->xr && pairs_q8_1(w->type);
-	mm->kind = qc_matmul_float_kernel(w->type) ? MM_FLOAT
-		   : i8				    ? MM_INT8
-		   : q81 && mm->q81		    ? MM_Q81
-						    : MM_REF;
-	for (int64_t i = 0; mm->kind == MM_REF && i < n_tok * w->n_in; i++)
+	const bool q81 = mm->ar == QC_ACT_ROUND_GGML && qc_matmul_q81_kernel(w0->type);
+	mm->xa = qc_matmul_round_act(mm, w0->type, x, w0->n_in, n_tok, i8 != NULL || q81);
+	mm->q81 = mm->xa == mm->xr && pairs_q8_1(w0->type);
+	mm->kind = qc_matmul_float_kernel(w0->type) ? MM_FLOAT
+		   : i8				     ? MM_INT8
+		   : q81 && mm->q81		     ? MM_Q81
+						     : MM_REF;
+	for (int64_t i = 0; mm->kind == MM_REF && i < n_tok * w0->n_in; i++)
 		mm->xd[i] = (double)mm->xa[i];
+}
+
+void qc_matmul_prepare(struct qc_matmul *mm, const struct qc_mat *w, int64_t e, const float *x,
+		       int64_t n_tok, float *y, int64_t ldy)
+{
+	qc_matmul_prepare_group(mm, 1, &w, e, x, n_tok, &y, &ldy);
+}
+
+int64_t qc_matmul_job_rows(const struct qc_matmul *mm)
+{
+	return mm->n_rows;
 }
 
 void qc_matmul_rows(struct qc_matmul *mm, int slot, int64_t r0, int64_t r1)
 {
 	struct slot *s = &mm->slots[slot];
-	if (mm->kind == MM_FLOAT)
-		qc_matmul_rows_float(mm, s, r0, r1);
-	else if (mm->kind == MM_INT8)
-		qc_matmul_rows_int8(mm, s, r0, r1);
-	else if (mm->kind == MM_Q81)
-		qc_matmul_rows_q81(mm, r0, r1);
-	else
-		qc_matmul_rows_ref(mm, s, r0, r1);
+	for (int i = 0; i < mm->n_parts; i++) {
+		const struct mm_part *p = &mm->parts[i];
+		const int64_t lo = (r0 > p->r_base ? r0 : p->r_base) - p->r_base;
+		const int64_t hi = (r1 < p->r_base + p->w->n_out ? r1 : p->r_base + p->w->n_out) - p->r_base;
+		if (lo >= hi)
+			continue;
+		if (mm->kind == MM_FLOAT)
+			qc_matmul_rows_float(mm, p, s, lo, hi);
+		else if (mm->kind == MM_INT8)
+			qc_matmul_rows_int8(mm, p, s, lo, hi);
+		else if (mm->kind == MM_Q81)
+			qc_matmul_rows_q81(mm, p, lo, hi);
+		else
+			qc_matmul_rows_ref(mm, p, s, lo, hi);
+	}
 }
 
 /* ---- lifetime -------------------------------------------------------------- */

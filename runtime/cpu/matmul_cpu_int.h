@@ -69,6 +69,15 @@ struct int8_type {
 			   const double *xqd, const int32_t *xs, double *acc);
 };
 
+/* One matrix of a prepared job: its weights, its output, and where its rows
+ * start in the job's row space (parts follow each other in order). */
+struct mm_part {
+	const struct qc_mat *w;
+	float *y;
+	int64_t ldy;
+	int64_t r_base;               /* first job row of this part */
+};
+
 struct qc_matmul {
 	enum qc_act_round ar;
 	int64_t max_in, max_tok;
@@ -82,12 +91,13 @@ struct qc_matmul {
 	double *xqd;                  /* (max_tok, max_in / 32) their d16, widened */
 	int32_t *xs;                  /* (max_tok, max_in / 32) -128 * sum of a block's codes */
 	uint8_t *qbuf;                /* one quantized activation row */
-	/* the prepared job */
+	/* the prepared job: n_parts matrices of one type and width over the same x */
 	enum mm_kind kind;
-	const struct qc_mat *w;
-	int64_t e, n_tok, ldy;
+	struct mm_part parts[QC_MATMUL_MAX_PARTS];
+	int n_parts;
+	int64_t n_rows;               /* rows of all parts */
+	int64_t e, n_tok;
 	const float *xa;              /* (n_tok, n_in) activations as the kernel reads them */
-	float *y;
 	bool q81;
 	const struct int8_type *i8;   /* the int8 kernel's weight type, or NULL */
 	pack_fn pack;
@@ -144,8 +154,10 @@ void qc_matmul_ftile_avx2vl(const float *const *w, int nr, const float *x, int64
 /* Whether weights of type t go to the float kernel. */
 bool qc_matmul_float_kernel(enum qc_type t);
 
-/* Output rows [r0, r1) of the prepared job with the float kernel, scratch s. */
-void qc_matmul_rows_float(struct qc_matmul *mm, struct slot *s, int64_t r0, int64_t r1);
+/* Output rows [r0, r1) of part p of the prepared job (the part's own row numbers)
+ * with the float kernel, scratch s. */
+void qc_matmul_rows_float(struct qc_matmul *mm, const struct mm_part *p, struct slot *s, int64_t r0,
+			  int64_t r1);
 
 /* ---- int8 kernel (matmul_int8.c) ------------------------------------------ */
 
@@ -170,16 +182,17 @@ void qc_matmul_itile_avx2(const uint8_t *pk, const double *pkd, int64_t nb, cons
 			  const double *xqd, const int32_t *xs, int64_t n_in, int nt, double *acc);
 #endif
 
-/* Output rows [r0, r1) of the prepared job with the int8 kernel, scratch s. */
-void qc_matmul_rows_int8(struct qc_matmul *mm, struct slot *s, int64_t r0, int64_t r1);
+/* Rows [r0, r1) of part p (its own row numbers) with the int8 kernel, scratch s. */
+void qc_matmul_rows_int8(struct qc_matmul *mm, const struct mm_part *p, struct slot *s, int64_t r0,
+			  int64_t r1);
 
 /* ---- q8_1 kernel (matmul_q8_1.c) ------------------------------------------ */
 
 /* Whether the q8_1 kernel reads weights of type t (q4_1, q5_1). */
 bool qc_matmul_q81_kernel(enum qc_type t);
 
-/* Output rows [r0, r1) of the prepared job with the q8_1 kernel (ggml's float order). */
-void qc_matmul_rows_q81(struct qc_matmul *mm, int64_t r0, int64_t r1);
+/* Rows [r0, r1) of part p (its own row numbers) with the q8_1 kernel (ggml's float order). */
+void qc_matmul_rows_q81(struct qc_matmul *mm, const struct mm_part *p, int64_t r0, int64_t r1);
 
 /* ---- reference kernel (matmul_ref.c) -------------------------------------- */
 
@@ -191,8 +204,9 @@ double qc_matmul_dot_dd_avx2(const double *a, const double *b, int64_t n);
 double qc_matmul_dot_fd_avx2(const float *a, const double *b, int64_t n);
 #endif
 
-/* Output rows [r0, r1) of the prepared job with the reference kernel, scratch s. */
-void qc_matmul_rows_ref(struct qc_matmul *mm, struct slot *s, int64_t r0, int64_t r1);
+/* Rows [r0, r1) of part p (its own row numbers) with the reference kernel, scratch s. */
+void qc_matmul_rows_ref(struct qc_matmul *mm, const struct mm_part *p, struct slot *s, int64_t r0,
+			  int64_t r1);
 
 /* ---- activation rounding (matmul_round.c) --------------------------------- */
 

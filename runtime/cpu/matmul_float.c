@@ -205,9 +205,10 @@ static void f16_row_f16c(const uint8_t *src, float *dst, int64_t n)
 }
 #endif
 
-void qc_matmul_rows_float(struct qc_matmul *mm, struct slot *s, int64_t r0, int64_t r1)
+void qc_matmul_rows_float(struct qc_matmul *mm, const struct mm_part *p, struct slot *s, int64_t r0,
+			  int64_t r1)
 {
-	const struct qc_mat *w = mm->w;
+	const struct qc_mat *w = p->w;
 	const struct qc_type_traits *tt = &qc_types[w->type];
 	const int64_t n = w->n_in;
 	int64_t tb = TOK_L2 / (n * (int64_t)sizeof(float));
@@ -239,7 +240,7 @@ void qc_matmul_rows_float(struct qc_matmul *mm, struct slot *s, int64_t r0, int6
 						  s->lanes + (t - t0) * FR * 16, out);
 					for (int j = 0; k1 == n && j < nt; j++)
 						for (int i = 0; i < nr; i++)
-							mm->y[(t + j) * mm->ldy + r + i] = out[j * FR + i];
+							p->y[(t + j) * p->ldy + r + i] = out[j * FR + i];
 				}
 			}
 		}

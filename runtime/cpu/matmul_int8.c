@@ -399,9 +399,10 @@ const struct int8_type *qc_matmul_find_int8(enum qc_type t)
 	return NULL;
 }
 
-void qc_matmul_rows_int8(struct qc_matmul *mm, struct slot *s, int64_t r0, int64_t r1)
+void qc_matmul_rows_int8(struct qc_matmul *mm, const struct mm_part *p, struct slot *s, int64_t r0,
+			 int64_t r1)
 {
-	const struct qc_mat *w = mm->w;
+	const struct qc_mat *w = p->w;
 	const int64_t n = w->n_in, nb = n / 32;
 	double acc[IT * IR];
 
@@ -415,7 +416,7 @@ void qc_matmul_rows_int8(struct qc_matmul *mm, struct slot *s, int64_t r0, int64
 			for (int64_t t = 0; t < mm->n_tok; t++) {
 				mm->dot16(rows, nb, mm->xq + t * n, mm->xqd + t * nb, mm->xs + t * nb, acc);
 				for (int i = 0; i < nr; i++)
-					mm->y[t * mm->ldy + r + i] = (float)acc[i];
+					p->y[t * p->ldy + r + i] = (float)acc[i];
 			}
 			continue;
 		}
@@ -426,7 +427,7 @@ void qc_matmul_rows_int8(struct qc_matmul *mm, struct slot *s, int64_t r0, int64
 				  nt, acc);
 			for (int j = 0; j < nt; j++)
 				for (int i = 0; i < nr; i++)
-					mm->y[(t + j) * mm->ldy + r + i] = (float)acc[j * IR + i];
+					p->y[(t + j) * p->ldy + r + i] = (float)acc[j * IR + i];
 		}
 	}
 }

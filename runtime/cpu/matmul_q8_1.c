@@ -120,10 +120,11 @@ typedef __m256i (*codes256_fn)(const uint8_t *row, int64_t b, float *d, float *m
  * round trip per block, a fifth of a decode step's matmul time). Each token's
  * operations and their order do not depend on nt. */
 __attribute__((target("avx2,fma,f16c"))) static inline __attribute__((always_inline)) void
-q81_tokens(struct qc_matmul *mm, codes256_fn codes, const uint8_t *wr, int64_t nb, int64_t r, int64_t t0, int nt)
+q81_tokens(struct qc_matmul *mm, const struct mm_part *p, codes256_fn codes, const uint8_t *wr, int64_t nb,
+	   int64_t r, int64_t t0, int nt)
 {
 	const __m256i ones = _mm256_set1_epi16(1);
-	const int64_t n_in = mm->w->n_in;
+	const int64_t n_in = p->w->n_in;
 	__m256 acc[Q81_TOK];
 	float summs[Q81_TOK];
 #pragma GCC unroll 4
@@ -150,32 +151,34 @@ q81_tokens(struct qc_matmul *mm, codes256_fn codes, const uint8_t *wr, int64_t n
 		_mm256_storeu_ps(a, acc[u]);
 		for (int j = 0; j < 4; j++) /* hsum_float_8, as dot_q81_body */
 			h[j] = a[j + 4] + a[j];
-		mm->y[(t0 + u) * mm->ldy + r] = ((h[0] + h[2]) + (h[1] + h[3])) + summs[u];
+		p->y[(t0 + u) * p->ldy + r] = ((h[0] + h[2]) + (h[1] + h[3])) + summs[u];
 	}
 }
 
 __attribute__((target("avx2,fma,f16c"))) static inline __attribute__((always_inline)) void
-rows_q81_avx2(struct qc_matmul *mm, codes256_fn codes, int64_t r0, int64_t r1)
+rows_q81_avx2(struct qc_matmul *mm, const struct mm_part *p, codes256_fn codes, int64_t r0, int64_t r1)
 {
-	const int64_t nb = mm->w->n_in / 32;
+	const int64_t nb = p->w->n_in / 32;
 	for (int64_t r = r0; r < r1; r++) {
-		const uint8_t *wr = qc_mat_row(mm->w, mm->e, r);
+		const uint8_t *wr = qc_mat_row(p->w, mm->e, r);
 		int64_t t0 = 0;
 		for (; t0 + Q81_TOK <= mm->n_tok; t0 += Q81_TOK)
-			q81_tokens(mm, codes, wr, nb, r, t0, Q81_TOK);
+			q81_tokens(mm, p, codes, wr, nb, r, t0, Q81_TOK);
 		for (; t0 < mm->n_tok; t0++)
-			q81_tokens(mm, codes, wr, nb, r, t0, 1);
+			q81_tokens(mm, p, codes, wr, nb, r, t0, 1);
 	}
 }
 /* One clone per type, each with its codes function inlined. */
-__attribute__((target("avx2,fma,f16c"))) static void rows_q4_1_avx2(struct qc_matmul *mm, int64_t r0, int64_t r1)
+__attribute__((target("avx2,fma,f16c"))) static void rows_q4_1_avx2(struct qc_matmul *mm, const struct mm_part *p,
+									int64_t r0, int64_t r1)
 {
-	rows_q81_avx2(mm, codes_q4_1_avx2, r0, r1);
+	rows_q81_avx2(mm, p, codes_q4_1_avx2, r0, r1);
 }
 
-__attribute__((target("avx2,fma,f16c"))) static void rows_q5_1_avx2(struct qc_matmul *mm, int64_t r0, int64_t r1)
+__attribute__((target("avx2,fma,f16c"))) static void rows_q5_1_avx2(struct qc_matmul *mm, const struct mm_part *p,
+									int64_t r0, int64_t r1)
 {
-	rows_q81_avx2(mm, codes_q5_1_avx2, r0, r1);
+	rows_q81_avx2(mm, p, codes_q5_1_avx2, r0, r1);
 }
 #define ROWS_AVX2(f) f
 #else
@@ -186,7 +189,7 @@ __attribute__((target("avx2,fma,f16c"))) static void rows_q5_1_avx2(struct qc_ma
 static const struct q81_type {
 	enum qc_type type;
 	ucodes_fn ucodes;
-	void (*rows_avx2)(struct qc_matmul *mm, int64_t r0, int64_t r1);
+	void (*rows_avx2)(struct qc_matmul *mm, const struct mm_part *p, int64_t r0, int64_t r1);
 } q81_types[] = {
 	{QC_TYPE_Q4_1, ucodes_q4_1, ROWS_AVX2(rows_q4_1_avx2)},
 	{QC_TYPE_Q5_1, ucodes_q5_1, ROWS_AVX2(rows_q5_1_avx2)},
@@ -205,9 +208,9 @@ bool qc_matmul_q81_kernel(enum qc_type t)
 	return find_q81(t) != NULL;
 }
 
-void qc_matmul_rows_q81(struct qc_matmul *mm, int64_t r0, int64_t r1)
+void qc_matmul_rows_q81(struct qc_matmul *mm, const struct mm_part *p, int64_t r0, int64_t r1)
 {
-	const struct qc_mat *w = mm->w;
+	const struct qc_mat *w = p->w;
 	const struct q81_type *qt = find_q81(w->type);
 	QC_ASSERT(qt != NULL);
 	const ucodes_fn uc = qt->ucodes;
@@ -215,13 +218,13 @@ void qc_matmul_rows_q81(struct qc_matmul *mm, int64_t r0, int64_t r1)
 	float (*dot)(ucodes_fn, const uint8_t *, int64_t, const int8_t *, const double *,
 		     const float *) = dot_q81_generic;
 	if (mm->avx2 && qt->rows_avx2) {
-		qt->rows_avx2(mm, r0, r1);
+		qt->rows_avx2(mm, p, r0, r1);
 		return;
 	}
 	for (int64_t r = r0; r < r1; r++) {
 		const uint8_t *wr = qc_mat_row(w, mm->e, r);
 		for (int64_t t = 0; t < mm->n_tok; t++)
-			mm->y[t * mm->ldy + r] = dot(uc, wr, nb, mm->xq + t * w->n_in, mm->xqd + t * nb,
+			p->y[t * p->ldy + r] = dot(uc, wr, nb, mm->xq + t * w->n_in, mm->xqd + t * nb,
 						     mm->xs81 + t * nb);
 	}
 }

@@ -94,9 +94,10 @@ __attribute__((target("avx2,fma"))) double qc_matmul_dot_fd_avx2(const float *a,
 }
 #endif
 
-void qc_matmul_rows_ref(struct qc_matmul *mm, struct slot *s, int64_t r0, int64_t r1)
+void qc_matmul_rows_ref(struct qc_matmul *mm, const struct mm_part *p, struct slot *s, int64_t r0,
+			int64_t r1)
 {
-	const struct qc_mat *w = mm->w;
+	const struct qc_mat *w = p->w;
 	const struct qc_type_traits *tt = &qc_types[w->type];
 	const int64_t nb = w->n_in / 32, n = w->n_in;
 	const bool widen = mm->n_tok > 1;
@@ -112,7 +113,7 @@ void qc_matmul_rows_ref(struct qc_matmul *mm, struct slot *s, int64_t r0, int64_
 			double acc = widen ? mm->dot_dd(s->rowd, xt, n) : mm->dot_fd(row, xt, n);
 			for (int64_t b = 0; mm->q81 && b < nb; b++)
 				acc += (double)block_min(tt, wr, b) * mm->sdelta[t * nb + b];
-			mm->y[t * mm->ldy + r] = (float)acc;
+			p->y[t * p->ldy + r] = (float)acc;
 		}
 	}
 }
