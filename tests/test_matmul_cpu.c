@@ -7,7 +7,8 @@
  * sum_k w[k] * x[k] in double (x as the kernel rounds it); rows split over two
  * slots, each token alone and the portable kernels all give the same bits.
  * q4_1 / q5_1 with ggml rounding take the q8_1 kernel (ggml's float order), bounded as
- * float chains. Engine: the logits of every step are bit-identical whether the 100-token
+ * float chains; q4_K / q5_K / q6_K the K-quant kernel (exact codes: bounded by the
+ * roundings of the float activations and dequantized weights the truth uses). Engine: the logits of every step are bit-identical whether the 100-token
  * prompt runs as one prefill or one token per forward (decode-shaped).
  * Includes runtime/cpu/matmul_cpu_int.h to force the portable kernels and read the job.
  */
@@ -110,6 +111,9 @@ static double err_ratio(const struct qc_matmul *mm, const float *dec, const floa
 						     ? ((double)n_in / 16.0 + 8.0) * u * mag + 1e-30
 					     : mm->kind == MM_Q81 /* 8 fma chains of n/256, n/32 adds */
 						     ? ((double)n_in / 32.0 + 8.0) * u * mag + 1e-30
+					     : mm->kind == MM_KQ /* exact d_x q where truth has xa = fl(d_x q),
+								    and dequant's rounding of d sc q - dmin m */
+						     ? u * fabs(truth) + 2.0 * u * mag + 1e-30
 						     : u * fabs(truth) + 1e-12 * mag + 1e-30;
 			const double e = fabs((double)y[t * ldy + r] - truth) / bound;
 			if (!(e <= 1.0) && *first_bad < 0)
@@ -167,6 +171,8 @@ static void check_case(enum qc_type t, enum qc_act_round ar, struct shape sh, do
 	for (int64_t i = 0; i < ldy * n_tok; i++)
 		y[i] = NAN;
 	qc_matmul_prepare(mm, &w, 0, x, n_tok, y, ldy);
+	CHECK(ar != QC_ACT_ROUND_GGML || !qc_matmul_kq_kernel(t) || mm->kind == MM_KQ,
+	      "%s: ggml-rounded activations must take the K-quant kernel", tt->name);
 	qc_matmul_rows(mm, 0, 0, n_out);
 	int64_t bad;
 	const double e = err_ratio(mm, dec, y, n_in, n_out, n_tok, ldy, &bad);

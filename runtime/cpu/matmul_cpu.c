@@ -3,13 +3,15 @@
  * Owns: qc_matmul_new/free (buffers; CPU features pick the SIMD clones once),
  * qc_matmul_prepare[_group] (rounds the activations once, chooses the kernel; a
  * group is several matrices over the same x) and qc_matmul_rows (runs it on a
- * range of the job's rows, part by part). Four kernels, chosen per job from the
+ * range of the job's rows, part by part). Five kernels, chosen per job from the
  * weight type and enum qc_act_round:
  *  - float (f32/f16 weights, float lanes): matmul_float.c;
  *  - int8 (q8_0 / q4_0 weights x q8_0 activation codes, QC_ACT_ROUND_GGML), exact
  *    integer block sums summed in double: matmul_int8.c;
  *  - q8_1 (q4_1 / q5_1 weights x q8_1 activation codes, QC_ACT_ROUND_GGML), ggml's
  *    own float order, bit for bit: matmul_q8_1.c;
+ *  - K-quant (q4_K / q5_K / q6_K weights x q8_K activation codes, QC_ACT_ROUND_GGML),
+ *    exact integer super-block sums summed in double: matmul_kq.c;
  *  - reference (every other case), decoded rows dotted in double: matmul_ref.c.
  * Activation rounding (ggml's x86 quantize_row_q8_*): matmul_round.c. SIMD clones do
  * the same IEEE operations as the portable code, bit for bit (matmul_cpu.h's invariant).
@@ -49,11 +51,13 @@ void qc_matmul_prepare_group(struct qc_matmul *mm, int n, const struct qc_mat *c
 	mm->pack = i8 && mm->avx2 && i8->pack_simd ? i8->pack_simd : qc_matmul_pack_generic;
 	mm->dot16 = i8 && mm->vnni && n_tok < DOT16_MAX_TOK ? i8->dot16_vnni : NULL;
 	const bool q81 = mm->ar == QC_ACT_ROUND_GGML && qc_matmul_q81_kernel(w0->type);
-	mm->xa = qc_matmul_round_act(mm, w0->type, x, w0->n_in, n_tok, i8 != NULL || q81);
+	const bool kq = mm->ar == QC_ACT_ROUND_GGML && qc_matmul_kq_kernel(w0->type);
+	mm->xa = qc_matmul_round_act(mm, w0->type, x, w0->n_in, n_tok, i8 != NULL || q81 || kq);
 	mm->q81 = mm->xa == mm->xr && pairs_q8_1(w0->type);
 	mm->kind = qc_matmul_float_kernel(w0->type) ? MM_FLOAT
 		   : i8				     ? MM_INT8
 		   : q81 && mm->q81		     ? MM_Q81
+		   : kq && mm->xa == mm->xr	     ? MM_KQ
 						     : MM_REF;
 	for (int64_t i = 0; mm->kind == MM_REF && i < n_tok * w0->n_in; i++)
 		mm->xd[i] = (double)mm->xa[i];
@@ -85,6 +89,8 @@ void qc_matmul_rows(struct qc_matmul *mm, int slot, int64_t r0, int64_t r1)
 			qc_matmul_rows_int8(mm, p, s, lo, hi);
 		else if (mm->kind == MM_Q81)
 			qc_matmul_rows_q81(mm, p, lo, hi);
+		else if (mm->kind == MM_KQ)
+			qc_matmul_rows_kq(mm, p, s, lo, hi);
 		else
 			qc_matmul_rows_ref(mm, p, s, lo, hi);
 	}
@@ -128,6 +134,7 @@ void qc_matmul_free(struct qc_matmul *mm)
 	free(mm->xq);
 	free(mm->xqd);
 	free(mm->xs);
+	free(mm->xb16);
 	free(mm->qbuf);
 	free(mm);
 }
@@ -154,8 +161,9 @@ int qc_matmul_new(int64_t max_in, int64_t max_tok, int n_slots, enum qc_act_roun
 	mm->xq = malloc(tok * in);
 	mm->xqd = malloc(tok * nb * sizeof(double));
 	mm->xs = malloc(tok * nb * sizeof(int32_t));
+	mm->xb16 = malloc(tok * (in / 16 + 1) * sizeof(int16_t));
 	mm->qbuf = malloc(in * 8 + 64);
-	bool ok = mm->slots && mm->xr && mm->xd && mm->sdelta && mm->xs81 && mm->xq && mm->xqd && mm->xs &&
+	bool ok = mm->slots && mm->xr && mm->xd && mm->sdelta && mm->xs81 && mm->xq && mm->xqd && mm->xs && mm->xb16 &&
 		  mm->qbuf;
 	for (int k = 0; ok && k < n_slots; k++) {
 		struct slot *s = &mm->slots[k];

@@ -4,7 +4,7 @@
  * kernels chosen for this CPU), the per-thread scratch slot, the int8 weight-type
  * record, and the entry points each kernel file gives the dispatcher: matmul_cpu.c
  * (jobs, lifetime, CPU features), matmul_float.c, matmul_int8.c, matmul_q8_1.c,
- * matmul_ref.c (the four kernels), matmul_round.c (activation rounding).
+ * matmul_kq.c, matmul_ref.c (the five kernels), matmul_round.c (activation rounding).
  * Index grammar: r output row (weight row), t token, k input element, b 32-element
  * block, i row inside a tile, g 4-byte group inside a block.
  * Not an interface for callers: matmul_cpu.h is; tests/test_matmul_cpu.c includes this
@@ -34,7 +34,7 @@
 #define DOT16_MAX_TOK 4 /* int8 kernel: fewer tokens than this skip the repack */
 #define TOK_L2 (1 << 20) /* bytes of activations kept hot while a row tile streams */
 
-enum mm_kind { MM_REF, MM_FLOAT, MM_INT8, MM_Q81 };
+enum mm_kind { MM_REF, MM_FLOAT, MM_INT8, MM_Q81, MM_KQ };
 
 /* Codes of block b of a weight row as int8 (value = d * code), d returned. */
 typedef float (*codes_fn)(const uint8_t *row, int64_t b, int8_t *codes);
@@ -90,6 +90,7 @@ struct qc_matmul {
 	int8_t *xq;                   /* (max_tok, max_in) q8_0 activation codes */
 	double *xqd;                  /* (max_tok, max_in / 32) their d16, widened */
 	int32_t *xs;                  /* (max_tok, max_in / 32) -128 * sum of a block's codes */
+	int16_t *xb16;                /* (max_tok, max_in / 16) q8_K: sum of each 16 codes */
 	uint8_t *qbuf;                /* one quantized activation row */
 	/* the prepared job: n_parts matrices of one type and width over the same x */
 	enum mm_kind kind;
@@ -193,6 +194,14 @@ bool qc_matmul_q81_kernel(enum qc_type t);
 
 /* Rows [r0, r1) of part p (its own row numbers) with the q8_1 kernel (ggml's float order). */
 void qc_matmul_rows_q81(struct qc_matmul *mm, const struct mm_part *p, int64_t r0, int64_t r1);
+
+/* ---- K-quant kernel (matmul_kq.c) ----------------------------------------- */
+
+/* Whether the K-quant kernel reads weights of type t (q4_K, q5_K, q6_K). */
+bool qc_matmul_kq_kernel(enum qc_type t);
+
+/* Rows [r0, r1) of part p (its own row numbers) with the K-quant kernel, scratch s. */
+void qc_matmul_rows_kq(struct qc_matmul *mm, const struct mm_part *p, struct slot *s, int64_t r0, int64_t r1);
 
 /* ---- reference kernel (matmul_ref.c) -------------------------------------- */
 

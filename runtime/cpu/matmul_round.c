@@ -13,8 +13,9 @@
 
 /* ggml quantize_row_q8_K_ref: per 256 values, d = max / -127 with max the
  * signed value of largest magnitude, q = min(127, rint(x / d)). Kept here until
- * qtype.def grows a q8_K encoder. */
-static void round_q8_k(const float *x, float *y, int64_t n)
+ * qtype.def grows a q8_K encoder. With codes (K-quant kernel): the codes, d per
+ * 256 (dk) and the sum of each 16 codes (b16, ggml's bsums) too. */
+static void round_q8_k(const float *x, float *y, int8_t *codes, double *dk, int16_t *b16, int64_t n)
 {
 	for (int64_t b = 0; b < n; b += 256) {
 		float amax = 0.0f, max = 0.0f;
@@ -27,13 +28,30 @@ static void round_q8_k(const float *x, float *y, int64_t n)
 		}
 		if (amax == 0.0f) {
 			memset(y + b, 0, 256 * sizeof *y);
+			if (codes) {
+				memset(codes + b, 0, 256);
+				dk[b / 256] = 0.0;
+				memset(b16 + b / 16, 0, 16 * sizeof *b16);
+			}
 			continue;
 		}
 		const float iscale = -127.0f / max;
 		const float d = 1.0f / iscale;
 		for (int j = 0; j < 256; j++) {
 			long q = lrintf(iscale * x[b + j]);
-			y[b + j] = d * (float)(q < 127 ? q : 127);
+			q = q < 127 ? q : 127;
+			y[b + j] = d * (float)q;
+			if (codes)
+				codes[b + j] = (int8_t)q;
+		}
+		if (codes) {
+			dk[b / 256] = (double)d;
+			for (int g = 0; g < 16; g++) {
+				int32_t s = 0;
+				for (int j = 0; j < 16; j++)
+					s += codes[b + 16 * g + j];
+				b16[b / 16 + g] = (int16_t)s; /* |s| <= 16 x 127 */
+			}
 		}
 	}
 }
@@ -140,7 +158,8 @@ const float *qc_matmul_round_act(struct qc_matmul *mm, enum qc_type wt, const fl
 		float *dst = mm->xr + t * n_in;
 		const int64_t nb = n_in / 32;
 		if (at == QC_TYPE_Q8_K) {
-			round_q8_k(src, dst, n_in);
+			round_q8_k(src, dst, codes ? mm->xq + t * n_in : NULL, mm->xqd + t * nb,
+				   mm->xb16 + t * (n_in / 16), n_in);
 #ifdef QC_X86
 		} else if (at == QC_TYPE_Q8_0 && codes && mm->avx2 && !pairs_q8_1(wt)) {
 			round_q8_codes_avx2(src, dst, mm->xq + t * n_in, mm->xqd + t * nb, mm->xs + t * nb,
