@@ -121,7 +121,7 @@ __attribute__((target("avx2,f16c"))) static inline void head_k4_avx2(const uint8
 
 /* The same codes with AVX2 (byte masks after 16-bit shifts: the bits a shift
  * carries across a byte boundary are masked off). */
-__attribute__((target("avx2,f16c"))) static void decode_q4_k_avx2(const uint8_t *blk, uint8_t *q, int16_t *s,
+__attribute__((target("avx2,f16c"))) static inline __attribute__((always_inline)) void decode_q4_k_avx2(const uint8_t *blk, uint8_t *q, int16_t *s,
 							      int16_t *m, double *d)
 {
 	const struct qc_block_Q4_K *b = (const void *)blk;
@@ -134,7 +134,7 @@ __attribute__((target("avx2,f16c"))) static void decode_q4_k_avx2(const uint8_t 
 	head_k4_avx2(b->scales, b->d, b->dmin, s, m, d);
 }
 
-__attribute__((target("avx2,f16c"))) static void decode_q6_k_avx2(const uint8_t *blk, uint8_t *q, int16_t *s,
+__attribute__((target("avx2,f16c"))) static inline __attribute__((always_inline)) void decode_q6_k_avx2(const uint8_t *blk, uint8_t *q, int16_t *s,
 							      int16_t *m, double *d)
 {
 	const struct qc_block_Q6_K *b = (const void *)blk;
@@ -160,33 +160,8 @@ __attribute__((target("avx2,f16c"))) static void decode_q6_k_avx2(const uint8_t 
 	}
 	d[0] = d[1] = (double)_cvtsh_ss(b->d);
 }
-#define KQ_AVX2(f) f
-#else
-#define KQ_AVX2(f) NULL
 #endif
 
-static const struct kq_type {
-	enum qc_type type;
-	kq_decode_fn decode;          /* portable */
-	kq_decode_fn decode_avx2;     /* the same codes with AVX2, or NULL */
-} kq_types[] = {
-	{QC_TYPE_Q4_K, decode_q4_k, KQ_AVX2(decode_q4_k_avx2)},
-	{QC_TYPE_Q5_K, decode_q5_k, NULL},
-	{QC_TYPE_Q6_K, decode_q6_k, KQ_AVX2(decode_q6_k_avx2)},
-};
-
-static const struct kq_type *find_kq(enum qc_type t)
-{
-	for (size_t i = 0; i < sizeof kq_types / sizeof kq_types[0]; i++)
-		if (kq_types[i].type == t)
-			return &kq_types[i];
-	return NULL;
-}
-
-bool qc_matmul_kq_kernel(enum qc_type t)
-{
-	return find_kq(t) != NULL;
-}
 
 /* IS and IM of one super-block: sum over code pairs of s * (q x + q' x'), and sum
  * over 16-code groups of m_g * (the group's activation code sum). */
@@ -209,8 +184,9 @@ typedef void (*dot_sb_fn)(const uint8_t *q, const int16_t *s, const int16_t *m, 
 /* The same integers with AVX2: per 32 codes, maddubs gives the 16 pair sums, madd
  * with the pair scales sums them in pairs to int32; the mins in one madd (integer
  * adds: any order gives the same sums). */
-__attribute__((target("avx2"))) static inline __attribute__((always_inline)) void dot_sb_avx2(const uint8_t *q, const int16_t *s, const int16_t *m,
-							 const int8_t *x, const int16_t *xb, int32_t *is, int32_t *im)
+__attribute__((target("avx2"))) static inline __attribute__((always_inline)) void
+dot_sb_avx2(const uint8_t *q, const int16_t *s, const int16_t *m, const int8_t *x, const int16_t *xb, int32_t *is,
+	    int32_t *im)
 {
 	__m256i acc = _mm256_setzero_si256();
 #pragma GCC unroll 8
@@ -247,6 +223,20 @@ static inline __attribute__((always_inline)) void rows_kq_body(struct qc_matmul 
 
 	for (int64_t r = r0; r < r1; r++) {
 		const uint8_t *wr = qc_mat_row(w, mm->e, r);
+		if (mm->n_tok == 1) { /* decode: each super-block dotted while its codes are in L1 */
+			const int8_t *x = mm->xq;
+			double acc = 0.0;
+			for (int64_t b = 0; b < nb; b++) {
+				int32_t is, im;
+				for (int64_t o = 0; o < bb; o += 64)
+					prefetch_ahead(wr + b * bb + o, 4096);
+				decode(wr + b * bb, q, sc, m, d);
+				dot(q, sc, m, x + 256 * b, mm->xb16 + 16 * b, &is, &im);
+				acc += (double)is * (d[0] * mm->xqd[b]) - (double)im * (d[1] * mm->xqd[b]);
+			}
+			p->y[r] = (float)acc;
+			continue;
+		}
 		for (int64_t b = 0; b < nb; b++) {
 			for (int64_t o = 0; o < bb; o += 64) /* see prefetch_ahead */
 				prefetch_ahead(wr + b * bb + o, 4096);
@@ -276,13 +266,53 @@ static void rows_kq_generic(struct qc_matmul *mm, const struct mm_part *p, struc
 #ifdef QC_X86
 /* AVX2 without FMA: (double)is * (d * dx) is not always exact, so a compiler that
  * contracts (clang's default) must not fuse it with the sum, or the bits would differ
- * from the portable build's. */
+ * from the portable build's. One clone per type with its decoder inlined. */
+__attribute__((target("avx2,f16c"))) static void rows_q4_k_avx2(struct qc_matmul *mm, const struct mm_part *p,
+								 struct slot *s, int64_t r0, int64_t r1)
+{
+	rows_kq_body(mm, p, s, r0, r1, decode_q4_k_avx2, dot_sb_avx2);
+}
+
+__attribute__((target("avx2,f16c"))) static void rows_q6_k_avx2(struct qc_matmul *mm, const struct mm_part *p,
+								 struct slot *s, int64_t r0, int64_t r1)
+{
+	rows_kq_body(mm, p, s, r0, r1, decode_q6_k_avx2, dot_sb_avx2);
+}
+
+/* Types without an AVX2 decoder: the portable one through a pointer, the AVX2 dot. */
 __attribute__((target("avx2"))) static void rows_kq_avx2(struct qc_matmul *mm, const struct mm_part *p,
 							 struct slot *s, int64_t r0, int64_t r1, kq_decode_fn decode)
 {
 	rows_kq_body(mm, p, s, r0, r1, decode, dot_sb_avx2);
 }
+#define KQ_AVX2(f) f
+#else
+#define KQ_AVX2(f) NULL
 #endif
+
+static const struct kq_type {
+	enum qc_type type;
+	kq_decode_fn decode;          /* portable */
+	/* AVX2 rows with the decoder inlined (the same codes), or NULL */
+	void (*rows_avx2)(struct qc_matmul *mm, const struct mm_part *p, struct slot *s, int64_t r0, int64_t r1);
+} kq_types[] = {
+	{QC_TYPE_Q4_K, decode_q4_k, KQ_AVX2(rows_q4_k_avx2)},
+	{QC_TYPE_Q5_K, decode_q5_k, NULL},
+	{QC_TYPE_Q6_K, decode_q6_k, KQ_AVX2(rows_q6_k_avx2)},
+};
+
+static const struct kq_type *find_kq(enum qc_type t)
+{
+	for (size_t i = 0; i < sizeof kq_types / sizeof kq_types[0]; i++)
+		if (kq_types[i].type == t)
+			return &kq_types[i];
+	return NULL;
+}
+
+bool qc_matmul_kq_kernel(enum qc_type t)
+{
+	return find_kq(t) != NULL;
+}
 
 void qc_matmul_rows_kq(struct qc_matmul *mm, const struct mm_part *p, struct slot *s, int64_t r0, int64_t r1)
 {
@@ -290,7 +320,10 @@ void qc_matmul_rows_kq(struct qc_matmul *mm, const struct mm_part *p, struct slo
 	QC_ASSERT(kt != NULL);
 #ifdef QC_X86
 	if (mm->avx2) {
-		rows_kq_avx2(mm, p, s, r0, r1, kt->decode_avx2 ? kt->decode_avx2 : kt->decode);
+		if (kt->rows_avx2)
+			kt->rows_avx2(mm, p, s, r0, r1);
+		else
+			rows_kq_avx2(mm, p, s, r0, r1, kt->decode);
 		return;
 	}
 #endif

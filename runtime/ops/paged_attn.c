@@ -59,7 +59,26 @@ static void round_f16_sw(float *x, int32_t n)
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
 #include <immintrin.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+/* FMA and F16C, asked once: cpuid traps to the hypervisor on a VM, too slow for
+ * every head, and clang's __builtin_cpu_supports knows no "f16c". The relaxed
+ * atomic makes the benign race (every thread stores the same answer) defined. */
+static bool cpu_fma_f16c(void)
+{
+	static _Atomic int known; /* 0: not asked yet, 1: both, 2: not both */
+	int k = atomic_load_explicit(&known, memory_order_relaxed);
+	if (!k) {
+		unsigned int eax, ebx, ecx = 0, edx;
+		const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C);
+		k = __builtin_cpu_supports("fma") && f16c ? 1 : 2;
+		atomic_store_explicit(&known, k, memory_order_relaxed);
+	}
+	return k == 1;
+}
 
 /* The same with F16C, 8 at a time: round to nearest even, subnormals kept, as
  * qc_f32_to_fp16 (NaN payloads aside: the softmax weights have none). The
@@ -254,8 +273,7 @@ static void attn_head_ggml_any(const struct qc_ref_attn_args *a, const float *qh
 			       int32_t n_all, int64_t kvo, const int32_t *table, float *sc)
 {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-	/* a load and a bit test each: no cache needed (every FMA x86 has F16C) */
-	if (__builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+	if (cpu_fma_f16c()) {
 		attn_head_ggml_fma(a, qh, o, j0, n_all, kvo, table, sc);
 		return;
 	}
