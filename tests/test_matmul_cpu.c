@@ -210,6 +210,15 @@ static void check_case(enum qc_type t, enum qc_act_round ar, struct shape sh, do
 	for (int i = 0; i < 3; i++)
 		CHECK(same_bits(y, gy[i], n_tok, n_out, ldy), "%s: part %d of a group differs", tt->name, i);
 
+	/* the activations rounded in two token ranges on two slots (a prefill's split) */
+	for (int64_t i = 0; i < ldy * n_tok; i++)
+		y2[i] = NAN;
+	qc_matmul_plan_group(mm, 1, gw, 0, x, n_tok, &y2, &ldy);
+	qc_matmul_round(mm, 1, n_tok / 2, n_tok);
+	qc_matmul_round(mm, 0, 0, n_tok / 2);
+	qc_matmul_rows(mm, 0, 0, n_out);
+	CHECK(same_bits(y, y2, n_tok, n_out, ldy), "%s: split rounding differs", tt->name);
+
 	/* each token alone (decode) equals its row of the batch (prefill) */
 	bool alone = true;
 	for (int64_t tk = 0; tk < n_tok; tk++) {

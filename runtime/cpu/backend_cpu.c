@@ -16,7 +16,9 @@
  * output is computed by exactly the same code whatever thread runs it, so
  * results are bit-identical for any thread count. Attention is split the same
  * way, by tokens, or by (token, head) pairs when there are few tokens (decode),
- * each with its thread's scratch; everything else runs on the caller's thread.
+ * each with its thread's scratch, and so is a prefill's activation rounding (by
+ * tokens); Q, K, V and gate, up go to the pool as one job each (qc_matmul groups);
+ * everything else runs on the caller's thread.
  * Act-order weights (qc_mat.act_perm) get their activations gathered first.
  * MoE: softmax router, top-k, optional renormalization, expert outputs summed
  * in rank order then the sigmoid-gated shared expert, then the residual, in
@@ -86,7 +88,8 @@ struct cpu {
 	_Atomic int pending;          /* ranges not yet finished */
 	_Atomic bool quit;
 	struct qc_matmul *mm;         /* activation buffers, kernels, the current job */
-	int64_t job_rows;             /* output rows of the current job (0: attention job) */
+	enum { JOB_MATMUL, JOB_ROUND, JOB_ATTEND } job; /* what the pool runs now */
+	int64_t job_rows;             /* matmul job: output rows; round job: tokens */
 	const struct qc_sched_plan *job_plan; /* attention job: plan, layer */
 	int job_il;
 	bool job_heads;               /* attention job: split by (token, head), not by token */
@@ -117,8 +120,12 @@ static void attend_range(struct cpu *c, int k);
 static void run_range(struct cpu *c, int k)
 {
 	const int64_t n = c->job_rows, nt = c->p.n_threads;
-	if (!n) {
+	if (c->job == JOB_ATTEND) {
 		attend_range(c, k);
+		return;
+	}
+	if (c->job == JOB_ROUND) {
+		qc_matmul_round(c->mm, k, n * k / nt, n * (k + 1) / nt);
 		return;
 	}
 	const int64_t r0 = k ? (n * k / nt) & ~(int64_t)15 : 0;
@@ -206,16 +213,29 @@ static void pool_run(struct cpu *c)
  * the pool costs more (the split does not change any result either way). */
 #define MT_MIN_MACS (1 << 16)
 
-/* Runs the prepared matmul job of n_in wide rows for n_tok tokens: on the pool,
- * or on the caller's thread when it is small. */
+/* Below this many tokens per thread a job's activations are rounded on the
+ * caller's thread (a decode step's: one more dispatch would cost more). */
+#define MT_ROUND_MIN_TOK 4
+
+/* Rounds the planned matmul job's activations and runs it, n_in wide rows for
+ * n_tok tokens: on the pool, or on the caller's thread when it is small. */
 static void matmul_run(struct cpu *c, int64_t n_in, int64_t n_tok)
 {
 	const int64_t rows = qc_matmul_job_rows(c->mm);
-	c->job_rows = rows;
 	if (c->p.n_threads < 2 || rows < c->p.n_threads || rows * n_in * n_tok < MT_MIN_MACS) {
+		qc_matmul_round(c->mm, 0, 0, n_tok);
 		qc_matmul_rows(c->mm, 0, 0, rows);
 		return;
 	}
+	if (n_tok >= MT_ROUND_MIN_TOK * c->p.n_threads) {
+		c->job = JOB_ROUND;
+		c->job_rows = n_tok;
+		pool_run(c);
+	} else {
+		qc_matmul_round(c->mm, 0, 0, n_tok);
+	}
+	c->job = JOB_MATMUL;
+	c->job_rows = rows;
 	pool_run(c);
 }
 
@@ -224,7 +244,7 @@ static void matmul(struct cpu *c, const struct qc_mat *w, int64_t e, const float
 		   int64_t n_rows, float *y, int64_t ldy)
 {
 	x = act_gather(c, w, e, x, n_rows);
-	qc_matmul_prepare(c->mm, w, e, x, n_rows, y, ldy);
+	qc_matmul_plan_group(c->mm, 1, &w, e, x, n_rows, &y, &ldy);
 	matmul_run(c, w->n_in, n_rows);
 }
 
@@ -241,7 +261,7 @@ static void matmul_group(struct cpu *c, int n, const struct qc_mat *const *w, in
 			matmul(c, w[i], e, x, n_rows, y[i], ldy[i]);
 			continue;
 		}
-		qc_matmul_prepare_group(c->mm, j - i, w + i, e, x, n_rows, y + i, ldy + i);
+		qc_matmul_plan_group(c->mm, j - i, w + i, e, x, n_rows, y + i, ldy + i);
 		matmul_run(c, w[i]->n_in, n_rows);
 	}
 }
@@ -373,7 +393,7 @@ static void attend_all(struct cpu *c, const struct qc_sched_plan *plan, int il)
 				attend(c, plan, il, i, t, 0, nh, 0);
 		return;
 	}
-	c->job_rows = 0;
+	c->job = JOB_ATTEND;
 	c->job_plan = plan;
 	c->job_il = il;
 	c->job_heads = plan->n_tokens < ATTN_HEAD_SPLIT_TOK * c->p.n_threads;

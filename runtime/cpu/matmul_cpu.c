@@ -31,8 +31,8 @@ bool qc_matmul_groupable(const struct qc_mat *a, const struct qc_mat *b)
 	return a->type == b->type && a->n_in == b->n_in && !a->act_perm && !b->act_perm;
 }
 
-void qc_matmul_prepare_group(struct qc_matmul *mm, int n, const struct qc_mat *const *w, int64_t e,
-			     const float *x, int64_t n_tok, float *const *y, const int64_t *ldy)
+void qc_matmul_plan_group(struct qc_matmul *mm, int n, const struct qc_mat *const *w, int64_t e,
+			  const float *x, int64_t n_tok, float *const *y, const int64_t *ldy)
 {
 	QC_ASSERT(n >= 1 && n <= QC_MATMUL_MAX_PARTS);
 	const struct qc_mat *w0 = w[0];
@@ -52,15 +52,34 @@ void qc_matmul_prepare_group(struct qc_matmul *mm, int n, const struct qc_mat *c
 	mm->dot16 = i8 && mm->vnni && n_tok < DOT16_MAX_TOK ? i8->dot16_vnni : NULL;
 	const bool q81 = mm->ar == QC_ACT_ROUND_GGML && qc_matmul_q81_kernel(w0->type);
 	const bool kq = mm->ar == QC_ACT_ROUND_GGML && qc_matmul_kq_kernel(w0->type);
-	mm->xa = qc_matmul_round_act(mm, w0->type, x, w0->n_in, n_tok, i8 != NULL || q81 || kq);
-	mm->q81 = mm->xa == mm->xr && pairs_q8_1(w0->type);
+	const bool rounded = qc_matmul_act_rounded(mm, w0->type);
+	mm->x = x;
+	mm->codes = i8 != NULL || q81 || kq;
+	mm->xa = rounded ? mm->xr : x;
+	mm->q81 = rounded && pairs_q8_1(w0->type);
 	mm->kind = qc_matmul_float_kernel(w0->type) ? MM_FLOAT
 		   : i8				     ? MM_INT8
 		   : q81 && mm->q81		     ? MM_Q81
-		   : kq && mm->xa == mm->xr	     ? MM_KQ
+		   : kq && rounded		     ? MM_KQ
 						     : MM_REF;
-	for (int64_t i = 0; mm->kind == MM_REF && i < n_tok * w0->n_in; i++)
+}
+
+void qc_matmul_round(struct qc_matmul *mm, int slot, int64_t t0, int64_t t1)
+{
+	const struct qc_mat *w0 = mm->parts[0].w;
+	const int64_t n = w0->n_in;
+	if (mm->xa == mm->xr)
+		qc_matmul_round_tokens(mm, w0->type, mm->x, n, t0, t1, mm->codes,
+				       mm->qbuf + (size_t)slot * (size_t)(mm->max_in * 8 + 64));
+	for (int64_t i = t0 * n; mm->kind == MM_REF && i < t1 * n; i++)
 		mm->xd[i] = (double)mm->xa[i];
+}
+
+void qc_matmul_prepare_group(struct qc_matmul *mm, int n, const struct qc_mat *const *w, int64_t e,
+			     const float *x, int64_t n_tok, float *const *y, const int64_t *ldy)
+{
+	qc_matmul_plan_group(mm, n, w, e, x, n_tok, y, ldy);
+	qc_matmul_round(mm, 0, 0, n_tok);
 }
 
 void qc_matmul_prepare(struct qc_matmul *mm, const struct qc_mat *w, int64_t e, const float *x,
@@ -162,7 +181,7 @@ int qc_matmul_new(int64_t max_in, int64_t max_tok, int n_slots, enum qc_act_roun
 	mm->xqd = malloc(tok * nb * sizeof(double));
 	mm->xs = malloc(tok * nb * sizeof(int32_t));
 	mm->xb16 = malloc(tok * (in / 16 + 1) * sizeof(int16_t));
-	mm->qbuf = malloc(in * 8 + 64);
+	mm->qbuf = malloc((size_t)n_slots * (in * 8 + 64));
 	bool ok = mm->slots && mm->xr && mm->xd && mm->sdelta && mm->xs81 && mm->xq && mm->xqd && mm->xs && mm->xb16 &&
 		  mm->qbuf;
 	for (int k = 0; ok && k < n_slots; k++) {

@@ -47,6 +47,16 @@ bool qc_matmul_groupable(const struct qc_mat *a, const struct qc_mat *b);
 void qc_matmul_prepare_group(struct qc_matmul *mm, int n, const struct qc_mat *const *w, int64_t e,
 			     const float *x, int64_t n_tok, float *const *y, const int64_t *ldy);
 
+/* qc_matmul_prepare_group in two steps, so the rounding can be shared out: plan
+ * (the kernel chosen, nothing rounded), then qc_matmul_round for every token, in
+ * any split over distinct slots, before the first qc_matmul_rows. */
+void qc_matmul_plan_group(struct qc_matmul *mm, int n, const struct qc_mat *const *w, int64_t e,
+			  const float *x, int64_t n_tok, float *const *y, const int64_t *ldy);
+
+/* Rounds tokens [t0, t1) of the planned job's activations, with scratch slot slot;
+ * distinct slots may run concurrently on disjoint token ranges. */
+void qc_matmul_round(struct qc_matmul *mm, int slot, int64_t t0, int64_t t1);
+
 /* Rows of the prepared job (all its matrices). */
 int64_t qc_matmul_job_rows(const struct qc_matmul *mm);
 

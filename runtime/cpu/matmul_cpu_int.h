@@ -91,7 +91,7 @@ struct qc_matmul {
 	double *xqd;                  /* (max_tok, max_in / 32) their d16, widened */
 	int32_t *xs;                  /* (max_tok, max_in / 32) -128 * sum of a block's codes */
 	int16_t *xb16;                /* (max_tok, max_in / 16) q8_K: sum of each 16 codes */
-	uint8_t *qbuf;                /* one quantized activation row */
+	uint8_t *qbuf;                /* (n_slots, max_in * 8 + 64) one quantized activation row per slot */
 	/* the prepared job: n_parts matrices of one type and width over the same x */
 	enum mm_kind kind;
 	struct mm_part parts[QC_MATMUL_MAX_PARTS];
@@ -99,6 +99,8 @@ struct qc_matmul {
 	int64_t n_rows;               /* rows of all parts */
 	int64_t e, n_tok;
 	const float *xa;              /* (n_tok, n_in) activations as the kernel reads them */
+	const float *x;               /* (n_tok, n_in) the job's activations before rounding */
+	bool codes;                   /* the kernel reads activation codes */
 	bool q81;
 	const struct int8_type *i8;   /* the int8 kernel's weight type, or NULL */
 	pack_fn pack;
@@ -219,9 +221,14 @@ void qc_matmul_rows_ref(struct qc_matmul *mm, const struct mm_part *p, struct sl
 
 /* ---- activation rounding (matmul_round.c) --------------------------------- */
 
-/* Rounds x (n_tok rows of n_in) for weights of type wt into mm->xr (and the int8
- * codes when codes is set); returns x itself when nothing is rounded. */
-const float *qc_matmul_round_act(struct qc_matmul *mm, enum qc_type wt, const float *x,
-				 int64_t n_in, int64_t n_tok, bool codes);
+/* Whether activations for weights of type wt are rounded (into mm->xr) under mm's
+ * mode; false (and a warning once) for a type with no activation encoder. */
+bool qc_matmul_act_rounded(const struct qc_matmul *mm, enum qc_type wt);
+
+/* Rounds rows t0..t1-1 of x (rows of n_in) for weights of type wt into mm->xr (and
+ * the kernel's codes when codes is set), with qbuf (a slot's) as scratch. Each row
+ * alone: any split of the rows over threads gives the same bits. */
+void qc_matmul_round_tokens(struct qc_matmul *mm, enum qc_type wt, const float *x, int64_t n_in, int64_t t0,
+			    int64_t t1, bool codes, uint8_t *qbuf);
 
 #endif

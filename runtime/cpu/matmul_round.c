@@ -135,25 +135,39 @@ __attribute__((target("avx2,fma"))) static void round_q8_codes_avx2(const float 
 }
 #endif
 
-/* Rounds x for weights of type wt into mm->xr (and codes for the int8 kernel).
- * Returns x itself when nothing is rounded. */
-const float *qc_matmul_round_act(struct qc_matmul *mm, enum qc_type wt, const float *x,
-				 int64_t n_in, int64_t n_tok, bool codes)
+/* The type ggml rounds activations to for weights of type wt under mm's rounding
+ * mode, or QC_TYPE_COUNT when they stay as they are. */
+static enum qc_type act_type(const struct qc_matmul *mm, enum qc_type wt)
 {
 	const struct qc_type_traits *tt = &qc_types[wt];
-	enum qc_type at;
-
 	if (mm->ar != QC_ACT_ROUND_GGML || wt == QC_TYPE_F32)
-		return x;
+		return QC_TYPE_COUNT;
 	if (tt->family == QC_FAMILY_FLOAT)
-		at = wt;
-	else if (tt->block_elems == 32)
-		at = QC_TYPE_Q8_0;
-	else if (tt->block_elems == 256)
-		at = QC_TYPE_Q8_K;
-	else
-		return x;
-	for (int64_t t = 0; t < n_tok; t++) {
+		return wt;
+	if (tt->block_elems == 32)
+		return QC_TYPE_Q8_0;
+	if (tt->block_elems == 256)
+		return QC_TYPE_Q8_K;
+	return QC_TYPE_COUNT;
+}
+
+bool qc_matmul_act_rounded(const struct qc_matmul *mm, enum qc_type wt)
+{
+	const enum qc_type at = act_type(mm, wt);
+	if (at == QC_TYPE_COUNT)
+		return false;
+	if (at != QC_TYPE_Q8_K && at != QC_TYPE_Q8_0 && !qc_types[at].quant_row) {
+		QC_WARN_ONCE("no activation encoder for %s weights: float activations", qc_types[wt].name);
+		return false;
+	}
+	return true;
+}
+
+void qc_matmul_round_tokens(struct qc_matmul *mm, enum qc_type wt, const float *x, int64_t n_in, int64_t t0,
+			    int64_t t1, bool codes, uint8_t *qbuf)
+{
+	const enum qc_type at = act_type(mm, wt);
+	for (int64_t t = t0; t < t1; t++) {
 		const float *src = x + t * n_in;
 		float *dst = mm->xr + t * n_in;
 		const int64_t nb = n_in / 32;
@@ -169,13 +183,9 @@ const float *qc_matmul_round_act(struct qc_matmul *mm, enum qc_type wt, const fl
 			round_q8_x86(src, dst, pairs_q8_1(wt) ? mm->sdelta + t * nb : NULL,
 				     mm->xs81 + t * nb, codes ? mm->xq + t * n_in : NULL, mm->xqd + t * nb,
 				     mm->xs + t * nb, n_in);
-		} else if (qc_types[at].quant_row) {
-			qc_types[at].quant_row(src, mm->qbuf, n_in);
-			qc_types[at].dequant_row(mm->qbuf, dst, n_in);
 		} else {
-			QC_WARN_ONCE("no activation encoder for %s weights: float activations", tt->name);
-			return x;
+			qc_types[at].quant_row(src, qbuf, n_in);
+			qc_types[at].dequant_row(qbuf, dst, n_in);
 		}
 	}
-	return mm->xr;
 }
