@@ -180,6 +180,10 @@ static inline __attribute__((always_inline)) void dot_sb_generic(const uint8_t *
 typedef void (*dot_sb_fn)(const uint8_t *q, const int16_t *s, const int16_t *m, const int8_t *x,
 			  const int16_t *xb, int32_t *is, int32_t *im);
 
+/* Decode and dot in one, from the block in place (one token), or NULL. */
+typedef void (*dot_blk_fn)(const uint8_t *blk, const int8_t *x, const int16_t *xb, int32_t *is, int32_t *im,
+			   double *d);
+
 #ifdef QC_X86
 /* The same integers with AVX2: per 32 codes, maddubs gives the 16 pair sums, madd
  * with the pair scales sums them in pairs to int32; the mins in one madd (integer
@@ -207,12 +211,93 @@ dot_sb_avx2(const uint8_t *q, const int16_t *s, const int16_t *m, const int8_t *
 }
 #endif
 
+#ifdef QC_X86
+/* q4_K decode and dot_sb_avx2 in one (one token): the codes, scales and mins stay in
+ * registers; the same integers (sub-block j's codes against the same 32 activation
+ * codes, times the same scale; the mins each twice against the per-16 sums). */
+__attribute__((target("avx2,f16c"))) static inline __attribute__((always_inline)) void
+dot1_q4_k_avx2(const uint8_t *blk, const int8_t *x, const int16_t *xb, int32_t *is, int32_t *im, double *d)
+{
+	const struct qc_block_Q4_K *b = (const void *)blk;
+	const __m256i m4 = _mm256_set1_epi8(0xf);
+	uint32_t u[4];
+	uint8_t v[16];
+	memcpy(u, b->scales, 12);
+	u[3] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+	const uint32_t mins_lo = u[1] & 0x3f3f3f3fu;
+	u[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
+	u[2] = mins_lo;
+	u[0] &= 0x3f3f3f3fu;
+	memcpy(v, u, 16);
+	__m256i acc = _mm256_setzero_si256();
+#pragma GCC unroll 4
+	for (int c = 0; c < 4; c++) {
+		const __m256i qv = _mm256_loadu_si256((const __m256i *)(const void *)(b->qs + 32 * c));
+		const __m256i x0 = _mm256_loadu_si256((const __m256i *)(const void *)(x + 64 * c));
+		const __m256i x1 = _mm256_loadu_si256((const __m256i *)(const void *)(x + 64 * c + 32));
+		const __m256i p0 = _mm256_maddubs_epi16(_mm256_and_si256(qv, m4), x0);
+		const __m256i p1 = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(qv, 4), m4), x1);
+		acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p0, _mm256_set1_epi16(v[2 * c])));
+		acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p1, _mm256_set1_epi16(v[2 * c + 1])));
+	}
+	const __m128i mn = _mm_loadl_epi64((const __m128i *)(const void *)(v + 8));
+	const __m256i m16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn, mn));
+	const __m256i mm = _mm256_madd_epi16(m16, _mm256_loadu_si256((const __m256i *)(const void *)xb));
+	const __m256i h = _mm256_hadd_epi32(acc, mm);
+	__m128i t = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+	t = _mm_hadd_epi32(t, t);
+	*is = _mm_cvtsi128_si32(t);
+	*im = _mm_extract_epi32(t, 1);
+	d[0] = (double)_cvtsh_ss(b->d);
+	d[1] = (double)_cvtsh_ss(b->dmin);
+}
+
+/* The same for q6_K: decode_q6_k_avx2's codes, each 32 against their two groups'
+ * scales (bytes 2v, 2v + 1 of the scales spread to 8 int16 each), mins 32 s_g. */
+__attribute__((target("avx2,f16c"))) static inline __attribute__((always_inline)) void
+dot1_q6_k_avx2(const uint8_t *blk, const int8_t *x, const int16_t *xb, int32_t *is, int32_t *im, double *d)
+{
+	const struct qc_block_Q6_K *b = (const void *)blk;
+	const __m256i m4 = _mm256_set1_epi8(0xf), m2 = _mm256_set1_epi8(0x30);
+	const __m128i sc = _mm_loadu_si128((const __m128i *)(const void *)b->scales);
+	const __m128i pick = _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+	__m256i acc = _mm256_setzero_si256();
+#pragma GCC unroll 2
+	for (int h = 0; h < 2; h++) {
+		const __m256i lo0 = _mm256_loadu_si256((const __m256i *)(const void *)(b->ql + 64 * h));
+		const __m256i lo1 = _mm256_loadu_si256((const __m256i *)(const void *)(b->ql + 64 * h + 32));
+		const __m256i hi = _mm256_loadu_si256((const __m256i *)(const void *)(b->qh + 32 * h));
+		__m256i q[4];
+		q[0] = _mm256_or_si256(_mm256_and_si256(lo0, m4), _mm256_and_si256(_mm256_slli_epi16(hi, 4), m2));
+		q[1] = _mm256_or_si256(_mm256_and_si256(lo1, m4), _mm256_and_si256(_mm256_slli_epi16(hi, 2), m2));
+		q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lo0, 4), m4), _mm256_and_si256(hi, m2));
+		q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lo1, 4), m4),
+				       _mm256_and_si256(_mm256_srli_epi16(hi, 2), m2));
+#pragma GCC unroll 4
+		for (int k = 0; k < 4; k++) {
+			const int v = 4 * h + k; /* codes 32v .. 32v + 31: groups 2v, 2v + 1 */
+			const __m256i xv = _mm256_loadu_si256((const __m256i *)(const void *)(x + 32 * v));
+			const __m256i sv = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, _mm_add_epi8(pick, _mm_set1_epi8((char)(2 * v)))));
+			acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], xv), sv));
+		}
+	}
+	const __m256i m16 = _mm256_slli_epi16(_mm256_cvtepi8_epi16(sc), 5); /* 32 s_g, |.| <= 4096 */
+	const __m256i mm = _mm256_madd_epi16(m16, _mm256_loadu_si256((const __m256i *)(const void *)xb));
+	const __m256i hs = _mm256_hadd_epi32(acc, mm);
+	__m128i t = _mm_add_epi32(_mm256_castsi256_si128(hs), _mm256_extracti128_si256(hs, 1));
+	t = _mm_hadd_epi32(t, t);
+	*is = _mm_cvtsi128_si32(t);
+	*im = _mm_extract_epi32(t, 1);
+	d[0] = d[1] = (double)_cvtsh_ss(b->d);
+}
+#endif
+
 /* Rows [r0, r1) of part p: each row decoded once into the slot (the int8 kernel's
  * buffers: pk holds 16 n bytes, pkd 16 n / 32 doubles), then dotted with every token.
  * Inlined with its dot so the double sum stays in a register. */
 static inline __attribute__((always_inline)) void rows_kq_body(struct qc_matmul *mm, const struct mm_part *p,
 								 struct slot *s, int64_t r0, int64_t r1,
-								 kq_decode_fn decode, dot_sb_fn dot)
+								 kq_decode_fn decode, dot_sb_fn dot, dot_blk_fn dot1)
 {
 	const struct qc_mat *w = p->w;
 	const int64_t n = w->n_in, nb = n / 256, nb32 = n / 32, bb = (int64_t)qc_types[w->type].block_bytes;
@@ -230,8 +315,12 @@ static inline __attribute__((always_inline)) void rows_kq_body(struct qc_matmul 
 				int32_t is, im;
 				for (int64_t o = 0; o < bb; o += 64)
 					prefetch_ahead(wr + b * bb + o, 4096);
-				decode(wr + b * bb, q, sc, m, d);
-				dot(q, sc, m, x + 256 * b, mm->xb16 + 16 * b, &is, &im);
+				if (dot1) {
+					dot1(wr + b * bb, x + 256 * b, mm->xb16 + 16 * b, &is, &im, d);
+				} else {
+					decode(wr + b * bb, q, sc, m, d);
+					dot(q, sc, m, x + 256 * b, mm->xb16 + 16 * b, &is, &im);
+				}
 				acc += (double)is * (d[0] * mm->xqd[b]) - (double)im * (d[1] * mm->xqd[b]);
 			}
 			p->y[r] = (float)acc;
@@ -260,7 +349,7 @@ static inline __attribute__((always_inline)) void rows_kq_body(struct qc_matmul 
 static void rows_kq_generic(struct qc_matmul *mm, const struct mm_part *p, struct slot *s, int64_t r0, int64_t r1,
 			    kq_decode_fn decode)
 {
-	rows_kq_body(mm, p, s, r0, r1, decode, dot_sb_generic);
+	rows_kq_body(mm, p, s, r0, r1, decode, dot_sb_generic, NULL);
 }
 
 #ifdef QC_X86
@@ -270,20 +359,20 @@ static void rows_kq_generic(struct qc_matmul *mm, const struct mm_part *p, struc
 __attribute__((target("avx2,f16c"))) static void rows_q4_k_avx2(struct qc_matmul *mm, const struct mm_part *p,
 								 struct slot *s, int64_t r0, int64_t r1)
 {
-	rows_kq_body(mm, p, s, r0, r1, decode_q4_k_avx2, dot_sb_avx2);
+	rows_kq_body(mm, p, s, r0, r1, decode_q4_k_avx2, dot_sb_avx2, dot1_q4_k_avx2);
 }
 
 __attribute__((target("avx2,f16c"))) static void rows_q6_k_avx2(struct qc_matmul *mm, const struct mm_part *p,
 								 struct slot *s, int64_t r0, int64_t r1)
 {
-	rows_kq_body(mm, p, s, r0, r1, decode_q6_k_avx2, dot_sb_avx2);
+	rows_kq_body(mm, p, s, r0, r1, decode_q6_k_avx2, dot_sb_avx2, dot1_q6_k_avx2);
 }
 
 /* Types without an AVX2 decoder: the portable one through a pointer, the AVX2 dot. */
 __attribute__((target("avx2"))) static void rows_kq_avx2(struct qc_matmul *mm, const struct mm_part *p,
 							 struct slot *s, int64_t r0, int64_t r1, kq_decode_fn decode)
 {
-	rows_kq_body(mm, p, s, r0, r1, decode, dot_sb_avx2);
+	rows_kq_body(mm, p, s, r0, r1, decode, dot_sb_avx2, NULL);
 }
 #define KQ_AVX2(f) f
 #else
