@@ -8,6 +8,10 @@
 # (-p BENCH_PP -n BENCH_TG -r 1) back to back, so both see the same machine load.
 # Prints every run and the medians: ours pp / tg, llama.cpp pp / tg, ratios
 # (llama.cpp / ours). LLAMA_BENCH names llama-bench; without it only ours runs.
+# BENCH_GGUF="a.gguf b.gguf": those models instead of the presets (converted once into
+# BENCH_DIR), e.g. SmolLM2 Q4_1 and a Q4_K_M model (docs/bench.md). BENCH_TG_IN: the
+# prompt our decode follows (default BENCH_PP; 1 matches llama-bench's tg, which
+# generates from an empty context).
 # Not a test: numbers go to docs/bench.md by hand.
 set -eu
 
@@ -18,6 +22,8 @@ THREADS=${BENCH_THREADS:-"1 2"}
 RUNS=${BENCH_RUNS:-3}
 PP=${BENCH_PP:-128}
 TG=${BENCH_TG:-32}
+TG_IN=${BENCH_TG_IN:-$PP}
+GGUFS=${BENCH_GGUF:-}
 LB=${LLAMA_BENCH:-$(command -v llama-bench || true)}
 
 mkdir -p "$DIR"
@@ -25,10 +31,16 @@ median() { sort -n | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2 ? v[(NR + 1
 
 echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "llama-bench: ${LB:-none}"
-for t in $TYPES; do
-	g="$DIR/cpu-bench-$t.gguf"
-	q="$DIR/cpu-bench-$t.qb"
-	[ -f "$g" ] || "$BIN/mkgguf" --preset cpu-bench --type "$t" -o "$g" >/dev/null
+for t in ${GGUFS:-$TYPES}; do
+	if [ -n "$GGUFS" ]; then
+		g="$t"
+		t=$(basename "$g" .gguf)
+		q="$DIR/$t.qb"
+	else
+		g="$DIR/cpu-bench-$t.gguf"
+		q="$DIR/cpu-bench-$t.qb"
+		[ -f "$g" ] || "$BIN/mkgguf" --preset cpu-bench --type "$t" -o "$g" >/dev/null
+	fi
 	[ -f "$q" ] || "$BIN/qconvert" "$g" --target cpu -o "$q" >/dev/null
 	for th in $THREADS; do
 		: >"$DIR/ours.pp"; : >"$DIR/ours.tg"; : >"$DIR/ll.pp"; : >"$DIR/ll.tg"
@@ -38,6 +50,10 @@ for t in $TYPES; do
 			"$BIN/qrun" bench "$q" --requests 1 --concurrency 1 --in "$PP" --out $((TG + 1)) \
 				--threads "$th" >"$DIR/ours.out" 2>&1
 			awk '/^prompt:/ { print $(NF-1) }' "$DIR/ours.out" >>"$DIR/ours.pp"
+			if [ "$TG_IN" != "$PP" ]; then
+				"$BIN/qrun" bench "$q" --requests 1 --concurrency 1 --in "$TG_IN" --out $((TG + 1)) \
+					--threads "$th" >"$DIR/ours.out" 2>&1
+			fi
 			awk '/^decode:/ { print $(NF-1) }' "$DIR/ours.out" >>"$DIR/ours.tg"
 			if [ -n "$LB" ]; then
 				"$LB" -m "$g" -p "$PP" -n "$TG" -t "$th" -r 1 -o csv 2>/dev/null >"$DIR/ll.out"
