@@ -173,6 +173,8 @@ static void check_case(enum qc_type t, enum qc_act_round ar, struct shape sh, do
 	qc_matmul_prepare(mm, &w, 0, x, n_tok, y, ldy);
 	CHECK(ar != QC_ACT_ROUND_GGML || !qc_matmul_kq_kernel(t) || mm->kind == MM_KQ,
 	      "%s: ggml-rounded activations must take the K-quant kernel", tt->name);
+	CHECK(ar != QC_ACT_ROUND_GGML || !qc_matmul_find_int8(t) || mm->kind == MM_INT8,
+	      "%s: ggml-rounded activations must take the int8 kernel", tt->name);
 	qc_matmul_rows(mm, 0, 0, n_out);
 	int64_t bad;
 	const double e = err_ratio(mm, dec, y, n_in, n_out, n_tok, ldy, &bad);

@@ -1,4 +1,4 @@
-/* matmul_int8.c — the CPU matmul's int8 kernel: q8_0 / q4_0 weights x q8_0 activation codes.
+/* matmul_int8.c — the CPU matmul's int8 kernel: q8_0 / q4_0 / q5_0 weights x q8_0 activation codes.
  *
  * Used with QC_ACT_ROUND_GGML. Owns the int8 weight types (per-encoding block
  * decoders to int8 codes), the repack of each tile of IR rows (4-byte groups of the
@@ -42,6 +42,18 @@ static float codes_q4_0(const uint8_t *row, int64_t b, int8_t *codes)
 	return f16_table[blk->d];
 }
 
+static float codes_q5_0(const uint8_t *row, int64_t b, int8_t *codes)
+{
+	const struct qc_block_Q5_0 *blk = (const void *)(row + b * (int64_t)sizeof *blk);
+	uint32_t hi;
+	memcpy(&hi, blk->qh, sizeof hi);
+	for (int j = 0; j < 16; j++) {
+		codes[j] = (int8_t)(((blk->qs[j] & 15) | ((hi >> j) & 1u) << 4) - 16);
+		codes[j + 16] = (int8_t)(((blk->qs[j] >> 4) | ((hi >> (j + 16)) & 1u) << 4) - 16);
+	}
+	return f16_table[blk->d];
+}
+
 void qc_matmul_pack_generic(struct slot *s, const struct int8_type *it, const uint8_t *const *rows,
 			    int64_t nb, const uint8_t *next)
 {
@@ -60,13 +72,17 @@ void qc_matmul_pack_generic(struct slot *s, const struct int8_type *it, const ui
 }
 
 #ifdef QC_X86
-/* The same repack for q8_0 (q4 false) or q4_0 blocks: codes + 128 of the 8
- * rows as 8 ymm (8 dwords each), then an 8 x 8 dword transpose. */
+enum pack_kind { PACK_Q8_0, PACK_Q4_0, PACK_Q5_0 };
+
+/* The same repack for q8_0, q4_0 or q5_0 blocks: codes + 128 of the 8 rows as 8
+ * ymm (8 dwords each), then an 8 x 8 dword transpose. */
 __attribute__((target("avx2"))) static inline __attribute__((always_inline)) void
 pack_avx2_body(struct slot *s, const uint8_t *const *rows, int64_t nb, const uint8_t *next,
-	       const bool q4)
+	       const enum pack_kind kind)
 {
-	const int64_t bb = q4 ? (int64_t)sizeof(struct qc_block_Q4_0) : (int64_t)sizeof(struct qc_block_Q8_0);
+	const int64_t bb = kind == PACK_Q4_0   ? (int64_t)sizeof(struct qc_block_Q4_0)
+			   : kind == PACK_Q5_0 ? (int64_t)sizeof(struct qc_block_Q5_0)
+					       : (int64_t)sizeof(struct qc_block_Q8_0);
 	double *pkd = s->pkd;
 	uint8_t *pk = s->pk;
 	const uint8_t *rw[IR];
@@ -83,12 +99,28 @@ pack_avx2_body(struct slot *s, const uint8_t *const *rows, int64_t nb, const uin
 			uint16_t d;
 			memcpy(&d, blk, sizeof d);
 			pkd[b * IR + i] = (double)f16_table[d];
-			if (q4) { /* low nibbles are elements 0..15, high 16..31; u8 = q - 8 + 128 */
+			if (kind == PACK_Q4_0) { /* low nibbles are elements 0..15, high 16..31; u8 = q - 8 + 128 */
 				const __m128i q = _mm_loadu_si128((const __m128i *)(const void *)(blk + 2));
 				const __m128i m = _mm_set1_epi8(15);
 				r[i] = _mm256_add_epi8(_mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m),
 									_mm_and_si128(q, m)),
 						       _mm256_set1_epi8(120));
+			} else if (kind == PACK_Q5_0) {
+				/* nibbles as q4_0, bit j of qh to byte j (ggml bytes_from_bits_32:
+				   spread, or the other bits in, compare with all ones) as 16;
+				   u8 = q - 16 + 128 */
+				const __m128i q = _mm_loadu_si128((const __m128i *)(const void *)(blk + 6));
+				const __m128i m = _mm_set1_epi8(15);
+				uint32_t qh;
+				memcpy(&qh, blk + 2, sizeof qh);
+				__m256i hb = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh),
+								 _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+										   0x0101010101010101, 0));
+				hb = _mm256_cmpeq_epi8(_mm256_or_si256(hb, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe)),
+						       _mm256_set1_epi64x(-1));
+				const __m256i lo = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
+				r[i] = _mm256_add_epi8(_mm256_or_si256(lo, _mm256_and_si256(hb, _mm256_set1_epi8(16))),
+						       _mm256_set1_epi8(112));
 			} else {
 				r[i] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(const void *)(blk + 2)),
 							_mm256_set1_epi8((char)0x80));
@@ -127,7 +159,7 @@ __attribute__((target("avx2"))) static void pack_q8_0_avx2(struct slot *s,
 							    const uint8_t *next)
 {
 	(void)it;
-	pack_avx2_body(s, rows, nb, next, false);
+	pack_avx2_body(s, rows, nb, next, PACK_Q8_0);
 }
 
 __attribute__((target("avx2"))) static void pack_q4_0_avx2(struct slot *s,
@@ -136,7 +168,16 @@ __attribute__((target("avx2"))) static void pack_q4_0_avx2(struct slot *s,
 							    const uint8_t *next)
 {
 	(void)it;
-	pack_avx2_body(s, rows, nb, next, true);
+	pack_avx2_body(s, rows, nb, next, PACK_Q4_0);
+}
+
+__attribute__((target("avx2"))) static void pack_q5_0_avx2(struct slot *s,
+							    const struct int8_type *it,
+							    const uint8_t *const *rows, int64_t nb,
+							    const uint8_t *next)
+{
+	(void)it;
+	pack_avx2_body(s, rows, nb, next, PACK_Q5_0);
 }
 #define PACK_SIMD(f) f
 #else
@@ -389,6 +430,7 @@ __attribute__((target(VNNI_TARGET))) static void dot16_q4_0_vnni(const uint8_t *
 static const struct int8_type int8_types[] = {
 	{QC_TYPE_Q8_0, codes_q8_0, PACK_SIMD(pack_q8_0_avx2), DOT16_VNNI(dot16_q8_0_vnni)},
 	{QC_TYPE_Q4_0, codes_q4_0, PACK_SIMD(pack_q4_0_avx2), DOT16_VNNI(dot16_q4_0_vnni)},
+	{QC_TYPE_Q5_0, codes_q5_0, PACK_SIMD(pack_q5_0_avx2), NULL},
 };
 
 const struct int8_type *qc_matmul_find_int8(enum qc_type t)
