@@ -6,7 +6,7 @@
  * range of the job's rows, part by part). Five kernels, chosen per job from the
  * weight type and enum qc_act_round:
  *  - float (f32/f16 weights, float lanes): matmul_float.c;
- *  - int8 (q8_0 / q4_0 weights x q8_0 activation codes, QC_ACT_ROUND_GGML), exact
+ *  - int8 (q8_0 / q4_0 / q5_0 weights x q8_0 activation codes, QC_ACT_ROUND_GGML), exact
  *    integer block sums summed in double: matmul_int8.c;
  *  - q8_1 (q4_1 / q5_1 weights x q8_1 activation codes, QC_ACT_ROUND_GGML), ggml's
  *    own float order, bit for bit: matmul_q8_1.c;
