@@ -96,14 +96,11 @@ static void decode_q6_k(const uint8_t *blk, uint8_t *q, int16_t *s, int16_t *m, 
 }
 
 #ifdef QC_X86
-/* head_k4 without branches (ggml's kmask unpacking of the 12 bytes: scales in
- * bytes 0..7, mins in 8..15 of u) and with F16C's exact conversions. */
-__attribute__((target("avx2,f16c"))) static inline void head_k4_avx2(const uint8_t sc[12], uint16_t d16,
-								     uint16_t dmin16, int16_t *s, int16_t *m,
-								     double *d)
+/* The 12 scale bytes of a q4_K / q5_K super-block as 8 scales then 8 mins
+ * (ggml's kmask unpacking, without branches). */
+static inline void kmask_unpack(const uint8_t sc[12], uint8_t v[16])
 {
 	uint32_t u[4];
-	uint8_t v[16];
 	memcpy(u, sc, 12);
 	u[3] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
 	const uint32_t mins_lo = u[1] & 0x3f3f3f3fu;
@@ -111,6 +108,16 @@ __attribute__((target("avx2,f16c"))) static inline void head_k4_avx2(const uint8
 	u[2] = mins_lo;
 	u[0] &= 0x3f3f3f3fu;
 	memcpy(v, u, 16);
+}
+
+/* head_k4 without branches (ggml's kmask unpacking of the 12 bytes: scales in
+ * bytes 0..7, mins in 8..15 of u) and with F16C's exact conversions. */
+__attribute__((target("avx2,f16c"))) static inline void head_k4_avx2(const uint8_t sc[12], uint16_t d16,
+								     uint16_t dmin16, int16_t *s, int16_t *m,
+								     double *d)
+{
+	uint8_t v[16];
+	kmask_unpack(sc, v);
 	for (int j = 0; j < 8; j++) {
 		_mm256_storeu_si256((__m256i *)(void *)(s + 16 * j), _mm256_set1_epi16(v[j]));
 		m[2 * j] = m[2 * j + 1] = v[8 + j];
@@ -220,15 +227,8 @@ dot1_q4_k_avx2(const uint8_t *blk, const int8_t *x, const int16_t *xb, int32_t *
 {
 	const struct qc_block_Q4_K *b = (const void *)blk;
 	const __m256i m4 = _mm256_set1_epi8(0xf);
-	uint32_t u[4];
 	uint8_t v[16];
-	memcpy(u, b->scales, 12);
-	u[3] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
-	const uint32_t mins_lo = u[1] & 0x3f3f3f3fu;
-	u[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
-	u[2] = mins_lo;
-	u[0] &= 0x3f3f3f3fu;
-	memcpy(v, u, 16);
+	kmask_unpack(b->scales, v);
 	__m256i acc = _mm256_setzero_si256();
 #pragma GCC unroll 4
 	for (int c = 0; c < 4; c++) {

@@ -143,15 +143,10 @@ __device__ __forceinline__ void load_scales(const uint8_t *sc, int G32, int g, i
 	}
 }
 
-/* One 32-k group (tiles v0, v1 at k16 tiles kl0/16 and kl0/16 + 1 of the staged
- * x) into acc: per column the group's sum Σ(q - z)·x, scaled once by d (and
- * o·Σx for offsets). xs: G rows of xstride floats. */
-template <int BITS, bool ZP, int G>
-__device__ __forceinline__ void dot_group(const uint4 v0, const uint4 v1, const uint4 sv, const uint4 ov,
-					  const float *xs, int xstride, int kl0, int c, float (&acc)[(BITS == 4 ? 64 : 32) / 8][G])
+/* The NJ fp16 scales (and offsets) of a lane's group as floats. */
+template <int NJ, bool ZP>
+__device__ __forceinline__ void group_scales(const uint4 sv, const uint4 ov, float (&d)[NJ], float (&o)[NJ])
 {
-	constexpr int NJ = (BITS == 4 ? 64 : 32) / 8;
-	float d[NJ], o[NJ];
 	const uint32_t sw[4] = {sv.x, sv.y, sv.z, sv.w};
 #pragma unroll
 	for (int j = 0; j < NJ; j++)
@@ -162,6 +157,18 @@ __device__ __forceinline__ void dot_group(const uint4 v0, const uint4 v1, const 
 		for (int j = 0; j < NJ; j++)
 			o[j] = h2f(ow[j / 2], j % 2);
 	}
+}
+
+/* One 32-k group (tiles v0, v1 at k16 tiles kl0/16 and kl0/16 + 1 of the staged
+ * x) into acc: per column the group's sum Σ(q - z)·x, scaled once by d (and
+ * o·Σx for offsets). xs: G rows of xstride floats. */
+template <int BITS, bool ZP, int G>
+__device__ __forceinline__ void dot_group(const uint4 v0, const uint4 v1, const uint4 sv, const uint4 ov,
+					  const float *xs, int xstride, int kl0, int c, float (&acc)[(BITS == 4 ? 64 : 32) / 8][G])
+{
+	constexpr int NJ = (BITS == 4 ? 64 : 32) / 8;
+	float d[NJ], o[NJ];
+	group_scales<NJ, ZP>(sv, ov, d, o);
 	float gs[NJ][G], xsum[G];
 #pragma unroll
 	for (int t = 0; t < G; t++) {
@@ -363,16 +370,7 @@ __device__ __forceinline__ void dot_group_xq(const uint4 v0, const uint4 v1, con
 	const int ng = len / 32;
 	const float *dx = xs + G * len * (XB / 8) / 4;
 	float d[NJ], o[NJ];
-	const uint32_t sw[4] = {sv.x, sv.y, sv.z, sv.w};
-#pragma unroll
-	for (int j = 0; j < NJ; j++)
-		d[j] = h2f(sw[j / 2], j % 2);
-	if constexpr (ZP) {
-		const uint32_t ow[4] = {ov.x, ov.y, ov.z, ov.w};
-#pragma unroll
-		for (int j = 0; j < NJ; j++)
-			o[j] = h2f(ow[j / 2], j % 2);
-	}
+	group_scales<NJ, ZP>(sv, ov, d, o);
 	/* the weight words of both tiles, one column's four codes per word */
 	uint32_t q[2][NJ];
 #pragma unroll
