@@ -29,6 +29,11 @@ grep -E "registers|spill" $BUILD/ptxas.txt | sort | uniq -c | head -20
 # marlin_mm.cu: the backend's table entry; cuda_err.cu: qc_cuda_check; the
 # GEMV's two kernels and what its fusions are checked against
 cuobjs="$BUILD/obj/marlin_gemm_cu.o"
+# the persistent GEMV's registers and spills, for the log
+$NVCC $NVFLAGS -Xptxas -v -c runtime/cuda/kernels/marlin_gemv_persist.cu -o $BUILD/obj/marlin_gemv_persist_cu.o \
+	2> $BUILD/ptxas_persist.txt || { cat $BUILD/ptxas_persist.txt; exit 1; }
+grep -E "registers|spill" $BUILD/ptxas_persist.txt | sort | uniq -c | head -20
+cuobjs="$cuobjs $BUILD/obj/marlin_gemv_persist_cu.o"
 for f in cuda_err marlin_mm marlin_gemv marlin_gemv_stream pdl mm_fuse silu_mul add rms_norm marlin_dequant; do
 	$NVCC $NVFLAGS -c runtime/cuda/kernels/$f.cu -o $BUILD/obj/${f}_cu.o
 	cuobjs="$cuobjs $BUILD/obj/${f}_cu.o"

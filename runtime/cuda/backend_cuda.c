@@ -181,6 +181,8 @@ static int cuda_create(const struct qc_model *m, const struct qc_backend_params 
 	qc_cuda_marlin_gemv_stream_cluster(c->env.mm.stream_cluster);
 	qc_cuda_marlin_gemv_stream_xq(c->env.mm.stream_xq); /* -1, 0, 8 or 16: checked by env_read */
 	qc_cuda_marlin_gemv_stream_ring(c->env.mm.stream_ring);
+	qc_cuda_marlin_gemv_stream_persist(c->env.mm.stream_persist);
+	qc_cuda_marlin_gemv_stream_wave(c->env.mm.stream_wave);
 	c->L = calloc((size_t)cfg->n_layer, sizeof *c->L);
 	if (!c->L) {
 		rc = qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");

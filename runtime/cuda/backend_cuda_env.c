@@ -49,6 +49,13 @@ void qc_cuda_env_read(struct qc_cuda_env *e)
 	 * ring or registers (unset: each width's default) */
 	const char *rg = getenv("QC_MARLIN_GEMV_RING");
 	e->mm.stream_ring = rg && *rg ? atoi(rg) != 0 : def.stream_ring;
+	/* 1 / 0: the streaming partition's blocks along K rounded down (one wave where
+	 * it fits) or to the nearest (unset: each width's default) */
+	const char *wv = getenv("QC_MARLIN_GEMV_WAVE");
+	e->mm.stream_wave = wv && *wv ? atoi(wv) != 0 : def.stream_wave;
+	/* 1 / 0: the persistent GEMV or the streaming one (unset: each width's default) */
+	const char *ps = getenv("QC_MARLIN_GEMV_PERSIST");
+	e->mm.stream_persist = ps && *ps ? atoi(ps) != 0 : def.stream_persist;
 	/* 0 / 8 / 16: the streaming GEMV's activations as floats or integer codes for
 	 * every weight width (unset: each width's default) */
 	e->mm.stream_xq = (int)env_i64("QC_MARLIN_GEMV_XQ", def.stream_xq);

@@ -368,6 +368,7 @@ static void check_table_entry(enum qc_layout l, int64_t rows, int64_t n, int64_t
 static enum qc_cuda_gemv_kt gemv_mode = QC_CUDA_GEMV_KT4; /* the K partition check_gemv runs */
 static int gemv_xq;   /* check_gemv runs the streaming GEMV with 8- or 16-bit activation codes (0: floats) */
 static int gemv_ring; /* ... and one row's tiles through the shared-memory ring */
+static int gemv_persist; /* ... or the persistent kernel (marlin_gemv_persist.cu) */
 static const char *mode_name(enum qc_cuda_gemv_kt m)
 {
 	if (m == QC_CUDA_GEMV_STREAM) {
@@ -406,6 +407,7 @@ static void check_gemv(enum qc_layout l, int64_t rows, int64_t n, int64_t k, int
 	const int xq = gemv_mode == QC_CUDA_GEMV_STREAM && E == 1 ? gemv_xq : 0;
 	QC_ASSERT(qc_cuda_marlin_gemv_stream_xq(gemv_xq) == QC_OK);
 	qc_cuda_marlin_gemv_stream_ring(gemv_ring);
+	qc_cuda_marlin_gemv_stream_persist(gemv_persist);
 	const enum qc_marlin_prec pt = xq == 16 ? QC_MARLIN_PREC_XQ16_F64 : xq == 8 ? QC_MARLIN_PREC_XQ8_F64 : QC_MARLIN_PREC_F64;
 	const enum qc_marlin_prec pb = xq == 16 ? QC_MARLIN_PREC_XQ16_F32 : xq == 8 ? QC_MARLIN_PREC_XQ8_F32 : QC_MARLIN_PREC_F16;
 	QC_ASSERT(qc_marlin_gemm_ref(&ar, pt, truth, &err) == QC_OK);
@@ -546,7 +548,9 @@ static void check_gemv(enum qc_layout l, int64_t rows, int64_t n, int64_t k, int
 				rc = qc_cuda_check(cudaStreamSynchronize(st), "sync", &err);
 			/* the load-once partition depends on K alone: each output is y's bits;
 			 * the streaming one on the launch's width too (3n here): the three
-			 * outputs are each other's bits and as close to the truth as y */
+			 * outputs are each other's bits and as close to the truth as y; the
+			 * persistent one splits each matrix's stripes at other places: each
+			 * output as close to the truth as y */
 			void *const outs[3] = {d_y, d_y2, d_y3};
 			float *y30 = malloc((size_t)(rows * ldy) * 4);
 			for (int o = 0; o < 3 && !rc; o++) {
@@ -555,8 +559,9 @@ static void check_gemv(enum qc_layout l, int64_t rows, int64_t n, int64_t k, int
 					fl_differ += memcmp(y2, y, (size_t)(rows * ldy) * 4) != 0;
 					continue;
 				}
-				if (o == 0) {
-					memcpy(y30, y2, (size_t)(rows * ldy) * 4);
+				if (o == 0 || gemv_persist) {
+					if (o == 0)
+						memcpy(y30, y2, (size_t)(rows * ldy) * 4);
 					double e3 = 0, n3 = 0;
 					for (int64_t r = 0; r < rows; r++)
 						for (int64_t cc = 0; cc < n; cc++) {
@@ -719,7 +724,7 @@ static void check_gemv(enum qc_layout l, int64_t rows, int64_t n, int64_t k, int
 	       "written past n %lld rows differing alone %lld in-kernel sum differing %lld counters left %lld "
 	       "fused rows differing %lld norm-fused err %.2e rows differing alone %lld cluster differs %lld "
 	       "L2 hint differs %lld%s%s\n",
-	       ok ? "PASS" : "FAIL", mode_name(gemv_mode), qc_layout_name(l), (long long)rows, (long long)n,
+	       ok ? "PASS" : "FAIL", gemv_persist ? "persist" : mode_name(gemv_mode), qc_layout_name(l), (long long)rows, (long long)n,
 	       (long long)k, (long long)E,
 	       (unsigned long long)wsb, rg, rb, (long long)bad, (long long)touched, (long long)differ,
 	       (long long)fl_differ, (long long)fl_left, (long long)fu_differ, nm_err, (long long)nm_differ,
@@ -728,6 +733,7 @@ static void check_gemv(enum qc_layout l, int64_t rows, int64_t n, int64_t k, int
 	ok ? n_pass++ : n_fail++;
 	qc_cuda_marlin_gemv_stream_xq(0);
 	qc_cuda_marlin_gemv_stream_ring(0);
+	qc_cuda_marlin_gemv_stream_persist(0);
 	cudaFree(d_w);
 	cudaFree(d_x);
 	cudaFree(d_y);
@@ -896,7 +902,9 @@ static int run_gemv(void *ctx, int i, cudaStream_t s)
 /* the streaming partitions timed (rows = 1): blocks aimed at, tiles per warp at least */
 /* first: the default; 528,8 / 264,2 / 528,2 and the cluster sum were timed and
  * dropped (docs/perf-notes.md) */
-static const int stream_tunes[][2] = { { 264, 8 }, { 132, 8 } };
+/* third column: blocks along K rounded down (one wave where it fits) or, 0, to
+ * the nearest (the rule before 2026-11-27's fourth session) */
+static const int stream_tunes[][3] = { { 264, 8, 1 }, { 132, 8, 1 }, { 264, 8, 0 } };
 
 static void bench_gemv(enum qc_layout l, int64_t n, int64_t k, int rows, int fuse)
 {
@@ -918,9 +926,11 @@ static void bench_gemv(enum qc_layout l, int64_t n, int64_t k, int rows, int fus
 	uint64_t wsb = qc_cuda_marlin_gemv_ws(k, n, rows, QC_CUDA_GEMV_KT4);
 	for (int t = 0; t < n_tunes; t++) {
 		qc_cuda_marlin_gemv_stream_tune(stream_tunes[t][0], stream_tunes[t][1]);
+		qc_cuda_marlin_gemv_stream_wave(stream_tunes[t][2]);
 		const uint64_t b = qc_cuda_marlin_gemv_ws(k, n, rows, QC_CUDA_GEMV_STREAM);
 		wsb = b > wsb ? b : wsb;
 	}
+	qc_cuda_marlin_gemv_stream_wave(-1);
 	CU(cudaMalloc(&d_x, (size_t)(rows * k) * 4));
 	CU(cudaMemset(d_x, 0, (size_t)(rows * k) * 4));
 	CU(cudaMalloc(&d_x2, (size_t)(rows * k) * 4));
@@ -934,18 +944,26 @@ static void bench_gemv(enum qc_layout l, int64_t n, int64_t k, int rows, int fus
 	if (wsb)
 		CU(cudaMalloc(&d_ws, wsb));
 	/* -1: the load-once kernel (kt4); then each partition with float activations,
-	 * 16-bit codes, 8-bit codes; then each with floats and 16-bit codes through the
-	 * shared-memory ring (one row) */
-	const int n_runs = (rows == 1 ? 5 : 3) * n_tunes;
+	 * 16-bit codes, 8-bit codes; then (one row) each with floats and 16-bit codes
+	 * through the shared-memory ring; then the persistent kernel with 16-bit codes
+	 * and floats. Sets: 0 float, 1 x16, 2 x8, 3 ring float, 4 ring x16, 5 persist
+	 * x16, 6 persist float. */
+	static const int sets1[] = { 0, 1, 2, 3, 4, 5, 6 }, setsn[] = { 0, 1, 2, 5, 6 };
+	const int *sets = rows == 1 ? sets1 : setsn;
+	const int n_sets = rows == 1 ? 7 : 5;
+	const int n_runs = n_sets * n_tunes;
 	for (int t = -1; t < n_runs; t++) {
 		const enum qc_cuda_gemv_kt mode = t < 0 ? QC_CUDA_GEMV_KT4 : QC_CUDA_GEMV_STREAM;
-		const int set = t < 0 ? 0 : t / n_tunes; /* 0 float, 1 x16, 2 x8, 3 ring float, 4 ring x16 */
-		const int xq = set == 1 || set == 4 ? 16 : set == 2 ? 8 : 0;
+		const int set = t < 0 ? 0 : sets[t / n_tunes];
+		const int xq = set == 1 || set == 4 || set == 5 ? 16 : set == 2 ? 8 : 0;
 		const int ti = t < 0 ? 0 : t % n_tunes;
-		if (t >= 0)
+		if (t >= 0) {
 			qc_cuda_marlin_gemv_stream_tune(stream_tunes[ti][0], stream_tunes[ti][1]);
+			qc_cuda_marlin_gemv_stream_wave(stream_tunes[ti][2]);
+		}
 		qc_cuda_marlin_gemv_stream_xq(xq);
-		qc_cuda_marlin_gemv_stream_ring(set >= 3);
+		qc_cuda_marlin_gemv_stream_ring(set == 3 || set == 4);
+		qc_cuda_marlin_gemv_stream_persist(set >= 5);
 		c.a = (struct qc_cuda_mm_args){ .type = type_of(l), .layout = l, .n_in = k, .n_out = n, .d_x = d_x,
 						.ldx = k, .x_div = 1, .n_rows = rows, .d_y = d_y, .ldy = n, .d_ws = d_ws,
 						.ws_bytes = wsb, .gemv_kt = mode, .d_flags = d_fl, .n_flags = nf,
@@ -955,16 +973,20 @@ static void bench_gemv(enum qc_layout l, int64_t n, int64_t k, int rows, int fus
 		double gbs = (double)wb / (us * 1e-6) / 1e9;
 		char tune[32] = "";
 		if (t >= 0)
-			snprintf(tune, sizeof tune, "%d,%d%s%s", stream_tunes[ti][0], stream_tunes[ti][1],
-				 xq == 16 ? ",x16" : xq == 8 ? ",x8" : "", set >= 3 ? ",rg" : "");
+			snprintf(tune, sizeof tune, "%d,%d%s%s%s", stream_tunes[ti][0], stream_tunes[ti][1],
+				 stream_tunes[ti][2] ? "" : ",nr",
+				 xq == 16 ? ",x16" : xq == 8 ? ",x8" : "",
+				 set == 3 || set == 4 ? ",rg" : set >= 5 ? ",ps" : "");
 		printf("gemv %-6s %-8s %-9s %-5s n=%-6lld k=%-6lld rows=%d %-9s: %7.1f us, %6.0f GB/s, %3.0f%% of copy "
 		       "bandwidth\n",
 		       mode_name(mode), tune, qc_layout_name(l), qc_types[type_of(l)].name, (long long)n, (long long)k,
 		       rows, fuse == 1 ? "+norm" : fuse == 2 ? "+silu+acc" : "", us, gbs, 100.0 * gbs * 1e9 / copy_bw);
 	}
 	qc_cuda_marlin_gemv_stream_tune(0, 0);
+	qc_cuda_marlin_gemv_stream_wave(-1);
 	qc_cuda_marlin_gemv_stream_xq(0);
 	qc_cuda_marlin_gemv_stream_ring(0);
+	qc_cuda_marlin_gemv_stream_persist(0);
 	for (int i = 0; i < c.n_copies; i++)
 		cudaFree(c.d_w[i]);
 	cudaFree(d_x);
@@ -1084,6 +1106,10 @@ int main(int argc, char **argv)
 	int do_bench = !(argc > 1 && (strcmp(argv[1], "--check") == 0 || gemv_check));
 	int gemv_only = argc > 1 && strcmp(argv[1], "--gemv-bench") == 0;
 	bench_profile = gemv_only && getenv("QC_BENCH_PROFILE") && !strcmp(getenv("QC_BENCH_PROFILE"), "1");
+	/* the timings alone, when a check run of the same binary came first (a device
+	 * call's time limit): QC_BENCH_SKIP_CHECKS=1 with --gemv-bench */
+	const int skip_checks =
+		gemv_only && getenv("QC_BENCH_SKIP_CHECKS") && !strcmp(getenv("QC_BENCH_SKIP_CHECKS"), "1");
 	setvbuf(stdout, NULL, _IOLBF, 0); /* a log cut by a timeout still shows the last case */
 	struct cudaDeviceProp prop;
 	CU(cudaGetDeviceProperties(&prop, 0));
@@ -1092,7 +1118,7 @@ int main(int argc, char **argv)
 	static const enum qc_layout layouts[] = { QC_LAYOUT_MARLIN_I4, QC_LAYOUT_MARLIN_I8, QC_LAYOUT_MARLIN_I4Z,
 						  QC_LAYOUT_MARLIN_I8Z };
 	const int n_layouts = (int)(sizeof layouts / sizeof layouts[0]);
-	if (!gemv_check && !bench_profile) {
+	if (!gemv_check && !bench_profile && !skip_checks) {
 		static const struct { int64_t m, n, k; } cases[] = {
 			{ 1, 256, 256 },   { 1, 4096, 14336 }, { 3, 512, 4096 },  { 7, 1024, 2080 }, { 16, 192, 512 },
 			{ 17, 256, 96 },   { 33, 768, 1024 },  { 64, 256, 4096 }, { 100, 512, 800 }, { 130, 320, 96 },
@@ -1154,7 +1180,7 @@ int main(int argc, char **argv)
 			}
 		}
 	}
-	if (bench_profile)
+	if (bench_profile || skip_checks)
 		goto checked;
 	static const struct { int64_t rows, n, k, e; } gv[] = {
 		{ 1, 256, 256, 1 }, { 1, 4096, 4096, 1 }, { 3, 512, 2080, 1 }, { 8, 192, 32, 1 },
@@ -1164,11 +1190,16 @@ int main(int argc, char **argv)
 	/* kt4; stream at the default partition and at 528,2, with float activations,
 	 * 16-bit codes, 8-bit codes; then the shared-memory ring at the default
 	 * partition with floats and 16-bit codes */
-	for (int mode = 0; mode < 9; mode++) {
+	/* then the persistent kernel with 16-bit codes and floats, at the default
+	 * partition and at 528,2 (more blocks than are resident) */
+	for (int mode = 0; mode < 13; mode++) {
 		gemv_mode = mode ? QC_CUDA_GEMV_STREAM : QC_CUDA_GEMV_KT4;
-		gemv_xq = mode == 8 || mode == 3 || mode == 4 ? 16 : mode == 5 || mode == 6 ? 8 : 0;
-		gemv_ring = mode >= 7;
-		const bool alt = mode && mode % 2 == 0 && mode < 7; /* 2, 4, 6 */
+		gemv_xq = mode == 8 || mode == 3 || mode == 4 || mode == 9 || mode == 10 ? 16
+			  : mode == 5 || mode == 6				   ? 8
+										   : 0;
+		gemv_ring = mode == 7 || mode == 8;
+		gemv_persist = mode >= 9;
+		const bool alt = mode && mode % 2 == 0 && (mode < 7 || mode >= 9); /* 2, 4, 6, 10, 12 */
 		qc_cuda_marlin_gemv_stream_tune(alt ? 528 : 0, alt ? 2 : 0);
 		for (int li = 0; li < n_layouts; li++)
 			for (size_t i = 0; i < sizeof gv / sizeof gv[0]; i++) {
@@ -1189,9 +1220,12 @@ int main(int argc, char **argv)
 	/* streaming: a block of 16 tiles over 2 k-tiles (7 idle warps), ragged last
 	 * blocks, 2 row chunks, the 8B shapes' partitions; float and int8 activations */
 	gemv_mode = QC_CUDA_GEMV_STREAM;
-	for (int xi = 0; xi < 5; xi++) { /* floats, 8-bit, 16-bit codes; the ring with floats, 16-bit */
-		gemv_xq = xi < 3 ? xi * 8 : xi == 3 ? 0 : 16;
-		gemv_ring = xi >= 3;
+	/* floats, 8-bit, 16-bit codes; the ring with floats, 16-bit; the persistent
+	 * kernel with 16-bit codes, floats */
+	for (int xi = 0; xi < 7; xi++) {
+		gemv_xq = xi < 3 ? xi * 8 : xi == 3 || xi == 6 ? 0 : 16;
+		gemv_ring = xi == 3 || xi == 4;
+		gemv_persist = xi >= 5;
 		z_turn = 0;
 		check_gemv(QC_LAYOUT_MARLIN_I4, 5, 64, 32, 1);
 		check_gemv(QC_LAYOUT_MARLIN_I4, 2, 128, 4128, 1);
@@ -1209,6 +1243,7 @@ int main(int argc, char **argv)
 	}
 	gemv_xq = 0;
 	gemv_ring = 0;
+	gemv_persist = 0;
 	gemv_mode = QC_CUDA_GEMV_KT4;
 	check_refusals();
 checked:

@@ -196,7 +196,14 @@ extern "C" uint64_t qc_cuda_marlin_gemv_ws(int64_t n_in, int64_t n_out, int64_t 
 		}
 	}
 	const int64_t rows = n_rows < ROWS ? n_rows : ROWS;
-	return kb > 1 ? (uint64_t)kb * (uint64_t)rows * (uint64_t)n_out * sizeof(float) : 0;
+	uint64_t b = kb > 1 ? (uint64_t)kb * (uint64_t)rows * (uint64_t)n_out * sizeof(float) : 0;
+	/* the persistent kernel's pieces, whether or not its knob is on now (the knob
+	 * may change after the scratch is sized: tests, A/B runs) */
+	for (int bits = 4; kt == QC_CUDA_GEMV_STREAM && bits <= 8; bits += 4) {
+		const uint64_t pb = qc_mgv_persist_ws(bits, n_in, n_out, n_rows);
+		b = pb > b ? pb : b;
+	}
+	return b;
 }
 
 /* The table's scratch for every entry point (matmul_layouts.def). */
@@ -287,6 +294,8 @@ extern "C" int qc_cuda_marlin_gemv(const struct qc_cuda_mm_args *a, cudaStream_t
 	/* the (bits, offsets) pair picks the instantiation; qc_marlin_stripe above
 	 * refused every non-marlin id */
 	const bool k8 = kt_warp(kt) == 8, zp = qc_marlin_has_offsets(a->layout);
+	if (stream && qc_mgv_stream_choice(qc_marlin_bits(a->layout)).persist)
+		return qc_mgv_persist_launch(qc_marlin_bits(a->layout), zp, p, a->n_rows, nf, s, err);
 	if (stream)
 		return qc_mgv_stream_launch(qc_marlin_bits(a->layout), zp, p, a->n_rows, nf, s, err);
 	if (qc_marlin_bits(a->layout) == 4)

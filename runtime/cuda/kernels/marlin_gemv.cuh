@@ -52,6 +52,9 @@ struct gparams {
 	int kt_block;              /* k16 tiles per block along K (a multiple of 2 * WARPS) */
 	int cluster;               /* the kb blocks of a stripe are one thread-block cluster: their
 				      partials are summed through distributed shared memory (sm_90) */
+	int64_t p_ng;              /* the persistent GEMV (marlin_gemv_persist.cu): 32-k groups of
+				      the launch (stripes x k / 32), split evenly over p_nw warps */
+	int p_nw;
 	struct qc_cuda_l2_hint l2; /* the weights read next: the blocks ask L2 for them (l2_prefetch) */
 };
 
@@ -438,10 +441,13 @@ __device__ __forceinline__ void dot_group_xq(const uint4 v0, const uint4 v1, con
  * x, silu(x) * x2, or (x * nscale) * norm_w (rms_norm.cu's rounding). Four
  * 16-byte loads per thread in flight. Not synchronized.
  * XB (8, 16): each 32-element block rounded to integer codes instead (store_xq;
- * xs then holds the layout dot_group_xq reads, xstride unused). */
+ * xs then holds the layout dot_group_xq reads, xstride unused).
+ * wrap (the persistent GEMV's blocks whose K range runs past the end of a stripe
+ * into the next one): k = (k0 + kk) mod p.k, every staged element a real one
+ * (the caller keeps len <= p.k so the positions are distinct). */
 template <int G, int XB = 0>
 __device__ __forceinline__ void stage_x(const gparams &p, int64_t row0, int nr, int64_t k0, int len, bool vec,
-					const float *nscale, float *xs, int xstride)
+					const float *nscale, float *xs, int xstride, bool wrap = false)
 {
 	constexpr int STEP = 4 * 32 * WARPS;
 	for (int i0 = 4 * threadIdx.x; i0 < G * len; i0 += 4 * STEP) {
@@ -449,7 +455,9 @@ __device__ __forceinline__ void stage_x(const gparams &p, int64_t row0, int nr, 
 #pragma unroll
 		for (int u = 0; u < 4; u++) {
 			const int i = i0 + u * STEP, t = i / len, kk = i % len;
-			const int64_t kg = k0 + kk;
+			int64_t kg = k0 + kk;
+			if (wrap && kg >= p.k)
+				kg -= p.k;
 			q[u] = q2[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 			if (i < G * len && t < nr && kg < p.k) {
 				const int64_t ro = ((row0 + t) / p.x_div) * p.ldx;
@@ -463,7 +471,9 @@ __device__ __forceinline__ void stage_x(const gparams &p, int64_t row0, int nr, 
 			const int i = i0 + u * STEP, t = i / len, kk = i % len;
 			if (i >= G * len) /* warp-uniform: G * len is a multiple of 128 */
 				break;
-			const int64_t kg = k0 + kk;
+			int64_t kg = k0 + kk;
+			if (wrap && kg >= p.k)
+				kg -= p.k;
 			float e[4] = {q[u].x, q[u].y, q[u].z, q[u].w};
 			const float e2[4] = {q2[u].x, q2[u].y, q2[u].z, q2[u].w};
 			if (t < nr && kg < p.k) {
@@ -649,6 +659,21 @@ int qc_mgv_stream_launch(int bits, bool zp, const qc_mgv::gparams &p0, int64_t n
 /* The K partials' sum (marlin_gemv.cu's reduce kernel), for a launch of either
  * GEMV that had no arrival counters: y = sum of p.ws in block order. */
 int qc_mgv_reduce_launch(const qc_mgv::gparams &p, cudaStream_t s, struct qc_err *err);
+/* The streaming GEMV's choices for `bits`-wide codes (marlin_gemv_stream.cu's
+ * table, set by the qc_cuda_marlin_gemv_stream_* knobs), which the persistent
+ * kernel shares: blocks a launch aims at, k16 tiles per warp at least, the
+ * activations' codes, and whether the persistent kernel runs. */
+struct qc_mgv_choice {
+	int blocks, min_wt, xq;
+	bool persist;
+};
+qc_mgv_choice qc_mgv_stream_choice(int bits);
+/* The persistent kernel (marlin_gemv_persist.cu) for rows without experts; its
+ * scratch (bytes) for up to n_rows rows; and whether it takes this launch (the
+ * knob is on for the width). */
+int qc_mgv_persist_launch(int bits, bool zp, const qc_mgv::gparams &p0, int64_t n_rows, uint64_t n_flags,
+			  cudaStream_t s, struct qc_err *err);
+uint64_t qc_mgv_persist_ws(int bits, int64_t n_in, int64_t n_out, int64_t n_rows);
 /* Blocks along K and k16 tiles per block of the streaming kernel for an
  * n_in x n_out matrix of `bits`-wide codes (4, 8): a function of the shape and the
  * width only (batch-invariant). */

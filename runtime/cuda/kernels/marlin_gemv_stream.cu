@@ -47,9 +47,13 @@ constexpr int STREAM_MAX_KTB = 256; /* k16 tiles per block at most: x of ROWS ro
  * (fewer instructions per byte) and loses with 132 blocks; int8 the other way. */
 struct stream_cfg {
 	int blocks, min_wt, xq;
-	bool ring; /* one row's tiles through the shared-memory ring (ring_issue) */
+	bool ring;    /* one row's tiles through the shared-memory ring (ring_issue) */
+	bool persist; /* marlin_gemv_persist.cu's kernel instead (blocks = its grid) */
+	bool wave;    /* blocks along K rounded down, not to the nearest: a launch that
+			 fits one wave of `blocks` stays in it (the 8B Q|K|V: 192 blocks,
+			 not 288 = a second wave of 24) */
 };
-constexpr stream_cfg STREAM_DEFAULT[2] = {{264, 8, 16, false}, {132, 8, 0, false}};
+constexpr stream_cfg STREAM_DEFAULT[2] = {{264, 8, 16, false, false, true}, {132, 8, 0, false, false, true}};
 stream_cfg cfg[2] = {STREAM_DEFAULT[0], STREAM_DEFAULT[1]};
 int cfg_of(int bits)
 {
@@ -325,7 +329,7 @@ void qc_mgv_stream_partition(int bits, int64_t n_in, int64_t n_out, int *kb, int
 	const int64_t step = 2 * WARPS, per = (int64_t)WARPS * c.min_wt;
 	const int64_t max_kb = KT / per > 0 ? KT / per : 1;
 	const int64_t min_kb = (KT + STREAM_MAX_KTB - 1) / STREAM_MAX_KTB;
-	int64_t b = (c.blocks + units / 2) / units;
+	int64_t b = c.wave ? c.blocks / units : (c.blocks + units / 2) / units;
 	b = b > max_kb ? max_kb : b;
 	b = b < min_kb ? min_kb : b < 1 ? 1 : b;
 	int64_t ktb = (KT + b - 1) / b;
@@ -351,6 +355,24 @@ extern "C" void qc_cuda_marlin_gemv_stream_ring(int on)
 {
 	for (int i = 0; i < 2; i++)
 		cfg[i].ring = on < 0 ? STREAM_DEFAULT[i].ring : on != 0;
+}
+
+extern "C" void qc_cuda_marlin_gemv_stream_wave(int on)
+{
+	for (int i = 0; i < 2; i++)
+		cfg[i].wave = on < 0 ? STREAM_DEFAULT[i].wave : on != 0;
+}
+
+extern "C" void qc_cuda_marlin_gemv_stream_persist(int on)
+{
+	for (int i = 0; i < 2; i++)
+		cfg[i].persist = on < 0 ? STREAM_DEFAULT[i].persist : on != 0;
+}
+
+qc_mgv_choice qc_mgv_stream_choice(int bits)
+{
+	const stream_cfg &c = cfg[cfg_of(bits)];
+	return qc_mgv_choice{c.blocks, c.min_wt, c.xq, c.persist};
 }
 
 extern "C" int qc_cuda_marlin_gemv_stream_xq(int bits)

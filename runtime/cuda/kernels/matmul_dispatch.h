@@ -122,8 +122,10 @@ struct qc_cuda_mm_tuning {
 	int stream_cluster; /* qc_cuda_marlin_gemv_stream_cluster */
 	int stream_xq;      /* qc_cuda_marlin_gemv_stream_xq; -1: each width's default */
 	int stream_ring;    /* qc_cuda_marlin_gemv_stream_ring; -1: each width's default */
+	int stream_persist; /* qc_cuda_marlin_gemv_stream_persist; -1: each width's default */
+	int stream_wave;    /* qc_cuda_marlin_gemv_stream_wave; -1: each width's default */
 };
-#define QC_CUDA_MM_TUNING_DEFAULT { QC_KERNEL_ROWS_DEFAULT, QC_CUDA_GEMV_STREAM, 0, 0, 0, -1, -1 }
+#define QC_CUDA_MM_TUNING_DEFAULT { QC_KERNEL_ROWS_DEFAULT, QC_CUDA_GEMV_STREAM, 0, 0, 0, -1, -1, -1, -1 }
 
 /* The streaming GEMV's partition (marlin_gemv_stream.cu): about `blocks` blocks per
  * launch, at least min_warp_tiles k16 tiles per warp (even), for both weight widths;
@@ -147,6 +149,17 @@ int qc_cuda_marlin_gemv_stream_xq(int bits);
  * ring filled by cp.async (more bytes in flight per SM than the registers hold);
  * 0: in registers; -1: each width's default. Same arithmetic, same bits. */
 void qc_cuda_marlin_gemv_stream_ring(int on);
+/* 1: one-row and ROWS-row launches without experts take the persistent GEMV
+ * (marlin_gemv_persist.cu: a grid of `blocks` blocks, each warp an equal run of
+ * the launch's 32-k groups across stripes, partial stripes summed in warp order);
+ * 0: the streaming kernel; -1: each width's default. Batch-invariant like the
+ * partition (one partition for 1 and ROWS rows), but other bits than the
+ * streaming kernel's. Process-wide. */
+void qc_cuda_marlin_gemv_stream_persist(int on);
+/* 1: the streaming partition rounds blocks along K down (a launch that fits one
+ * wave of `blocks` stays in it); 0: to the nearest (the rule before 2026-11-27's
+ * fourth session); -1: each width's default. Process-wide like the partition. */
+void qc_cuda_marlin_gemv_stream_wave(int on);
 
 typedef int (*qc_cuda_mm_fn)(const struct qc_cuda_mm_args *a, cudaStream_t s, struct qc_err *err);
 /* Scratch bytes for n_rows rows: the most any kind the table can pick for up to
