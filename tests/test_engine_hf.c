@@ -1,6 +1,7 @@
 /* test_engine_hf.c — Hugging Face checkpoints of Gemma 2, Gemma 3 (text, and inside
- * Gemma3ForConditionalGeneration) and Phi-3 (plain and LongRoPE), converted by
- * qconvert and run on the CPU engine, against transformers.
+ * Gemma3ForConditionalGeneration) and Phi-3 (plain, LongRoPE, and Phi-4-mini's RoPE on
+ * 3/4 of each head), converted by qconvert and run on the CPU engine, against
+ * transformers.
  *
  * The checkpoints and references come from transformers' own classes
  * (tests/gen/make_hf_arch_ref.py and make_gemma3_ref.py, pinned in
@@ -12,7 +13,8 @@
  * time is broken in the loaded model, each standing for a conversion fact the
  * converter must get right (Gemma's 1 + w norms, gate before up in Phi-3's
  * gate_up_proj, which LongRoPE table a context gets, the attention factor, the
- * soft-caps, the window), and the comparison must fail: the reference can tell.
+ * rotated part of a head (partial_rotary_factor), the soft-caps, the window), and
+ * the comparison must fail: the reference can tell.
  * The JSON reader, the run and the comparison rules are engine_ref.h's.
  */
 #include <math.h>
@@ -102,6 +104,23 @@ static void no_attn_factor(struct qc_model *m)
 	m->cfg.rope_attn_factor = 1.0f;
 }
 
+/* RoPE over the whole head, as a converter that ignored partial_rotary_factor would
+ * make it; the tables' last factor stands in for the pairs they do not have */
+static void whole_head_rotated(struct qc_model *m)
+{
+	static float tab[2][256];
+	const float *src[2] = {m->rope_long, m->rope_short};
+	const int n = m->cfg.rope_dim / 2, hn = m->cfg.head_dim / 2;
+	for (int k = 0; k < 2 && src[k] && hn <= 256; k++)
+		for (int i = 0; i < hn; i++)
+			tab[k][i] = src[k][i < n ? i : n - 1];
+	if (m->rope_long && hn <= 256) {
+		m->rope_long = tab[0];
+		m->rope_short = tab[1];
+	}
+	m->cfg.rope_dim = m->cfg.head_dim;
+}
+
 struct breaker {
 	ref_breaker_fn fn;
 	const char *what;
@@ -128,6 +147,12 @@ static const struct hf_case {
 	  {gate_up_swapped, "gate_up_proj halves swapped"}}},
 	{"phi3-longrope", "hf-phi3-longrope-long", 128,
 	 {{tables_swapped, "the short table at a long context"}, {no_attn_factor, "attention factor 1"}}},
+	/* Phi-4-mini's shape: RoPE on 12 of 16 dims per head, tables of 6 factors */
+	{"phi3-partial", "hf-phi3-partial-short", 64,
+	 {{whole_head_rotated, "RoPE on the whole head"}, {tables_swapped, "the long table at a short context"},
+	  {no_attn_factor, "attention factor 1"}}},
+	{"phi3-partial", "hf-phi3-partial-long", 128,
+	 {{whole_head_rotated, "RoPE on the whole head"}, {tables_swapped, "the short table at a long context"}}},
 };
 
 static void run_case(const char *tmpdir, const struct hf_case *k)
