@@ -28,6 +28,7 @@
 #include "engine_ref.h"
 #include "convert.h"
 #include "engine.h"
+#include "gguf.h"
 #include "hf_convert.h"
 
 #define TOL_FLOAT 5e-3   /* test_engine_arch.c: float weights */
@@ -190,6 +191,51 @@ static void run_case(const char *tmpdir, const struct hf_case *k)
 	unlink(bundle);
 }
 
+/* The GGUF path of Phi-4-mini's shape: the normalized GGUF states the rotated dims as
+ * rope.dimension_count (12 of head_dim 16) and holds LongRoPE tables of 12 / 2, as
+ * llama.cpp's Phi-4-mini converter writes them (n_rot / 2; c392e50 had n_embd_head / 2
+ * and no partial rotation); that GGUF, converted as any GGUF is, runs as transformers. */
+static void partial_via_gguf(const char *tmpdir)
+{
+	static const char *const tables[] = {"rope_factors_long.weight", "rope_factors_short.weight"};
+	char g[512], bundle[512];
+	struct qc_err err = {0};
+	struct qc_gguf_model *gm = NULL;
+	struct ref ref;
+	struct outcome good;
+	uint64_t rot = 0;
+	snprintf(g, sizeof g, "%s/phi3-partial.gguf", tmpdir);
+	snprintf(bundle, sizeof bundle, "%s/phi3-partial-gguf.qb", tmpdir);
+	int rc = qc_hf_to_gguf("tests/data/hf/phi3-partial", g, NULL, 0, &err);
+	if (!rc)
+		rc = qc_gguf_model_open(g, &gm, &err);
+	CHECK(rc == QC_OK, "phi3-partial: normalized GGUF: %s", err.msg);
+	if (rc)
+		goto out;
+	CHECK(!qc_gguf_get_u64(gm->files[0], "phi3.rope.dimension_count", &rot, NULL) && rot == 12,
+	      "phi3-partial: phi3.rope.dimension_count %llu, 12 expected", (unsigned long long)rot);
+	for (int k = 0; k < 2; k++) {
+		const struct qc_gguf_tensor *t = qc_gguf_model_find(gm, tables[k]);
+		CHECK(t && t->n_dims == 1 && t->ne[0] == 6, "phi3-partial: %s: %lld factors, 6 expected", tables[k],
+		      t ? (long long)t->ne[0] : -1ll);
+	}
+	struct qc_convert_opts co = {.in = g, .out = bundle, .target = QC_TARGET_CPU, .alignment = QC_BUNDLE_ALIGN};
+	rc = qc_convert_gguf(&co, NULL, &err);
+	CHECK(rc == QC_OK, "phi3-partial: convert the GGUF: %s", err.msg);
+	if (rc || load_ref("tests/data/ref/hf-phi3-partial-short.json", &ref) != 0 ||
+	    ref_run_bundle(bundle, &ref, NULL, 64, &good) != QC_OK)
+		goto out;
+	CHECK(good.mismatches == 0 && good.top10_err <= TOL_FLOAT && good.logprob_err <= TOL_LOGPROB,
+	      "phi3-partial via GGUF: %d prompts differ, top-10 error %.2e, log-prob error %.2e", good.mismatches,
+	      good.top10_err, good.logprob_err);
+	printf("  phi3-partial via its GGUF (rope.dimension_count %llu, tables of 6): ids %d/%d prompts; top10 max err "
+	       "%.2e\n", (unsigned long long)rot, ref.n - good.mismatches, ref.n, good.top10_err);
+out:
+	qc_gguf_model_close(gm);
+	unlink(g);
+	unlink(bundle);
+}
+
 int main(void)
 {
 	char tmpl[] = "/tmp/qc-test-engine-hf-XXXXXX";
@@ -201,6 +247,7 @@ int main(void)
 	       MARGIN_MIN, TOL_FLOAT, TOL_LOGPROB);
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
 		run_case(tmpdir, &cases[i]);
+	partial_via_gguf(tmpdir);
 	rmdir(tmpdir);
 	return check_report("test_engine_hf");
 }
