@@ -112,10 +112,12 @@ static void whole_head_rotated(struct qc_model *m)
 	static float tab[2][256];
 	const float *src[2] = {m->rope_long, m->rope_short};
 	const int n = m->cfg.rope_dim / 2, hn = m->cfg.head_dim / 2;
-	for (int k = 0; k < 2 && src[k] && hn <= 256; k++)
+	if (hn > 256)
+		return; /* not broken: the comparison then passes and the blind check reports it */
+	for (int k = 0; k < 2 && src[k]; k++)
 		for (int i = 0; i < hn; i++)
 			tab[k][i] = src[k][i < n ? i : n - 1];
-	if (m->rope_long && hn <= 256) {
+	if (m->rope_long) {
 		m->rope_long = tab[0];
 		m->rope_short = tab[1];
 	}
