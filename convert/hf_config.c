@@ -38,7 +38,7 @@ static const struct qc_hf_arch archs[] = {
 	GEMMA("Gemma3ForConditionalGeneration", "gemma3", true, true, false,
 	      QC_HF_ROPE_BIT(QC_HF_ROPE_NONE) | QC_HF_ROPE_BIT(QC_HF_ROPE_LINEAR)),
 	{ .hf_name = "Phi3ForCausalLM", .gguf_arch = "phi3", .names = QC_HF_NAMES_PHI3, .act = "silu",
-	  .rope_types = QC_HF_ROPE_BIT(QC_HF_ROPE_NONE) | QC_HF_ROPE_BIT(QC_HF_ROPE_LONGROPE) },
+	  .rope_types = QC_HF_ROPE_BIT(QC_HF_ROPE_NONE) | QC_HF_ROPE_BIT(QC_HF_ROPE_LONGROPE), .partial_rope = true },
 };
 
 #undef GEMMA
@@ -65,7 +65,7 @@ static const struct {
 	{"Gemma3", "rope_theta", 1000000}, {"Gemma3", "query_pre_attn_scalar", 256},
 	{"Gemma3", "sliding_window", 4096}, {"Gemma3", "rope_local_base_freq", 10000},
 	{"Gemma3", "sliding_window_pattern", 6},
-	{"Phi3", "original_max_position_embeddings", 4096}, {"Phi3", "partial_rotary_factor", 1},
+	{"Phi3", "original_max_position_embeddings", 4096},
 	{"Gemma", "tie_word_embeddings", 1},
 };
 
@@ -80,7 +80,6 @@ static const struct {
 	{"Gemma3", "rope_local_base_freq", 10000, "the local layers' RoPE base of llama.cpp's gemma3"},
 	{"Gemma3", "sliding_window_pattern", 6, "llama.cpp's gemma3 windows 5 of every 6 layers"},
 	{"Gemma", "tie_word_embeddings", 1, "llama.cpp's Gemma reads the output from token_embd"},
-	{"Phi3", "partial_rotary_factor", 1, "RoPE on part of a head is not implemented for phi3"},
 };
 
 /* Where the text model's tensors are, for classes that wrap it: transformers < 4.52
@@ -177,14 +176,18 @@ static int get_bool(struct ctx *c, const char *key, bool def, bool *out, bool *p
 	return QC_OK;
 }
 
-/* One LongRoPE table: head_dim/2 positive finite numbers (each divides its rotated
- * pair's frequency). */
-static int longrope_table(struct ctx *c, const cJSON *rs, const char *key, int64_t n, const cJSON **out)
+/* One LongRoPE table: rope_dim/2 positive finite numbers (each divides its rotated
+ * pair's frequency; transformers' _compute_longrope_parameters sizes them by
+ * head_dim × partial_rotary_factor). */
+static int longrope_table(struct ctx *c, const cJSON *rs, const char *key, const struct qc_hf_config *h,
+			  const cJSON **out)
 {
 	const cJSON *t = cJSON_GetObjectItemCaseSensitive(rs, key);
+	const int64_t n = h->rope_dim / 2;
 	if (!cJSON_IsArray(t) || cJSON_GetArraySize(t) != n)
-		return qc_err_set(c->err, QC_EFORMAT, c->path, NULL, -1, "rope_scaling.%s must be a list of %lld numbers (head_dim / 2)",
-				  key, (long long)n);
+		return qc_err_set(c->err, QC_EFORMAT, c->path, NULL, -1,
+				  "rope_scaling.%s must be a list of %lld numbers (the rotated dims %lld / 2), not %d",
+				  key, (long long)n, (long long)h->rope_dim, cJSON_IsArray(t) ? cJSON_GetArraySize(t) : 0);
 	const cJSON *x;
 	cJSON_ArrayForEach(x, t)
 		if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble) || !(x->valuedouble > 0))
@@ -202,9 +205,8 @@ static int longrope_table(struct ctx *c, const cJSON *rs, const char *key, int64
 static int parse_longrope(struct ctx *c, const cJSON *rs, struct qc_hf_config *h)
 {
 	int rc;
-	const int64_t n = h->head_dim / 2;
-	if ((rc = longrope_table(c, rs, "long_factor", n, &h->rope.long_factor)) ||
-	    (rc = longrope_table(c, rs, "short_factor", n, &h->rope.short_factor)) ||
+	if ((rc = longrope_table(c, rs, "long_factor", h, &h->rope.long_factor)) ||
+	    (rc = longrope_table(c, rs, "short_factor", h, &h->rope.short_factor)) ||
 	    (rc = get_int(c, "original_max_position_embeddings", 1, 1ll << 40, false, h->n_ctx, &h->rope.orig_ctx)) ||
 	    (rc = get_real(c, rs, "attention_factor", 0.0, &h->rope.attn_factor)))
 		return rc;
@@ -212,6 +214,29 @@ static int parse_longrope(struct ctx *c, const cJSON *rs, struct qc_hf_config *h
 		const double scale = (double)h->n_ctx / (double)h->rope.orig_ctx;
 		h->rope.attn_factor = scale <= 1.0 || h->rope.orig_ctx < 2 ? 1.0 : sqrt(1.0 + log(scale) / log((double)h->rope.orig_ctx));
 	}
+	return QC_OK;
+}
+
+/* h->rope_dim: head_dim × partial_rotary_factor where the arch rotates part of a head
+ * (Phi-4-mini: 0.75), as transformers' int(head_dim * factor), which must be exact
+ * and even (rotate_half pairs i with i + rope_dim / 2); head_dim elsewhere. */
+static int parse_rope_dim(struct ctx *c, struct qc_hf_config *h)
+{
+	const cJSON *x = cJSON_GetObjectItemCaseSensitive(c->j, "partial_rotary_factor");
+	h->rope_dim = h->head_dim;
+	if (!h->arch->partial_rope || !x || cJSON_IsNull(x))
+		return QC_OK;
+	if (!cJSON_IsNumber(x))
+		return qc_err_set(c->err, QC_EFORMAT, c->path, NULL, -1, "\"partial_rotary_factor\" must be a number in (0, 1]");
+	const double f = x->valuedouble;
+	if (!(f > 0.0 && f <= 1.0))
+		return qc_err_set(c->err, QC_EFORMAT, c->path, NULL, -1, "\"partial_rotary_factor\" %g is not in (0, 1]", f);
+	const double r = (double)h->head_dim * f;
+	if (r != floor(r) || (int64_t)r % 2 || r < 2)
+		return qc_err_set(c->err, QC_EFORMAT, c->path, NULL, -1,
+				  "\"partial_rotary_factor\" %g: head_dim %lld x %g = %.17g rotated dims, not a whole "
+				  "even number", f, (long long)h->head_dim, f, r);
+	h->rope_dim = (int64_t)r;
 	return QC_OK;
 }
 
@@ -443,7 +468,7 @@ int qc_hf_config_parse(const struct qc_hf_source *src, struct qc_hf_config *h, s
 	if ((rc = check_fixed(&c)) || (rc = check_act(&c)) || (rc = check_q_scale(&c, h)) ||
 	    (rc = get_softcap(&c, "attn_logit_softcapping", &h->attn_softcap)) ||
 	    (rc = get_softcap(&c, "final_logit_softcapping", &h->final_softcap)) ||
-	    (rc = parse_window(&c, h)) || (rc = parse_rope_scaling(&c, h)))
+	    (rc = parse_window(&c, h)) || (rc = parse_rope_dim(&c, h)) || (rc = parse_rope_scaling(&c, h)))
 		return rc;
 	return parse_moe(&c, h);
 }
@@ -552,7 +577,9 @@ int qc_hf_config_to_gguf(const struct qc_hf_config *c, struct qc_gguf_writer *w,
 		"vocab_size", "context_length", "embedding_length", "block_count", "feed_forward_length",
 		"attention.head_count", "attention.head_count_kv", "rope.dimension_count",
 	};
-	const int64_t vals[] = { c->n_vocab, c->n_ctx, c->n_embd, c->n_layer, c->n_ff, c->n_head, c->n_head_kv, c->head_dim };
+	/* rope.dimension_count: the rotated dims, as llama.cpp's Phi-4-mini converter writes
+	 * (head_dim × partial_rotary_factor); key_length below stays the head size */
+	const int64_t vals[] = { c->n_vocab, c->n_ctx, c->n_embd, c->n_layer, c->n_ff, c->n_head, c->n_head_kv, c->rope_dim };
 	for (size_t i = 0; !rc && i < sizeof names / sizeof names[0]; i++) {
 		key(k, sizeof k, c, names[i]);
 		rc = qc_gguf_writer_add_u32(w, k, (uint32_t)vals[i], err);

@@ -53,11 +53,15 @@ struct qc_hf_arch {
 	bool softcap;              /* attn/final logit soft-capping keys are written (Gemma 2) */
 	const char *act;           /* the hidden activation the GGUF arch implies */
 	unsigned rope_types;       /* QC_HF_ROPE_BIT of each accepted rope_scaling type */
+	bool partial_rope;         /* partial_rotary_factor honoured: RoPE on the leading
+				    * rope_dim of each head (Phi3's apply_rotary_pos_emb) */
 };
 
 struct qc_hf_config {
 	const struct qc_hf_arch *arch;
 	int64_t n_layer, n_embd, n_ff, n_head, n_head_kv, head_dim, n_vocab, n_ctx;
+	int64_t rope_dim;          /* rotated leading dims of a head: head_dim ×
+				      partial_rotary_factor (head_dim when the arch has none) */
 	double rms_eps, rope_theta;
 	bool tie_embeddings;
 	bool explicit_head_dim;    /* config.json states head_dim (llama.cpp then writes key_length) */
@@ -79,7 +83,7 @@ struct qc_hf_config {
 		double factor, low_freq_factor, high_freq_factor;
 		int64_t orig_ctx;        /* original_max_position_embeddings, 0 when absent */
 		double attn_factor;      /* LongRoPE: on cos and sin (transformers' attention_factor) */
-		const cJSON *long_factor, *short_factor; /* LongRoPE: head_dim/2 positive numbers
+		const cJSON *long_factor, *short_factor; /* LongRoPE: rope_dim/2 positive numbers
 							    each, checked; valid while the source is open */
 	} rope;
 };
@@ -96,7 +100,7 @@ int qc_hf_config_to_gguf(const struct qc_hf_config *c, struct qc_gguf_writer *w,
  * Only meaningful when c->rope.type == QC_HF_ROPE_LLAMA3. */
 void qc_hf_config_llama3_rope_factors(const struct qc_hf_config *c, float *out);
 
-/* LongRoPE factor table (rope.long_factor or rope.short_factor, head_dim/2 values,
+/* LongRoPE factor table (rope.long_factor or rope.short_factor, rope_dim/2 values,
  * checked by parse) into out, as llama.cpp's rope_factors_{long,short}.weight. */
 void qc_hf_config_rope_factors(const cJSON *table, int64_t n, float *out);
 

@@ -548,7 +548,7 @@ static int rope_factor_tables(struct conv *c)
 {
 	static const char *const names[2] = {"rope_factors_long.weight", "rope_factors_short.weight"};
 	const cJSON *tables[2] = {c->cfg.rope.long_factor, c->cfg.rope.short_factor};
-	int64_t n = c->cfg.head_dim / 2;
+	int64_t n = c->cfg.rope_dim / 2; /* one divisor per rotated pair (Phi-4-mini: 3/4 of a head) */
 	int rc = QC_OK;
 	for (int k = 0; k < 2 && !rc; k++) {
 		float *f = malloc(sizeof(float) * (size_t)n);

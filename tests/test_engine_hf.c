@@ -1,6 +1,7 @@
 /* test_engine_hf.c — Hugging Face checkpoints of Gemma 2, Gemma 3 (text, and inside
- * Gemma3ForConditionalGeneration) and Phi-3 (plain and LongRoPE), converted by
- * qconvert and run on the CPU engine, against transformers.
+ * Gemma3ForConditionalGeneration) and Phi-3 (plain, LongRoPE, and Phi-4-mini's RoPE on
+ * 3/4 of each head), converted by qconvert and run on the CPU engine, against
+ * transformers.
  *
  * The checkpoints and references come from transformers' own classes
  * (tests/gen/make_hf_arch_ref.py and make_gemma3_ref.py, pinned in
@@ -12,7 +13,8 @@
  * time is broken in the loaded model, each standing for a conversion fact the
  * converter must get right (Gemma's 1 + w norms, gate before up in Phi-3's
  * gate_up_proj, which LongRoPE table a context gets, the attention factor, the
- * soft-caps, the window), and the comparison must fail: the reference can tell.
+ * rotated part of a head (partial_rotary_factor), the soft-caps, the window), and
+ * the comparison must fail: the reference can tell.
  * The JSON reader, the run and the comparison rules are engine_ref.h's.
  */
 #include <math.h>
@@ -26,6 +28,7 @@
 #include "engine_ref.h"
 #include "convert.h"
 #include "engine.h"
+#include "gguf.h"
 #include "hf_convert.h"
 
 #define TOL_FLOAT 5e-3   /* test_engine_arch.c: float weights */
@@ -102,6 +105,25 @@ static void no_attn_factor(struct qc_model *m)
 	m->cfg.rope_attn_factor = 1.0f;
 }
 
+/* RoPE over the whole head, as a converter that ignored partial_rotary_factor would
+ * make it; the tables' last factor stands in for the pairs they do not have */
+static void whole_head_rotated(struct qc_model *m)
+{
+	static float tab[2][256];
+	const float *src[2] = {m->rope_long, m->rope_short};
+	const int n = m->cfg.rope_dim / 2, hn = m->cfg.head_dim / 2;
+	if (hn > 256)
+		return; /* not broken: the comparison then passes and the blind check reports it */
+	for (int k = 0; k < 2 && src[k]; k++)
+		for (int i = 0; i < hn; i++)
+			tab[k][i] = src[k][i < n ? i : n - 1];
+	if (m->rope_long) {
+		m->rope_long = tab[0];
+		m->rope_short = tab[1];
+	}
+	m->cfg.rope_dim = m->cfg.head_dim;
+}
+
 struct breaker {
 	ref_breaker_fn fn;
 	const char *what;
@@ -128,6 +150,12 @@ static const struct hf_case {
 	  {gate_up_swapped, "gate_up_proj halves swapped"}}},
 	{"phi3-longrope", "hf-phi3-longrope-long", 128,
 	 {{tables_swapped, "the short table at a long context"}, {no_attn_factor, "attention factor 1"}}},
+	/* Phi-4-mini's shape: RoPE on 12 of 16 dims per head, tables of 6 factors */
+	{"phi3-partial", "hf-phi3-partial-short", 64,
+	 {{whole_head_rotated, "RoPE on the whole head"}, {tables_swapped, "the long table at a short context"},
+	  {no_attn_factor, "attention factor 1"}}},
+	{"phi3-partial", "hf-phi3-partial-long", 128,
+	 {{whole_head_rotated, "RoPE on the whole head"}, {tables_swapped, "the short table at a long context"}}},
 };
 
 static void run_case(const char *tmpdir, const struct hf_case *k)
@@ -165,6 +193,51 @@ static void run_case(const char *tmpdir, const struct hf_case *k)
 	unlink(bundle);
 }
 
+/* The GGUF path of Phi-4-mini's shape: the normalized GGUF states the rotated dims as
+ * rope.dimension_count (12 of head_dim 16) and holds LongRoPE tables of 12 / 2, as
+ * llama.cpp's Phi-4-mini converter writes them (n_rot / 2; c392e50 had n_embd_head / 2
+ * and no partial rotation); that GGUF, converted as any GGUF is, runs as transformers. */
+static void partial_via_gguf(const char *tmpdir)
+{
+	static const char *const tables[] = {"rope_factors_long.weight", "rope_factors_short.weight"};
+	char g[512], bundle[512];
+	struct qc_err err = {0};
+	struct qc_gguf_model *gm = NULL;
+	struct ref ref;
+	struct outcome good;
+	uint64_t rot = 0;
+	snprintf(g, sizeof g, "%s/phi3-partial.gguf", tmpdir);
+	snprintf(bundle, sizeof bundle, "%s/phi3-partial-gguf.qb", tmpdir);
+	int rc = qc_hf_to_gguf("tests/data/hf/phi3-partial", g, NULL, 0, &err);
+	if (!rc)
+		rc = qc_gguf_model_open(g, &gm, &err);
+	CHECK(rc == QC_OK, "phi3-partial: normalized GGUF: %s", err.msg);
+	if (rc)
+		goto out;
+	CHECK(!qc_gguf_get_u64(gm->files[0], "phi3.rope.dimension_count", &rot, NULL) && rot == 12,
+	      "phi3-partial: phi3.rope.dimension_count %llu, 12 expected", (unsigned long long)rot);
+	for (int k = 0; k < 2; k++) {
+		const struct qc_gguf_tensor *t = qc_gguf_model_find(gm, tables[k]);
+		CHECK(t && t->n_dims == 1 && t->ne[0] == 6, "phi3-partial: %s: %lld factors, 6 expected", tables[k],
+		      t ? (long long)t->ne[0] : -1ll);
+	}
+	struct qc_convert_opts co = {.in = g, .out = bundle, .target = QC_TARGET_CPU, .alignment = QC_BUNDLE_ALIGN};
+	rc = qc_convert_gguf(&co, NULL, &err);
+	CHECK(rc == QC_OK, "phi3-partial: convert the GGUF: %s", err.msg);
+	if (rc || load_ref("tests/data/ref/hf-phi3-partial-short.json", &ref) != 0 ||
+	    ref_run_bundle(bundle, &ref, NULL, 64, &good) != QC_OK)
+		goto out;
+	CHECK(good.mismatches == 0 && good.top10_err <= TOL_FLOAT && good.logprob_err <= TOL_LOGPROB,
+	      "phi3-partial via GGUF: %d prompts differ, top-10 error %.2e, log-prob error %.2e", good.mismatches,
+	      good.top10_err, good.logprob_err);
+	printf("  phi3-partial via its GGUF (rope.dimension_count %llu, tables of 6): ids %d/%d prompts; top10 max err "
+	       "%.2e\n", (unsigned long long)rot, ref.n - good.mismatches, ref.n, good.top10_err);
+out:
+	qc_gguf_model_close(gm);
+	unlink(g);
+	unlink(bundle);
+}
+
 int main(void)
 {
 	char tmpl[] = "/tmp/qc-test-engine-hf-XXXXXX";
@@ -176,6 +249,7 @@ int main(void)
 	       MARGIN_MIN, TOL_FLOAT, TOL_LOGPROB);
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
 		run_case(tmpdir, &cases[i]);
+	partial_via_gguf(tmpdir);
 	rmdir(tmpdir);
 	return check_report("test_engine_hf");
 }

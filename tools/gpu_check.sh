@@ -2,7 +2,8 @@
 # tools/gpu_check.sh — run on the GPU machine (the device tool), from the repo root,
 # with .gpu/payload.tar.xz from tools/gpu_pack.sh carried: unpacks it, then runs the
 # kernel tests (plus compute-sanitizer memcheck/racecheck on quick shapes), the
-# end-to-end tests against the CPU backend (fixtures + a few mkgguf models), and
+# end-to-end tests against the CPU backend (fixtures + a few mkgguf models, + SmolLM2
+# when its .gpu/smollm2.gguf.part-NN were carried), and
 # qrun --device cuda on two fixtures.
 # Logs go to $OUT (or ./gpu-logs). Exit status: nonzero when a test failed.
 # Where the build environment exists on the GPU machine, `make test-gpu` does
@@ -21,6 +22,19 @@ G=/tmp/qc-gpu-gen
 rm -rf "$G"
 sh tests/gpu/gen_models.sh "$P/bin/mkgguf" "$G" || exit 1
 export QC_GPU_GEN="$G"
+# SmolLM2 for test_e2e, when the parts tools/gpu_pack.sh split it into were carried
+# (all of them: the joined file must have fetch_smollm2.sh's sha256)
+if ls .gpu/smollm2.gguf.part-* >/dev/null 2>&1; then
+	sm=$P/models/SmolLM2-135M-Instruct.Q4_1.gguf
+	want=$(sed -n 's/^gguf_sha=//p' tools/fetch_smollm2.sh)
+	mkdir -p "$P/models" && cat .gpu/smollm2.gguf.part-* >"$sm"
+	if [ "$(sha256sum "$sm" | cut -d' ' -f1)" = "$want" ]; then
+		export QC_MODELS="$P/models"
+	else
+		echo "SmolLM2: the carried parts do not join to sha256 $want (one missing?): test_e2e skips it"
+		rm -f "$sm"
+	fi
+fi
 rc=0
 "$P/bin/test_kernels" >"$OUT/kernels.log" 2>&1 || rc=1
 tail -n 3 "$OUT/kernels.log"; grep -E "FAIL|FIRST BAD" "$OUT/kernels.log" | head -n 20

@@ -5,7 +5,8 @@
 # bench_gemv and bench_copy (stripped),
 # the shared libraries they load (all but glibc, libstdc++ and CUDA's: a CUDA image
 # lacks cJSON, xxHash, PCRE2, ICU 72, libarchive), and the fixtures (gguf,
-# gguf-quant). BUILD defaults to build-cuda.
+# gguf-quant); SmolLM2's GGUF, when cached, in parts beside it (below). BUILD defaults
+# to build-cuda.
 set -eu
 B=${BUILD:-build-cuda}
 FX=${QC_FIXTURES:-../shared/fixtures}
@@ -29,6 +30,20 @@ rm -f .gpu/payload.tgz
 # xz: a third smaller than gzip (the carried tree is capped at 64 MiB)
 tar cf - -C "$d" bin lib fixtures | xz -T"$(nproc)" -6 >.gpu/payload.tar.xz
 rm -rf "$d"
+# SmolLM2-135M-Instruct Q4_1 for test_e2e's real-model run, when tools/fetch_smollm2.sh
+# has cached it: 98 MB that xz cannot shrink (its 4-bit blocks), more than one device
+# call carries, so not in the payload but beside it in parts of $QC_PACK_PART_MIB
+# (default 40) MiB, .gpu/smollm2.gguf.part-NN, each carried by its own call (a warm
+# machine keeps them); tools/gpu_check.sh joins them and checks the pinned sha256.
+rm -f .gpu/smollm2.gguf.part-*
+sm=${QC_MODELS:-build/models}/SmolLM2-135M-Instruct.Q4_1.gguf
+if [ -f "$sm" ]; then
+	split -b "${QC_PACK_PART_MIB:-40}M" -d -a 2 "$sm" .gpu/smollm2.gguf.part-
+	ls -la .gpu/smollm2.gguf.part-*
+	echo "gpu_pack: carry each .gpu/smollm2.gguf.part-NN in its own call (at most 64 MiB travel at once)"
+else
+	echo "gpu_pack: no $sm: test_e2e will skip SmolLM2 (sh tools/fetch_smollm2.sh fetches it)"
+fi
 # llama.cpp's source for tools/gpu_compare.sh, when $LLAMA_GIT names a clone of it:
 # its HEAD without the vocab models, docs and web UI (~20 MB unpacked, ~4 MB packed;
 # a mirror may lack those blobs), its short hash in .snapshot. Never committed.

@@ -398,6 +398,26 @@ static int check_factors(const struct qc_bundle *b, const char *name, const floa
 	return QC_OK;
 }
 
+/* A LongRoPE table (NULL when absent): one divisor per rotated pair, rope_dim / 2
+ * (llama.cpp's Phi-4-mini loader, n_rot / 2; c392e50's n_embd_head / 2 is the same
+ * number when the whole head rotates). Other lengths are refused here, naming
+ * rope.dimension_count, before vec_load's generic shape message. */
+static int longrope_load(const struct qc_bundle *b, const struct qc_model_config *c, const char *name,
+			 float **store, const float **out, struct qc_err *err)
+{
+	const struct qc_bundle_tensor *t = qc_bundle_find(b, name);
+	const int64_t n = c->rope_dim / 2;
+	int rc;
+	*out = NULL;
+	if (t && t->ne[0] != n && t->ne[1] == 1)
+		return qc_err_set(err, QC_EFORMAT, b->path, name, -1,
+				  "LongRoPE table of %lld factors: rope.dimension_count %d (head_dim %d) rotates %lld pairs",
+				  (long long)t->ne[0], c->rope_dim, c->head_dim, (long long)n);
+	if ((rc = vec_load(b, name, n, false, store, out, err)))
+		return rc;
+	return check_factors(b, name, *out, n, err);
+}
+
 /* llama.cpp's K/V cache length is n_ctx rounded up to this (no flash attention) */
 #define LLAMA_KV_PAD 32
 
@@ -588,16 +608,13 @@ int qc_model_from_bundle(struct qc_bundle *b, struct qc_model **out, struct qc_e
 		goto out_free;
 	}
 	float *store = m->vec_store;
-	/* LongRoPE tables hold head_dim / 2 values (llama.cpp load_tensors); RoPE reads
-	 * the first rope_dim / 2. Only an arch whose graph reads them loads them. */
+	/* Only an arch whose graph reads the LongRoPE tables loads them. */
 	const bool longrope = (arch.arch->feats & QC_AF(LONGROPE)) != 0;
 	if ((rc = vec_load(b, "output_norm.weight", c->n_embd, true, &store, &m->output_norm, err)) ||
 	    (rc = vec_load(b, "rope_freqs.weight", c->rope_dim / 2, false, &store, &m->rope_freqs, err)) ||
 	    (rc = check_factors(b, "rope_freqs.weight", m->rope_freqs, c->rope_dim / 2, err)) ||
-	    (longrope && (rc = vec_load(b, "rope_factors_long.weight", hd / 2, false, &store, &m->rope_long, err))) ||
-	    (rc = check_factors(b, "rope_factors_long.weight", m->rope_long, hd / 2, err)) ||
-	    (longrope && (rc = vec_load(b, "rope_factors_short.weight", hd / 2, false, &store, &m->rope_short, err))) ||
-	    (rc = check_factors(b, "rope_factors_short.weight", m->rope_short, hd / 2, err)))
+	    (longrope && (rc = longrope_load(b, c, "rope_factors_long.weight", &store, &m->rope_long, err))) ||
+	    (longrope && (rc = longrope_load(b, c, "rope_factors_short.weight", &store, &m->rope_short, err))))
 		goto out_free;
 	for (int il = 0; il < c->n_layer; il++)
 		if ((rc = load_layer(b, c, il, &m->layers[il], &store, err)))

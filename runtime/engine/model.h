@@ -137,7 +137,7 @@ struct qc_model {
 	struct qc_mat output;      /* (n_vocab, n_embd); token_embd's view when tied */
 	const float *output_norm;  /* (n_embd) */
 	const float *rope_freqs;   /* (rope_dim / 2) frequency divisors (llama3); NULL when absent */
-	const float *rope_long, *rope_short; /* (head_dim / 2) Phi-3 LongRoPE divisors; NULL when absent */
+	const float *rope_long, *rope_short; /* (rope_dim / 2) Phi-3 LongRoPE divisors; NULL when absent */
 	struct qc_layer *layers;   /* (n_layer) */
 	float *vec_store;          /* owns every decoded vector above */
 };

@@ -9,7 +9,8 @@ tests/data/ref/hf-NAME.json in tools/llref's format (make_gemma3_ref.greedy: one
 forward per step without a cache, argmax of raw logits; first-step top-10 logits and
 log-sum-exp). qconvert converts the folders; the test runs the bundles on the CPU
 engine and compares. Run from the repository root, in the venv:
-  /tmp/venv-g3/bin/python tests/gen/make_hf_arch_ref.py
+  /tmp/venv-g3/bin/python tests/gen/make_hf_arch_ref.py [NAME ...]
+(no NAME: every model; else only those, e.g. phi3_partial).
 Output is deterministic (fixed seeds, float32 on the CPU, one thread).
 
 Models:
@@ -27,6 +28,13 @@ Models:
   (prompts of at most 32 ids, so at most 63 positions: the short table; the test runs
   the engine with a 64-token context) and hf-phi3-longrope-long (prompts of 65-72 ids:
   the long table from the first forward; engine context 128).
+- phi3-partial (f16): Phi-4-mini's shape in small: partial_rotary_factor 0.75 (RoPE on
+  the first 12 of each head's 16 dims; the last 4 pass through), LongRoPE with tables of
+  12 / 2 = 6 factors (transformers sizes them by the rotated dims), tied embeddings, 2
+  heads of 16 over 1 K/V head, sliding_window longer than the context (Phi-4-mini states
+  262144); references hf-phi3-partial-short (prompts of at most 32 ids, engine context
+  64: the short table) and hf-phi3-partial-long (65-72 ids, context 128: the long
+  table), as phi3-longrope.
 - gemma3-cg: tests/data/hf/gemma3's weights inside transformers'
   Gemma3ForConditionalGeneration with a tiny random SigLIP vision tower and projector
   (saved under the class's own names, language_model.*), whose text logits are asserted
@@ -142,6 +150,32 @@ def phi3_longrope():
               prompts(10, [65, 66, 67, 68, 69, 70, 71, 72], 2))
 
 
+def phi3_partial():
+    # seed 17: at 15 and 18 most prompts hit a greedy margin below 0.05 within 1-4 steps.
+    # hidden 64 with 4 heads of 16 was tried first: exact with float32 K/V (1e-5), but
+    # the engine's binary16 K/V moved first-step logits by 5.6e-3 at that scale
+    hd = 32 // 2
+    rot = int(hd * 0.75)
+    g = np.random.default_rng(15)
+    short = [round(float(x), 4) for x in 1.0 + 0.2 * g.random(rot // 2)]
+    long = [round(float(x), 4) for x in np.linspace(1.0, 12.0, rot // 2) * (1.0 + 0.1 * g.random(rot // 2))]
+    cfg = transformers.Phi3Config(
+        vocab_size=N_VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, rms_norm_eps=1e-5, rope_theta=10000.0,
+        hidden_act="silu", pad_token_id=0, eos_token_id=1, bos_token_id=2, tie_word_embeddings=True,
+        max_position_embeddings=256, original_max_position_embeddings=64, sliding_window=1024,
+        partial_rotary_factor=0.75, rope_scaling={"type": "longrope", "short_factor": short, "long_factor": long},
+        torch_dtype="float32", attn_implementation="eager")
+    model = randomize(transformers.Phi3ForCausalLM(cfg), 17, torch.float16, PHI3_STD)
+    model.tie_weights()
+    assert model.model.rotary_emb.inv_freq.shape[0] == rot // 2
+    save_hf(model, "phi3-partial", "Phi3ForCausalLM", torch.float16, skip=("lm_head.weight",))
+    write_ref("phi3-partial-short", "phi3-partial", "Phi3ForCausalLM", model,
+              prompts(15, [1, 3, 6, 10, 15, 20, 26, 32], 2))
+    write_ref("phi3-partial-long", "phi3-partial", "Phi3ForCausalLM", model,
+              prompts(16, [65, 66, 67, 68, 69, 70, 71, 72], 2))
+
+
 def gemma3_cg():
     """tests/data/hf/gemma3's text weights in a Gemma3ForConditionalGeneration."""
     src = os.path.join(HF_OUT, "gemma3")
@@ -178,12 +212,14 @@ def gemma3_cg():
             skip=("language_model.lm_head.weight",))
 
 
+MODELS = {"gemma2": gemma2, "phi3": phi3, "phi3_longrope": phi3_longrope, "phi3_partial": phi3_partial,
+          "gemma3_cg": gemma3_cg}
+
+
 def main():
     torch.set_num_threads(1)
-    gemma2()
-    phi3()
-    phi3_longrope()
-    gemma3_cg()
+    for name in sys.argv[1:] or MODELS:
+        MODELS[name]()
 
 
 if __name__ == "__main__":

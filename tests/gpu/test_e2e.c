@@ -1,7 +1,8 @@
 /* test_e2e.c — the CUDA backend end to end against the CPU backend.
  *
  * Per fixture (every .gguf under $QC_FIXTURES/gguf, gguf-quant, the mkgguf
- * models in $QC_GPU_GEN, and every Hugging Face checkpoint under tests/data/hfq,
+ * models in $QC_GPU_GEN, every Hugging Face checkpoint under tests/data/hfq, and
+ * SmolLM2-135M-Instruct Q4_1 from $QC_MODELS when it is there,
  * converted in process to a temp cpu bundle, and again for sm90 where that
  * gives tensor-core layouts, for sm100 where it is NVFP4): greedy 16 tokens after a fixed
  * 24-token prompt on the CPU backend (float activations, QC_ACT_ROUND_NONE) and
@@ -429,6 +430,24 @@ static void run_sampled(const char *dir, const char *name, const char *tmp)
 	unlink(out);
 }
 
+/* A real trained model (issue 20 item 5): SmolLM2-135M-Instruct Q4_1 (GQA 9/3, tied
+ * Q8_0 output, massive activations), as tools/fetch_smollm2.sh caches it, from
+ * $QC_MODELS; without it a SKIP line, since CI machines have no network to fetch it. */
+static void run_smollm2(const char *tmp)
+{
+	static const char name[] = "SmolLM2-135M-Instruct.Q4_1.gguf";
+	const char *dir = getenv("QC_MODELS");
+	char p[1024];
+	snprintf(p, sizeof p, "%s/%s", dir ? dir : "", name);
+	if (!dir || !*dir || access(p, R_OK)) {
+		printf("SKIP %s: no %s (set QC_MODELS to the folder tools/fetch_smollm2.sh fills)\n", name,
+		       dir && *dir ? p : "$QC_MODELS");
+		return;
+	}
+	printf("%s (a real trained model; greedy %d tokens, cuda vs cpu with float activations):\n", dir, N_GEN);
+	run_fixture(dir, name, tmp, false);
+}
+
 static int cmp_str(const void *a, const void *b)
 {
 	return strcmp(*(const char *const *)a, *(const char *const *)b);
@@ -523,6 +542,7 @@ int main(void)
 			free(names[i]);
 		}
 	}
+	run_smollm2(tmp);
 	rmdir(tmp);
 	return check_report("test_e2e");
 }
