@@ -409,6 +409,15 @@ void test_attn_cap_window(int bt, int hd, int n_head, int n_head_kv, float softc
 	for (int t = 0; t < T; t++)
 		qc_ref_attn_token(&ra, q + (size_t)t * q_dim, want + (size_t)t * q_dim, pos[t],
 				  tables + (size_t)seq[t] * stride, scratch);
+	/* what flash feeds its tensor cores (q * scale * log2 e in binary16), scale undone:
+	   its rows against this reference get the tight bound, and so do the negatives */
+	const float c2 = scale * 1.4426950408889634f;
+	float *q16 = malloc(sizeof(float) * (size_t)T * q_dim), *want16 = malloc(sizeof(float) * (size_t)T * q_dim);
+	for (size_t i = 0; i < (size_t)T * q_dim; i++)
+		q16[i] = qc_fp16_to_f32(qc_f32_to_fp16(q[i] * c2)) / c2;
+	for (int t = 0; t < T; t++)
+		qc_ref_attn_token(&ra, q16 + (size_t)t * q_dim, want16 + (size_t)t * q_dim, pos[t],
+				  tables + (size_t)seq[t] * stride, scratch);
 	const double tol = 2e-5 * 2;
 	char what[160];
 	snprintf(what, sizeof what, "cap %g window %d bt %d hd %d heads %d/%d", (double)softcap, window, bt, hd, n_head,
@@ -428,7 +437,8 @@ void test_attn_cap_window(int bt, int hd, int n_head, int n_head_kv, float softc
 				S = s * scale > S ? s * scale : S;
 			}
 	}
-	for (int neg = 0; neg < 2; neg++) { /* the checkers can fail */
+	const double ftol16 = fa_tol(2.0, S, hd, max_len, 0), ftol = fa_tol(2.0, S, hd, max_len, 0x1p-11);
+	for (int neg = 0; neg < 2; neg++) { /* the checkers can fail (split-K's bound and flash's tight one) */
 		struct qc_ref_attn_args rb = ra;
 		if (neg == 0 && softcap > 0)
 			rb.softcap = 0;
@@ -443,6 +453,12 @@ void test_attn_cap_window(int bt, int hd, int n_head, int n_head_kv, float softc
 		const struct cmp c = compare(alt, want, (size_t)T * q_dim, tol);
 		CHECK(c.first_bad >= 0, "%s: the reference without the %s is within tolerance", what,
 		      neg ? "window" : "cap");
+		for (int t = 0; t < news[0]; t++) /* the flash rows (seq 0), from the rounded q */
+			qc_ref_attn_token(&rb, q16 + (size_t)t * q_dim, alt + (size_t)t * q_dim, pos[t],
+					  tables + (size_t)seq[t] * stride, scratch);
+		const struct cmp c16 = compare(alt, want16, (size_t)news[0] * q_dim, ftol16);
+		CHECK(c16.first_bad >= 0, "%s: the flash reference without the %s is within flash's tight bound %.3g",
+		      what, neg ? "window" : "cap", ftol16);
 	}
 
 	uint16_t *d_pool = up(pool, 2 * pool_n);
@@ -490,8 +506,6 @@ void test_attn_cap_window(int bt, int hd, int n_head, int n_head_kv, float softc
 		CHECK(qc_cuda_flash_attn(&fa, 0, &err) == QC_OK, "flash_attn: %s", err.msg);
 		down(fl, d_o, sizeof(float) * (size_t)T * q_dim);
 		down(done, d_done, sizeof(int32_t) * (size_t)T);
-		double vmax = 2.0;
-		const double ftol = fa_tol(vmax, S, hd, max_len, 0x1p-11);
 		int n_done = 0;
 		bool flags_ok = true, others_nan = true;
 		for (int t = 0; t < T; t++) {
@@ -503,8 +517,11 @@ void test_attn_cap_window(int bt, int hd, int n_head, int n_head_kv, float softc
 		CHECK(flags_ok && others_nan, "flash_attn %s: done flags %s, other rows %s", what, flags_ok ? "ok" : "wrong",
 		      others_nan ? "untouched" : "written");
 		char w2[220];
+		/* seq 0's tokens come first: the flash rows are the first n_done */
+		snprintf(w2, sizeof w2, "flash_attn %s, rounded q", what);
+		CHECK(report(w2, compare(fl, want16, (size_t)n_done * q_dim, ftol16), ftol16), "%s", w2);
 		snprintf(w2, sizeof w2, "flash_attn %s", what);
-		CHECK(report(w2, compare(fl, want, (size_t)n_done * q_dim, ftol), ftol), "%s", w2); /* seq 0 is first */
+		CHECK(report(w2, compare(fl, want, (size_t)n_done * q_dim, ftol), ftol), "%s", w2);
 		struct qc_cuda_paged_attn_args pa = base;
 		pa.d_ws = d_ws;
 		pa.ws_bytes = wsb;
@@ -536,5 +553,7 @@ void test_attn_cap_window(int bt, int hd, int n_head, int n_head_kv, float softc
 	free(alt);
 	free(got);
 	free(fl);
+	free(q16);
+	free(want16);
 	free(scratch);
 }
