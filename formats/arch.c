@@ -198,24 +198,21 @@ const struct qc_arch_backend_info qc_arch_backends[QC_ARCH_BACKEND_COUNT] = {
 	[QC_ARCH_BACKEND_CUDA] = {"CUDA", QC_ARCH_CUDA_FEATURES},
 };
 
-const struct qc_arch_cpu_checked qc_arch_cpu_checked[] = {
-	{"gemma2", QC_ARCH_CPU_GEMMA2},
-	{"phi3", QC_ARCH_CPU_PHI3},
-	{"llama", QC_ARCH_CPU_HF_WINDOW},
-	{"qwen2", QC_ARCH_CPU_HF_WINDOW},
-	{"gemma3", QC_ARCH_CPU_GEMMA3},
+const struct qc_arch_checked qc_arch_checked[] = {
+	{"gemma2", QC_ARCH_EXTRA_GEMMA2},
+	{"phi3", QC_ARCH_EXTRA_PHI3},
+	{"llama", QC_ARCH_EXTRA_HF_WINDOW},
+	{"qwen2", QC_ARCH_EXTRA_HF_WINDOW},
+	{"gemma3", QC_ARCH_EXTRA_GEMMA3},
 };
-const size_t qc_n_arch_cpu_checked = sizeof qc_arch_cpu_checked / sizeof qc_arch_cpu_checked[0];
+const size_t qc_n_arch_checked = sizeof qc_arch_checked / sizeof qc_arch_checked[0];
 
 uint64_t qc_arch_missing_on(const struct qc_arch_desc *d, enum qc_arch_backend b)
 {
-	uint64_t have = qc_arch_backends[b].feats;
-	if (b == QC_ARCH_BACKEND_CPU) {
-		have = QC_ARCH_CUDA_FEATURES;
-		for (size_t i = 0; i < qc_n_arch_cpu_checked; i++)
-			if (!strcmp(d->name, qc_arch_cpu_checked[i].arch))
-				have |= qc_arch_cpu_checked[i].feats;
-	}
+	uint64_t have = QC_ARCH_BASE_FEATURES;
+	for (size_t i = 0; i < qc_n_arch_checked; i++)
+		if (!strcmp(d->name, qc_arch_checked[i].arch))
+			have |= qc_arch_checked[i].feats & qc_arch_backends[b].feats;
 	return d->arch ? d->feats & ~have : UINT64_MAX;
 }
 

@@ -56,39 +56,45 @@ extern const size_t qc_n_archs;
  * backend's forward pass implement. They sit here, not in the engine, so qconvert
  * can warn at convert time without linking the engine; tests/test_arch.c holds
  * them to what qc_model_open and each backend's create really accept. Add a bit
- * to a backend's column when it learns the feature. */
-#define QC_ARCH_CUDA_FEATURES                                                                 \
+ * to a backend's column when it learns the feature.
+ * QC_ARCH_BASE_FEATURES: what both backends run for every architecture. */
+#define QC_ARCH_BASE_FEATURES                                                                 \
 	(QC_AF(RMSNORM) | QC_AF(SWIGLU) | QC_AF(ROPE_NORM) | QC_AF(ROPE_NEOX) | QC_AF(ROPE_LINEAR) | \
 	 QC_AF(ROPE_YARN) | QC_AF(QKV_BIAS) | QC_AF(QK_NORM) | QC_AF(MOE) | QC_AF(MOE_RENORM) |      \
 	 QC_AF(MOE_SHARED) | QC_AF(TIED_EMBD))
-/* Bits the CPU's forward pass has, each checked against llama.cpp for some
- * architectures only (the rows of qc_arch_cpu_checked): Gemma 2's (RMSNORM_1P is a
- * plain RMSNorm on a GGUF, whose converter stores 1 + w) and Phi-3's. */
-#define QC_ARCH_CPU_GEMMA2                                                                    \
+/* Extras, each checked against a reference for some architectures only (the rows
+ * of qc_arch_checked): Gemma 2's (RMSNORM_1P is a plain RMSNorm on a GGUF, whose
+ * converter stores 1 + w; llama.cpp build_gemma2) and Phi-3's (build_phi3). */
+#define QC_ARCH_EXTRA_GEMMA2                                                                  \
 	(QC_AF(RMSNORM_1P) | QC_AF(GEGLU_TANH) | QC_AF(EMBD_SCALE) | QC_AF(POST_NORM) |             \
 	 QC_AF(ATTN_SOFTCAP) | QC_AF(FINAL_SOFTCAP) | QC_AF(SLIDING_WINDOW))
-#define QC_ARCH_CPU_PHI3 (QC_AF(FUSED_QKV) | QC_AF(FUSED_GATE_UP) | QC_AF(LONGROPE) | QC_AF(SLIDING_WINDOW))
+#define QC_ARCH_EXTRA_PHI3 (QC_AF(FUSED_QKV) | QC_AF(FUSED_GATE_UP) | QC_AF(LONGROPE) | QC_AF(SLIDING_WINDOW))
 /* Mistral's (stored as llama) and Qwen2's window on every layer, as transformers
  * applies it (its SDPA/eager mask: the last W positions); llama.cpp c392e50
  * ignores the key for these, and its converter never writes it. */
-#define QC_ARCH_CPU_HF_WINDOW QC_AF(SLIDING_WINDOW)
+#define QC_ARCH_EXTRA_HF_WINDOW QC_AF(SLIDING_WINDOW)
 /* Gemma 3's, checked against transformers (Gemma3ForCausalLM): Gemma 2's block
  * without the soft-caps, plus the local layers' own RoPE base. */
-#define QC_ARCH_CPU_GEMMA3                                                                    \
+#define QC_ARCH_EXTRA_GEMMA3                                                                  \
 	(QC_AF(RMSNORM_1P) | QC_AF(GEGLU_TANH) | QC_AF(EMBD_SCALE) | QC_AF(POST_NORM) |             \
 	 QC_AF(SLIDING_WINDOW) | QC_AF(ROPE_LOCAL))
-/* The CPU's column: CUDA's plus every per-architecture extra. */
-#define QC_ARCH_CPU_FEATURES (QC_ARCH_CUDA_FEATURES | QC_ARCH_CPU_GEMMA2 | QC_ARCH_CPU_PHI3 | QC_ARCH_CPU_GEMMA3)
-/* The CPU's extras beyond CUDA's column count for the architecture whose graph
- * they were checked against only (gemma, falcon graphs differ: q scaling,
- * window rules, parallel blocks; llama ignores a stated soft-cap):
- * one row per architecture, the extras it may use. */
-struct qc_arch_cpu_checked {
+#define QC_ARCH_EXTRAS (QC_ARCH_EXTRA_GEMMA2 | QC_ARCH_EXTRA_PHI3 | QC_ARCH_EXTRA_GEMMA3 | QC_ARCH_EXTRA_HF_WINDOW)
+/* The CPU's column: the base plus every extra (backend_cpu.c). */
+#define QC_ARCH_CPU_FEATURES (QC_ARCH_BASE_FEATURES | QC_ARCH_EXTRAS)
+/* The CUDA column: the base plus every extra, computed as the CPU computes them
+ * (backend_cuda.c; tests/gpu/test_e2e.c compares the two on gemma2, gemma3 and
+ * phi3 models). */
+#define QC_ARCH_CUDA_FEATURES (QC_ARCH_BASE_FEATURES | QC_ARCH_EXTRAS)
+/* A backend's extras count for the architecture whose graph they were checked
+ * against only (gemma, falcon graphs differ: q scaling, window rules, parallel
+ * blocks; llama ignores a stated soft-cap): one row per architecture, the extras
+ * it may use (on a backend whose column has them). */
+struct qc_arch_checked {
 	const char *arch;
 	uint64_t feats;
 };
-extern const struct qc_arch_cpu_checked qc_arch_cpu_checked[];
-extern const size_t qc_n_arch_cpu_checked;
+extern const struct qc_arch_checked qc_arch_checked[];
+extern const size_t qc_n_arch_checked;
 /* What some backend of this qrun/qserve implements (the CPU's is a superset). */
 #define QC_ARCH_RUNTIME_FEATURES (QC_ARCH_CPU_FEATURES | QC_ARCH_CUDA_FEATURES)
 

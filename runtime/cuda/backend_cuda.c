@@ -20,6 +20,13 @@
  * qc_cuda_paged_attn, flash_attn.cu; QC_CUDA_FLASH=0 turns it off, docs/cuda.md.)
  * Act-order weights get their activations gathered first (act_gather.cu);
  * YaRN, llama3 rope_freqs and sigmoid-gated shared experts as the CPU backend.
+ * Gemma 2 / Gemma 3 / Phi-3 as the CPU backend computes them (backend_cpu.c):
+ * embeddings scaled, q scaled after RoPE (the attention's scale), soft-capped
+ * scores and logits, a window per layer, Gemma 3's local RoPE base, GELU-tanh
+ * (a kernel of its own: the GEMV fuses SiLU only), and post-attention/post-FFN
+ * norms: the O / down output normed first, then added by the next norm (never
+ * in the GEMV's store); Phi-3's LongRoPE table chosen for max_ctx at create,
+ * its fused q|k|v and gate|up weights row views (model.c) like any other.
  */
 #include "backend_cuda_int.h"
 
@@ -35,6 +42,7 @@
 #include "kernels/add.h"
 #include "kernels/argmax.h"
 #include "kernels/embed.h"
+#include "kernels/gelu_mul.h"
 #include "kernels/matmul_dispatch.h"
 #include "kernels/moe_combine.h"
 #include "kernels/moe_gemm.h"
@@ -44,6 +52,7 @@
 #include "kernels/rms_norm.h"
 #include "kernels/rope_kv.h"
 #include "kernels/silu_mul.h"
+#include "kernels/softcap.h"
 #include "kernels/topk.h"
 #include "fp16.h"
 #include "backend_cuda_graph.h"
@@ -211,7 +220,7 @@ static int cuda_create(const struct qc_model *m, const struct qc_backend_params 
 	if ((rc = qc_cuda_be_make_dmat(c, &m->token_embd, "token_embd.weight", &c->tok, warned, err)) ||
 	    (rc = qc_cuda_be_make_dmat(c, &m->output, "output.weight", &c->out, warned, err)) ||
 	    (rc = qc_cuda_be_upload_vec(c, m->output_norm, cfg->n_embd, &c->d_out_norm, err)) ||
-	    (rc = qc_cuda_be_upload_vec(c, m->rope_freqs, cfg->rope_dim / 2, &c->d_rope_ff, err)))
+	    (rc = qc_cuda_be_upload_vec(c, qc_model_rope_factors(m, p->max_ctx), cfg->rope_dim / 2, &c->d_rope_ff, err)))
 		goto fail;
 	c->q_dim = (int64_t)cfg->n_head * cfg->head_dim;
 	c->kv_dim = (int64_t)cfg->n_head_kv * cfg->head_dim;
@@ -242,7 +251,9 @@ static int cuda_create(const struct qc_model *m, const struct qc_backend_params 
 		    (rc = qc_cuda_be_upload_vec(c, ml->bk, c->kv_dim, &L->d_bk, err)) ||
 		    (rc = qc_cuda_be_upload_vec(c, ml->bv, c->kv_dim, &L->d_bv, err)) ||
 		    (rc = qc_cuda_be_upload_vec(c, ml->q_norm, cfg->head_dim, &L->d_q_norm, err)) ||
-		    (rc = qc_cuda_be_upload_vec(c, ml->k_norm, cfg->head_dim, &L->d_k_norm, err)))
+		    (rc = qc_cuda_be_upload_vec(c, ml->k_norm, cfg->head_dim, &L->d_k_norm, err)) ||
+		    (rc = qc_cuda_be_upload_vec(c, ml->attn_post_norm, cfg->n_embd, &L->d_attn_post_norm, err)) ||
+		    (rc = qc_cuda_be_upload_vec(c, ml->ffn_post_norm, cfg->n_embd, &L->d_ffn_post_norm, err)))
 			goto fail;
 	}
 
@@ -349,11 +360,21 @@ static int normed_mm(struct cu *c, const float *d_norm_w, const struct dmat *con
 
 /* x += W in: the GEMV's store does the add where its kind can; else W in goes to
  * tmp and the next norm_in adds it. in = silu(in) * in2 when in2 (fused likewise,
- * or silu_mul first). */
+ * or silu_mul first). With d_post (Gemma's post-attention/post-FFN norm): W in
+ * to tmp, normed there in place, and the next norm_in adds it (the CPU's order:
+ * norm, then the residual add). */
 static int mm_residual(struct cu *c, const struct dmat *w, float *in, const float *in2, int64_t ld_in, int64_t T,
-		       float *tmp, struct qc_err *err)
+		       float *tmp, const float *d_post, struct qc_err *err)
 {
 	const int64_t E = c->m->cfg.n_embd;
+	int rc;
+	if (d_post) {
+		if ((rc = qc_cuda_be_mm_fused(c, w, in, in2, ld_in, T, tmp, E, false, NULL, err)) ||
+		    (rc = rms(c, tmp, E, NULL, d_post, tmp, E, T, E, err)))
+			return rc;
+		c->d_pend = tmp;
+		return QC_OK;
+	}
 	if (qc_cuda_be_mm_fuses(c, w, T) & QC_MM_FUSE_ACC)
 		return qc_cuda_be_mm_fused(c, w, in, in2, ld_in, T, c->d_x, E, true, tmp, err);
 	c->d_pend = tmp;
@@ -400,11 +421,14 @@ static int attention_block(struct cu *c, const struct qc_sched_plan *plan, const
 	float ms = cfg->rope_attn_factor;
 	if (cfg->rope_ext_factor != 0.0f)
 		ms *= 1.0f + 0.1f * logf(1.0f / cfg->rope_freq_scale);
+	/* Gemma 3's local layers rotate with their own base, unscaled */
+	const bool local = qc_model_layer_local_rope(cfg, il);
+	const float base = local ? cfg->rope_local_base : cfg->rope_freq_base;
 	const struct qc_cuda_rope_args rq = {
 		.d_x = c->d_q, .d_pos = dp->pos, .n_tok = T, .n_heads = cfg->n_head, .hd = hd,
 		.n_rot = cfg->rope_dim, .mode = (int32_t)cfg->rope_mode,
-		.theta_scale = powf(cfg->rope_freq_base, -2.0f / (float)cfg->rope_dim),
-		.freq_scale = cfg->rope_freq_scale, .ext_factor = cfg->rope_ext_factor, .mscale = ms,
+		.theta_scale = powf(base, -2.0f / (float)cfg->rope_dim),
+		.freq_scale = local ? 1.0f : cfg->rope_freq_scale, .ext_factor = cfg->rope_ext_factor, .mscale = ms,
 		.corr = {cfg->rope_corr_dims[0], cfg->rope_corr_dims[1]}, .d_ff = c->d_rope_ff,
 	};
 	/* RoPE of Q and K and the K/V store: one kernel (rope_kv.cu) */
@@ -418,14 +442,18 @@ static int attention_block(struct cu *c, const struct qc_sched_plan *plan, const
 		.block_tokens = plan->block_tokens, .n_head = cfg->n_head, .n_head_kv = cfg->n_head_kv,
 		.hd = hd, .d_pos = dp->pos, .d_tok_seq = dp->tok_seq, .d_tables = dp->tables,
 		.table_stride = dp->stride, .n_tok = T, .max_ctx = c->p.max_ctx,
-		.scale = 1.0f / sqrtf((float)hd), .d_ws = c->d_ws, .ws_bytes = c->ws_bytes, .flash = c->env.flash,
+		/* Gemma, Phi-3: the CPU scales q after RoPE and the scores by 1; here the
+		   kernels' q * scale is that product */
+		.scale = cfg->q_scale > 0.0f ? cfg->q_scale : 1.0f / sqrtf((float)hd),
+		.softcap = cfg->attn_softcap, .window = qc_model_layer_windowed(cfg, il) ? cfg->sliding_window : 0,
+		.d_ws = c->d_ws, .ws_bytes = c->ws_bytes, .flash = c->env.flash,
 		.d_flags = c->env.attn_merge ? c->d_flags : NULL, .n_flags = c->env.attn_merge ? c->n_flags : 0,
 	};
 	if ((rc = qc_cuda_rope_kv(&rkv, c->st, err)) || (rc = qc_cuda_paged_attn(&pa, c->st, err)))
 		return rc;
 	qc_cuda_prof_mark(c->prof, c->st, QC_PROF_ATTN);
 	/* x += Wo att */
-	rc = mm_residual(c, &L->wo, c->d_att, NULL, c->q_dim, T, c->d_xn, err);
+	rc = mm_residual(c, &L->wo, c->d_att, NULL, c->q_dim, T, c->d_xn, L->d_attn_post_norm, err);
 	qc_cuda_prof_mark(c->prof, c->st, QC_PROF_WO);
 	return rc;
 }
@@ -444,8 +472,13 @@ static int ffn_block(struct cu *c, int64_t T, int il, struct qc_err *err)
 		if ((rc = normed_mm(c, L->d_ffn_norm, gu, gu_y, gu_ld, 2, T, err)))
 			return rc;
 		qc_cuda_prof_mark(c->prof, c->st, QC_PROF_FFN_UP);
-		/* x += down(silu(gate) * up) */
-		if ((rc = mm_residual(c, &L->down, c->d_fa, c->d_fb, F, T, c->d_att, err)))
+		/* GeGLU: gelu(gate) * up into gate first (the GEMV's fused prologue is SiLU's) */
+		const struct qc_cuda_gelu_mul_args ga = {c->d_fa, c->d_fb, c->d_fa, T * F};
+		if (cfg->ffn_gelu && (rc = qc_cuda_gelu_mul(&ga, c->st, err)))
+			return rc;
+		/* x += down(silu(gate) * up), or down(that product) */
+		if ((rc = mm_residual(c, &L->down, c->d_fa, cfg->ffn_gelu ? NULL : c->d_fb, F, T, c->d_att,
+				      L->d_ffn_post_norm, err)))
 			return rc;
 		qc_cuda_prof_mark(c->prof, c->st, QC_PROF_FFN_DOWN);
 		return QC_OK;
@@ -549,7 +582,8 @@ static int fwd_body(void *ctx, cudaStream_t s, struct qc_err *err)
 	int rc;
 	(void)s; /* every helper queues on c->st, the stream being captured */
 	const struct qc_cuda_embed_args ea = {c->tok.d_w, c->tok.type, c->tok.row_bytes, E, f->dp->tokens, T, c->d_x};
-	if ((rc = qc_cuda_embed(&ea, c->st, err)))
+	const struct qc_cuda_softcap_args es = {c->d_x, T * E, cfg->embd_scale, 0.0f}; /* Gemma: times sqrt(n_embd) */
+	if ((rc = qc_cuda_embed(&ea, c->st, err)) || (cfg->embd_scale != 1.0f && (rc = qc_cuda_softcap(&es, c->st, err))))
 		return rc;
 	qc_cuda_prof_mark(c->prof, c->st, QC_PROF_UPLOAD);
 	c->d_pend = NULL;
@@ -558,8 +592,10 @@ static int fwd_body(void *ctx, cudaStream_t s, struct qc_err *err)
 			return rc;
 	if (!n)
 		return QC_OK;
+	const struct qc_cuda_softcap_args ls = {c->d_logits, (int64_t)n * cfg->n_vocab, 1.0f, cfg->final_softcap};
 	if ((rc = norm_in(c, f->dp->logit_rows, c->d_out_norm, c->d_lx, n, err)) ||
-	    (rc = qc_cuda_be_mm(c, &c->out, c->d_lx, E, 1, NULL, n, c->d_logits, cfg->n_vocab, err)))
+	    (rc = qc_cuda_be_mm(c, &c->out, c->d_lx, E, 1, NULL, n, c->d_logits, cfg->n_vocab, err)) ||
+	    (cfg->final_softcap > 0.0f && (rc = qc_cuda_softcap(&ls, c->st, err))))
 		return rc;
 	/* greedy choice of every row (a few microseconds), used when the caller asks;
 	   the top-k candidates of the rows that want m >= 2 (the others exit at once) */

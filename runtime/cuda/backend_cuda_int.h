@@ -43,6 +43,7 @@ struct dlayer {
 	struct dmat wq, wk, wv, wo, gate, up, down, gate_inp, gate_exps, up_exps, down_exps;
 	struct dmat gate_inp_sh, gate_sh, up_sh, down_sh; /* shared expert (Qwen2-MoE), or absent */
 	const float *d_attn_norm, *d_ffn_norm, *d_bq, *d_bk, *d_bv, *d_q_norm, *d_k_norm;
+	const float *d_attn_post_norm, *d_ffn_post_norm; /* (n_embd) Gemma's norms before each residual add, or NULL */
 };
 
 /* A host-converted (f16) copy, shared by views of the same host bytes. */
@@ -65,7 +66,8 @@ struct cu {
 	struct dlayer *L;          /* (n_layer) */
 	struct dmat tok, out;
 	const float *d_out_norm;
-	const float *d_rope_ff;    /* (rope_dim / 2) llama3 frequency divisors, or NULL */
+	const float *d_rope_ff;    /* (rope_dim / 2) frequency divisors: llama3 rope_freqs, or Phi-3's
+				      LongRoPE table for max_ctx (qc_model_rope_factors), or NULL */
 	uint16_t *d_kv;            /* (n_blocks, block_elems) binary16 */
 	size_t block_elems;
 	int64_t q_dim, kv_dim, wide, n_exp_rows;

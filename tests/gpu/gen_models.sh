@@ -2,8 +2,8 @@
 # tests/gpu/gen_models.sh MKGGUF DIR — write the mkgguf models test_e2e runs for
 # what no fixture has: qwen2 biases, qwen3 q/k norms (NEOX), qwen3moe, mixtral,
 # qwen2moe (sigmoid-gated shared expert), linear rope + tied embeddings, YaRN,
-# llama3 rope_freqs factors; gemma2, phi3 and gemma3 (CPU only: CUDA must refuse
-# them). Used by tests/gpu/run.sh (make test-gpu) and tools/gpu_check.sh; test_e2e
+# llama3 rope_freqs factors; gemma2 (soft-caps), phi3 (LongRoPE, fused tensors) and
+# gemma3 (local RoPE base), each with a window of 8, shorter than the run. Used by tests/gpu/run.sh (make test-gpu) and tools/gpu_check.sh; test_e2e
 # reads DIR from $QC_GPU_GEN.
 set -eu
 MK=$1

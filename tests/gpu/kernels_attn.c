@@ -1,7 +1,8 @@
 /* kernels_attn.c — test_kernels, attention: kv_store bit for bit, paged attention over
  * shuffled block tables (prefill and decode sequences, GQA, long contexts split in
  * chunks) and flash prefill attention (runs of several sequences per step, GQA 1-16,
- * head dims 32-256) against the C reference, with fa_tol's first-order bound.
+ * head dims 32-256) against the C reference, with fa_tol's first-order bound; all
+ * paths again with soft-capped scores and sliding windows (test_attn_cap_window).
  */
 #include "kernels_harness.h"
 #include "kernels/flash_attn.h"
@@ -346,4 +347,214 @@ void test_flash_attn(int bt, int hd, int n_head, int n_head_kv, const struct fa_
 	cudaFree(d_done);
 	cudaFree(d_fws);
 	cudaFree(d_ws);
+}
+
+/* Soft-capped scores and a sliding window (Gemma 2/3, Phi-3) through every path of
+ * qc_cuda_paged_attn: one block per (token, head), split-K (merge kernel, and merged
+ * in-kernel), and flash prefill, against qc_ref_attn_token (the CPU backend's
+ * attention: cap on the scaled score, positions max(0, pos - W + 1)..pos). Three
+ * sequences: a prefill run of 50 tokens after 30 cached (flash), a decode token far
+ * into its sequence (many chunks of its window), a short run of 3 at the start.
+ * Block-table columns wholly before a sequence's first window point at a NaN block,
+ * as a released column would be unreadable: a read before a window shows as NaN.
+ * The checkers must be able to fail: the reference without the cap (softcap > 0) and
+ * without the window (one shorter than the context) must each be outside the split-K
+ * tolerance and flash's tight bound. */
+void test_attn_cap_window(int bt, int hd, int n_head, int n_head_kv, float softcap, int window)
+{
+	const int n_seq = 3, starts[3] = {30, quick ? 200 : 700, 5}, news[3] = {50, 1, 3};
+	const int n_layer = 2, layer = 1, kv_dim = n_head_kv * hd, q_dim = n_head * hd;
+	int max_len = 0, T = 0;
+	for (int s = 0; s < n_seq; s++) {
+		max_len = starts[s] + news[s] > max_len ? starts[s] + news[s] : max_len;
+		T += news[s];
+	}
+	const int stride = (max_len + bt - 1) / bt + 1, nan_blk = 0; /* block 0: all NaN */
+	const int n_blocks = 1 + n_seq * stride;
+	int32_t *tables = malloc(sizeof(int32_t) * (size_t)n_seq * (size_t)stride);
+	const size_t pool_n = (size_t)n_blocks * n_layer * 2 * bt * kv_dim;
+	uint16_t *pool = malloc(2 * pool_n);
+	memset(pool, 0xff, 2 * pool_n);
+	int next = 1;
+	for (int s = 0; s < n_seq; s++) {
+		const int first = window > 0 && starts[s] >= window ? starts[s] - window + 1 : 0; /* first token's window */
+		for (int b = 0; b < stride; b++) {
+			int32_t id = -1;
+			if (b * bt < starts[s] + news[s])
+				id = (b + 1) * bt <= first ? nan_blk : next++;
+			tables[s * stride + b] = id;
+			if (id <= 0)
+				continue;
+			for (int w = 0; w < 2; w++)
+				for (size_t i = 0; i < (size_t)bt * kv_dim; i++)
+					pool[(((size_t)id * n_layer + layer) * 2 + w) * bt * kv_dim + i] = qc_f32_to_fp16(frand(-2, 2));
+		}
+	}
+	int32_t *pos = malloc(sizeof(int32_t) * (size_t)T), *seq = malloc(sizeof(int32_t) * (size_t)T);
+	for (int s = 0, t = 0; s < n_seq; s++)
+		for (int k = 0; k < news[s]; k++, t++) {
+			pos[t] = starts[s] + k;
+			seq[t] = s;
+		}
+	float *q = malloc(sizeof(float) * (size_t)T * q_dim);
+	fill(q, (size_t)T * q_dim, -2, 2);
+	const float scale = 1.0f / sqrtf((float)hd);
+	float *want = malloc(sizeof(float) * (size_t)T * q_dim), *alt = malloc(sizeof(float) * (size_t)T * q_dim);
+	float *got = malloc(sizeof(float) * (size_t)T * q_dim), *fl = malloc(sizeof(float) * (size_t)T * q_dim);
+	float *scratch = malloc(sizeof(float) * (size_t)(2 * hd + max_len));
+	struct qc_ref_attn_args ra = {
+		.pool = {.f16 = pool, .n_layer = n_layer, .bt = bt, .kv_dim = kv_dim}, .layer = layer, .n_head = n_head,
+		.n_head_kv = n_head_kv, .hd = hd, .scale = scale, .round = QC_REF_ATTN_F32, .softcap = softcap,
+		.window = window, .n_seq_tokens = 2,
+	};
+	for (int t = 0; t < T; t++)
+		qc_ref_attn_token(&ra, q + (size_t)t * q_dim, want + (size_t)t * q_dim, pos[t],
+				  tables + (size_t)seq[t] * stride, scratch);
+	/* what flash feeds its tensor cores (q * scale * log2 e in binary16), scale undone:
+	   its rows against this reference get the tight bound, and so do the negatives */
+	const float c2 = scale * 1.4426950408889634f;
+	float *q16 = malloc(sizeof(float) * (size_t)T * q_dim), *want16 = malloc(sizeof(float) * (size_t)T * q_dim);
+	for (size_t i = 0; i < (size_t)T * q_dim; i++)
+		q16[i] = qc_fp16_to_f32(qc_f32_to_fp16(q[i] * c2)) / c2;
+	for (int t = 0; t < T; t++)
+		qc_ref_attn_token(&ra, q16 + (size_t)t * q_dim, want16 + (size_t)t * q_dim, pos[t],
+				  tables + (size_t)seq[t] * stride, scratch);
+	const double tol = 2e-5 * 2;
+	char what[160];
+	snprintf(what, sizeof what, "cap %g window %d bt %d hd %d heads %d/%d", (double)softcap, window, bt, hd, n_head,
+		 n_head_kv);
+	/* S for fa_tol: the largest scale * sum |q k| over the keys each token sees */
+	double S = 0;
+	for (int t = 0; t < T; t++) {
+		const int j0 = window > 0 && pos[t] >= window ? pos[t] - window + 1 : 0;
+		for (int h = 0; h < n_head; h++)
+			for (int j = j0; j <= pos[t]; j++) {
+				const int64_t b = tables[seq[t] * stride + j / bt];
+				const uint16_t *k = pool + (((size_t)b * n_layer + layer) * 2 * bt + (size_t)(j % bt)) * kv_dim +
+						    (size_t)(h / (n_head / n_head_kv)) * hd;
+				double s = 0;
+				for (int d = 0; d < hd; d++)
+					s += fabs((double)q[(size_t)t * q_dim + (size_t)h * hd + d] * qc_fp16_to_f32(k[d]));
+				S = s * scale > S ? s * scale : S;
+			}
+	}
+	const double ftol16 = fa_tol(2.0, S, hd, max_len, 0), ftol = fa_tol(2.0, S, hd, max_len, 0x1p-11);
+	for (int neg = 0; neg < 2; neg++) { /* the checkers can fail (split-K's bound and flash's tight one) */
+		struct qc_ref_attn_args rb = ra;
+		if (neg == 0 && softcap > 0)
+			rb.softcap = 0;
+		else if (neg == 1 && window > 0 && window < max_len) /* a window that cuts something */
+			rb.window = 0;
+		else
+			continue;
+		for (int t = 0; t < T; t++)
+			qc_ref_attn_token(&rb, q + (size_t)t * q_dim, alt + (size_t)t * q_dim, pos[t],
+					  tables + (size_t)seq[t] * stride, scratch);
+		/* without the window the reference may read the NaN block: that fails too */
+		const struct cmp c = compare(alt, want, (size_t)T * q_dim, tol);
+		CHECK(c.first_bad >= 0, "%s: the reference without the %s is within tolerance", what,
+		      neg ? "window" : "cap");
+		for (int t = 0; t < news[0]; t++) /* the flash rows (seq 0), from the rounded q */
+			qc_ref_attn_token(&rb, q16 + (size_t)t * q_dim, alt + (size_t)t * q_dim, pos[t],
+					  tables + (size_t)seq[t] * stride, scratch);
+		const struct cmp c16 = compare(alt, want16, (size_t)news[0] * q_dim, ftol16);
+		CHECK(c16.first_bad >= 0, "%s: the flash reference without the %s is within flash's tight bound %.3g",
+		      what, neg ? "window" : "cap", ftol16);
+	}
+
+	uint16_t *d_pool = up(pool, 2 * pool_n);
+	float *d_q = up(q, sizeof(float) * (size_t)T * q_dim), *d_o = poisoned(sizeof(float) * (size_t)T * q_dim);
+	int32_t *d_pos = up(pos, sizeof(int32_t) * (size_t)T), *d_seq = up(seq, sizeof(int32_t) * (size_t)T);
+	int32_t *d_tab = up(tables, sizeof(int32_t) * (size_t)n_seq * stride);
+	const uint64_t wsb = qc_cuda_paged_attn_ws_bytes(T, n_head, hd, max_len) + qc_cuda_flash_attn_ws_bytes(T) +
+			     ((uint64_t)T * 4 + 255) / 256 * 256;
+	void *d_ws = NULL;
+	CHECK(cudaMalloc(&d_ws, wsb) == cudaSuccess, "scratch of %llu bytes", (unsigned long long)wsb);
+	const int64_t nfl = (int64_t)T * n_head_kv;
+	uint32_t *d_fl = up(NULL, sizeof(uint32_t) * (size_t)nfl);
+	cudaMemset(d_fl, 0, sizeof(uint32_t) * (size_t)nfl);
+	struct qc_err err = {0};
+	const struct qc_cuda_paged_attn_args base = {
+		.d_q = d_q, .d_out = d_o, .d_pool = d_pool, .layer = layer, .n_layer = n_layer, .block_tokens = bt,
+		.n_head = n_head, .n_head_kv = n_head_kv, .hd = hd, .d_pos = d_pos, .d_tok_seq = d_seq, .d_tables = d_tab,
+		.table_stride = stride, .n_tok = T, .max_ctx = max_len, .scale = scale, .softcap = softcap,
+		.window = window, .flash = QC_CUDA_ATTN_FLASH_OFF,
+	};
+	static const char *const path[3] = {"one block", "split-K", "split-K merged in-kernel"};
+	for (int p = 0; p < 3; p++) {
+		struct qc_cuda_paged_attn_args pa = base;
+		if (p) {
+			pa.d_ws = d_ws;
+			pa.ws_bytes = wsb;
+		}
+		if (p == 2) {
+			pa.d_flags = d_fl;
+			pa.n_flags = nfl;
+		}
+		cudaMemset(d_o, 0xff, sizeof(float) * (size_t)T * q_dim);
+		CHECK(qc_cuda_paged_attn(&pa, 0, &err) == QC_OK, "paged_attn %s: %s", path[p], err.msg);
+		down(got, d_o, sizeof(float) * (size_t)T * q_dim);
+		char w2[220];
+		snprintf(w2, sizeof w2, "paged_attn %s, %s", path[p], what);
+		CHECK(report(w2, compare(got, want, (size_t)T * q_dim, tol), tol), "%s", w2);
+	}
+	/* flash: the prefill run's rows (done), the others untouched; then through
+	   paged_attn, whose flash rows are these bit for bit */
+	if (qc_cuda_flash_attn_shape_ok(hd, n_head, n_head_kv)) {
+		int32_t *d_done = poisoned(sizeof(int32_t) * (size_t)T), *done = malloc(sizeof(int32_t) * (size_t)T);
+		cudaMemset(d_o, 0xff, sizeof(float) * (size_t)T * q_dim);
+		const struct qc_cuda_flash_attn_args fa = {base, 16, d_done, d_ws, qc_cuda_flash_attn_ws_bytes(T)};
+		CHECK(qc_cuda_flash_attn(&fa, 0, &err) == QC_OK, "flash_attn: %s", err.msg);
+		down(fl, d_o, sizeof(float) * (size_t)T * q_dim);
+		down(done, d_done, sizeof(int32_t) * (size_t)T);
+		int n_done = 0;
+		bool flags_ok = true, others_nan = true;
+		for (int t = 0; t < T; t++) {
+			flags_ok = flags_ok && done[t] == (seq[t] == 0);
+			n_done += done[t] == 1;
+			for (int i = 0; !done[t] && i < q_dim; i++)
+				others_nan = others_nan && isnan(fl[(size_t)t * q_dim + i]);
+		}
+		CHECK(flags_ok && others_nan, "flash_attn %s: done flags %s, other rows %s", what, flags_ok ? "ok" : "wrong",
+		      others_nan ? "untouched" : "written");
+		char w2[220];
+		/* seq 0's tokens come first: the flash rows are the first n_done */
+		snprintf(w2, sizeof w2, "flash_attn %s, rounded q", what);
+		CHECK(report(w2, compare(fl, want16, (size_t)n_done * q_dim, ftol16), ftol16), "%s", w2);
+		snprintf(w2, sizeof w2, "flash_attn %s", what);
+		CHECK(report(w2, compare(fl, want, (size_t)n_done * q_dim, ftol), ftol), "%s", w2);
+		struct qc_cuda_paged_attn_args pa = base;
+		pa.d_ws = d_ws;
+		pa.ws_bytes = wsb;
+		pa.flash = QC_CUDA_ATTN_FLASH_AUTO;
+		cudaMemset(d_o, 0xff, sizeof(float) * (size_t)T * q_dim);
+		CHECK(qc_cuda_paged_attn(&pa, 0, &err) == QC_OK, "paged_attn + flash: %s", err.msg);
+		down(got, d_o, sizeof(float) * (size_t)T * q_dim);
+		CHECK(!memcmp(got, fl, sizeof(float) * (size_t)n_done * q_dim), "%s: paged_attn's flash rows differ", what);
+		snprintf(w2, sizeof w2, "paged_attn + flash, decode rows, %s", what);
+		CHECK(report(w2, compare(got + (size_t)n_done * q_dim, want + (size_t)n_done * q_dim,
+					 (size_t)(T - n_done) * q_dim, tol), tol), "%s", w2);
+		cudaFree(d_done);
+		free(done);
+	}
+	cudaFree(d_ws);
+	cudaFree(d_fl);
+	cudaFree(d_pool);
+	cudaFree(d_q);
+	cudaFree(d_o);
+	cudaFree(d_pos);
+	cudaFree(d_seq);
+	cudaFree(d_tab);
+	free(tables);
+	free(pool);
+	free(pos);
+	free(seq);
+	free(q);
+	free(want);
+	free(alt);
+	free(got);
+	free(fl);
+	free(q16);
+	free(want16);
+	free(scratch);
 }

@@ -174,12 +174,14 @@ void test_rope(void);
 void test_add_rms_norm(void);
 void test_rope_kv(void);
 void test_elementwise(void);
+void test_gemma_elementwise(void);
 void test_act_gather(void);
 void test_argmax(int32_t n);
 void test_topk(int32_t n);
 void test_moe(int n_expert, int k, int norm);
 /* kernels_attn.c: K/V store, paged attention, flash prefill attention */
 void test_attention(int bt, int hd, int n_head, int n_head_kv, int long_ctx);
+void test_attn_cap_window(int bt, int hd, int n_head, int n_head_kv, float softcap, int window);
 void test_flash_attn(int bt, int hd, int n_head, int n_head_kv, const struct fa_entry *ent, int n_ent);
 
 #endif

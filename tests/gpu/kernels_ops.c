@@ -1,9 +1,13 @@
 /* kernels_ops.c — test_kernels, the small ops against their C references: rms_norm,
  * rope, add and silu_mul, act_gather, argmax, top-k (relative max error, indices exact),
  * and MoE routing and combine (moe_route, moe_combine; combine bit for bit); the fused
- * ones (add_rms_norm, rope_kv) also bit for bit against the kernels they replace.
+ * ones (add_rms_norm, rope_kv) also bit for bit against the kernels they replace;
+ * Gemma's gelu_mul and softcap (scale bit for bit), RoPE with a LongRoPE table.
  */
 #include "kernels_harness.h"
+
+#include <float.h>
+
 #include "kernels/act_gather.h"
 #include "kernels/add.h"
 #include "kernels/argmax.h"
@@ -13,7 +17,9 @@
 #include "kernels/rms_norm.h"
 #include "kernels/rope.h"
 #include "kernels/rope_kv.h"
+#include "kernels/gelu_mul.h"
 #include "kernels/silu_mul.h"
+#include "kernels/softcap.h"
 #include "kernels/topk.h"
 #include "fp16.h"
 
@@ -183,9 +189,12 @@ void test_add_rms_norm(void)
 
 void test_rope(void)
 {
-	/* heads, hd, n_rot, mode, extras (0 plain, 1 YaRN, 2 llama3 divisors, 3 both) */
+	/* heads, hd, n_rot, mode, extras (0 plain, 1 YaRN, 2 llama3 divisors, 3 both; 6
+	 * LongRoPE: Phi-3's divisor table and its attn_factor on cos/sin, as the backend
+	 * passes qc_model_rope_factors' table and cfg.rope_attn_factor) */
 	const int cfg[][5] = {{3, 64, 64, 0, 0}, {5, 100, 64, 2, 0}, {2, 128, 128, 2, 0}, {4, 48, 32, 0, 0},
-			      {4, 64, 64, 0, 1}, {3, 128, 128, 2, 1}, {4, 64, 64, 0, 2}, {2, 128, 96, 2, 3}};
+			      {4, 64, 64, 0, 1}, {3, 128, 128, 2, 1}, {4, 64, 64, 0, 2}, {2, 128, 96, 2, 3},
+			      {4, 96, 96, 2, 6}};
 	for (size_t s = 0; s < sizeof cfg / sizeof cfg[0]; s++) {
 		const int H = cfg[s][0], hd = cfg[s][1], nr = cfg[s][2], mode = cfg[s][3], xt = cfg[s][4];
 		const int64_t T = 9, n = T * H * hd;
@@ -196,7 +205,7 @@ void test_rope(void)
 		for (int t = 0; t < T; t++)
 			pos[t] = (int32_t)(rnd() % 4000);
 		fill(x, (size_t)n, -2, 2);
-		fill(ff, 64, 1, 8);
+		fill(ff, 64, 1, xt & 4 ? 60 : 8); /* LongRoPE long factors reach ~60 (Phi-3.5-mini) */
 		memcpy(want, x, sizeof(float) * (size_t)n);
 		const float ts = powf(10000.0f, -2.0f / (float)nr), fs = s == 3 || xt & 1 ? 0.25f : 1.0f;
 		struct qc_ref_rope_ext ext = {.mscale = 1.0f};
@@ -211,6 +220,8 @@ void test_rope(void)
 			ext.ff = ff;
 			d_ff = up(ff, sizeof ff);
 		}
+		if (xt & 4) /* Phi-3 128k's LongRoPE attn_factor sqrt(1 + ln(32) / ln(4096)) */
+			ext.mscale = 1.1902380714238083f;
 		qc_ref_rope(want, pos, T, H, hd, nr, mode, ts, fs, &ext);
 		float *d_x = up(x, sizeof(float) * (size_t)n);
 		int32_t *d_pos = up(pos, sizeof pos);
@@ -223,7 +234,7 @@ void test_rope(void)
 		down(got, d_x, sizeof(float) * (size_t)n);
 		char what[80];
 		snprintf(what, sizeof what, "rope %s heads %d hd %d n_rot %d%s%s", mode ? "neox" : "norm", H, hd, nr,
-			 xt & 1 ? " yarn" : "", xt & 2 ? " factors" : "");
+			 xt & 1 ? " yarn" : "", xt & 4 ? " longrope" : xt & 2 ? " factors" : "");
 		const double tol = 1e-5 * 4;
 		CHECK(report(what, compare(got, want, (size_t)n, tol), tol), "%s", what);
 		free(x);
@@ -434,6 +445,64 @@ void test_elementwise(void)
 	cudaFree(d_g);
 	cudaFree(d_u);
 	cudaFree(d_y);
+}
+
+/* Gemma's elementwise ops vs runtime/ops: gelu_mul against QC_REF_GELU_EXACT (the
+ * CPU backend's float path) over +-12, its tails included; softcap.cu as the
+ * embedding scale (one multiply: bit for bit) and as the final-logit soft-cap
+ * (tanhf: a small relative error; values past the cap saturate). Outputs poisoned;
+ * the soft-cap's checker must trip on the uncapped values. */
+void test_gemma_elementwise(void)
+{
+	const int64_t n = quick ? 1001 : 100003;
+	float *g = malloc(sizeof(float) * (size_t)n), *u = malloc(sizeof(float) * (size_t)n);
+	float *want = malloc(sizeof(float) * (size_t)n), *got = malloc(sizeof(float) * (size_t)n);
+	fill(g, (size_t)n, -12, 12);
+	fill(u, (size_t)n, -3, 3);
+	qc_ref_gelu_mul(g, u, want, n, QC_REF_GELU_EXACT);
+	float *d_g = up(g, sizeof(float) * (size_t)n), *d_u = up(u, sizeof(float) * (size_t)n);
+	float *d_y = poisoned(sizeof(float) * (size_t)n);
+	struct qc_err err = {0};
+	const struct qc_cuda_gelu_mul_args ga = {d_g, d_u, d_y, n};
+	CHECK(qc_cuda_gelu_mul(&ga, 0, &err) == QC_OK, "gelu_mul: %s", err.msg);
+	down(got, d_y, sizeof(float) * (size_t)n);
+	/* tanhf: 2 ulp on the device, 1 in glibc, times 0.5 |g u| <= 18; the product's rounding */
+	const double gtol = 18.0 * 3 * FLT_EPSILON + 36.0 * FLT_EPSILON;
+	CHECK(report("gelu_mul", compare(got, want, (size_t)n, gtol), gtol), "gelu_mul");
+
+	/* embedding scale sqrt(2304) (Gemma 2 2B): exact */
+	const float es = sqrtf(2304.0f);
+	memcpy(want, g, sizeof(float) * (size_t)n);
+	qc_ref_scale(want, n, es);
+	float *d_x = up(g, sizeof(float) * (size_t)n);
+	const struct qc_cuda_softcap_args sa = {d_x, n, es, 0.0f};
+	CHECK(qc_cuda_softcap(&sa, 0, &err) == QC_OK, "softcap (scale): %s", err.msg);
+	down(got, d_x, sizeof(float) * (size_t)n);
+	CHECK(!memcmp(got, want, sizeof(float) * (size_t)n), "softcap as the embedding scale: not qc_ref_scale's bits");
+
+	/* final-logit cap 30 (Gemma 2) over logits to +-120 */
+	for (int64_t i = 0; i < n; i++)
+		g[i] *= 10.0f;
+	memcpy(want, g, sizeof(float) * (size_t)n);
+	qc_ref_softcap(want, n, 30.0f);
+	cudaMemcpy(d_x, g, sizeof(float) * (size_t)n, cudaMemcpyHostToDevice);
+	const struct qc_cuda_softcap_args ca = {d_x, n, 1.0f, 30.0f};
+	CHECK(qc_cuda_softcap(&ca, 0, &err) == QC_OK, "softcap: %s", err.msg);
+	down(got, d_x, sizeof(float) * (size_t)n);
+	const double ctol = 30.0 * 4 * FLT_EPSILON; /* tanhf's 3 ulp between the two, times the cap; the multiply */
+	CHECK(report("softcap 30", compare(got, want, (size_t)n, ctol), ctol), "softcap");
+	struct cmp bad = compare(g, want, (size_t)n, ctol); /* the uncapped logits must fail */
+	CHECK(bad.first_bad >= 0, "softcap's checker passes uncapped logits");
+	const struct qc_cuda_softcap_args neg = {d_x, n, 1.0f, -1.0f};
+	CHECK(qc_cuda_softcap(&neg, 0, &err) == QC_EINVAL, "softcap: a negative cap accepted");
+	free(g);
+	free(u);
+	free(want);
+	free(got);
+	cudaFree(d_g);
+	cudaFree(d_u);
+	cudaFree(d_y);
+	cudaFree(d_x);
 }
 
 /* act_gather vs the reference: a shared permutation with strided rows, and one

@@ -17,8 +17,12 @@
  * split-K attention is too, flash prefill only per run). Dense and MoE fixtures.
  * Sampled: seeded top-k / top-p / full-row requests give the same tokens with
  * the device's selection (forward_top) as with every row sampled on the host.
- * A model the CPU runs and the CUDA column of formats/arch.h lacks (gemma2) must be
- * refused by the CUDA backend's create, naming what it lacks.
+ * Gemma 2, Gemma 3 and Phi-3 (mkgguf models with windows shorter than the run,
+ * LongRoPE tables, and the Hugging Face checkpoints of tests/data/hf) are compared
+ * like every other fixture, and must have been (a count per architecture); gemma2
+ * also batched with preemption. A model the CPU runs and the CUDA column of
+ * formats/arch.h lacks (none today) must be refused by the CUDA backend's create,
+ * naming what it lacks.
  * The margin checker gets a deliberately wrong case that must fail.
  * Debugging: QC_E2E_ONLY=substring runs only matching fixtures, QC_E2E_PROMPT=n
  * a shorter prompt, QC_E2E_VERBOSE=1 prints every step's choices and logit
@@ -193,7 +197,7 @@ static bool has_gpu_layout(const char *path)
 	return any;
 }
 
-/* Whether formats/arch.h's CUDA column lacks a feature this bundle needs (gemma2). */
+/* Whether formats/arch.h's CUDA column lacks a feature this bundle needs. */
 static bool cuda_lacks(const char *bundle)
 {
 	struct qc_model *m = NULL;
@@ -202,6 +206,21 @@ static bool cuda_lacks(const char *bundle)
 		     qc_model_check_backend(m, QC_ARCH_BACKEND_CUDA, &err) != QC_OK;
 	qc_model_close(m);
 	return lacks;
+}
+
+/* Fixtures of the architectures the CUDA backend learned from the CPU's extras,
+ * compared end to end: each must have run (main checks the counts). */
+static const char *const extra_archs[] = {"gemma2", "gemma3", "phi3"};
+static int n_extra_runs[3];
+
+static void count_extra_arch(const char *bundle)
+{
+	struct qc_model *m = NULL;
+	struct qc_err err = {0};
+	if (qc_model_open(bundle, &m, &err) == QC_OK)
+		for (int i = 0; i < 3; i++)
+			n_extra_runs[i] += !strcmp(m->cfg.arch, extra_archs[i]);
+	qc_model_close(m);
 }
 
 static void run_fixture(const char *dir, const char *name, const char *tmp, bool hf)
@@ -240,6 +259,7 @@ static void run_fixture(const char *dir, const char *name, const char *tmp, bool
 		free(gpu.logits);
 	} else {
 		compare_gpu(name, "", out, prompt, n_prompt, &cpu);
+		count_extra_arch(out);
 		/* the same model converted for sm90: tensor-core (marlin) layouts where the
 		 * type and shape allow, against the same CPU run */
 		struct qc_convert_opts c9 = co;
@@ -516,6 +536,12 @@ int main(void)
 				    !strcmp(names[i], "tiny-moe-256-Q4_0.gguf"))
 					run_sampled(dir, names[i], tmp);
 		}
+		if (s == 2) {
+			printf("batched with preemption (cuda; gemma2: soft-caps, windows, post norms):\n");
+			for (int i = 0; i < n; i++)
+				if (strstr(names[i], "gen-gemma2"))
+					run_batched(dir, names[i], tmp);
+		}
 		for (int i = 0; i < n; i++)
 			free(names[i]);
 	}
@@ -542,6 +568,19 @@ int main(void)
 			free(names[i]);
 		}
 	}
+	/* the Hugging Face Gemma 2, Gemma 3 (plain and with a vision tower) and Phi-3
+	 * (window; LongRoPE; a partial rotary factor) checkpoints the CPU tests use, from the repository */
+	{
+		static const char *const hf[] = {"gemma2", "gemma3", "gemma3-cg", "phi3", "phi3-longrope", "phi3-partial"};
+		printf("tests/data/hf (Gemma and Phi-3 checkpoints; greedy %d tokens, cuda vs cpu):\n", N_GEN);
+		for (size_t i = 0; i < sizeof hf / sizeof hf[0]; i++)
+			run_fixture("tests/data/hf", hf[i], tmp, true);
+	}
+	/* every one of them ran on CUDA (QC_E2E_ONLY may pick fewer) */
+	const char *only = getenv("QC_E2E_ONLY");
+	for (int i = 0; i < 3 && !(only && *only); i++)
+		CHECK(n_extra_runs[i] >= 2, "%s: %d fixtures compared on cuda (want the mkgguf model and a Hugging Face "
+		      "checkpoint; set QC_GPU_GEN)", extra_archs[i], n_extra_runs[i]);
 	run_smollm2(tmp);
 	rmdir(tmp);
 	return check_report("test_e2e");

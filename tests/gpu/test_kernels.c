@@ -63,6 +63,7 @@ int main(void)
 	test_add_rms_norm();
 	test_rope_kv();
 	test_elementwise();
+	test_gemma_elementwise();
 	test_act_gather();
 	test_argmax(128256);
 	test_argmax(1001);
@@ -78,6 +79,12 @@ attention:
 	test_attention(16, 80, 28, 4, 1); /* 7 query heads per K/V head, hd 80 */
 	test_attention(16, 96, 12, 4, 1); /* hd 96 (Phi-3): 12 of a V row's 16 lanes busy */
 	test_attention(8, 256, 16, 1, 0); /* hd 256, 16 query heads per K/V head: four passes of four */
+	test_attn_cap_window(16, 64, 8, 2, 3.0f, 24);    /* cap and window, GQA 4 */
+	test_attn_cap_window(7, 128, 4, 4, 5.0f, 40);    /* 7-token blocks: the first columns released */
+	test_attn_cap_window(16, 256, 8, 4, 3.0f, 33);   /* Gemma 2 2B's heads (hd 256, GQA 2) */
+	test_attn_cap_window(16, 256, 8, 4, 4.0f, 0);    /* Gemma 2's global layers: cap only */
+	test_attn_cap_window(16, 96, 32, 32, 0.0f, 40);  /* Phi-3 mini's heads: window only */
+	test_attn_cap_window(16, 64, 8, 2, 0.0f, 4096);  /* a window past the context: plain attention */
 	{
 		/* runs of 16, 33, 200, 700 from position 0 and later, decode tokens, a run
 		 * of 15 (below the flash minimum) right before another sequence whose

@@ -13,8 +13,12 @@
  * passes a row's position. Per row the result does not depend on the tile it
  * shares (fully masked key tiles leave it bit-identical), only on its q and keys.
  * Numerics: q * scale * log2(e) and P rounded to binary16; l sums the rounded P.
- * Non-goals: decode tokens and short runs (paged_attn.cu keeps them), sliding
- * windows, ALiBi, soft-capping.
+ * Soft-capped scores and sliding windows (attn_window.cuh): the cap on the score
+ * in natural units (log2 units divided out and back), then the causal and window
+ * masks; a tile's keys start at its first row's window, and key tiles before a
+ * warp's windows are skipped like those past its positions (nothing before a
+ * window is read: its blocks may be released).
+ * Non-goals: decode tokens and short runs (paged_attn.cu keeps them), ALiBi.
  * Index grammar: t token (plan), r query row of a tile, j key position, k0 first
  * key of a key tile, gr/tq lane / 4 and lane % 4 (mma fragment row / column pair).
  * Reference: runtime/ops/flash_attn.c; Dao, FlashAttention-2 (2023) §3.1 (facts only);
@@ -25,6 +29,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "attn_window.cuh"
 #include "cp_async.cuh"
 
 #define FT 128    /* threads of an attention block: 4 warps x 16 query rows */
@@ -204,17 +209,18 @@ template <int HDP> static size_t flash_smem(int32_t hd)
 	return (size_t)rows * (size_t)(hd + 8) * sizeof(__half);
 }
 
-/* Keys k0 .. k0 + BK - 1 of K/V head kvh into ks / vs; rows at n_keys and past are zeros. */
+/* Keys k0 .. k0 + BK - 1 of K/V head kvh into ks / vs; rows before k_lo (the tile's
+ * window) and at n_keys and past are zeros. */
 template <int BK>
 static __device__ __forceinline__ void load_kv(const struct qc_cuda_paged_attn_args &a, const int32_t *table, int kvh,
-					       int32_t k0, int32_t n_keys, __half *ks, __half *vs, int lds)
+					       int32_t k0, int32_t k_lo, int32_t n_keys, __half *ks, __half *vs, int lds)
 {
 	const int nch = a.hd >> 3; /* 16-byte chunks per row */
 	const int64_t kv_dim = (int64_t)a.n_head_kv * a.hd;
 	for (int c = threadIdx.x; c < BK * nch; c += FT) {
 		const int r = c / nch, ch = c - r * nch;
 		const int32_t j = k0 + r;
-		const bool ok = j < n_keys;
+		const bool ok = j >= k_lo && j < n_keys;
 		const __half *kp = (const __half *)a.d_pool;
 		if (ok) {
 			const int64_t b = table[j / a.block_tokens], o = j % a.block_tokens;
@@ -249,9 +255,11 @@ static __global__ void __launch_bounds__(FT) flash_attn_kernel(const struct qc_c
 		const int64_t t0 = tile.x;
 		const int rows = tile.y * G;
 		const int32_t p0 = a.d_pos[t0], n_keys = p0 + tile.y, nkt = (n_keys + BK - 1) / BK;
+		/* the tile's first key: its first row's window start (rows after it start later) */
+		const int32_t k_lo = qc_attn_win_start(a, p0), kt0 = k_lo / BK;
 		const int32_t *table = a.d_tables + (int64_t)a.d_tok_seq[t0] * a.table_stride;
 
-		load_kv<BK>(a, table, kvh, 0, n_keys, sm, sm + BK * lds, lds);
+		load_kv<BK>(a, table, kvh, kt0 * BK, k_lo, n_keys, sm, sm + BK * lds, lds);
 		cp_async_commit();
 		/* Q rows, scaled to log2 units, binary16; rows past the tile are zeros */
 		__half *qs = sm + (QREG ? 2 : 4) * BK * lds;
@@ -284,17 +292,19 @@ static __global__ void __launch_bounds__(FT) flash_attn_kernel(const struct qc_c
 		const int32_t pr[2] = {p0 + min(r0, rows - 1) / G, p0 + min(r0 + 8, rows - 1) / G};
 		const bool wact = warp * 16 < rows;
 		const int32_t wpmax = p0 + min(warp * 16 + 15, rows - 1) / G; /* the warp's last position */
+		const int32_t wjmin = qc_attn_win_start(a, p0 + min(warp * 16, rows - 1) / G); /* its first key */
 		float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 		float o[NO][4];
 #pragma unroll
 		for (int nn = 0; nn < NO; nn++)
 			o[nn][0] = o[nn][1] = o[nn][2] = o[nn][3] = 0.0f;
 
-		for (int32_t kt = 0; kt < nkt; kt++) {
-			const __half *kc = sm + (kt & 1) * 2 * BK * lds, *vc = kc + BK * lds;
+		for (int32_t kt = kt0; kt < nkt; kt++) {
+			const int stage = (kt - kt0) & 1; /* the first tile in stage 0 (Q's staging area is stage 1) */
+			const __half *kc = sm + stage * 2 * BK * lds, *vc = kc + BK * lds;
 			if (kt + 1 < nkt) {
-				__half *kn = sm + ((kt + 1) & 1) * 2 * BK * lds;
-				load_kv<BK>(a, table, kvh, (kt + 1) * BK, n_keys, kn, kn + BK * lds, lds);
+				__half *kn = sm + (stage ^ 1) * 2 * BK * lds;
+				load_kv<BK>(a, table, kvh, (kt + 1) * BK, k_lo, n_keys, kn, kn + BK * lds, lds);
 				cp_async_commit();
 				cp_async_wait<1>();
 			} else {
@@ -302,8 +312,9 @@ static __global__ void __launch_bounds__(FT) flash_attn_kernel(const struct qc_c
 			}
 			__syncthreads();
 			const int32_t k0 = kt * BK;
-			/* a key tile past all of a warp's positions would change nothing */
-			if (wact && k0 <= wpmax) {
+			/* a key tile past all of a warp's positions, or before all its windows,
+			   would change nothing */
+			if (wact && k0 <= wpmax && k0 + BK > wjmin) {
 				float s[NS][4];
 #pragma unroll
 				for (int nt = 0; nt < NS; nt++)
@@ -324,13 +335,22 @@ static __global__ void __launch_bounds__(FT) flash_attn_kernel(const struct qc_c
 						mma16816(s[2 * np + 1], qa, kb[2], kb[3]);
 					}
 				}
-				if (k0 + BK - 1 > p0) { /* causal mask (keys past n_keys are past every row) */
+				if (a.softcap > 0.0f) /* the cap in natural units: s / log2(e) */
 #pragma unroll
 					for (int nt = 0; nt < NS; nt++)
 #pragma unroll
 						for (int e = 0; e < 4; e++)
-							if (k0 + nt * 8 + 2 * tq + (e & 1) > pr[e >> 1])
+							s[nt][e] = qc_attn_cap(a, s[nt][e] * (1.0f / LOG2E)) * LOG2E;
+				/* causal mask (keys past n_keys are past every row), window mask */
+				if (k0 + BK - 1 > p0 || (a.window > 0 && k0 <= wpmax - a.window)) {
+#pragma unroll
+					for (int nt = 0; nt < NS; nt++)
+#pragma unroll
+						for (int e = 0; e < 4; e++) {
+							const int32_t j = k0 + nt * 8 + 2 * tq + (e & 1), p = pr[e >> 1];
+							if (j > p || (a.window > 0 && j <= p - a.window))
 								s[nt][e] = -INFINITY;
+						}
 				}
 				/* online softmax per row: new max, rescale O and l by 2^(m_old - m_new) */
 #pragma unroll

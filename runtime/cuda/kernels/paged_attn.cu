@@ -14,6 +14,9 @@
  * (the backend's QC_CUDA_FLASH=0) turns that off (then a token's result never depends on how its prompt was
  * chunked).
  * GQA: head h reads kv head h / (n_head / n_head_kv). K/V are fp16, math fp32.
+ * Soft-capped scores and a sliding window (attn_window.cuh): a windowed token's
+ * positions start at its window (the split path chunks the positions it sees),
+ * and nothing before it is read.
  * Reference: runtime/ops/paged_attn.c; vLLM paged_attention v1 (facts only).
  */
 #include "paged_attn.h"
@@ -25,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn_window.cuh"
 #include "block_reduce.cuh"
 #include "flash_attn.h"
 #include "paged_attn_split.cuh"
@@ -60,6 +64,7 @@ static __global__ void paged_attn_kernel(const struct qc_cuda_paged_attn_args a,
 	}
 	const int32_t *table = a.d_tables + (int64_t)a.d_tok_seq[t] * a.table_stride;
 	const int64_t q_dim = (int64_t)a.n_head * a.hd;
+	const int32_t jw = qc_attn_win_start(a, n_ctx - 1); /* scores of positions jw.. at sc[jw..] */
 
 	for (int d = threadIdx.x; d < a.hd; d += blockDim.x)
 		q[d] = a.d_q[t * q_dim + (int64_t)h * a.hd + d];
@@ -68,7 +73,7 @@ static __global__ void paged_attn_kernel(const struct qc_cuda_paged_attn_args a,
 	 * flight), lanes over the head dims (coalesced K rows), shuffle sums */
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
 	float mx = -INFINITY;
-	for (int32_t jb = warp * PW; jb < n_ctx; jb += nw * PW) {
+	for (int32_t jb = jw + warp * PW; jb < n_ctx; jb += nw * PW) {
 		float s[PW];
 #pragma unroll
 		for (int u = 0; u < PW; u++) {
@@ -84,7 +89,7 @@ static __global__ void paged_attn_kernel(const struct qc_cuda_paged_attn_args a,
 			for (int off = 16; off > 0; off >>= 1)
 				s[u] += __shfl_xor_sync(0xffffffffu, s[u], off);
 			if (jb + u < n_ctx) {
-				const float v = s[u] * a.scale;
+				const float v = qc_attn_cap(a, s[u] * a.scale);
 				if (lane == 0)
 					sc[jb + u] = v;
 				mx = fmaxf(mx, v);
@@ -93,7 +98,7 @@ static __global__ void paged_attn_kernel(const struct qc_cuda_paged_attn_args a,
 	}
 	mx = block_reduce<QC_RED_MAX>(mx); /* also orders the sc writes before the reads below */
 	float sum = 0.0f;
-	for (int32_t j = threadIdx.x; j < n_ctx; j += blockDim.x) {
+	for (int32_t j = jw + threadIdx.x; j < n_ctx; j += blockDim.x) {
 		const float e = expf(sc[j] - mx);
 		sc[j] = e;
 		sum += e;
@@ -107,7 +112,7 @@ static __global__ void paged_attn_kernel(const struct qc_cuda_paged_attn_args a,
 #pragma unroll
 	for (int m = 0; m < MAX_HD / 32; m++)
 		o[m] = 0.0f;
-	for (int32_t jb = warp * PW; jb < n_ctx; jb += nw * PW) {
+	for (int32_t jb = jw + warp * PW; jb < n_ctx; jb += nw * PW) {
 #pragma unroll
 		for (int u = 0; u < PW; u++) {
 			if (jb + u >= n_ctx)
@@ -178,7 +183,10 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 	/* (G, hd) scaled q, (G, chunk_max) scores then weights, (ST / 32, G, hd) P V partials */
 	float *qs = sm, *sc = sm + G * hd, *red = sc + G * chunk_max;
 	const int32_t n_ctx = a.d_pos[t] + 1;
-	const int32_t chunk = n_ctx <= a.max_ctx ? qc_attn_chunk(n_ctx) : 0, j0 = sp * chunk;
+	/* chunks cut the positions the token sees (its window's), so its result is a
+	   function of that range alone */
+	const int32_t jw = n_ctx <= a.max_ctx ? qc_attn_win_start(a, n_ctx - 1) : 0;
+	const int32_t chunk = n_ctx <= a.max_ctx ? qc_attn_chunk(n_ctx - jw) : 0, j0 = jw + sp * chunk;
 	const int32_t j1 = n_ctx < j0 + chunk ? n_ctx : j0 + chunk;
 	if (flags && n_ctx > a.max_ctx && sp == 0) { /* broken contract: NaN out, as the merge kernel */
 		for (int i = threadIdx.x; i < G * hd; i += ST)
@@ -231,7 +239,7 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 				s += __shfl_xor_sync(0xffffffffu, s, 2);
 				s += __shfl_xor_sync(0xffffffffu, s, 1);
 				if (j < j1 && sub == 0)
-					sc[g * chunk_max + (j - j0)] = s;
+					sc[g * chunk_max + (j - j0)] = qc_attn_cap(a, s);
 			}
 		}
 	}
@@ -334,7 +342,7 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 		return;
 	/* every thread's chunk results visible device-wide, then the block counts itself */
 	__shared__ int last;
-	const int ns = qc_attn_n_chunks(n_ctx);
+	const int ns = qc_attn_n_chunks(n_ctx - jw);
 	__threadfence();
 	__syncthreads();
 	uint32_t *flag = &flags[t * a.n_head_kv + kvh];
@@ -366,7 +374,8 @@ static __global__ void attn_merge_kernel(const struct qc_cuda_paged_attn_args a,
 			out[d] = __int_as_float(0x7fc00000);
 		return;
 	}
-	merge_head(a, t, h, qc_attn_n_chunks(n_ctx), n_split, part_o, part_ml, threadIdx.x, blockDim.x);
+	merge_head(a, t, h, qc_attn_n_chunks(n_ctx - qc_attn_win_start(a, n_ctx - 1)), n_split, part_o, part_ml,
+		   threadIdx.x, blockDim.x);
 }
 
 extern "C" uint64_t qc_cuda_paged_attn_ws_bytes(int64_t n_tok, int32_t n_head, int32_t hd, int32_t max_ctx)

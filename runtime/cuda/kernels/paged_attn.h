@@ -31,7 +31,10 @@ struct qc_cuda_paged_attn_args {
 					  take by value keeps its size */
 	int64_t n_tok;
 	int32_t max_ctx;           /* bound on pos + 1 (sizes shared memory) */
-	float scale;               /* 1 / sqrt(hd) */
+	float scale;               /* 1 / sqrt(hd) (Gemma, Phi-3: the model's q scale) */
+	float softcap;             /* scaled scores -> tanh(s / softcap) * softcap; 0: none (Gemma 2) */
+	int32_t window;            /* a token sees only its last window positions; 0: all
+				      (attn_window.cuh; Gemma 2/3's local layers, Phi-3, Mistral) */
 	void *d_ws;                /* optional scratch for the split-K path (paged_attn_split.cuh):
 				      at least qc_cuda_paged_attn_ws_bytes(1, ...) bytes (tokens are
 				      taken as many at a time as it holds); NULL: one block per
@@ -48,8 +51,9 @@ struct qc_cuda_paged_attn_args {
 /* Scratch bytes the split-K path needs for n_tok tokens (0 on a bad shape). */
 uint64_t qc_cuda_paged_attn_ws_bytes(int64_t n_tok, int32_t n_head, int32_t hd, int32_t max_ctx);
 
-/* out = softmax(q K^T * scale) V per token and head, K/V read only through
- * the block tables (GQA: head h reads kv head h / (n_head / n_head_kv)).
+/* out = softmax(cap(q K^T * scale)) V per token and head over the positions its
+ * window leaves (all of 0..pos without one), K/V read only through the block
+ * tables (GQA: head h reads kv head h / (n_head / n_head_kv)).
  * With d_ws large enough and a shape in its limits, the split-K path; else one
  * block per (token, head). QC_EUNSUPPORTED when max_ctx scores do not fit in
  * shared memory on the one-block path. */
