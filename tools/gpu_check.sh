@@ -49,4 +49,7 @@ fi
 for f in gguf-quant/tiny-llama-256-Q4_K_M-mix.gguf gguf-quant/tiny-moe-256-Q8_0.gguf; do
 	"$P/bin/qrun" "$QC_FIXTURES/$f" -p "Once upon a time" -n 24 --device cuda 2>&1 | tail -n 4
 done
+# the fp8 K/V pool on the device (its closing line gives the pool's tokens)
+"$P/bin/qrun" "$QC_FIXTURES/gguf-quant/tiny-llama-256-Q4_K_M-mix.gguf" -p "Once upon a time" -n 24 --device cuda \
+	--kv-dtype fp8 2>&1 | tail -n 4
 exit $rc
