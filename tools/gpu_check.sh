@@ -3,7 +3,7 @@
 # with .gpu/payload.tar.xz from tools/gpu_pack.sh carried: unpacks it, then runs the
 # kernel tests (plus compute-sanitizer memcheck/racecheck on quick shapes), the
 # end-to-end tests against the CPU backend (fixtures + a few mkgguf models), and
-# qrun --device cuda on two fixtures.
+# qrun --device cuda on two fixtures (one again with --kv-dtype fp8).
 # Logs go to $OUT (or ./gpu-logs). Exit status: nonzero when a test failed.
 # Where the build environment exists on the GPU machine, `make test-gpu` does
 # the same from source.
