@@ -19,7 +19,7 @@ const char qc_engine_cli_help[] =
 	"  --threads T              CPU matmul threads (default: online CPUs; results do not depend on it)\n"
 	"  --kv-mem MIB             paged K/V pool size (default: room for every running sequence)\n"
 	"  --kv-dtype f16|fp8       K/V cache storage (default f16); fp8: E4M3 with a power-of-two scale\n"
-	"                           per token and K/V head, ~2x the tokens of a binary16 pool (CPU only)\n"
+	"                           per token and K/V head, ~2x the tokens of a binary16 pool\n"
 	"  --max-running N          sequences decoded together\n"
 	"  --ctx N                  longest sequence, prompt + output (default: the model's, at most 4096;\n"
 	"                           above the model's context length: allowed, with a warning)\n"

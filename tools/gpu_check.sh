@@ -4,7 +4,7 @@
 # kernel tests (plus compute-sanitizer memcheck/racecheck on quick shapes), the
 # end-to-end tests against the CPU backend (fixtures + a few mkgguf models, + SmolLM2
 # when its .gpu/smollm2.gguf.part-NN were carried), and
-# qrun --device cuda on two fixtures.
+# qrun --device cuda on two fixtures (one again with --kv-dtype fp8).
 # Logs go to $OUT (or ./gpu-logs). Exit status: nonzero when a test failed.
 # Where the build environment exists on the GPU machine, `make test-gpu` does
 # the same from source.
@@ -63,4 +63,7 @@ fi
 for f in gguf-quant/tiny-llama-256-Q4_K_M-mix.gguf gguf-quant/tiny-moe-256-Q8_0.gguf; do
 	"$P/bin/qrun" "$QC_FIXTURES/$f" -p "Once upon a time" -n 24 --device cuda 2>&1 | tail -n 4
 done
+# the fp8 K/V pool on the device (its closing line gives the pool's tokens)
+"$P/bin/qrun" "$QC_FIXTURES/gguf-quant/tiny-llama-256-Q4_K_M-mix.gguf" -p "Once upon a time" -n 24 --device cuda \
+	--kv-dtype fp8 2>&1 | tail -n 4
 exit $rc

@@ -1,8 +1,7 @@
 /* backend_cuda.c — the CUDA backend: llama forward over a scheduler plan on one GPU.
  *
- * Owns: create/destroy, the binary16 K/V pool in the CPU backend's layout (the
- * CPU rounds its cache through binary16 too) and every activation buffer, all
- * sized at create.
+ * Owns: create/destroy and every activation buffer, all sized at create. The
+ * K/V pool (binary16, or fp8 as the CPU's) is backend_cuda_kv.c's.
  * Weights: backend_cuda_weights.c; matmuls: backend_cuda_mm.c (the layout table
  * picks the kernel kind); knobs: backend_cuda_env.c, read once here.
  * Forward: plan arrays up in one copy, kernels of runtime/cuda/kernels/ on one stream
@@ -133,18 +132,6 @@ static int check_device(struct qc_err *err)
 	return QC_OK;
 }
 
-/* The pool is binary16 (the kernels read nothing else yet). Checked before the
- * device, by kv_limits (the engine's first call) and create, so the answer does
- * not depend on the machine. */
-static int check_kv_dtype(const struct qc_backend_params *p, struct qc_err *err)
-{
-	if (p->kv_dtype == QC_KV_F16)
-		return QC_OK;
-	return qc_err_set(err, QC_EUNSUPPORTED, NULL, NULL, -1,
-			  "--kv-dtype %s: not yet on the CUDA backend (its kernels read a binary16 pool); "
-			  "use --kv-dtype f16, or --device cpu", qc_kv_dtype_name(p->kv_dtype));
-}
-
 /* Programmatic dependent launch (kernels/pdl.h) on compute capability 9.0 and up: a
  * process-wide switch, set here for every later launch. QC_CUDA_PDL=1/0 forces it;
  * on by default. Measured on one H100 (docs/perf-notes.md): once the decode GEMV
@@ -175,7 +162,7 @@ static int cuda_create(const struct qc_model *m, const struct qc_backend_params 
 	*state = NULL;
 	if (p->n_blocks < 1 || p->block_tokens < 1 || p->max_tokens < 1 || p->max_logits < 1 || p->max_ctx < 1)
 		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "backend parameters must be positive");
-	if ((rc = qc_model_check_backend(m, QC_ARCH_BACKEND_CUDA, err)) || (rc = check_kv_dtype(p, err)) ||
+	if ((rc = qc_model_check_backend(m, QC_ARCH_BACKEND_CUDA, err)) || (rc = qc_cuda_be_kv_check(p, err)) ||
 	    (rc = check_device(err)))
 		return rc;
 	if (p->act_round != QC_ACT_ROUND_NONE)
@@ -280,8 +267,7 @@ static int cuda_create(const struct qc_model *m, const struct qc_backend_params 
 		const uint64_t aw = qc_cuda_paged_attn_ws_bytes(p->max_logits, cfg->n_head, cfg->head_dim, p->max_ctx);
 		c->ws_bytes = aw > c->ws_bytes ? aw : c->ws_bytes;
 	}
-	if ((rc = qc_cuda_be_dalloc(c, (size_t)p->n_blocks * c->block_elems * 2, (void **)&c->d_kv, err)) ||
-	    (rc = qc_cuda_be_dfloats(c, T * E, &c->d_x, err)) || (rc = qc_cuda_be_dfloats(c, T * (size_t)c->wide, &c->d_xn, err)) ||
+	if ((rc = qc_cuda_be_kv_alloc(c, err)) || (rc = qc_cuda_be_dfloats(c, T * E, &c->d_x, err)) || (rc = qc_cuda_be_dfloats(c, T * (size_t)c->wide, &c->d_xn, err)) ||
 	    (rc = qc_cuda_be_dfloats(c, T * (size_t)c->q_dim, &c->d_q, err)) ||
 	    (rc = qc_cuda_be_dfloats(c, T * (size_t)c->kv_dim, &c->d_k, err)) ||
 	    (rc = qc_cuda_be_dfloats(c, T * (size_t)c->kv_dim, &c->d_v, err)) ||
@@ -308,10 +294,7 @@ static int cuda_create(const struct qc_model *m, const struct qc_backend_params 
 	    (rc = qc_cuda_be_ck(cudaMallocHost((void **)&c->h_top_vals, LG * QC_BACKEND_TOP_MAX * sizeof(float)),
 		     "cudaMallocHost", err)))
 		goto fail;
-	/* poison: a kernel reading K/V it never wrote shows up as NaN, not as plausible zeros */
-	if ((rc = qc_cuda_be_ck(cudaMemsetAsync(c->d_kv, 0xff, (size_t)p->n_blocks * c->block_elems * 2, c->st),
-		     "cudaMemset (K/V)", err)) ||
-	    (rc = qc_cuda_be_ck(cudaMemsetAsync(c->d_flags, 0, (size_t)c->n_flags * sizeof(uint32_t), c->st),
+	if ((rc = qc_cuda_be_ck(cudaMemsetAsync(c->d_flags, 0, (size_t)c->n_flags * sizeof(uint32_t), c->st),
 				"cudaMemset (flags)", err)) ||
 	    (rc = qc_cuda_be_ck(cudaStreamSynchronize(c->st), "cudaStreamSynchronize", err)))
 		goto fail;
@@ -448,8 +431,9 @@ static int attention_block(struct cu *c, const struct qc_sched_plan *plan, const
 		.softcap = cfg->attn_softcap, .window = qc_model_layer_windowed(cfg, il) ? cfg->sliding_window : 0,
 		.d_ws = c->d_ws, .ws_bytes = c->ws_bytes, .flash = c->env.flash,
 		.d_flags = c->env.attn_merge ? c->d_flags : NULL, .n_flags = c->env.attn_merge ? c->n_flags : 0,
+		.d_pool8 = c->d_kv8, .d_pool8_exp = c->d_kv8_exp,
 	};
-	if ((rc = qc_cuda_rope_kv(&rkv, c->st, err)) || (rc = qc_cuda_paged_attn(&pa, c->st, err)))
+	if ((rc = qc_cuda_be_kv_store(c, &rkv, err)) || (rc = qc_cuda_paged_attn(&pa, c->st, err)))
 		return rc;
 	qc_cuda_prof_mark(c->prof, c->st, QC_PROF_ATTN);
 	/* x += Wo att */
@@ -639,18 +623,10 @@ static int cuda_forward_top(void *state, const struct qc_sched_plan *plan, const
 					  "token %d: id %d, position %d or slot %d out of range", t, id, pos,
 					  plan->slots[t]);
 	}
-	/* block copies first (forks); K and V of every layer of a block are contiguous per layer */
-	const size_t row = (size_t)c->kv_dim * (size_t)plan->block_tokens;
+	/* block copies first (forks) */
 	for (int32_t k = 0; k < plan->n_cow; k++)
-		for (int il = 0; il < cfg->n_layer; il++)
-			for (int w = 0; w < 2; w++) {
-				const size_t off = ((size_t)il * 2 + (size_t)w) * row;
-				uint16_t *dst = c->d_kv + (size_t)plan->cow_dst[k] * c->block_elems + off;
-				const uint16_t *src = c->d_kv + (size_t)plan->cow_src[k] * c->block_elems + off;
-				if ((rc = qc_cuda_be_ck(cudaMemcpyAsync(dst, src, (size_t)plan->cow_n_tokens[k] * (size_t)c->kv_dim * 2,
-							     cudaMemcpyDeviceToDevice, c->st), "cudaMemcpyAsync (K/V copy)", err)))
-					return rc;
-			}
+		if ((rc = qc_cuda_be_kv_copy(c, plan->cow_src[k], plan->cow_dst[k], plan->cow_n_tokens[k], err)))
+			return rc;
 	if (!T)
 		return QC_OK;
 	qc_cuda_prof_begin(c->prof, c->st, T);
@@ -730,7 +706,7 @@ static int cuda_forward(void *state, const struct qc_sched_plan *plan, float *lo
 	return cuda_forward_top(state, plan, NULL, logits, NULL, NULL, err);
 }
 
-/* K/V blocks in binary16; what fits in mem_util of the device after the
+/* K/V blocks (backend_cuda_kv.c); what fits in mem_util of the device after the
  * weights (file region + f16 conversions), buffers, and a 1 GiB margin for the
  * CUDA context, cuBLAS workspaces and fragmentation. */
 static int cuda_kv_limits(const struct qc_model *m, const struct qc_backend_params *p, float mem_util,
@@ -741,11 +717,10 @@ static int cuda_kv_limits(const struct qc_model *m, const struct qc_backend_para
 	uint64_t lo, hi;
 	int rc;
 
-	if ((rc = qc_model_check_backend(m, QC_ARCH_BACKEND_CUDA, err)) || (rc = check_kv_dtype(p, err)) ||
+	if ((rc = qc_model_check_backend(m, QC_ARCH_BACKEND_CUDA, err)) || (rc = qc_cuda_be_kv_check(p, err)) ||
 	    (rc = check_device(err)) || (rc = qc_cuda_be_ck(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo", err)))
 		return rc;
-	if ((rc = qc_kv_block_bytes(cfg->n_layer, cfg->n_head_kv, cfg->head_dim, 2, p->block_tokens, block_bytes,
-				    err)))
+	if ((rc = qc_cuda_be_kv_block_bytes(m, p, block_bytes, err)))
 		return rc;
 	qc_cuda_be_tensor_region(m->bundle, &lo, &hi);
 	uint64_t used = (hi - lo) + buffer_floats(cfg, p) * sizeof(float) + plan_ints(p) * 4 + ((uint64_t)1 << 30);

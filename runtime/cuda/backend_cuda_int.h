@@ -68,7 +68,9 @@ struct cu {
 	const float *d_out_norm;
 	const float *d_rope_ff;    /* (rope_dim / 2) frequency divisors: llama3 rope_freqs, or Phi-3's
 				      LongRoPE table for max_ctx (qc_model_rope_factors), or NULL */
-	uint16_t *d_kv;            /* (n_blocks, block_elems) binary16 */
+	uint16_t *d_kv;            /* (n_blocks, block_elems) binary16; NULL with --kv-dtype fp8 */
+	uint8_t *d_kv8;            /* fp8: (n_blocks, block_elems) E4M3FN codes, else NULL */
+	int8_t *d_kv8_exp;         /* fp8: (n_blocks, block_elems / head_dim) scale exponents */
 	size_t block_elems;
 	int64_t q_dim, kv_dim, wide, n_exp_rows;
 	float *d_x, *d_xn;         /* (T, E) residual, (T, wide) normed / matmul out */
@@ -145,6 +147,23 @@ int qc_cuda_be_mm_fused(struct cu *c, const struct dmat *w, float *d_x, const fl
  * d_norm_w, x is RMSNorm(x) * d_norm_w inside that one launch. */
 int qc_cuda_be_mm_multi(struct cu *c, const struct dmat *const *w, float *const *d_y, const int64_t *ldy, int n,
 			const float *d_x, int64_t ldx, int64_t n_rows, const float *d_norm_w, struct qc_err *err);
+
+/* backend_cuda_kv.c, the K/V pool. QC_OK for the dtypes it stores (f16, fp8),
+ * else QC_EUNSUPPORTED naming the dtype; needs no device. */
+int qc_cuda_be_kv_check(const struct qc_backend_params *p, struct qc_err *err);
+/* Bytes of one K/V block of p->kv_dtype (fp8: qc_backend_block_bytes's). */
+int qc_cuda_be_kv_block_bytes(const struct qc_model *m, const struct qc_backend_params *p, uint64_t *out,
+			      struct qc_err *err);
+/* c->p.n_blocks blocks of c->block_elems values (d_kv, or d_kv8 and d_kv8_exp),
+ * poisoned on c->st. */
+int qc_cuda_be_kv_alloc(struct cu *c, struct qc_err *err);
+/* The first n_tokens slots of every (layer, K/V) of block src into block dst (forks). */
+int qc_cuda_be_kv_copy(struct cu *c, int32_t src, int32_t dst, int32_t n_tokens, struct qc_err *err);
+struct qc_cuda_rope_kv_args;
+/* RoPE of q and k and the K/V store, rkv as for qc_cuda_rope_kv with d_pool =
+ * c->d_kv: binary16, that one launch; fp8 (d_kv NULL), RoPE then
+ * qc_cuda_kv_store_e4m3 into d_kv8, which rotates q's heads for attention too. */
+int qc_cuda_be_kv_store(struct cu *c, const struct qc_cuda_rope_kv_args *rkv, struct qc_err *err);
 
 /* The decode step's weight read order into c->l2_seq and each dense dmat's l2_at
  * (nothing when the hint is off, c->env.l2_bytes <= 0). After every make_dmat. */

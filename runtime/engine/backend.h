@@ -41,7 +41,7 @@ enum qc_attn_order {
 enum qc_kv_dtype {
 	QC_KV_F16 = 0,              /* binary16 values (the CPU keeps them in floats) */
 	QC_KV_FP8 = 1,              /* E4M3FN codes + a power-of-two scale per token and kv
-				       head (ops.h qc_ref_kv_e4m3_exp); CPU backend only */
+				       head (ops.h qc_ref_kv_e4m3_exp); CPU and CUDA */
 };
 
 /* "f16" / "fp8". */

@@ -124,7 +124,7 @@ void qc_ref_kv_rotate(float *x, int hd);
  * V heads as they are, exp = qc_ref_kv_e4m3_exp. Either way no code saturates
  * and a token's bytes depend on its own row. A K head whose rotated values pass
  * float's range (|x| near FLT_MAX / sqrt(block)) decodes as inf, never clamped.
- * (No CUDA kernel yet: the CUDA backend refuses fp8.) */
+ * CUDA: runtime/cuda/kernels/kv_store.cu qc_cuda_kv_store_e4m3, bit for bit. */
 void qc_ref_kv_store_e4m3(const float *k, const float *v, const int32_t *slots, int64_t n_tok,
 			  uint8_t *codes, int8_t *exps, int layer, int n_layer, int bt, int kv_dim, int hd);
 

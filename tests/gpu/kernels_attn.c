@@ -149,7 +149,7 @@ void test_attention(int bt, int hd, int n_head, int n_head_kv, int long_ctx)
  * - the P V, softmax and reference sums in float: n 2^-21 vmax in all.
  * Worst cases (typical errors are 10-100x smaller); the bit-exact and done-flag
  * checks catch what a loose bound could hide (a wrong key, a wrong mask). */
-static double fa_tol(double vmax, double S, int hd, int n, double q_u)
+double fa_tol(double vmax, double S, int hd, int n, double q_u)
 {
 	const double u = 0x1p-11, d = (hd + 2) * 0x1p-23 * S + q_u * S;
 	return vmax * (expm1(2 * d + (n / 32.0 + 2) * 0x1p-22) + 2.2 * u + n * 0x1p-21) + 1e-6;

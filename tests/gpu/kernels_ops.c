@@ -352,6 +352,19 @@ static void rope_kv_case(int H, int HKV, int hd, int nr, int mode, int xt, int b
 		for (int d = 0; d < kv_dim && !written[row]; d++)
 			touched += gpool[row * kv_dim + d] != 0xffff;
 	CHECK(touched == 0, "%s: %lld pool elements outside this step's slots written", what, (long long)touched);
+	/* no pool (the fp8 pool's RoPE): the same q and k, d_v and d_slots never read */
+	struct qc_cuda_rope_kv_args a0 = a;
+	cudaMemcpy(d_q2, q, qb, cudaMemcpyHostToDevice);
+	cudaMemcpy(d_k2, k, kb, cudaMemcpyHostToDevice);
+	a0.d_q = d_q2;
+	a0.d_k = d_k2;
+	a0.d_v = NULL;
+	a0.d_slots = NULL;
+	a0.d_pool = NULL;
+	CHECK(qc_cuda_rope_kv(&a0, 0, &err) == QC_OK, "rope_kv without a pool: %s", err.msg);
+	down(gq2, d_q2, qb);
+	down(gk2, d_k2, kb);
+	CHECK(!memcmp(gq, gq2, qb) && !memcmp(gk, gk2, kb), "%s: without a pool, q or k differ", what);
 	free(q);
 	free(k);
 	free(v);

@@ -17,6 +17,11 @@
  * split-K attention is too, flash prefill only per run). Dense and MoE fixtures.
  * Sampled: seeded top-k / top-p / full-row requests give the same tokens with
  * the device's selection (forward_top) as with every row sampled on the host.
+ * fp8 K/V (--kv-dtype fp8): the dense fixtures of gguf/ and gguf-gen and a few of
+ * gguf-quant run again with both backends on the fp8 pool (the
+ * same bytes for the same K/V floats), CUDA against CPU fp8 under the looser
+ * FP8_REL bound, which every step's largest logit difference on the shared
+ * prefix must meet too; the batched check runs on fp8 as well (dense fixture).
  * Gemma 2, Gemma 3 and Phi-3 (mkgguf models with windows shorter than the run,
  * LongRoPE tables, and the Hugging Face checkpoints of tests/data/hf) are compared
  * like every other fixture, and must have been (a count per architecture); gemma2
@@ -54,6 +59,14 @@
  * margin rule cannot see such a router near-tie. */
 #define N_PROMPT 24
 #define FP16_REL 0x1p-7 /* 2^-11 (fp16 unit roundoff) x 16: docs/cuda.md "The end-to-end bound, derived" */
+/* fp8 pool: the two backends store the same codes for the same floats, but their
+ * K/V floats differ by up to ~2^-11 relative (fp16 activations of the prefill
+ * GEMMs), so the ~2^-11 / 2^-4 = 2^-7 of the values that lie that close to an
+ * E4M3 rounding boundary round to neighbouring codes, 2^-3 apart: an RMS of
+ * 2^-3 * 2^-3.5 = 2^-6.5 relative per value instead of fp16's 2^-11, about 20x.
+ * FP16_REL x 8 (an estimate, not a derived bound like FP16_REL's; docs/cuda.md
+ * "fp8 K/V"): wrong reads (q not rotated, a wrong scale) move logits by O(1). */
+#define FP8_REL 0x1p-4
 
 struct trace {
 	int32_t ids[N_GEN];
@@ -85,9 +98,9 @@ static void on_logits(void *ctx, uint64_t id, int32_t step, const float *lg, int
 		memcpy(tr->logits + (size_t)step * (size_t)n_vocab, lg, sizeof(float) * (size_t)n_vocab);
 }
 
-/* Greedy N_GEN tokens of prompt on backend be. */
-static int generate(const char *bundle, const struct qc_backend_ops *be, const int32_t *prompt, int32_t n_prompt,
-		    struct trace *tr, struct qc_err *err)
+/* Greedy N_GEN tokens of prompt on backend be, K/V stored as kv. */
+static int generate(const char *bundle, const struct qc_backend_ops *be, enum qc_kv_dtype kv, const int32_t *prompt,
+		    int32_t n_prompt, struct trace *tr, struct qc_err *err)
 {
 	struct qc_engine_opts o;
 	struct qc_engine *e = NULL;
@@ -101,6 +114,7 @@ static int generate(const char *bundle, const struct qc_backend_ops *be, const i
 	o.on_logits = on_logits;
 	o.cb_ctx = tr;
 	o.n_threads = 4;
+	o.kv_dtype = kv;
 	if ((rc = qc_engine_new(bundle, &o, &e, err)))
 		return rc;
 	tr->n_vocab = qc_engine_model(e)->cfg.n_vocab;
@@ -131,26 +145,37 @@ static int first_diff(const struct trace *a, const struct trace *b)
 	return N_GEN;
 }
 
-/* A divergence at step k is allowed when the CPU's margin there is below the fp16 bound. */
-static bool divergence_ok(const struct trace *cpu, int k)
+/* The bound at step k: rel * (1 + max |logit|) of the CPU's row. */
+static float bound(const struct trace *cpu, int k, float rel)
 {
-	return k >= N_GEN || cpu->margin[k] < FP16_REL * (1.0f + cpu->maxabs[k]);
+	return rel * (1.0f + cpu->maxabs[k]);
 }
 
-/* Compare a CUDA run over gpu_bundle with the CPU trace; prints one line tagged tag. */
-static void compare_gpu(const char *name, const char *tag, const char *gpu_bundle, const int32_t *prompt,
-			int32_t n_prompt, const struct trace *cpu)
+/* A divergence at step k is allowed when the CPU's margin there is below the bound
+ * (rel: FP16_REL, or FP8_REL for the fp8 pool). */
+static bool divergence_ok(const struct trace *cpu, int k, float rel)
+{
+	return k >= N_GEN || cpu->margin[k] < bound(cpu, k, rel);
+}
+
+/* Compare a CUDA run over gpu_bundle (K/V as kv) with the CPU trace (the same kv);
+ * prints one line tagged tag. fp8: every step up to the first difference must
+ * also have its largest logit difference within the bound. */
+static void compare_gpu(const char *name, const char *tag, const char *gpu_bundle, enum qc_kv_dtype kv,
+			const int32_t *prompt, int32_t n_prompt, const struct trace *cpu)
 {
 	struct qc_err err = {0};
 	struct trace gpu = {0};
 	char label[256];
+	const float rel = kv == QC_KV_FP8 ? FP8_REL : FP16_REL;
 	snprintf(label, sizeof label, "%s%s", name, tag);
-	int rc = generate(gpu_bundle, &qc_backend_cuda, prompt, n_prompt, &gpu, &err);
+	int rc = generate(gpu_bundle, &qc_backend_cuda, kv, prompt, n_prompt, &gpu, &err);
 	CHECK(rc == QC_OK, "%s: cuda: %s", label, err.msg);
 	if (!rc) {
 		const int k = first_diff(cpu, &gpu);
 		double dmax = 0;
 		float mmin = INFINITY;
+		int over = -1; /* first step whose logit difference passes the bound */
 		for (int s = 0; s < (k < N_GEN ? k : N_GEN); s++)
 			mmin = cpu->margin[s] < mmin ? cpu->margin[s] : mmin;
 		for (int s = 0; s < (k < N_GEN ? k + 1 : N_GEN); s++)
@@ -158,6 +183,8 @@ static void compare_gpu(const char *name, const char *tag, const char *gpu_bundl
 				const double d = fabs((double)cpu->logits[(size_t)s * cpu->n_vocab + i] -
 						      (double)gpu.logits[(size_t)s * cpu->n_vocab + i]);
 				dmax = d > dmax ? d : dmax;
+				if (!(d <= bound(cpu, s, rel)) && over < 0)
+					over = s;
 			}
 		if (getenv("QC_E2E_VERBOSE")) /* per step: the largest logit difference, both choices */
 			for (int s = 0; s < (k < N_GEN ? k + 1 : N_GEN); s++) {
@@ -174,11 +201,13 @@ static void compare_gpu(const char *name, const char *tag, const char *gpu_bundl
 			printf("  %-44s %d/%d equal; max |logit diff| %.3g (min cpu margin %.3g)\n", label, N_GEN, N_GEN,
 			       dmax, mmin);
 		else
-			printf("  %-44s first difference at step %d: cpu margin %.4g, fp16 bound %.4g -> %s; "
-			       "max |logit diff| %.3g\n", label, k, cpu->margin[k], FP16_REL * (1.0f + cpu->maxabs[k]),
-			       divergence_ok(cpu, k) ? "tolerated" : "FAIL", dmax);
-		CHECK(divergence_ok(cpu, k), "%s: cuda differs from cpu at step %d with margin %.4g", label, k,
+			printf("  %-44s first difference at step %d: cpu margin %.4g, %s bound %.4g -> %s; "
+			       "max |logit diff| %.3g\n", label, k, cpu->margin[k], qc_kv_dtype_name(kv),
+			       bound(cpu, k, rel), divergence_ok(cpu, k, rel) ? "tolerated" : "FAIL", dmax);
+		CHECK(divergence_ok(cpu, k, rel), "%s: cuda differs from cpu at step %d with margin %.4g", label, k,
 		      k < N_GEN ? cpu->margin[k] : 0.0);
+		CHECK(kv != QC_KV_FP8 || over < 0, "%s: logits differ by more than the fp8 bound %.4g at step %d",
+		      label, over < 0 ? 0.0 : bound(cpu, over, rel), over);
 	}
 	free(gpu.logits);
 }
@@ -223,7 +252,20 @@ static void count_extra_arch(const char *bundle)
 	qc_model_close(m);
 }
 
-static void run_fixture(const char *dir, const char *name, const char *tmp, bool hf)
+/* fp8: also both backends on the fp8 pool (the plain bundle). */
+enum fx_kv { FX_F16 = 0, FX_ALSO_FP8 = 1 };
+
+/* Whether the bundle's model routes to experts (MoE). */
+static bool is_moe(const char *bundle)
+{
+	struct qc_model *m = NULL;
+	struct qc_err err = {0};
+	const bool moe = qc_model_open(bundle, &m, &err) == QC_OK && m->cfg.n_expert > 0;
+	qc_model_close(m);
+	return moe;
+}
+
+static void run_fixture(const char *dir, const char *name, const char *tmp, bool hf, enum fx_kv fkv)
 {
 	char in[1024], out[1200], out90[1200];
 	struct qc_err err = {0};
@@ -246,20 +288,32 @@ static void run_fixture(const char *dir, const char *name, const char *tmp, bool
 	const char *pl = getenv("QC_E2E_PROMPT"); /* debugging: a shorter prompt */
 	const int32_t n_prompt = pl && atoi(pl) > 0 && atoi(pl) < N_PROMPT ? atoi(pl) : N_PROMPT;
 	struct trace cpu = {0}, gpu = {0};
-	int rc = generate(out, &qc_backend_cpu, prompt, n_prompt, &cpu, &err);
+	int rc = generate(out, &qc_backend_cpu, QC_KV_F16, prompt, n_prompt, &cpu, &err);
 	if (rc) { /* a model the engine refuses: the CUDA backend must refuse it too */
 		printf("  %-44s cpu refuses (%s): cuda must too\n", name, err.msg);
-		CHECK(generate(out, &qc_backend_cuda, prompt, n_prompt, &gpu, &err) != QC_OK, "%s: cuda accepts it", name);
+		CHECK(generate(out, &qc_backend_cuda, QC_KV_F16, prompt, n_prompt, &gpu, &err) != QC_OK,
+		      "%s: cuda accepts it", name);
 		free(gpu.logits);
 	} else if (cuda_lacks(out)) { /* the table says the CPU runs it, CUDA not yet */
-		rc = generate(out, &qc_backend_cuda, prompt, n_prompt, &gpu, &err);
+		rc = generate(out, &qc_backend_cuda, QC_KV_F16, prompt, n_prompt, &gpu, &err);
 		printf("  %-44s cpu only: cuda says: %s\n", name, rc ? err.msg : "(accepted)");
 		CHECK(rc == QC_EUNSUPPORTED && strstr(err.msg, "not supported by the CUDA backend: missing "),
 		      "%s: cuda should refuse at create naming what it lacks (rc %d: %s)", name, rc, err.msg);
 		free(gpu.logits);
 	} else {
-		compare_gpu(name, "", out, prompt, n_prompt, &cpu);
+		compare_gpu(name, "", out, QC_KV_F16, prompt, n_prompt, &cpu);
 		count_extra_arch(out);
+		/* both backends on the fp8 pool; dense models only: an fp8 code one step
+		   off moves a MoE router's near-tie (see N_PROMPT), which the logit
+		   bound cannot see */
+		if (fkv == FX_ALSO_FP8 && !is_moe(out)) {
+			struct trace cpu8 = {0};
+			rc = generate(out, &qc_backend_cpu, QC_KV_FP8, prompt, n_prompt, &cpu8, &err);
+			CHECK(rc == QC_OK, "%s: cpu fp8: %s", name, err.msg);
+			if (!rc)
+				compare_gpu(name, " [fp8 K/V]", out, QC_KV_FP8, prompt, n_prompt, &cpu8);
+			free(cpu8.logits);
+		}
 		/* the same model converted for sm90: tensor-core (marlin) layouts where the
 		 * type and shape allow, against the same CPU run */
 		struct qc_convert_opts c9 = co;
@@ -268,7 +322,7 @@ static void run_fixture(const char *dir, const char *name, const char *tmp, bool
 		if (hf ? qc_convert_hf(&c9, NULL, &err) : qc_convert_gguf(&c9, NULL, &err))
 			CHECK(0, "%s: convert --target sm90: %s", name, err.msg);
 		else if (has_gpu_layout(out90))
-			compare_gpu(name, " [sm90 layouts]", out90, prompt, n_prompt, &cpu);
+			compare_gpu(name, " [sm90 layouts]", out90, QC_KV_F16, prompt, n_prompt, &cpu);
 		unlink(out90);
 		/* NVFP4 checkpoints for sm100: nvfp4_swz matrices (runtime/cuda/kernels/nvfp4_swz.cu,
 		 * built for sm_90a too, so they run here) */
@@ -277,7 +331,7 @@ static void run_fixture(const char *dir, const char *name, const char *tmp, bool
 			if (qc_convert_hf(&c9, NULL, &err))
 				CHECK(0, "%s: convert --target sm100: %s", name, err.msg);
 			else
-				compare_gpu(name, " [sm100 nvfp4_swz]", out90, prompt, n_prompt, &cpu);
+				compare_gpu(name, " [sm100 nvfp4_swz]", out90, QC_KV_F16, prompt, n_prompt, &cpu);
 			unlink(out90);
 		}
 	}
@@ -285,8 +339,8 @@ static void run_fixture(const char *dir, const char *name, const char *tmp, bool
 	unlink(out);
 }
 
-/* 16 requests, preempted, each equal to its solo run. */
-static void run_batched(const char *dir, const char *name, const char *tmp)
+/* 16 requests, preempted, each equal to its solo run (K/V as kv). */
+static void run_batched(const char *dir, const char *name, const char *tmp, enum qc_kv_dtype kv)
 {
 	char in[1024], out[1200];
 	struct qc_err err = {0};
@@ -309,7 +363,7 @@ static void run_batched(const char *dir, const char *name, const char *tmp)
 	setenv("QC_CUDA_FLASH", "0", 1); /* flash prefill takes a prompt's runs of 16+, so how it is chunked shows */
 	for (int r = 0; r < NR; r++) {
 		struct trace tr = {0};
-		int rc = generate(out, &qc_backend_cuda, prompts[r], NP - (r % 7), &tr, &err);
+		int rc = generate(out, &qc_backend_cuda, kv, prompts[r], NP - (r % 7), &tr, &err);
 		free(tr.logits);
 		CHECK(rc == QC_OK, "%s solo %d: %s", name, r, err.msg);
 		if (rc)
@@ -326,11 +380,13 @@ static void run_batched(const char *dir, const char *name, const char *tmp)
 	o.max_seq_tokens = 256;
 	o.block_tokens = 4;
 	o.max_batch_tokens = 64;
-	/* a pool of 40 blocks of 4 tokens (fp16 K/V): 160 tokens for 16 x up to 36 */
+	o.kv_dtype = kv;
+	/* a pool of 40 blocks of 4 tokens: 160 tokens for 16 x up to 36 */
 	int rc = qc_engine_new(out, &o, &e, &err);
 	if (!rc) {
 		const struct qc_model_config *cfg = &qc_engine_model(e)->cfg;
-		const uint64_t bb = (uint64_t)cfg->n_layer * 2 * 4 * (uint64_t)(cfg->n_head_kv * cfg->head_dim) * 2;
+		const uint64_t hb = kv == QC_KV_FP8 ? (uint64_t)cfg->head_dim + 1 : 2 * (uint64_t)cfg->head_dim;
+		const uint64_t bb = (uint64_t)cfg->n_layer * 2 * 4 * (uint64_t)cfg->n_head_kv * hb;
 		qc_engine_free(e);
 		o.kv_budget_bytes = 40 * bb;
 		rc = qc_engine_new(out, &o, &e, &err);
@@ -360,8 +416,8 @@ static void run_batched(const char *dir, const char *name, const char *tmp)
 		equal += same;
 		CHECK(same, "%s: request %d batched differs from its solo run", name, r);
 	}
-	printf("  %-36s batched 16 requests, %llu preemptions: %d/16 equal to solo\n", name,
-	       (unsigned long long)st.n_preemptions, equal);
+	printf("  %-36s batched 16 requests (%s K/V), %llu preemptions: %d/16 equal to solo\n", name,
+	       qc_kv_dtype_name(kv), (unsigned long long)st.n_preemptions, equal);
 	CHECK(st.n_preemptions > 0, "%s: the small pool forced no preemption", name);
 	qc_engine_free(e);
 out:
@@ -465,7 +521,7 @@ static void run_smollm2(const char *tmp)
 		return;
 	}
 	printf("%s (a real trained model; greedy %d tokens, cuda vs cpu with float activations):\n", dir, N_GEN);
-	run_fixture(dir, name, tmp, false);
+	run_fixture(dir, name, tmp, false, FX_ALSO_FP8);
 }
 
 static int cmp_str(const void *a, const void *b)
@@ -491,9 +547,10 @@ int main(void)
 		struct trace t = {0};
 		t.margin[3] = 5.0f;
 		t.maxabs[3] = 10.0f;
-		CHECK(!divergence_ok(&t, 3), "a divergence at margin 5 passed");
+		CHECK(!divergence_ok(&t, 3, FP16_REL), "a divergence at margin 5 passed");
+		CHECK(!divergence_ok(&t, 3, FP8_REL), "a divergence at margin 5 passed the fp8 bound");
 		t.margin[3] = 1e-4f;
-		CHECK(divergence_ok(&t, 3), "a divergence at margin 1e-4 failed");
+		CHECK(divergence_ok(&t, 3, FP16_REL), "a divergence at margin 1e-4 failed");
 	}
 	/* then the mkgguf models for what no fixture has (qwen2 biases, qwen3 q/k
 	 * norms + NEOX, MoE variants incl. a shared expert, linear / YaRN / llama3
@@ -521,7 +578,12 @@ int main(void)
 		qsort(names, (size_t)n, sizeof names[0], cmp_str);
 		printf("%s (greedy %d tokens, cuda vs cpu with float activations):\n", dir, N_GEN);
 		for (int i = 0; i < n; i++) {
-			run_fixture(dir, names[i], tmp, false);
+			/* fp8 K/V too: every dense fixture of gguf/ and gguf-gen, and of
+			   gguf-quant the types below (K/V do not depend on the weight type) */
+			const bool fp8 = s != 1 || !strcmp(names[i], "tiny-llama-256-Q8_0.gguf") ||
+					 !strcmp(names[i], "tiny-llama-256-Q4_K_M-mix.gguf") ||
+					 !strcmp(names[i], "stories260K-F16.gguf");
+			run_fixture(dir, names[i], tmp, false, fp8 ? FX_ALSO_FP8 : FX_F16);
 			n_fix++;
 			n_gen += s == 2;
 		}
@@ -530,7 +592,10 @@ int main(void)
 			for (int i = 0; i < n; i++)
 				if (!strcmp(names[i], "tiny-llama-256-Q4_K_M-mix.gguf") ||
 				    !strcmp(names[i], "tiny-moe-256-Q4_0.gguf"))
-					run_batched(dir, names[i], tmp);
+					run_batched(dir, names[i], tmp, QC_KV_F16);
+			for (int i = 0; i < n; i++) /* fp8: a token's bytes depend on its own row only */
+				if (!strcmp(names[i], "tiny-llama-256-Q4_K_M-mix.gguf"))
+					run_batched(dir, names[i], tmp, QC_KV_FP8);
 			for (int i = 0; i < n; i++)
 				if (!strcmp(names[i], "tiny-llama-256-Q4_K_M-mix.gguf") ||
 				    !strcmp(names[i], "tiny-moe-256-Q4_0.gguf"))
@@ -564,7 +629,7 @@ int main(void)
 		printf("%s (Hugging Face checkpoints; greedy %d tokens, cuda vs cpu):\n", hdir, N_GEN);
 		CHECK(n >= 20, "only %d Hugging Face fixtures under %s (run from the repository root)", n, hdir);
 		for (int i = 0; i < n; i++) {
-			run_fixture(hdir, names[i], tmp, true);
+			run_fixture(hdir, names[i], tmp, true, FX_F16);
 			free(names[i]);
 		}
 	}
@@ -574,7 +639,7 @@ int main(void)
 		static const char *const hf[] = {"gemma2", "gemma3", "gemma3-cg", "phi3", "phi3-longrope", "phi3-partial"};
 		printf("tests/data/hf (Gemma and Phi-3 checkpoints; greedy %d tokens, cuda vs cpu):\n", N_GEN);
 		for (size_t i = 0; i < sizeof hf / sizeof hf[0]; i++)
-			run_fixture("tests/data/hf", hf[i], tmp, true);
+			run_fixture("tests/data/hf", hf[i], tmp, true, FX_F16);
 	}
 	/* every one of them ran on CUDA (QC_E2E_ONLY may pick fewer) */
 	const char *only = getenv("QC_E2E_ONLY");

@@ -105,6 +105,23 @@ attention:
 		test_flash_attn(7, 256, 4, 2, e6, 3);    /* hd 256: Q re-read from shared memory */
 		test_flash_attn(16, 32, 16, 1, e7, 3);   /* GQA 16 (4-token tiles), hd 32 */
 		test_flash_attn(16, 128, 4, 4, e4, 3);   /* GQA 1, hd 128 */
+		/* the fp8 pool: its store bit for bit (hd 8 and 100: no rotation, blocks
+		 * under 16; hd 80: blocks of 16), then every attention path reading it */
+		test_kv_store_e4m3(16, 64, 8, 2);
+		test_kv_store_e4m3(7, 100, 6, 6);
+		test_kv_store_e4m3(16, 128, 32, 8);
+		test_kv_store_e4m3(8, 80, 28, 4);
+		test_kv_store_e4m3(16, 8, 4, 2);
+		test_kv_store_e4m3(16, 96, 12, 4);
+		test_kv_store_e4m3(16, 256, 16, 1);
+		const struct fa_entry d1[] = {{quick ? 180 : 1400, 1}, {0, 20}, {17, 1}, {5, 1}};
+		const struct fa_entry d2[] = {{0, 12}, {30, 1}, {2, 1}};
+		test_attention_fp8(16, 64, 2, 2, e1, 6);    /* flash GQA 1, decode tokens */
+		test_attention_fp8(7, 128, 8, 2, e2, 5);    /* GQA 4, 7-token blocks */
+		test_attention_fp8(16, 80, 28, 4, e5, 3);   /* GQA 7, hd 80 */
+		test_attention_fp8(7, 256, 4, 2, e6, 3);    /* hd 256 */
+		test_attention_fp8(16, 128, 8, 2, d1, 4);   /* long context: many split-K chunks */
+		test_attention_fp8(7, 100, 6, 6, d2, 3);    /* hd 100: one block per head only */
 	}
 	if (!attn_only) {
 		test_moe(8, 2, 1);

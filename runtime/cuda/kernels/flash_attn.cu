@@ -1,4 +1,4 @@
-/* flash_attn.cu — causal prefill attention over the paged binary16 K/V pool on
+/* flash_attn.cu — causal prefill attention over the paged K/V pool (binary16, or fp8) on
  * tensor cores: each query tile reads its sequence's keys once, not once per token.
  *
  * A run = consecutive plan tokens of one sequence at consecutive positions (a
@@ -13,6 +13,9 @@
  * passes a row's position. Per row the result does not depend on the tile it
  * shares (fully masked key tiles leave it bit-identical), only on its q and keys.
  * Numerics: q * scale * log2(e) and P rounded to binary16; l sums the rounded P.
+ * fp8 pool (d_pool8): a tile's values are decoded to binary16 by plain loads
+ * (kv_pool.cuh kv8_half8, exact in binary16's range) where the f16 pool's are
+ * copied by cp.async; q comes rotated as its K rows are (paged_attn.h).
  * Soft-capped scores and sliding windows (attn_window.cuh): the cap on the score
  * in natural units (log2 units divided out and back), then the causal and window
  * masks; a tile's keys start at its first row's window, and key tiles before a
@@ -31,6 +34,7 @@
 
 #include "attn_window.cuh"
 #include "cp_async.cuh"
+#include "kv_pool.cuh"
 
 #define FT 128    /* threads of an attention block: 4 warps x 16 query rows */
 #define FM 64     /* query rows (token, head) per block */
@@ -221,6 +225,12 @@ static __device__ __forceinline__ void load_kv(const struct qc_cuda_paged_attn_a
 		const int r = c / nch, ch = c - r * nch;
 		const int32_t j = k0 + r;
 		const bool ok = j >= k_lo && j < n_keys;
+		if (a.d_pool8) { /* fp8 pool: decoded to binary16 in registers, plain stores (not cp.async) */
+			const uint4 z = make_uint4(0u, 0u, 0u, 0u);
+			*(uint4 *)(ks + r * lds + ch * 8) = ok ? kv8_half8(a, table, j, 0, kvh, ch) : z;
+			*(uint4 *)(vs + r * lds + ch * 8) = ok ? kv8_half8(a, table, j, 1, kvh, ch) : z;
+			continue;
+		}
 		const __half *kp = (const __half *)a.d_pool;
 		if (ok) {
 			const int64_t b = table[j / a.block_tokens], o = j % a.block_tokens;

@@ -13,7 +13,11 @@
  * them (not while s is captured into a graph: decode steps). a->flash OFF
  * (the backend's QC_CUDA_FLASH=0) turns that off (then a token's result never depends on how its prompt was
  * chunked).
- * GQA: head h reads kv head h / (n_head / n_head_kv). K/V are fp16, math fp32.
+ * GQA: head h reads kv head h / (n_head / n_head_kv). K/V are fp16, or fp8
+ * (E4M3FN + a power-of-two scale per position and K/V head, decoded in registers
+ * by kv_pool.cuh's kv_fp8; its K rows are rotated and q comes rotated alike):
+ * the kernels are templated on the pool's trait, only their element loads
+ * differ. Math fp32.
  * Soft-capped scores and a sliding window (attn_window.cuh): a windowed token's
  * positions start at its window (the split path chunks the positions it sees),
  * and nothing before it is read.
@@ -31,6 +35,7 @@
 #include "attn_window.cuh"
 #include "block_reduce.cuh"
 #include "flash_attn.h"
+#include "kv_pool.cuh"
 #include "paged_attn_split.cuh"
 
 #define THREADS 256
@@ -38,15 +43,7 @@
 #define MAX_HD 256 /* head dims a lane-strided register row holds */
 #define FLASH_MIN_RUN 16 /* shorter runs (decode tokens) keep the kernels of this file */
 
-static __device__ __forceinline__ const __half *kv_row(const struct qc_cuda_paged_attn_args &a,
-						       const int32_t *table, int32_t j, int which, int kvh)
-{
-	const int64_t b = table[j / a.block_tokens], o = j % a.block_tokens;
-	const int64_t kv_dim = (int64_t)a.n_head_kv * a.hd;
-	return (const __half *)a.d_pool + (((b * a.n_layer + a.layer) * 2 + which) * a.block_tokens + o) * kv_dim +
-	       (int64_t)kvh * a.hd;
-}
-
+template <typename KV>
 static __global__ void paged_attn_kernel(const struct qc_cuda_paged_attn_args a, const int32_t *skip)
 {
 	qc_pdl_enter();
@@ -79,9 +76,9 @@ static __global__ void paged_attn_kernel(const struct qc_cuda_paged_attn_args a,
 		for (int u = 0; u < PW; u++) {
 			s[u] = 0.0f;
 			if (jb + u < n_ctx) {
-				const __half *k = kv_row(a, table, jb + u, 0, kvh);
+				const typename KV::row k = KV::at(a, table, jb + u, 0, kvh);
 				for (int d = lane; d < a.hd; d += 32)
-					s[u] = fmaf(q[d], __half2float(k[d]), s[u]);
+					s[u] = fmaf(q[d], KV::get(k, d), s[u]);
 			}
 		}
 #pragma unroll
@@ -117,12 +114,12 @@ static __global__ void paged_attn_kernel(const struct qc_cuda_paged_attn_args a,
 		for (int u = 0; u < PW; u++) {
 			if (jb + u >= n_ctx)
 				break;
-			const __half *v = kv_row(a, table, jb + u, 1, kvh);
+			const typename KV::row v = KV::at(a, table, jb + u, 1, kvh);
 			const float p = sc[jb + u] * inv;
 #pragma unroll
 			for (int m = 0; m < MAX_HD / 32; m++)
 				if (lane + 32 * m < a.hd)
-					o[m] = fmaf(p, __half2float(v[lane + 32 * m]), o[m]);
+					o[m] = fmaf(p, KV::get(v, lane + 32 * m), o[m]);
 		}
 	}
 	float *red = sc + a.max_ctx; /* (nw, hd) */
@@ -169,6 +166,7 @@ static __device__ void merge_head(const struct qc_cuda_paged_attn_args &a, int64
 
 /* Scores, softmax and unnormalized P V of one (token, K/V head, chunk); with
  * counters (flags), the chunk that finishes last merges the (token, K/V head). */
+template <typename KV>
 static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_cuda_paged_attn_args a,
 							       int32_t chunk_max, int32_t n_split, float *part_o,
 							       float *part_ml, const int32_t *skip, uint32_t *flags)
@@ -208,32 +206,34 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 	 * per position the same lane sums and shuffle tree as one step at a time */
 	constexpr int SSTEP = (ST / 32) * (32 / TG), SU = 4;
 	for (int32_t jb = j0 + warp * (32 / TG); jb < j1; jb += SSTEP * SU) {
-		uint4 kv[SU][4]; /* hd <= 256: at most 32 vectors / 8 lanes */
+		typename KV::raw kv[SU][4]; /* hd <= 256: at most 32 vectors / 8 lanes */
 #pragma unroll
 		for (int u = 0; u < SU; u++) {
 			const int32_t j = jb + u * SSTEP + lane / TG;
-			const uint4 *k = j < j1 ? (const uint4 *)kv_row(a, table, j, 0, kvh) : NULL;
+			typename KV::row k = {};
+			if (j < j1)
+				k = KV::at(a, table, j, 0, kvh);
 #pragma unroll
 			for (int v = 0; v < 4; v++)
-				kv[u][v] = k && sub + TG * v < nvec ? k[sub + TG * v] : make_uint4(0u, 0u, 0u, 0u);
+				kv[u][v] = j < j1 && sub + TG * v < nvec ? KV::load8(k, sub + TG * v) : KV::zero8();
 		}
 #pragma unroll
 		for (int u = 0; u < SU; u++) {
 			const int32_t j = jb + u * SSTEP + lane / TG;
+			float f[4][8]; /* the row's values, decoded once for the G heads */
+#pragma unroll
+			for (int v = 0; v < 4; v++)
+				KV::unpack8(kv[u][v], f[v]);
 			for (int g = 0; g < G; g++) {
 				float s = 0.0f;
 #pragma unroll
 				for (int v = 0; v < 4; v++) {
 					if (sub + TG * v >= nvec)
 						break;
-					const __half2 *h2 = (const __half2 *)&kv[u][v];
 					const float *qv = qs + g * hd + (sub + TG * v) * 8;
 #pragma unroll
-					for (int e = 0; e < 4; e++) {
-						const float2 f = __half22float2(h2[e]);
-						s = fmaf(qv[2 * e], f.x, s);
-						s = fmaf(qv[2 * e + 1], f.y, s);
-					}
+					for (int e = 0; e < 8; e++)
+						s = fmaf(qv[e], f[v][e], s);
 				}
 				s += __shfl_xor_sync(0xffffffffu, s, 4);
 				s += __shfl_xor_sync(0xffffffffu, s, 2);
@@ -288,26 +288,19 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 			for (int e = 0; e < 8; e++)
 				acc[gg][e] = 0.0f;
 		for (int32_t jb = rg; jb < n; jb += RG * PU) {
-			uint4 vv[PU];
+			typename KV::raw vv[PU];
 #pragma unroll
 			for (int u = 0; u < PU; u++) {
 				const int32_t j = jb + u * RG;
-				vv[u] = act && j < n ? ((const uint4 *)kv_row(a, table, j0 + j, 1, kvh))[vl]
-						     : make_uint4(0u, 0u, 0u, 0u);
+				vv[u] = act && j < n ? KV::load8(KV::at(a, table, j0 + j, 1, kvh), vl) : KV::zero8();
 			}
 #pragma unroll
 			for (int u = 0; u < PU; u++) {
 				const int32_t j = jb + u * RG;
 				if (j >= n)
 					break;
-				const __half2 *h2 = (const __half2 *)&vv[u];
 				float f[8];
-#pragma unroll
-				for (int e = 0; e < 4; e++) {
-					const float2 x = __half22float2(h2[e]);
-					f[2 * e] = x.x;
-					f[2 * e + 1] = x.y;
-				}
+				KV::unpack8(vv[u], f);
 #pragma unroll
 				for (int gg = 0; gg < 4; gg++) {
 					if (g0 + gg >= G)
@@ -410,8 +403,10 @@ static int paged_attn_split(const struct qc_cuda_paged_attn_args *a, const int32
 		return QC_EUNSUPPORTED;
 	if (!a->n_tok)
 		return QC_OK;
+	void (*const split_k)(const struct qc_cuda_paged_attn_args, int32_t, int32_t, float *, float *, const int32_t *,
+			      uint32_t *) = a->d_pool8 ? attn_split_kernel<kv_fp8> : attn_split_kernel<kv_f16>;
 	if (smem > 48 * 1024 &&
-	    (rc = qc_cuda_check(cudaFuncSetAttribute(attn_split_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+	    (rc = qc_cuda_check(cudaFuncSetAttribute(split_k, cudaFuncAttributeMaxDynamicSharedMemorySize,
 						     (int)smem), "cudaFuncSetAttribute(attn_split)", err)))
 		return rc;
 	/* tokens per launch: as many as the scratch holds (a token's result does not
@@ -429,7 +424,7 @@ static int paged_attn_split(const struct qc_cuda_paged_attn_args *a, const int32
 		float *part_ml = part_o + (size_t)b.n_tok * (size_t)a->n_head * (size_t)ns * (size_t)a->hd;
 		/* the merge in the split kernel when the counters cover this launch */
 		uint32_t *flags = a->d_flags && b.n_tok * a->n_head_kv <= a->n_flags ? a->d_flags : NULL;
-		(void)qc_launch(attn_split_kernel, dim3((unsigned)b.n_tok, (unsigned)a->n_head_kv, (unsigned)ns), dim3(ST),
+		(void)qc_launch(split_k, dim3((unsigned)b.n_tok, (unsigned)a->n_head_kv, (unsigned)ns), dim3(ST),
 				smem, s, b, chunk_max, ns, part_o, part_ml, skip ? skip + t0 : NULL, flags);
 		if ((rc = qc_cuda_check(cudaGetLastError(), "attn_split_kernel", err)))
 			return rc;
@@ -482,6 +477,9 @@ extern "C" int qc_cuda_paged_attn(const struct qc_cuda_paged_attn_args *a, cudaS
 		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1,
 				  "paged_attn: %lld tokens, %d heads / %d kv heads of %d, max_ctx %d",
 				  (long long)a->n_tok, a->n_head, a->n_head_kv, a->hd, a->max_ctx);
+	if (!a->d_pool == !a->d_pool8 || !a->d_pool8 != !a->d_pool8_exp)
+		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1,
+				  "paged_attn: give either the binary16 pool or the fp8 pool with its exponents");
 	struct qc_cuda_paged_attn_args b = *a; /* what the kernels below see: the scratch past the flash carve */
 	const int32_t *skip = NULL;
 	int rc;
@@ -511,10 +509,12 @@ extern "C" int qc_cuda_paged_attn(const struct qc_cuda_paged_attn_args *a, cudaS
 				  "split-K attention is not written yet", a->max_ctx, smem, max_smem);
 	if (!a->n_tok)
 		return QC_OK;
+	void (*const one)(const struct qc_cuda_paged_attn_args, const int32_t *) =
+		a->d_pool8 ? paged_attn_kernel<kv_fp8> : paged_attn_kernel<kv_f16>;
 	if (smem > 48 * 1024 &&
-	    (rc = qc_cuda_check(cudaFuncSetAttribute(paged_attn_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+	    (rc = qc_cuda_check(cudaFuncSetAttribute(one, cudaFuncAttributeMaxDynamicSharedMemorySize,
 						     (int)smem), "cudaFuncSetAttribute(paged_attn)", err)))
 		return rc;
-	(void)qc_launch(paged_attn_kernel, dim3((unsigned)a->n_tok, (unsigned)a->n_head), dim3(THREADS), smem, s, *a, skip);
+	(void)qc_launch(one, dim3((unsigned)a->n_tok, (unsigned)a->n_head), dim3(THREADS), smem, s, *a, skip);
 	return qc_cuda_check(cudaGetLastError(), "paged_attn_kernel", err);
 }

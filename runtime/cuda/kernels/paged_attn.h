@@ -1,4 +1,5 @@
-/* paged_attn.h — entry point of paged_attn.cu (causal attention over paged fp16 K/V). */
+/* paged_attn.h — entry point of paged_attn.cu (causal attention over paged fp16
+ * or fp8 K/V). */
 #ifndef QC_CUDA_PAGED_ATTN_H
 #define QC_CUDA_PAGED_ATTN_H
 
@@ -17,9 +18,9 @@ enum qc_cuda_attn_flash {
 };
 
 struct qc_cuda_paged_attn_args {
-	const float *d_q;          /* (n_tok, n_head * hd), after RoPE */
+	const float *d_q;          /* (n_tok, n_head * hd), after RoPE (fp8 pool: and rotated) */
 	float *d_out;              /* (n_tok, n_head * hd) */
-	const uint16_t *d_pool;    /* kv_store.h layout */
+	const uint16_t *d_pool;    /* kv_store.h layout, binary16; or NULL and d_pool8 */
 	int32_t layer, n_layer, block_tokens;
 	int32_t n_head, n_head_kv, hd;
 	const int32_t *d_pos;      /* (n_tok) position; token t sees positions 0..pos */
@@ -46,6 +47,11 @@ struct qc_cuda_paged_attn_args {
 	 * kernel runs. May be the matmuls' counters (matmul_dispatch.h d_flags). */
 	uint32_t *d_flags;
 	int64_t n_flags;
+	/* The fp8 pool instead of d_pool (exactly one is set): qc_cuda_kv_store_e4m3's
+	 * codes and exponents; its K heads are rotated, so d_q must be too (that
+	 * store rotates it): q . k is then the unrotated product. */
+	const uint8_t *d_pool8;    /* (n_blocks, n_layer, 2, block_tokens, n_head_kv * hd) E4M3FN */
+	const int8_t *d_pool8_exp; /* (n_blocks, n_layer, 2, block_tokens, n_head_kv) */
 };
 
 /* Scratch bytes the split-K path needs for n_tok tokens (0 on a bad shape). */
@@ -56,7 +62,8 @@ uint64_t qc_cuda_paged_attn_ws_bytes(int64_t n_tok, int32_t n_head, int32_t hd, 
  * tables (GQA: head h reads kv head h / (n_head / n_head_kv)).
  * With d_ws large enough and a shape in its limits, the split-K path; else one
  * block per (token, head). QC_EUNSUPPORTED when max_ctx scores do not fit in
- * shared memory on the one-block path. */
+ * shared memory on the one-block path; QC_EINVAL unless exactly one of d_pool,
+ * d_pool8 (with d_pool8_exp) is set. */
 int qc_cuda_paged_attn(const struct qc_cuda_paged_attn_args *a, cudaStream_t s, struct qc_err *err);
 
 #ifdef __cplusplus

@@ -1,4 +1,4 @@
-/* paged_attn_split.cuh — split-K ("flash-decoding") attention over paged fp16 K/V,
+/* paged_attn_split.cuh — split-K ("flash-decoding") attention over paged K/V (fp16 or fp8),
  * the path paged_attn.cu takes when the caller gives scratch for the partials.
  *
  * Each block owns one token, one K/V head (all n_head / n_head_kv query heads of

@@ -8,6 +8,8 @@
  * K dims past n_rot (stored unrotated), V dims. A block with pairs first fills
  * a table of its token's n_rot / 2 angles (rope_pair.cuh, the math rope.cu
  * uses: same floats), shared by every head. Pool layout as kv_store.cu.
+ * No pool (d_pool NULL): RoPE of Q and K only; the fp8 pool's store is
+ * kv_store.cu's (a head's scale needs the whole rotated head).
  * Non-goals: quantized caches, Q/K norms (kept in rms_norm.cu).
  * Reference: runtime/ops/rope.c + runtime/ops/kv_store.c.
  */
@@ -33,8 +35,8 @@ struct rope_kv_items {
 static __host__ __device__ struct rope_kv_items rope_kv_count(const struct qc_cuda_rope_kv_args &a)
 {
 	const int64_t half = a.rope.n_rot / 2;
-	return {a.n_head * half, a.n_head_kv * half, (int64_t)a.n_head_kv * (a.rope.hd - a.rope.n_rot),
-		(int64_t)a.n_head_kv * a.rope.hd};
+	const int64_t store = a.d_pool ? a.n_head_kv : 0; /* no pool: RoPE only */
+	return {a.n_head * half, a.n_head_kv * half, store * (a.rope.hd - a.rope.n_rot), store * a.rope.hd};
 }
 
 static __global__ void rope_kv_kernel(const struct qc_cuda_rope_kv_args a)
@@ -50,9 +52,13 @@ static __global__ void rope_kv_kernel(const struct qc_cuda_rope_kv_args a)
 			ang[p] = rope_pair_cs(r, r.d_pos[t], p);
 		__syncthreads();
 	}
-	const int64_t kv_dim = n.v, slot = a.d_slots[t], b = slot / a.block_tokens, o = slot % a.block_tokens;
-	__half *kp = (__half *)a.d_pool + (((b * a.n_layer + a.layer) * 2 + 0) * a.block_tokens + o) * kv_dim;
-	__half *vp = kp + a.block_tokens * kv_dim;
+	const int64_t kv_dim = (int64_t)a.n_head_kv * hd;
+	__half *kp = NULL, *vp = NULL;
+	if (a.d_pool) {
+		const int64_t slot = a.d_slots[t], b = slot / a.block_tokens, o = slot % a.block_tokens;
+		kp = (__half *)a.d_pool + (((b * a.n_layer + a.layer) * 2 + 0) * a.block_tokens + o) * kv_dim;
+		vp = kp + a.block_tokens * kv_dim;
+	}
 	if (e < n.q) {
 		const int p = (int)(e % half);
 		float *x = a.d_q + (t * a.n_head + e / half) * hd + rope_pair_first(r.mode, p);
@@ -66,8 +72,10 @@ static __global__ void rope_kv_kernel(const struct qc_cuda_rope_kv_args a)
 		const float2 y = rope_pair_rotate(x[0], x[stride], ang[p]);
 		x[0] = y.x;
 		x[stride] = y.y;
-		kp[d] = __float2half_rn(y.x);
-		kp[d + stride] = __float2half_rn(y.y);
+		if (kp) {
+			kp[d] = __float2half_rn(y.x);
+			kp[d + stride] = __float2half_rn(y.y);
+		}
 	} else if (e < n.q + n.k + n.u) {
 		const int64_t u = e - n.q - n.k, nu = hd - r.n_rot, d = u / nu * hd + r.n_rot + u % nu;
 		kp[d] = __float2half_rn(a.d_k[t * kv_dim + d]);

@@ -22,7 +22,8 @@ struct qc_cuda_rope_kv_args {
 	const float *d_v;          /* (n_tok, n_head_kv * hd) */
 	int32_t n_head_kv;
 	const int32_t *d_slots;    /* (n_tok) block * block_tokens + offset */
-	uint16_t *d_pool;          /* (n_blocks, n_layer, 2, block_tokens, n_head_kv * hd) binary16 */
+	uint16_t *d_pool;          /* (n_blocks, n_layer, 2, block_tokens, n_head_kv * hd) binary16;
+				      NULL: RoPE only, no store (d_v and d_slots not read) */
 	int32_t layer, n_layer, block_tokens;
 };
 
