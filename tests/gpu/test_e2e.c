@@ -605,7 +605,7 @@ int main(void)
 			printf("batched with preemption (cuda; gemma2: soft-caps, windows, post norms):\n");
 			for (int i = 0; i < n; i++)
 				if (strstr(names[i], "gen-gemma2"))
-					run_batched(dir, names[i], tmp);
+					run_batched(dir, names[i], tmp, QC_KV_F16);
 		}
 		for (int i = 0; i < n; i++)
 			free(names[i]);
