@@ -17,9 +17,15 @@
  * warps; warp W takes groups [W NG / NW, (W + 1) NG / NW), in order (stripe-major,
  * then k). Only a warp's first and last stripe can be partial: a stripe a warp
  * covers whole it stores itself; a partial one it leaves as a piece (its column
- * sums, in the scratch at [W][0 first / 1 last][row][column]), and the last of the
- * stripe's warps to arrive (a counter per stripe; without counters, a reduce
- * kernel) sums the pieces in warp order and stores. The partition depends on the
+ * sums) in shared memory, and once the block's warps are done the block sums the
+ * pieces of each split stripe in warp order: a stripe inside the block is stored
+ * then, one that crosses into a neighbour block (only the block's first and last
+ * can) leaves a block piece in the scratch ([block][0 first / 1 last][row][column])
+ * and the last of its blocks to arrive (a counter per stripe; without counters, a
+ * reduce kernel) sums the block pieces in block order and stores. (Summing warp
+ * pieces in global memory instead, a stripe split among up to 32 warps, made the
+ * last warp's sum a chain of L2 round trips: 2-4x slower, docs/perf-notes.md.)
+ * The partition depends on the
  * shape and the width's block count only, and one-row and ROWS-row launches share
  * it and the arithmetic (marlin_gemv.cuh), so a row's bits do not depend on the
  * batch. They differ from the streaming kernel's (another split of K).
@@ -107,24 +113,45 @@ __device__ __forceinline__ const uint8_t *stripe_w(const gparams &p, int S, int6
 	return p.wm[m] + (uint64_t)(s - p.col0[m] / S) * p.stripe_bytes;
 }
 
-/* Where a warp's piece of a partial stripe goes (or comes from). */
-template <int S, int G> __device__ __forceinline__ float *piece(const gparams &p, int64_t w, int j, int t)
+/* Block b's piece of stripe s in the scratch: 0 when s is the block's first stripe,
+ * 1 its last. */
+template <int S, int G> __device__ __forceinline__ float *bpiece(const gparams &p, int64_t b, int j, int t)
 {
-	return p.ws + (((size_t)w * 2 + (size_t)j) * G + (size_t)t) * S;
+	return p.ws + (((size_t)b * 2 + (size_t)j) * G + (size_t)t) * S;
 }
 
-/* The pieces of stripe s summed in warp order, stored (lanes over rows x columns). */
-template <int S, int G> __device__ __forceinline__ void sum_pieces(const gparams &p, int64_t s, int nr, int lane, int step)
+/* The blocks whose runs hold stripe s's first and last groups. */
+__device__ __forceinline__ void stripe_blocks(const gparams &p, int64_t s, int64_t *blo, int64_t *bhi)
 {
 	const int g32 = p.k / 32;
-	const int64_t wlo = warp_of(s * g32, p.p_ng, p.p_nw), whi = warp_of((s + 1) * g32 - 1, p.p_ng, p.p_nw);
+	*blo = warp_of(s * g32, p.p_ng, p.p_nw) / WARPS;
+	*bhi = warp_of((s + 1) * g32 - 1, p.p_ng, p.p_nw) / WARPS;
+}
+
+/* Stripe s's block pieces summed in block order and stored (threads over rows x
+ * columns, step apart): the loads of up to 8 pieces in flight before the sums. */
+template <int S, int G> __device__ __forceinline__ void sum_bpieces(const gparams &p, int64_t s, int nr, int tid, int step)
+{
+	const int g32 = p.k / 32;
+	int64_t blo, bhi;
+	stripe_blocks(p, s, &blo, &bhi);
 	const int m = mat_of(p, s * S);
-	for (int i = lane; i < nr * S; i += step) {
+	for (int i = tid; i < nr * S; i += step) {
 		const int t = i / S, col = i % S;
 		float sum = 0.0f;
-		for (int64_t w = wlo; w <= whi; w++) {
-			const int j = gstart(w, p.p_ng, p.p_nw) / g32 == s ? 0 : 1;
-			sum += __ldcg(piece<S, G>(p, w, j, t) + col);
+		for (int64_t b0 = blo; b0 <= bhi; b0 += 8) {
+			float v[8];
+#pragma unroll
+			for (int u = 0; u < 8; u++)
+				if (b0 + u <= bhi) {
+					const int64_t b = b0 + u;
+					const int j = gstart(b * WARPS, p.p_ng, p.p_nw) / g32 == s ? 0 : 1;
+					v[u] = __ldcg(bpiece<S, G>(p, b, j, t) + col);
+				}
+#pragma unroll
+			for (int u = 0; u < 8; u++)
+				if (b0 + u <= bhi)
+					sum += v[u];
 		}
 		store(p, m, t, s * S + col, sum);
 	}
@@ -138,6 +165,7 @@ __global__ void __launch_bounds__(32 * WARPS, 2) marlin_gemv_persist_kernel(cons
 	constexpr int DG = D / 2; /* groups in flight per warp */
 	extern __shared__ __align__(16) float xs[];
 	__shared__ float nscale[G];
+	__shared__ float pc[WARPS][2][G][S]; /* the warps' pieces: 0 first stripe, 1 last */
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, r = lane / 4, c = lane % 4;
 	const int nr = G == 1 ? 1 : p.nr;
 	const int KT = p.k / 16, G32 = p.k / 32;
@@ -227,7 +255,7 @@ __global__ void __launch_bounds__(32 * WARPS, 2) marlin_gemv_persist_kernel(cons
 										store(p, m, t, (int64_t)cs * S + 8 * j + r,
 										      acc[j][t]);
 									else
-										piece<S, G>(p, W, cs == s_first ? 0 : 1, t)[8 * j + r] =
+										pc[warp][cs == s_first ? 0 : 1][t][8 * j + r] =
 											acc[j][t];
 								}
 					}
@@ -244,44 +272,78 @@ __global__ void __launch_bounds__(32 * WARPS, 2) marlin_gemv_persist_kernel(cons
 			}
 		}
 	}
-	if (g0 >= g1 || !p.flags)
-		return; /* no counters: the reduce kernel sums the pieces */
-	/* the partial stripes (the first and the last): count this warp's piece; the
-	 * stripe's last warp to arrive sums them (every lane's pieces visible
-	 * device-wide first: the threadfence pattern) */
-	const int s_last = (g1 - 1) / G32;
+	/* the block's split stripes: the warps' pieces summed in warp order (stripes
+	 * sb0 .. sb1 of the block's run; one warp's whole stripes were stored) */
+	__syncthreads();
+	const int64_t b = blockIdx.x;
+	const int64_t gb0 = gstart(b * WARPS, p.p_ng, p.p_nw), gb1 = gstart(b * WARPS + WARPS, p.p_ng, p.p_nw);
+	if (gb0 >= gb1)
+		return;
+	const int sb0 = (int)(gb0 / G32), sb1 = (int)((gb1 - 1) / G32);
+	bool cross[2] = {false, false}; /* the first / last stripe left a block piece */
+	for (int sx = sb0; sx <= sb1; sx++) {
+		const int64_t wlo = warp_of((int64_t)sx * G32, p.p_ng, p.p_nw),
+			      whi = warp_of((int64_t)(sx + 1) * G32 - 1, p.p_ng, p.p_nw);
+		if (wlo == whi)
+			continue; /* one warp's: stored */
+		const int64_t w0 = wlo > b * WARPS ? wlo : b * WARPS, w1 = whi < b * WARPS + WARPS - 1 ? whi : b * WARPS + WARPS - 1;
+		const bool inside = wlo >= b * WARPS && whi < b * WARPS + WARPS;
+		const int jb = sx == sb0 ? 0 : 1;
+		if (!inside)
+			cross[jb] = true;
+		for (int i = threadIdx.x; i < nr * S; i += 32 * WARPS) {
+			const int t = i / S, col = i % S;
+			float sum = 0.0f;
+			for (int64_t w = w0; w <= w1; w++) {
+				const int j = gstart(w, p.p_ng, p.p_nw) / G32 == sx ? 0 : 1;
+				sum += pc[w - b * WARPS][j][t][col];
+			}
+			if (inside)
+				store(p, mat_of(p, (int64_t)sx * S), t, (int64_t)sx * S + col, sum);
+			else
+				bpiece<S, G>(p, b, jb, t)[col] = sum;
+		}
+	}
+	if (!p.flags || !(cross[0] || cross[1]))
+		return; /* no counters: the reduce kernel sums the block pieces */
+	/* count this block's pieces; the stripe's last block to arrive sums them
+	 * (every thread's pieces visible device-wide first: the threadfence pattern) */
+	__shared__ bool last[2];
 	__threadfence();
-	__syncwarp();
+	__syncthreads();
+	if (threadIdx.x < 2) {
+		const int e = threadIdx.x;
+		const int sx = e == 0 ? sb0 : sb1;
+		last[e] = false;
+		if (cross[e] && !(e == 1 && sb1 == sb0 && cross[0])) {
+			int64_t blo, bhi;
+			stripe_blocks(p, sx, &blo, &bhi);
+			last[e] = atomicAdd(&p.flags[sx], 1u) == (uint32_t)(bhi - blo);
+		}
+	}
+	__syncthreads();
 	for (int e = 0; e < 2; e++) {
-		const int s = e == 0 ? s_first : s_last;
-		if (e == 1 && s_last == s_first)
-			break;
-		if (s * G32 >= g0 && (s + 1) * G32 <= g1)
-			continue; /* whole: stored */
-		const int64_t wlo = warp_of(s * G32, p.p_ng, p.p_nw), whi = warp_of((s + 1) * G32 - 1, p.p_ng, p.p_nw);
-		uint32_t old = 0;
-		if (lane == 0)
-			old = atomicAdd(&p.flags[s], 1u);
-		old = __shfl_sync(0xffffffffu, old, 0);
-		if (old != (uint32_t)(whi - wlo))
+		if (!last[e])
 			continue;
 		__threadfence();
-		sum_pieces<S, G>(p, s, nr, lane, 32);
-		if (lane == 0)
-			p.flags[s] = 0u; /* ready for the next launch (stream order, or its qc_pdl_wait) */
+		const int sx = e == 0 ? sb0 : sb1;
+		sum_bpieces<S, G>(p, sx, nr, threadIdx.x, 32 * WARPS);
+		if (threadIdx.x == 0)
+			p.flags[sx] = 0u; /* ready for the next launch (stream order, or its qc_pdl_wait) */
 	}
 }
 
-/* Without counters: the partial stripes' pieces summed in warp order, one block
- * per stripe (whole stripes were stored by the kernel). */
+/* Without counters: the block pieces of stripes that cross blocks summed in block
+ * order, one block per stripe (the others were stored by the kernel). */
 template <int S, int G> __global__ void marlin_gemv_persist_reduce(const gparams p)
 {
 	qc_pdl_enter();
-	const int g32 = p.k / 32;
 	const int64_t s = blockIdx.x;
-	if (warp_of(s * g32, p.p_ng, p.p_nw) == warp_of((s + 1) * g32 - 1, p.p_ng, p.p_nw))
-		return; /* one warp's: stored */
-	sum_pieces<S, G>(p, s, G == 1 ? 1 : p.nr, threadIdx.x, blockDim.x);
+	int64_t blo, bhi;
+	stripe_blocks(p, s, &blo, &bhi);
+	if (blo == bhi)
+		return; /* inside one block: stored */
+	sum_bpieces<S, G>(p, s, G == 1 ? 1 : p.nr, threadIdx.x, blockDim.x);
 }
 
 template <int BITS, bool ZP, int G, int D, int XB> cudaError_t launch_one(const gparams &p, int blocks, int len, cudaStream_t s)
@@ -363,7 +425,7 @@ uint64_t qc_mgv_persist_ws(int bits, int64_t n_in, int64_t n_out, int64_t n_rows
 	const int S = bits == 4 ? 64 : 32;
 	const ppart pp = partition(bits, n_in, n_out);
 	const int64_t G = n_rows > 1 ? ROWS : 1;
-	return (uint64_t)pp.nw * 2u * (uint64_t)G * (uint64_t)S * sizeof(float);
+	return (uint64_t)pp.blocks * 2u * (uint64_t)G * (uint64_t)S * sizeof(float);
 }
 
 int qc_mgv_persist_launch(int bits, bool zp, const gparams &p, int64_t n_rows, uint64_t n_flags, cudaStream_t s,
