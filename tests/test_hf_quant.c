@@ -6,14 +6,15 @@
  * its traits-table decoder, columns put back through act_perm, and compared with the
  * reference: bit-exact except LLM.int8 (documented ≤ 1e-6 relative, docs/hf-quant.md).
  * Also: act-order, static groups, v1/v2 zeros, double quant, skip/ignore rules, "re:"
- * targets, several config_groups, MoE pairs, and Gemma 2 / Gemma 3 checkpoints (tied
- * embeddings: the embedding loads plain, norms dump as 1 + w, no output.weight; a
- * packed lm_head beside tied embeddings is refused). Bad inputs are built here as small
- * checkpoints in a temp folder; each rejection is checked for code, file, tensor and
- * offset next to a valid twin. Through the CLI ($QC_BIN/qconvert): every fixture
- * converts, `qconvert dump` of its weights (act_perm undone, experts cut from the
- * fused w13) equals the reference, the CPU engine's greedy ids equal transformers'
- * (near ties excepted), and bad folders exit 1 leaving no output. Run from the repo root.
+ * targets, several config_groups, MoE pairs, and Gemma 2 / Gemma 3 checkpoints (one
+ * in the multimodal class; tied embeddings: the embedding loads plain, norms dump as
+ * 1 + w, no output.weight; a packed lm_head beside tied embeddings is refused). Bad
+ * inputs are built here as small checkpoints in a temp folder; each rejection is
+ * checked for code, file, tensor and offset next to a valid twin. Through the CLI
+ * ($QC_BIN/qconvert): every fixture converts, `qconvert dump` of its weights (act_perm
+ * undone, experts cut from the fused w13) equals the reference, the CPU engine's
+ * greedy ids equal transformers' (near ties excepted), and bad folders exit 1 leaving
+ * no output. Run from the repo root.
  */
 #include <math.h>
 #include <stdint.h>
@@ -40,38 +41,41 @@ struct fixture {
 	int act_order;             /* 1: every quantized module has act_perm; 0: none has */
 	const char *q_type, *mlp_type;  /* types of layer 0 q_proj / gate (or w1) */
 	const char *plain;         /* a module this config leaves unquantized, or NULL */
-	int tied;                  /* 1: no lm_head (Gemma); the tied embedding loads plain */
+	const char *root;          /* tied Gemma: the text model's prefix ("model", or
+				      "language_model.model" in the multimodal class); its
+				      embedding loads plain and there is no lm_head. NULL: untied */
 };
 
 static const struct fixture fixtures[] = {
-	{ "gptq_b4_g32_sym", "gptq", 0, 0, "hq4", "hq4", "lm_head", 0 },
-	{ "gptq_b4_g32_asym_act", "gptq", 0, 1, "hq4", "hq4", NULL, 0 },
-	{ "gptq_b3_g64_asym", "gptq", 0, 0, "hq4", "hq4", NULL, 0 },
-	{ "gptq_b2_g32_asym_v2", "gptq", 0, 1, "hq4", "hq4", NULL, 0 },
-	{ "gptq_b8_chan_static", "gptq", 0, 0, "hq8", "hq8", NULL, 0 },
-	{ "gptq_b4_g32_static_act", "gptq", 0, 0, "hq4", "hq4", NULL, 0 },
-	{ "awq_b4_g64", "awq", 0, 0, "hq4", "hq4", NULL, 0 },
-	{ "bnb_nf4", "bitsandbytes", 0, 0, "bnb_nf4", "bnb_nf4", NULL, 0 },
-	{ "bnb_fp4_dq", "bitsandbytes", 0, 0, "bnb_fp4", "bnb_fp4", NULL, 0 },
-	{ "bnb_nf4_dq_skip", "bitsandbytes", 0, 0, "bnb_nf4", "bnb_nf4", "model.layers.0.mlp.down_proj", 0 },
-	{ "bnb_int8", "bitsandbytes", 1e-6, 0, "hq8", "hq8", NULL, 0 },
-	{ "ct_int4_g32_asym_act", "compressed-tensors", 0, 1, "hq4", "hq4", "lm_head", 0 },
-	{ "ct_multi", "compressed-tensors", 0, 0, "hq8", "hq4", "model.layers.1.mlp.down_proj", 0 },
-	{ "ct_fp8_tensor", "compressed-tensors", 0, 0, "f8_e4m3", "f8_e4m3", NULL, 0 },
-	{ "ct_fp8_channel", "compressed-tensors", 0, 0, "f8_e4m3", "f8_e4m3", NULL, 0 },
-	{ "ct_fp8_block", "compressed-tensors", 0, 0, "f8_e4m3", "f8_e4m3", NULL, 0 },
-	{ "ct_naive_int8", "compressed-tensors", 0, 0, "hq8", "hq8", NULL, 0 },
-	{ "ct_nvfp4", "compressed-tensors", 0, 0, "nvfp4", "nvfp4", NULL, 0 },
-	{ "moe_ct_fp8_tensor", "compressed-tensors", 0, 0, "f8_e4m3", "f8_e4m3", "model.layers.0.block_sparse_moe.gate", 0 },
-	{ "moe_gptq_b4_act", "gptq", 0, 1, "hq4", "hq4", NULL, 0 },
-	{ "moe_ct_nvfp4", "compressed-tensors", 0, 0, "f16", "nvfp4", "model.layers.0.self_attn.q_proj", 0 },
+	{ "gptq_b4_g32_sym", "gptq", 0, 0, "hq4", "hq4", "lm_head", NULL },
+	{ "gptq_b4_g32_asym_act", "gptq", 0, 1, "hq4", "hq4", NULL, NULL },
+	{ "gptq_b3_g64_asym", "gptq", 0, 0, "hq4", "hq4", NULL, NULL },
+	{ "gptq_b2_g32_asym_v2", "gptq", 0, 1, "hq4", "hq4", NULL, NULL },
+	{ "gptq_b8_chan_static", "gptq", 0, 0, "hq8", "hq8", NULL, NULL },
+	{ "gptq_b4_g32_static_act", "gptq", 0, 0, "hq4", "hq4", NULL, NULL },
+	{ "awq_b4_g64", "awq", 0, 0, "hq4", "hq4", NULL, NULL },
+	{ "bnb_nf4", "bitsandbytes", 0, 0, "bnb_nf4", "bnb_nf4", NULL, NULL },
+	{ "bnb_fp4_dq", "bitsandbytes", 0, 0, "bnb_fp4", "bnb_fp4", NULL, NULL },
+	{ "bnb_nf4_dq_skip", "bitsandbytes", 0, 0, "bnb_nf4", "bnb_nf4", "model.layers.0.mlp.down_proj", NULL },
+	{ "bnb_int8", "bitsandbytes", 1e-6, 0, "hq8", "hq8", NULL, NULL },
+	{ "ct_int4_g32_asym_act", "compressed-tensors", 0, 1, "hq4", "hq4", "lm_head", NULL },
+	{ "ct_multi", "compressed-tensors", 0, 0, "hq8", "hq4", "model.layers.1.mlp.down_proj", NULL },
+	{ "ct_fp8_tensor", "compressed-tensors", 0, 0, "f8_e4m3", "f8_e4m3", NULL, NULL },
+	{ "ct_fp8_channel", "compressed-tensors", 0, 0, "f8_e4m3", "f8_e4m3", NULL, NULL },
+	{ "ct_fp8_block", "compressed-tensors", 0, 0, "f8_e4m3", "f8_e4m3", NULL, NULL },
+	{ "ct_naive_int8", "compressed-tensors", 0, 0, "hq8", "hq8", NULL, NULL },
+	{ "ct_nvfp4", "compressed-tensors", 0, 0, "nvfp4", "nvfp4", NULL, NULL },
+	{ "moe_ct_fp8_tensor", "compressed-tensors", 0, 0, "f8_e4m3", "f8_e4m3", "model.layers.0.block_sparse_moe.gate", NULL },
+	{ "moe_gptq_b4_act", "gptq", 0, 1, "hq4", "hq4", NULL, NULL },
+	{ "moe_ct_nvfp4", "compressed-tensors", 0, 0, "f16", "nvfp4", "model.layers.0.self_attn.q_proj", NULL },
 	/* Gemma 2 / Gemma 3 (tied embeddings, (1 + w) norms, soft-caps, q/k norms, windows) */
-	{ "gemma2_gptq_b4_g32_asym_act", "gptq", 0, 1, "hq4", "hq4", NULL, 1 },
-	{ "gemma2_ct_fp8_channel", "compressed-tensors", 0, 0, "f8_e4m3", "f8_e4m3", NULL, 1 },
-	{ "gemma2_bnb_nf4", "bitsandbytes", 0, 0, "bnb_nf4", "bnb_nf4", NULL, 1 },
-	{ "gemma3_gptq_b4_g32_sym", "gptq", 0, 0, "hq4", "hq4", NULL, 1 },
-	{ "gemma3_ct_int8", "compressed-tensors", 0, 0, "hq8", "hq8", NULL, 1 },
-	{ "gemma3_awq_b4_g32", "awq", 0, 0, "hq4", "hq4", NULL, 1 },
+	{ "gemma2_gptq_b4_g32_asym_act", "gptq", 0, 1, "hq4", "hq4", NULL, "model" },
+	{ "gemma2_ct_fp8_channel", "compressed-tensors", 0, 0, "f8_e4m3", "f8_e4m3", NULL, "model" },
+	{ "gemma2_bnb_nf4", "bitsandbytes", 0, 0, "bnb_nf4", "bnb_nf4", NULL, "model" },
+	{ "gemma3_gptq_b4_g32_sym", "gptq", 0, 0, "hq4", "hq4", NULL, "model" },
+	{ "gemma3_ct_int8", "compressed-tensors", 0, 0, "hq8", "hq8", NULL, "model" },
+	{ "gemma3_awq_b4_g32", "awq", 0, 0, "hq4", "hq4", NULL, "model" },
+	{ "gemma3cg_ct_int4_g32", "compressed-tensors", 0, 0, "hq4", "hq4", NULL, "language_model.model" },
 };
 
 static void print_err(const char *what, const struct qc_err *e)
@@ -208,7 +212,9 @@ static void check_fixture(const struct fixture *f)
 		CHECK(n_perm == 0, "%s: %d modules have act_perm without act-order", f->name, n_perm);
 	/* lm_head (never quantized here; tied: the embedding) and the config's own
 	 * exclusions load plain */
-	const char *plain[2] = { f->tied ? "model.embed_tokens" : "lm_head", f->plain };
+	char embed[96];
+	snprintf(embed, sizeof embed, "%s.embed_tokens", f->root ? f->root : "");
+	const char *plain[2] = { f->root ? embed : "lm_head", f->plain };
 	for (int i = 0; i < 2; i++) {
 		if (!plain[i] || (i && strcmp(f->plain, "lm_head") == 0))
 			continue;
@@ -750,7 +756,7 @@ static const struct { const char *hf, *gguf; bool gemma3_only; } gemma_norms[] =
 
 /* A tied Gemma bundle: every norm of layers 0-1 and the final one dump as 1 + w of the
  * checkpoint's f16 w, and there is no output.weight (the embedding is the head). */
-static void check_gemma(const char *fx, const char *qb, int *n_cmp)
+static void check_gemma(const char *fx, const char *root, const char *qb, int *n_cmp)
 {
 	char path[600];
 	snprintf(path, sizeof path, "%s/%s/model.safetensors", DIR_HFQ, fx);
@@ -764,10 +770,10 @@ static void check_gemma(const char *fx, const char *qb, int *n_cmp)
 			if ((gemma_norms[k].gemma3_only && !g3) || (l < 0 && k > 0))
 				continue;
 			if (l < 0) {
-				snprintf(hf, sizeof hf, "model.norm.weight");
+				snprintf(hf, sizeof hf, "%s.norm.weight", root);
 				snprintf(gg, sizeof gg, "output_norm.weight");
 			} else {
-				snprintf(hf, sizeof hf, "model.layers.%d.%s.weight", l, gemma_norms[k].hf);
+				snprintf(hf, sizeof hf, "%s.layers.%d.%s.weight", root, l, gemma_norms[k].hf);
 				snprintf(gg, sizeof gg, "blk.%d.%s.weight", l, gemma_norms[k].gguf);
 			}
 			const struct qc_st_tensor *t = qc_st_find(st, hf);
@@ -950,7 +956,7 @@ static void check_cli(void)
 		for (int l = 0; l < 2; l++) {
 			for (size_t k = 0; k < sizeof cli_names / sizeof cli_names[0]; k++) {
 				char hf[256], gg[128];
-				snprintf(hf, sizeof hf, "model.layers.%d.%s", l, cli_names[k].hf);
+				snprintf(hf, sizeof hf, "%s.layers.%d.%s", f->root ? f->root : "model", l, cli_names[k].hf);
 				snprintf(gg, sizeof gg, "blk.%d.%s.weight", l, cli_names[k].gguf);
 				const struct qc_st_tensor *rt = qc_st_find(ref, hf);
 				if (!rt)
@@ -986,15 +992,15 @@ static void check_cli(void)
 				free(d);
 			}
 		}
-		if (f->tied)
-			check_gemma(f->name, qb, &n_gemma);
+		if (f->root)
+			check_gemma(f->name, f->root, qb, &n_gemma);
 		check_greedy(f->name, qb, ref, &n_greedy, &n_tie);
 		qc_st_close(ref);
 		unlink(qb);
 	}
 	CHECK(n_cmp >= 150, "only %d tensors compared through qconvert dump", n_cmp);
-	/* 3 Gemma 2 fixtures x 9 norms, 3 Gemma 3 fixtures x 13 */
-	CHECK(n_gemma == 3 * 9 + 3 * 13, "%d Gemma norms compared through qconvert dump", n_gemma);
+	/* 3 Gemma 2 fixtures x 9 norms, 4 Gemma 3 fixtures x 13 */
+	CHECK(n_gemma == 3 * 9 + 4 * 13, "%d Gemma norms compared through qconvert dump", n_gemma);
 	/* all prompts but the near ties must reproduce transformers' ids */
 	CHECK(n_greedy + n_tie == 2 * (int)(sizeof fixtures / sizeof fixtures[0]) && n_tie <= 2,
 	      "greedy: %d prompts identical, %d stopped at a near tie", n_greedy, n_tie);

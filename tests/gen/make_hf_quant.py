@@ -124,10 +124,40 @@ def gemma_model(arch, seed):
     return m.float().eval()
 
 
+def gemma3_cg_model(seed):
+    """gemma_model("gemma3", seed) inside transformers' Gemma3ForConditionalGeneration with
+    a tiny random SigLIP tower and projector (the class most released Gemma 3 checkpoints
+    use; its text tensors are language_model.*). Its text logits are asserted equal to
+    the causal model's."""
+    import transformers
+    causal = gemma_model("gemma3", seed)
+    vision = transformers.SiglipVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                             num_attention_heads=2, image_size=16, patch_size=4)
+    cfg = transformers.Gemma3Config(text_config=causal.config, vision_config=vision, mm_tokens_per_image=4,
+                                    boi_token_index=250, eoi_token_index=251, image_token_index=252,
+                                    attn_implementation="eager")
+    cfg.text_config._attn_implementation = "eager"
+    m = transformers.Gemma3ForConditionalGeneration(cfg).float().eval()
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if not name.startswith("language_model."):
+                p.copy_((torch.randn(p.shape) * 0.1).to(torch.float16).float())
+    missing, unexpected = m.language_model.load_state_dict(causal.state_dict(), strict=False)
+    assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
+    m.language_model.tie_weights()
+    with torch.no_grad():
+        ids = torch.tensor([[2, 17, 99, 3, 45, 200, 7, 8, 9]])
+        assert torch.equal(causal(ids, use_cache=False).logits, m(input_ids=ids, use_cache=False).logits)
+    return m
+
+
 def linear_modules(model):
-    """Quantizable linears: not lm_head, not the MoE router (quantizers keep both float)."""
+    """Quantizable linears of the text model: not lm_head, not the MoE router (quantizers
+    keep both float), not a vision tower or its projector (gemma3_cg_model)."""
     return [(n, m) for n, m in model.named_modules()
-            if isinstance(m, torch.nn.Linear) and n != "lm_head" and not n.endswith("block_sparse_moe.gate")]
+            if isinstance(m, torch.nn.Linear) and n.rsplit(".", 1)[-1] != "lm_head" and
+            not n.endswith("block_sparse_moe.gate") and
+            not n.startswith(("vision_tower.", "multi_modal_projector."))]
 
 
 def greedy_nocache(model):
@@ -178,7 +208,7 @@ def save(name, model, qcfg, tensors, ref, skip_float=()):
     quantized = set(ref)
     for k, v in model.state_dict().items():
         mod = k.rsplit(".", 1)[0]
-        if mod in quantized or (k == "lm_head.weight" and model.config.tie_word_embeddings):
+        if mod in quantized or (k.endswith("lm_head.weight") and model.config.tie_word_embeddings):
             continue
         sd[k] = v.to(torch.float16).contiguous()
     for k, v in tensors.items():
@@ -584,6 +614,11 @@ def main():
                 scale_dtype=torch.float32)
     if want("gemma3_awq_b4_g32"):
         make_awq("gemma3_awq_b4_g32", gemma_model("gemma3", 27), 32)
+    if want("gemma3cg_ct_int4_g32"):
+        # llm-compressor's W4A16 recipe for the multimodal class: the text linears only
+        make_ct("gemma3cg_ct_int4_g32", gemma3_cg_model(28), "pack-quantized",
+                [(["Linear"], ct_args(num_bits=4, type="int", symmetric=True, strategy="group", group_size=32))],
+                ignore=["re:.*lm_head", "re:vision_tower.*", "re:multi_modal_projector.*"])
     if want("moe_ct_fp8_tensor"):
         make_ct("moe_ct_fp8_tensor", moe_model(18), "float-quantized",
                 [(["Linear"], ct_args(num_bits=8, type="float", symmetric=True, strategy="tensor"))],
