@@ -592,8 +592,17 @@ static int check_all_used(const struct conv *c)
 	if (n_dropped) /* said whatever the verbosity: part of the checkpoint is not in the bundle */
 		fprintf(stderr, "qconvert: note: %s: %s: the text model only; %llu tensors of the vision tower and its "
 			"projector are not converted\n", c->src->path, c->cfg.arch->hf_name, (unsigned long long)n_dropped);
+	const size_t nh = strlen(c->cfg.head);
 	for (uint64_t i = 0; i < c->src->n_tensors; i++) {
 		const struct qc_hf_tensor *t = &c->src->tensors[i];
+		/* a packed head (GPTQModel's lm_head=True) in a tied model: transformers would
+		 * multiply by it, while the bundle reads the output from token_embd */
+		if (!c->used[i] && c->cfg.tie_embeddings && strncmp(t->name, c->cfg.head, nh) == 0 &&
+		    t->name[nh] == '.' && !ignorable(c, t->name))
+			return qc_err_set(c->err, QC_EUNSUPPORTED, shard_path(c, t), t->name, (int64_t)t->t->hdr_off,
+					  "a quantized output head (quant method %s) in a model with tied embeddings: "
+					  "%s reads the output from the embedding; an output head of its own is not supported",
+					  qc_hfq_method(c->q), c->cfg.arch->hf_name);
 		if (!c->used[i] && !ignorable(c, t->name))
 			return qc_err_set(c->err, QC_EUNSUPPORTED, shard_path(c, t), t->name, (int64_t)t->t->hdr_off,
 					  "tensor not used by the %s converter (quant method %s); refusing to drop it",

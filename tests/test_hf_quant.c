@@ -6,12 +6,15 @@
  * its traits-table decoder, columns put back through act_perm, and compared with the
  * reference: bit-exact except LLM.int8 (documented ≤ 1e-6 relative, docs/hf-quant.md).
  * Also: act-order, static groups, v1/v2 zeros, double quant, skip/ignore rules, "re:"
- * targets, several config_groups, MoE pairs. Bad inputs are built here as small
- * checkpoints in a temp folder; each rejection is checked for code, file, tensor and
- * offset next to a valid twin. Through the CLI ($QC_BIN/qconvert): every fixture
- * converts, `qconvert dump` of its weights (act_perm undone, experts cut from the
- * fused w13) equals the reference, the CPU engine's greedy ids equal transformers'
- * (near ties excepted), and bad folders exit 1 leaving no output. Run from the repo root.
+ * targets, several config_groups, MoE pairs, and Gemma 2 / Gemma 3 checkpoints (one
+ * in the multimodal class; tied embeddings: the embedding loads plain, norms dump as
+ * 1 + w, no output.weight; a packed lm_head beside tied embeddings is refused). Bad
+ * inputs are built here as small checkpoints in a temp folder; each rejection is
+ * checked for code, file, tensor and offset next to a valid twin. Through the CLI
+ * ($QC_BIN/qconvert): every fixture converts, `qconvert dump` of its weights (act_perm
+ * undone, experts cut from the fused w13) equals the reference, the CPU engine's
+ * greedy ids equal transformers' (near ties excepted), and bad folders exit 1 leaving
+ * no output. Run from the repo root.
  */
 #include <math.h>
 #include <stdint.h>
@@ -38,30 +41,41 @@ struct fixture {
 	int act_order;             /* 1: every quantized module has act_perm; 0: none has */
 	const char *q_type, *mlp_type;  /* types of layer 0 q_proj / gate (or w1) */
 	const char *plain;         /* a module this config leaves unquantized, or NULL */
+	const char *root;          /* tied Gemma: the text model's prefix ("model", or
+				      "language_model.model" in the multimodal class); its
+				      embedding loads plain and there is no lm_head. NULL: untied */
 };
 
 static const struct fixture fixtures[] = {
-	{ "gptq_b4_g32_sym", "gptq", 0, 0, "hq4", "hq4", "lm_head" },
-	{ "gptq_b4_g32_asym_act", "gptq", 0, 1, "hq4", "hq4", NULL },
-	{ "gptq_b3_g64_asym", "gptq", 0, 0, "hq4", "hq4", NULL },
-	{ "gptq_b2_g32_asym_v2", "gptq", 0, 1, "hq4", "hq4", NULL },
-	{ "gptq_b8_chan_static", "gptq", 0, 0, "hq8", "hq8", NULL },
-	{ "gptq_b4_g32_static_act", "gptq", 0, 0, "hq4", "hq4", NULL },
-	{ "awq_b4_g64", "awq", 0, 0, "hq4", "hq4", NULL },
-	{ "bnb_nf4", "bitsandbytes", 0, 0, "bnb_nf4", "bnb_nf4", NULL },
-	{ "bnb_fp4_dq", "bitsandbytes", 0, 0, "bnb_fp4", "bnb_fp4", NULL },
-	{ "bnb_nf4_dq_skip", "bitsandbytes", 0, 0, "bnb_nf4", "bnb_nf4", "model.layers.0.mlp.down_proj" },
-	{ "bnb_int8", "bitsandbytes", 1e-6, 0, "hq8", "hq8", NULL },
-	{ "ct_int4_g32_asym_act", "compressed-tensors", 0, 1, "hq4", "hq4", "lm_head" },
-	{ "ct_multi", "compressed-tensors", 0, 0, "hq8", "hq4", "model.layers.1.mlp.down_proj" },
-	{ "ct_fp8_tensor", "compressed-tensors", 0, 0, "f8_e4m3", "f8_e4m3", NULL },
-	{ "ct_fp8_channel", "compressed-tensors", 0, 0, "f8_e4m3", "f8_e4m3", NULL },
-	{ "ct_fp8_block", "compressed-tensors", 0, 0, "f8_e4m3", "f8_e4m3", NULL },
-	{ "ct_naive_int8", "compressed-tensors", 0, 0, "hq8", "hq8", NULL },
-	{ "ct_nvfp4", "compressed-tensors", 0, 0, "nvfp4", "nvfp4", NULL },
-	{ "moe_ct_fp8_tensor", "compressed-tensors", 0, 0, "f8_e4m3", "f8_e4m3", "model.layers.0.block_sparse_moe.gate" },
-	{ "moe_gptq_b4_act", "gptq", 0, 1, "hq4", "hq4", NULL },
-	{ "moe_ct_nvfp4", "compressed-tensors", 0, 0, "f16", "nvfp4", "model.layers.0.self_attn.q_proj" },
+	{ "gptq_b4_g32_sym", "gptq", 0, 0, "hq4", "hq4", "lm_head", NULL },
+	{ "gptq_b4_g32_asym_act", "gptq", 0, 1, "hq4", "hq4", NULL, NULL },
+	{ "gptq_b3_g64_asym", "gptq", 0, 0, "hq4", "hq4", NULL, NULL },
+	{ "gptq_b2_g32_asym_v2", "gptq", 0, 1, "hq4", "hq4", NULL, NULL },
+	{ "gptq_b8_chan_static", "gptq", 0, 0, "hq8", "hq8", NULL, NULL },
+	{ "gptq_b4_g32_static_act", "gptq", 0, 0, "hq4", "hq4", NULL, NULL },
+	{ "awq_b4_g64", "awq", 0, 0, "hq4", "hq4", NULL, NULL },
+	{ "bnb_nf4", "bitsandbytes", 0, 0, "bnb_nf4", "bnb_nf4", NULL, NULL },
+	{ "bnb_fp4_dq", "bitsandbytes", 0, 0, "bnb_fp4", "bnb_fp4", NULL, NULL },
+	{ "bnb_nf4_dq_skip", "bitsandbytes", 0, 0, "bnb_nf4", "bnb_nf4", "model.layers.0.mlp.down_proj", NULL },
+	{ "bnb_int8", "bitsandbytes", 1e-6, 0, "hq8", "hq8", NULL, NULL },
+	{ "ct_int4_g32_asym_act", "compressed-tensors", 0, 1, "hq4", "hq4", "lm_head", NULL },
+	{ "ct_multi", "compressed-tensors", 0, 0, "hq8", "hq4", "model.layers.1.mlp.down_proj", NULL },
+	{ "ct_fp8_tensor", "compressed-tensors", 0, 0, "f8_e4m3", "f8_e4m3", NULL, NULL },
+	{ "ct_fp8_channel", "compressed-tensors", 0, 0, "f8_e4m3", "f8_e4m3", NULL, NULL },
+	{ "ct_fp8_block", "compressed-tensors", 0, 0, "f8_e4m3", "f8_e4m3", NULL, NULL },
+	{ "ct_naive_int8", "compressed-tensors", 0, 0, "hq8", "hq8", NULL, NULL },
+	{ "ct_nvfp4", "compressed-tensors", 0, 0, "nvfp4", "nvfp4", NULL, NULL },
+	{ "moe_ct_fp8_tensor", "compressed-tensors", 0, 0, "f8_e4m3", "f8_e4m3", "model.layers.0.block_sparse_moe.gate", NULL },
+	{ "moe_gptq_b4_act", "gptq", 0, 1, "hq4", "hq4", NULL, NULL },
+	{ "moe_ct_nvfp4", "compressed-tensors", 0, 0, "f16", "nvfp4", "model.layers.0.self_attn.q_proj", NULL },
+	/* Gemma 2 / Gemma 3 (tied embeddings, (1 + w) norms, soft-caps, q/k norms, windows) */
+	{ "gemma2_gptq_b4_g32_asym_act", "gptq", 0, 1, "hq4", "hq4", NULL, "model" },
+	{ "gemma2_ct_fp8_channel", "compressed-tensors", 0, 0, "f8_e4m3", "f8_e4m3", NULL, "model" },
+	{ "gemma2_bnb_nf4", "bitsandbytes", 0, 0, "bnb_nf4", "bnb_nf4", NULL, "model" },
+	{ "gemma3_gptq_b4_g32_sym", "gptq", 0, 0, "hq4", "hq4", NULL, "model" },
+	{ "gemma3_ct_int8", "compressed-tensors", 0, 0, "hq8", "hq8", NULL, "model" },
+	{ "gemma3_awq_b4_g32", "awq", 0, 0, "hq4", "hq4", NULL, "model" },
+	{ "gemma3cg_ct_int4_g32", "compressed-tensors", 0, 0, "hq4", "hq4", NULL, "language_model.model" },
 };
 
 static void print_err(const char *what, const struct qc_err *e)
@@ -196,8 +210,11 @@ static void check_fixture(const struct fixture *f)
 		CHECK(n_perm == n_mod, "%s: %d of %d modules have act_perm", f->name, n_perm, n_mod);
 	else
 		CHECK(n_perm == 0, "%s: %d modules have act_perm without act-order", f->name, n_perm);
-	/* lm_head (never quantized here) and the config's own exclusions load plain */
-	const char *plain[2] = { "lm_head", f->plain };
+	/* lm_head (never quantized here; tied: the embedding) and the config's own
+	 * exclusions load plain */
+	char embed[96];
+	snprintf(embed, sizeof embed, "%s.embed_tokens", f->root ? f->root : "");
+	const char *plain[2] = { f->root ? embed : "lm_head", f->plain };
 	for (int i = 0; i < 2; i++) {
 		if (!plain[i] || (i && strcmp(f->plain, "lm_head") == 0))
 			continue;
@@ -289,17 +306,9 @@ struct wt {
 
 static char tmp_root[256];
 
-static int write_ckpt(const char *sub, const char *config, const struct wt *t, int n)
+/* A safetensors file at path holding t[0..n). */
+static int write_st(const char *path, const struct wt *t, int n)
 {
-	char dir[512], p[600];
-	snprintf(dir, sizeof dir, "%s/%s", tmp_root, sub);
-	mkdir(dir, 0755);
-	snprintf(p, sizeof p, "%s/config.json", dir);
-	FILE *f = fopen(p, "wb");
-	if (!f)
-		return -1;
-	fputs(config, f);
-	fclose(f);
 	char hdr[8192];
 	size_t o = (size_t)snprintf(hdr, sizeof hdr, "{");
 	uint64_t off = 0;
@@ -315,8 +324,7 @@ static int write_ckpt(const char *sub, const char *config, const struct wt *t, i
 	o += (size_t)snprintf(hdr + o, sizeof hdr - o, "}");
 	while (o % 8)
 		hdr[o++] = ' ';
-	snprintf(p, sizeof p, "%s/model.safetensors", dir);
-	f = fopen(p, "wb");
+	FILE *f = fopen(path, "wb");
 	if (!f)
 		return -1;
 	uint64_t hl = o;
@@ -324,8 +332,22 @@ static int write_ckpt(const char *sub, const char *config, const struct wt *t, i
 	fwrite(hdr, 1, o, f);
 	for (int i = 0; i < n; i++)
 		fwrite(t[i].data, 1, t[i].n_bytes, f);
+	return fclose(f) ? -1 : 0;
+}
+
+static int write_ckpt(const char *sub, const char *config, const struct wt *t, int n)
+{
+	char dir[512], p[600];
+	snprintf(dir, sizeof dir, "%s/%s", tmp_root, sub);
+	mkdir(dir, 0755);
+	snprintf(p, sizeof p, "%s/config.json", dir);
+	FILE *f = fopen(p, "wb");
+	if (!f)
+		return -1;
+	fputs(config, f);
 	fclose(f);
-	return 0;
+	snprintf(p, sizeof p, "%s/model.safetensors", dir);
+	return write_st(p, t, n);
 }
 
 #define BK 64   /* in_features of the synthetic layers */
@@ -724,6 +746,61 @@ static const struct { const char *hf, *gguf; } cli_names[] = {
 };
 
 
+/* Gemma norms (HF module suffix -> GGUF name): HF applies (1 + w); the bundle stores
+ * 1 + w, w widened to f32 first (llama.cpp's converter). q/k norms: Gemma 3 only. */
+static const struct { const char *hf, *gguf; bool gemma3_only; } gemma_norms[] = {
+	{ "input_layernorm", "attn_norm", false }, { "post_attention_layernorm", "post_attention_norm", false },
+	{ "pre_feedforward_layernorm", "ffn_norm", false }, { "post_feedforward_layernorm", "post_ffw_norm", false },
+	{ "self_attn.q_norm", "attn_q_norm", true }, { "self_attn.k_norm", "attn_k_norm", true },
+};
+
+/* A tied Gemma bundle: every norm of layers 0-1 and the final one dump as 1 + w of the
+ * checkpoint's f16 w, and there is no output.weight (the embedding is the head). */
+static void check_gemma(const char *fx, const char *root, const char *qb, int *n_cmp)
+{
+	char path[600];
+	snprintf(path, sizeof path, "%s/%s/model.safetensors", DIR_HFQ, fx);
+	struct qc_st *st = NULL;
+	struct qc_err err;
+	CHECK(qc_st_open(path, &st, &err) == QC_OK, "%s: open %s", fx, path);
+	const bool g3 = strncmp(fx, "gemma3", 6) == 0;
+	for (int l = -1; st && l < 2; l++) {
+		for (size_t k = 0; k < sizeof gemma_norms / sizeof gemma_norms[0]; k++) {
+			char hf[256], gg[128];
+			if ((gemma_norms[k].gemma3_only && !g3) || (l < 0 && k > 0))
+				continue;
+			if (l < 0) {
+				snprintf(hf, sizeof hf, "%s.norm.weight", root);
+				snprintf(gg, sizeof gg, "output_norm.weight");
+			} else {
+				snprintf(hf, sizeof hf, "%s.layers.%d.%s.weight", root, l, gemma_norms[k].hf);
+				snprintf(gg, sizeof gg, "blk.%d.%s.weight", l, gemma_norms[k].gguf);
+			}
+			const struct qc_st_tensor *t = qc_st_find(st, hf);
+			CHECK(t && t->dtype == QC_ST_F16 && t->n_dims == 1, "%s: %s missing or not an f16 vector", fx, hf);
+			if (!t || t->dtype != QC_ST_F16)
+				continue;
+			const int64_t n = (int64_t)t->shape[0];
+			float *w = malloc((size_t)n * sizeof *w), *d = dump(qb, gg, (size_t)n);
+			CHECK(w && d, "%s: dump %s", fx, gg);
+			int bad = 0;
+			if (w && d) {
+				qc_types[QC_TYPE_F16].dequant_row(qc_st_data(st, t), w, n);
+				for (int64_t i = 0; i < n; i++)
+					bad += d[i] != w[i] + 1.0f;
+			}
+			CHECK(bad == 0, "%s: %s: %d of %lld elements are not 1 + %s", fx, gg, bad, (long long)n, hf);
+			*n_cmp += d != NULL;
+			free(w);
+			free(d);
+		}
+	}
+	qc_st_close(st);
+	float *out = dump(qb, "output.weight", 1);
+	CHECK(out == NULL, "%s: tied, yet the bundle has output.weight", fx);
+	free(out);
+}
+
 /* Greedy ids of the converted bundle on the CPU engine (float activations) against
  * transformers' greedy ids on the library-dequantized float model (ref metadata).
  * A difference is accepted only at a step whose reference top-1/top-2 margin is a
@@ -786,6 +863,72 @@ static void check_greedy(const char *fx, const char *qb, const struct qc_st *ref
 	cJSON_Delete(g);
 }
 
+/* A tied Gemma with a packed lm_head beside it (GPTQModel's lm_head=True): the
+ * gemma2 GPTQ fixture plus a shard holding lm_head's GPTQ tensors, joined by an index.
+ * transformers would multiply by that head; the bundle reads the output from the
+ * embedding, so qconvert must refuse, naming the head's tensor, and leave no output. */
+static void check_gemma_packed_head(const char *tmp)
+{
+	static const char fx[] = "gemma2_gptq_b4_g32_asym_act";
+	char dir[512], p[700], cmd[2048];
+	snprintf(dir, sizeof dir, "%s/gemma_head", tmp);
+	snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s' && cp '%s/%s/config.json' '%s/%s/model.safetensors' '%s/'",
+		 dir, dir, DIR_HFQ, fx, DIR_HFQ, fx, dir);
+	CHECK(run(cmd) == 0, "%s", cmd);
+	/* [K/8, N] qweight, [K/32, N/8] qzeros, [K/32, N] scales, [K] g_idx: K 64, N 256 */
+	static uint32_t qw[8 * 256], qz[2 * 32];
+	static uint16_t sc[2 * 256];
+	static int32_t gi[64];
+	const struct wt head[] = {
+		{ "lm_head.qweight", "I32", 2, { 8, 256 }, qw, sizeof qw },
+		{ "lm_head.qzeros", "I32", 2, { 2, 32 }, qz, sizeof qz },
+		{ "lm_head.scales", "F16", 2, { 2, 256 }, sc, sizeof sc },
+		{ "lm_head.g_idx", "I32", 1, { 64 }, gi, sizeof gi },
+	};
+	snprintf(p, sizeof p, "%s/head.safetensors", dir);
+	CHECK(write_st(p, head, 4) == 0, "write %s", p);
+	struct qc_st *st = NULL;
+	struct qc_err err;
+	snprintf(p, sizeof p, "%s/model.safetensors", dir);
+	CHECK(qc_st_open(p, &st, &err) == QC_OK, "open %s", p);
+	/* first the valid twin: the index lists the model's own tensors only */
+	for (int with_head = 0; st && with_head < 2; with_head++) {
+		snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+		FILE *f = fopen(p, "w");
+		if (!f) {
+			CHECK(0, "write %s", p);
+			break;
+		}
+		fputs("{\"metadata\": {}, \"weight_map\": {", f);
+		for (uint64_t i = 0; i < st->n_tensors; i++)
+			fprintf(f, "%s\"%s\": \"model.safetensors\"", i ? ", " : "", st->tensors[i].name);
+		for (int i = 0; with_head && i < 4; i++)
+			fprintf(f, ", \"%s\": \"head.safetensors\"", head[i].name);
+		fputs("}}\n", f);
+		CHECK(fclose(f) == 0, "write %s", p);
+		char qb[600];
+		snprintf(qb, sizeof qb, "%s/gemma_head.qb", tmp);
+		snprintf(cmd, sizeof cmd, "'%s/qconvert' '%s' --target cpu -q -o '%s' 2>'%s/err.txt'", bin_dir(), dir, qb,
+			 tmp);
+		int rc = run(cmd);
+		snprintf(p, sizeof p, "%s/err.txt", tmp);
+		char *msg = check_read_file(p, NULL);
+		if (!with_head)
+			CHECK(rc == 0 && access(qb, F_OK) == 0, "Gemma twin, index without a head: exit %d, stderr '%s'", rc,
+			      msg ? msg : "");
+		else
+			CHECK(rc == 1 && access(qb, F_OK) != 0 && msg && strstr(msg, "'lm_head.") &&
+			      strstr(msg, "head.safetensors") && strstr(msg, "tied embeddings"),
+			      "Gemma with a packed lm_head: exit %d, output %s, stderr '%s'", rc,
+			      access(qb, F_OK) ? "absent" : "left", msg ? msg : "");
+		free(msg);
+		unlink(qb);
+	}
+	qc_st_close(st);
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+	CHECK(run(cmd) == 0, "cleanup %s", dir);
+}
+
 static void check_cli(void)
 {
 	char tmp[256], qb[600], cmd[2048];
@@ -796,7 +939,7 @@ static void check_cli(void)
 		CHECK(0, "no %s/qconvert (set QC_BIN)", bin_dir());
 		return;
 	}
-	int n_cmp = 0, n_greedy = 0, n_tie = 0;
+	int n_cmp = 0, n_greedy = 0, n_tie = 0, n_gemma = 0;
 	for (size_t i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++) {
 		const struct fixture *f = &fixtures[i];
 		char refp[600];
@@ -813,7 +956,7 @@ static void check_cli(void)
 		for (int l = 0; l < 2; l++) {
 			for (size_t k = 0; k < sizeof cli_names / sizeof cli_names[0]; k++) {
 				char hf[256], gg[128];
-				snprintf(hf, sizeof hf, "model.layers.%d.%s", l, cli_names[k].hf);
+				snprintf(hf, sizeof hf, "%s.layers.%d.%s", f->root ? f->root : "model", l, cli_names[k].hf);
 				snprintf(gg, sizeof gg, "blk.%d.%s.weight", l, cli_names[k].gguf);
 				const struct qc_st_tensor *rt = qc_st_find(ref, hf);
 				if (!rt)
@@ -849,11 +992,15 @@ static void check_cli(void)
 				free(d);
 			}
 		}
+		if (f->root)
+			check_gemma(f->name, f->root, qb, &n_gemma);
 		check_greedy(f->name, qb, ref, &n_greedy, &n_tie);
 		qc_st_close(ref);
 		unlink(qb);
 	}
 	CHECK(n_cmp >= 150, "only %d tensors compared through qconvert dump", n_cmp);
+	/* 3 Gemma 2 fixtures x 9 norms, 4 Gemma 3 fixtures x 13 */
+	CHECK(n_gemma == 3 * 9 + 4 * 13, "%d Gemma norms compared through qconvert dump", n_gemma);
 	/* all prompts but the near ties must reproduce transformers' ids */
 	CHECK(n_greedy + n_tie == 2 * (int)(sizeof fixtures / sizeof fixtures[0]) && n_tie <= 2,
 	      "greedy: %d prompts identical, %d stopped at a near tie", n_greedy, n_tie);
@@ -889,6 +1036,7 @@ static void check_cli(void)
 	CHECK(rc == 1 && access(qb, F_OK) != 0 && msg && strstr(msg, "model.layers.1.mlp.up_proj.scales"),
 	      "missing scales at the CLI: exit %d, stderr '%s'", rc, msg ? msg : "");
 	free(msg);
+	check_gemma_packed_head(tmp);
 	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
 	CHECK(run(cmd) == 0, "cleanup");
 }

@@ -84,10 +84,98 @@ def moe_model(seed):
     return MixtralForCausalLM(cfg).float().eval()
 
 
+def gemma_model(arch, seed):
+    """Gemma 2 / Gemma 3 text, as many weights as the Llama above: tied embeddings (the
+    checkpoint stores no lm_head, as Google's do), RMSNorm weights N(0, 0.3) so that
+    HF's (1 + w) is not the identity, sliding layers (window 4, shorter than the prompts
+    plus 8 new ids) and global ones. Gemma 2: attention and final soft-caps small enough to bite; Gemma 3: q/k
+    norms, local and global RoPE bases, linear RoPE scaling on the global layers. Every
+    parameter is rounded to float16 (the dtype save() stores plain tensors in), so the
+    reference runs on exactly the stored values. Matrices N(0, 0.2), the embedding
+    N(0, 0.05): with a larger embedding its √hidden-scaled row dominates the residual
+    and, tied, every prompt repeats its last id."""
+    import transformers
+    torch.manual_seed(seed)
+    # Gemma 3: qconvert takes llama.cpp's fixed pattern (5 local layers, then a global
+    # one), so 6 layers, narrower to stay as small
+    dims = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2) if arch == "gemma2" else \
+        dict(hidden_size=32, intermediate_size=64, num_hidden_layers=6)
+    common = dict(vocab_size=256, **dims,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=128,
+                  rms_norm_eps=1e-6, query_pre_attn_scalar=16, sliding_window=4,
+                  hidden_activation="gelu_pytorch_tanh", pad_token_id=0, eos_token_id=1, bos_token_id=2,
+                  tie_word_embeddings=True, initializer_range=0.2, attn_implementation="eager")
+    if arch == "gemma2":
+        cfg = transformers.Gemma2Config(rope_theta=10000.0, attn_logit_softcapping=4.0,
+                                        final_logit_softcapping=8.0, **common)
+        m = transformers.Gemma2ForCausalLM(cfg)
+    else:
+        cfg = transformers.Gemma3TextConfig(rope_theta=1000000.0, rope_local_base_freq=10000.0,
+                                            rope_scaling={"rope_type": "linear", "factor": 4.0},
+                                            sliding_window_pattern=6, **common)
+        m = transformers.Gemma3ForCausalLM(cfg)
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(torch.randn(p.shape) * 0.3)
+            elif name.endswith("embed_tokens.weight"):
+                p.copy_(torch.randn(p.shape) * 0.05)
+            p.copy_(p.to(torch.float16).float())
+    return m.float().eval()
+
+
+def gemma3_cg_model(seed):
+    """gemma_model("gemma3", seed) inside transformers' Gemma3ForConditionalGeneration with
+    a tiny random SigLIP tower and projector (the class most released Gemma 3 checkpoints
+    use; its text tensors are language_model.*). Its text logits are asserted equal to
+    the causal model's."""
+    import transformers
+    causal = gemma_model("gemma3", seed)
+    vision = transformers.SiglipVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                             num_attention_heads=2, image_size=16, patch_size=4)
+    cfg = transformers.Gemma3Config(text_config=causal.config, vision_config=vision, mm_tokens_per_image=4,
+                                    boi_token_index=250, eoi_token_index=251, image_token_index=252,
+                                    attn_implementation="eager")
+    cfg.text_config._attn_implementation = "eager"
+    m = transformers.Gemma3ForConditionalGeneration(cfg).float().eval()
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if not name.startswith("language_model."):
+                p.copy_((torch.randn(p.shape) * 0.1).to(torch.float16).float())
+    missing, unexpected = m.language_model.load_state_dict(causal.state_dict(), strict=False)
+    assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
+    m.language_model.tie_weights()
+    with torch.no_grad():
+        ids = torch.tensor([[2, 17, 99, 3, 45, 200, 7, 8, 9]])
+        assert torch.equal(causal(ids, use_cache=False).logits, m(input_ids=ids, use_cache=False).logits)
+    return m
+
+
 def linear_modules(model):
-    """Quantizable linears: not lm_head, not the MoE router (quantizers keep both float)."""
+    """Quantizable linears of the text model: not lm_head, not the MoE router (quantizers
+    keep both float), not a vision tower or its projector (gemma3_cg_model)."""
     return [(n, m) for n, m in model.named_modules()
-            if isinstance(m, torch.nn.Linear) and n != "lm_head" and not n.endswith("block_sparse_moe.gate")]
+            if isinstance(m, torch.nn.Linear) and n.rsplit(".", 1)[-1] != "lm_head" and
+            not n.endswith("block_sparse_moe.gate") and
+            not n.startswith(("vision_tower.", "multi_modal_projector."))]
+
+
+def greedy_nocache(model):
+    """Greedy ids and top-1 - top-2 margins, one full forward per step without a cache
+    (make_gemma3_ref.greedy's rule: no cache path whose sliding-window bookkeeping
+    could differ from the plain forward)."""
+    out, margins = [], []
+    for p in PROMPTS:
+        seq, ids, mg = list(p), [], []
+        with torch.no_grad():
+            for _ in range(N_NEW):
+                top2 = torch.topk(model(torch.tensor([seq]), use_cache=False).logits[0, -1].double(), 2)
+                ids.append(int(top2.indices[0]))
+                mg.append(float(top2.values[0] - top2.values[1]))
+                seq.append(ids[-1])
+        out.append(ids)
+        margins.append(mg)
+    return out, margins
 
 
 def greedy(model, ref):
@@ -96,6 +184,8 @@ def greedy(model, ref):
     for name, w in ref.items():
         sd[name + ".weight"] = w.to(sd[name + ".weight"].dtype)
     model.load_state_dict(sd)
+    if model.config.model_type.startswith("gemma"):
+        return greedy_nocache(model)
     out, margins = [], []
     for p in PROMPTS:
         ids = torch.tensor([p])
@@ -118,7 +208,7 @@ def save(name, model, qcfg, tensors, ref, skip_float=()):
     quantized = set(ref)
     for k, v in model.state_dict().items():
         mod = k.rsplit(".", 1)[0]
-        if mod in quantized:
+        if mod in quantized or (k.endswith("lm_head.weight") and model.config.tie_word_embeddings):
             continue
         sd[k] = v.to(torch.float16).contiguous()
     for k, v in tensors.items():
@@ -508,6 +598,27 @@ def main():
         make_ct("ct_nvfp4", dense_model(17), "nvfp4-pack-quantized",
                 [(["Linear"], ct_args(num_bits=4, type="float", symmetric=True, strategy="tensor_group",
                                       group_size=16))], scale_dtype=torch.float8_e4m3fn)
+    # Gemma 2 and Gemma 3: the quantizers leave the (tied) embedding and every norm in float
+    if want("gemma2_gptq_b4_g32_asym_act"):
+        make_gptq("gemma2_gptq_b4_g32_asym_act", gemma_model("gemma2", 22), 4, 32, False, True)
+    if want("gemma2_ct_fp8_channel"):
+        make_ct("gemma2_ct_fp8_channel", gemma_model("gemma2", 23), "float-quantized",
+                [(["Linear"], ct_args(num_bits=8, type="float", symmetric=True, strategy="channel"))])
+    if want("gemma2_bnb_nf4"):
+        make_bnb4("gemma2_bnb_nf4", gemma_model("gemma2", 24), "nf4", 64, False)
+    if want("gemma3_gptq_b4_g32_sym"):
+        make_gptq("gemma3_gptq_b4_g32_sym", gemma_model("gemma3", 25), 4, 32, True, False)
+    if want("gemma3_ct_int8"):
+        make_ct("gemma3_ct_int8", gemma_model("gemma3", 26), "naive-quantized",
+                [(["Linear"], ct_args(num_bits=8, type="int", symmetric=False, strategy="channel"))],
+                scale_dtype=torch.float32)
+    if want("gemma3_awq_b4_g32"):
+        make_awq("gemma3_awq_b4_g32", gemma_model("gemma3", 27), 32)
+    if want("gemma3cg_ct_int4_g32"):
+        # llm-compressor's W4A16 recipe for the multimodal class: the text linears only
+        make_ct("gemma3cg_ct_int4_g32", gemma3_cg_model(28), "pack-quantized",
+                [(["Linear"], ct_args(num_bits=4, type="int", symmetric=True, strategy="group", group_size=32))],
+                ignore=["re:.*lm_head", "re:vision_tower.*", "re:multi_modal_projector.*"])
     if want("moe_ct_fp8_tensor"):
         make_ct("moe_ct_fp8_tensor", moe_model(18), "float-quantized",
                 [(["Linear"], ct_args(num_bits=8, type="float", symmetric=True, strategy="tensor"))],
