@@ -161,8 +161,8 @@ int qc_cuda_be_kv_alloc(struct cu *c, struct qc_err *err);
 int qc_cuda_be_kv_copy(struct cu *c, int32_t src, int32_t dst, int32_t n_tokens, struct qc_err *err);
 struct qc_cuda_rope_kv_args;
 /* RoPE of q and k and the K/V store, rkv as for qc_cuda_rope_kv with d_pool =
- * c->d_kv: binary16, that one launch; fp8 (d_kv NULL), RoPE then
- * qc_cuda_kv_store_e4m3 into d_kv8, which rotates q's heads for attention too. */
+ * c->d_kv: binary16, that one launch; fp8 (d_kv NULL), one launch of
+ * qc_cuda_rope_kv_e4m3 into d_kv8, which rotates q's heads for attention too. */
 int qc_cuda_be_kv_store(struct cu *c, const struct qc_cuda_rope_kv_args *rkv, struct qc_err *err);
 
 /* The decode step's weight read order into c->l2_seq and each dense dmat's l2_at

@@ -6,7 +6,8 @@
  * binary16 (--kv-dtype f16), or fp8 (--kv-dtype fp8): E4M3FN codes in that shape
  * plus one power-of-two scale exponent per (block, layer, K/V, token, kv head),
  * the CPU's fp8 scheme bit for bit (runtime/ops qc_ref_kv_store_e4m3; K heads
- * rotated, so attention takes q rotated: qc_cuda_kv_store_e4m3 does that too).
+ * rotated, so attention takes q rotated: qc_cuda_rope_kv_e4m3 does that too,
+ * with RoPE and the store, in one launch per layer).
  * An fp8 block is qc_backend_block_bytes(fp8): head_dim + 1 bytes per head and
  * token against binary16's 2 head_dim, so the same --kv-mem holds ~2x the tokens.
  * Non-goals: other dtypes (refused at create, naming them).
@@ -14,7 +15,6 @@
 #include <cuda_runtime_api.h>
 
 #include "backend_cuda_int.h"
-#include "kernels/kv_store.h"
 #include "kernels/rope_kv.h"
 
 int qc_cuda_be_kv_check(const struct qc_backend_params *p, struct qc_err *err)
@@ -91,18 +91,10 @@ int qc_cuda_be_kv_store(struct cu *c, const struct qc_cuda_rope_kv_args *rkv, st
 {
 	if (!c->d_kv8) /* RoPE and the binary16 store in one kernel */
 		return qc_cuda_rope_kv(rkv, c->st, err);
-	/* fp8: a head's scale and rotation need the whole head after RoPE, so RoPE
-	   first (no pool), then the store, which also rotates q for attention */
+	/* fp8: RoPE, the store and q's rotation for attention in one kernel too */
 	struct qc_cuda_rope_kv_args r = *rkv;
 	r.d_pool = NULL;
-	const struct qc_cuda_kv_store_e4m3_args ka = {
-		.d_k = rkv->d_k, .d_v = rkv->d_v, .d_q = rkv->d_q, .n_head = rkv->n_head, .d_slots = rkv->d_slots,
-		.n_tok = rkv->rope.n_tok, .d_codes = c->d_kv8, .d_exps = c->d_kv8_exp, .layer = rkv->layer,
-		.n_layer = rkv->n_layer, .block_tokens = rkv->block_tokens, .kv_dim = (int32_t)c->kv_dim,
-		.hd = rkv->rope.hd,
-	};
-	int rc;
-	if ((rc = qc_cuda_rope_kv(&r, c->st, err)))
-		return rc;
-	return qc_cuda_kv_store_e4m3(&ka, c->st, err);
+	r.d_pool8 = c->d_kv8;
+	r.d_pool8_exp = c->d_kv8_exp;
+	return qc_cuda_rope_kv_e4m3(&r, c->st, err);
 }

@@ -186,6 +186,7 @@ void test_flash_attn(int bt, int hd, int n_head, int n_head_kv, const struct fa_
 /* flash attention's first-order error bound (kernels_attn.c, derived there) */
 double fa_tol(double vmax, double S, int hd, int n, double q_u);
 void test_kv_store_e4m3(int bt, int hd, int n_head, int n_head_kv);
+void test_rope_kv_e4m3(void);
 void test_attention_fp8(int bt, int hd, int n_head, int n_head_kv, const struct fa_entry *ent, int n_ent);
 
 #endif

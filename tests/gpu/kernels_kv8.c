@@ -1,6 +1,8 @@
 /* kernels_kv8.c — test_kernels, the fp8 (E4M3FN) K/V pool: qc_cuda_kv_store_e4m3
  * bit for bit against qc_ref_kv_store_e4m3 (codes, exponents, and q's heads rotated
- * as qc_ref_kv_rotate), on heads of every magnitude; then attention reading that
+ * as qc_ref_kv_rotate), on heads of every magnitude; the fused RoPE + store
+ * (qc_cuda_rope_kv_e4m3) bit for bit against the C store of the RoPE'd K and
+ * against the two launches it replaces; then attention reading that
  * pool (one block per head, split-K, split-K merged in-kernel, flash prefill)
  * against the C reference reading the same bytes, fed the unrotated q (it rotates
  * q itself: the kernels must take the device-rotated q to agree).
@@ -9,6 +11,7 @@
 #include "kernels/flash_attn.h"
 #include "kernels/kv_store.h"
 #include "kernels/paged_attn.h"
+#include "kernels/rope_kv.h"
 #include "fp16.h"
 
 #define EXP_POISON 0x7f /* exponent bytes nothing wrote (codes: 0xff, the NaN code) */
@@ -109,6 +112,242 @@ void test_kv_store_e4m3(int bt, int hd, int n_head, int n_head_kv)
 	cudaFree(d_v);
 	cudaFree(d_q);
 	cudaFree(d_slots);
+}
+
+/* First byte at which a and b differ, or -1. */
+static long first_diff(const void *a, const void *b, size_t n)
+{
+	const uint8_t *x = a, *y = b;
+	for (size_t i = 0; i < n; i++)
+		if (x[i] != y[i])
+			return (long)i;
+	return -1;
+}
+
+/* One case of test_rope_kv_e4m3: T tokens (positions < 4000) in distinct random
+ * slots of a 3-layer pool, layer 2; xt 1: YaRN, 2: llama3 divisors (test_rope's). */
+static void rope_kv8_case(int H, int HKV, int hd, int nr, int mode, int xt, int bt, int T)
+{
+	const int n_layer = 3, layer = 2, kv_dim = HKV * hd, q_dim = H * hd, n_blocks = (T + bt - 1) / bt + 3;
+	const size_t pool_n = (size_t)n_blocks * n_layer * 2 * bt * kv_dim, exp_n = pool_n / (size_t)hd;
+	const size_t qb = sizeof(float) * (size_t)T * q_dim, kb = sizeof(float) * (size_t)T * kv_dim;
+	float *q = malloc(qb), *k = malloc(kb), *v = malloc(kb), *kr = malloc(kb), *qw = malloc(qb);
+	float *gq = malloc(qb), *gk = malloc(kb), *gv = malloc(kb), *gq2 = malloc(qb), *gk2 = malloc(kb);
+	float *gq3 = malloc(qb), *gk3 = malloc(kb), ff[512];
+	int32_t *pos = malloc(sizeof(int32_t) * (size_t)T), *slots = malloc(sizeof(int32_t) * (size_t)n_blocks * bt);
+	uint8_t *codes = malloc(pool_n), *gcodes = malloc(pool_n), *gcodes2 = malloc(pool_n);
+	int8_t *exps = malloc(exp_n), *gexps = malloc(exp_n), *gexps2 = malloc(exp_n);
+	for (int i = 0; i < n_blocks * bt; i++)
+		slots[i] = i;
+	for (int i = n_blocks * bt - 1; i > 0; i--) {
+		const int j = (int)(rnd() % (uint32_t)(i + 1)), t = slots[i];
+		slots[i] = slots[j];
+		slots[j] = t;
+	}
+	for (int t = 0; t < T; t++) {
+		pos[t] = (int32_t)(rnd() % 4000);
+		for (int w = 0; w < 2; w++) /* heads as test_kv_store_e4m3's: every magnitude */
+			for (int h = 0; h < HKV; h++) {
+				float *x = (w ? v : k) + (size_t)t * kv_dim + (size_t)h * hd;
+				const int kind = (int)(rnd() % 8), e = (int)(rnd() % 260) - 150;
+				for (int d = 0; d < hd; d++)
+					x[d] = kind == 0 ? 0.0f : kind == 1 ? wide(e - 30) : wide(e > 110 ? 110 : e);
+				if (kind == 1)
+					x[rnd() % (uint32_t)hd] = wide(e > 110 ? 110 : e);
+			}
+	}
+	for (size_t i = 0; i < (size_t)T * q_dim; i++)
+		q[i] = wide((int)(rnd() % 40) - 20);
+	fill(ff, (size_t)nr / 2, 1, 8);
+	const float ts = powf(10000.0f, -2.0f / (float)nr), fs = xt & 1 ? 0.25f : 1.0f;
+	struct qc_ref_rope_ext ext = {.mscale = 1.0f};
+	if (xt & 1) {
+		ext.ext_factor = 1.0f;
+		ext.mscale = 1.0f + 0.1f * logf(1.0f / fs);
+		ext.corr[0] = 5.0f;
+		ext.corr[1] = 20.0f;
+	}
+	float *d_ff = NULL;
+	if (xt & 2) {
+		ext.ff = ff;
+		d_ff = up(ff, sizeof(float) * (size_t)nr / 2);
+	}
+	float *d_q = up(q, qb), *d_k = up(k, kb), *d_v = up(v, kb), *d_q2 = up(q, qb), *d_k2 = up(k, kb);
+	float *d_q3 = up(q, qb), *d_k3 = up(k, kb);
+	int32_t *d_pos = up(pos, sizeof(int32_t) * (size_t)T), *d_slots = up(slots, sizeof(int32_t) * (size_t)T);
+	memset(codes, 0xff, pool_n); /* the poison both pools start from */
+	memset(exps, EXP_POISON, exp_n);
+	uint8_t *d_codes = up(codes, pool_n), *d_codes2 = up(codes, pool_n);
+	int8_t *d_exps = up(exps, exp_n), *d_exps2 = up(exps, exp_n);
+	struct qc_err err = {0};
+	const struct qc_cuda_rope_args ra = {.d_pos = d_pos, .n_tok = T, .hd = hd, .n_rot = nr, .mode = mode,
+					     .theta_scale = ts, .freq_scale = fs, .ext_factor = ext.ext_factor,
+					     .mscale = ext.mscale, .corr = {ext.corr[0], ext.corr[1]}, .d_ff = d_ff};
+	const struct qc_cuda_rope_kv_args a = {.rope = ra, .d_q = d_q, .n_head = H, .d_k = d_k, .d_v = d_v,
+					       .n_head_kv = HKV, .d_slots = d_slots, .d_pool8 = d_codes,
+					       .d_pool8_exp = d_exps, .layer = layer, .n_layer = n_layer, .block_tokens = bt};
+	CHECK(qc_cuda_rope_kv_e4m3(&a, 0, &err) == QC_OK, "rope_kv_e4m3: %s", err.msg);
+	/* the two launches it replaces: rope_kv without a pool, then the fp8 store */
+	struct qc_cuda_rope_kv_args a2 = a;
+	a2.d_q = d_q2;
+	a2.d_k = d_k2;
+	a2.d_pool8 = NULL;
+	a2.d_pool8_exp = NULL;
+	CHECK(qc_cuda_rope_kv(&a2, 0, &err) == QC_OK, "rope_kv without a pool: %s", err.msg);
+	const struct qc_cuda_kv_store_e4m3_args ka = {
+		.d_k = d_k2, .d_v = d_v, .d_q = d_q2, .n_head = H, .d_slots = d_slots, .n_tok = T, .d_codes = d_codes2,
+		.d_exps = d_exps2, .layer = layer, .n_layer = n_layer, .block_tokens = bt, .kv_dim = kv_dim, .hd = hd,
+	};
+	CHECK(qc_cuda_kv_store_e4m3(&ka, 0, &err) == QC_OK, "kv_store_e4m3: %s", err.msg);
+	/* RoPE alone (qc_cuda_rope, which test_rope holds to qc_ref_rope): the floats
+	   the C store and rotation take, since device and libm cos/sin may differ in
+	   the last bit */
+	struct qc_cuda_rope_args rq = ra, rk = ra;
+	rq.d_x = d_q3;
+	rq.n_heads = H;
+	rk.d_x = d_k3;
+	rk.n_heads = HKV;
+	CHECK(qc_cuda_rope(&rq, 0, &err) == QC_OK, "rope q: %s", err.msg);
+	CHECK(qc_cuda_rope(&rk, 0, &err) == QC_OK, "rope k: %s", err.msg);
+	down(gq, d_q, qb);
+	down(gk, d_k, kb);
+	down(gv, d_v, kb);
+	down(gq2, d_q2, qb);
+	down(gk2, d_k2, kb);
+	down(gq3, d_q3, qb);
+	down(gk3, d_k3, kb);
+	down(gcodes, d_codes, pool_n);
+	down(gexps, d_exps, exp_n);
+	down(gcodes2, d_codes2, pool_n);
+	down(gexps2, d_exps2, exp_n);
+	/* the C reference on the RoPE'd floats: the store of (k, v), q's heads rotated */
+	qc_ref_kv_store_e4m3(gk3, v, slots, T, codes, exps, layer, n_layer, bt, kv_dim, hd);
+	memcpy(qw, gq3, qb);
+	for (int i = 0; i < T * H; i++)
+		qc_ref_kv_rotate(qw + (size_t)i * hd, hd);
+	/* and RoPE against qc_ref_rope, per head relative to its largest input (the
+	   heads span 2^-180 .. 2^111): cos/sin within a few ulp, two roundings */
+	memcpy(kr, k, kb);
+	qc_ref_rope(kr, pos, T, HKV, hd, nr, mode, ts, fs, &ext);
+	long bad_rope = -1;
+	for (int i = 0; i < T * HKV && bad_rope < 0; i++) {
+		double m = 0;
+		for (int d = 0; d < hd; d++)
+			m = fabs(k[(size_t)i * hd + d]) > m ? fabs(k[(size_t)i * hd + d]) : m;
+		for (int d = 0; d < hd; d++) {
+			const size_t j = (size_t)i * hd + d;
+			if (!(fabs((double)gk[j] - kr[j]) <= m * ext.mscale * 0x1p-19 + 0x1p-147))
+				bad_rope = (long)j;
+		}
+	}
+	long written = 0;
+	for (size_t i = 0; i < exp_n; i++)
+		written += exps[i] != EXP_POISON;
+	const long dc = first_diff(gcodes, codes, pool_n), de = first_diff(gexps, exps, exp_n);
+	const long dq = first_diff(gq, qw, qb), dk = first_diff(gk, gk3, kb);
+	const long d2 = first_diff(gcodes, gcodes2, pool_n) >= 0 || first_diff(gexps, gexps2, exp_n) >= 0 ||
+				first_diff(gq, gq2, qb) >= 0 || first_diff(gk, gk2, kb) >= 0;
+	char what[120];
+	snprintf(what, sizeof what, "rope_kv_e4m3 %s heads %d/%d hd %d n_rot %d%s%s, %d tokens, bt %d",
+		 mode ? "neox" : "norm", H, HKV, hd, nr, xt & 1 ? " yarn" : "", xt & 2 ? " factors" : "", T, bt);
+	printf("  %s: %ld heads written; codes, exponents, q, k %s the C store's / rotation's, %s the two launches'\n",
+	       what, written, dc < 0 && de < 0 && dq < 0 && dk < 0 ? "equal to" : "DIFFERENT from",
+	       d2 ? "DIFFERENT from" : "equal to");
+	CHECK(written > 0, "%s: the reference wrote no exponent (the test is broken)", what);
+	CHECK(dc < 0, "%s: code %ld is 0x%02x, want 0x%02x", what, dc, dc < 0 ? 0 : gcodes[dc], dc < 0 ? 0 : codes[dc]);
+	CHECK(de < 0, "%s: exponent %ld is %d, want %d", what, de, de < 0 ? 0 : gexps[de], de < 0 ? 0 : exps[de]);
+	CHECK(dq < 0, "%s: q[%ld] is %a, want %a (RoPE then qc_ref_kv_rotate)", what, dq / 4,
+	      dq < 0 ? 0.0 : (double)gq[dq / 4], dq < 0 ? 0.0 : (double)qw[dq / 4]);
+	CHECK(dk < 0, "%s: k[%ld] is %a, want %a (qc_cuda_rope's, unrotated)", what, dk / 4,
+	      dk < 0 ? 0.0 : (double)gk[dk / 4], dk < 0 ? 0.0 : (double)gk3[dk / 4]);
+	CHECK(!d2, "%s: not bit for bit rope_kv + kv_store_e4m3", what);
+	CHECK(first_diff(gv, v, kb) < 0, "%s: v was written", what);
+	CHECK(bad_rope < 0, "%s: k[%ld] is %a, qc_ref_rope gives %a", what, bad_rope,
+	      bad_rope < 0 ? 0.0 : (double)gk[bad_rope], bad_rope < 0 ? 0.0 : (double)kr[bad_rope]);
+	/* the checker trips on one wrong code of a written row (SQLite's deliberate fault) */
+	for (size_t i = 0; i < pool_n; i++)
+		if (codes[i] != 0xff) {
+			codes[i] ^= 1;
+			break;
+		}
+	CHECK(first_diff(gcodes, codes, pool_n) >= 0, "%s: a flipped code went unnoticed", what);
+	free(q);
+	free(k);
+	free(v);
+	free(kr);
+	free(qw);
+	free(gq);
+	free(gk);
+	free(gv);
+	free(gq2);
+	free(gk2);
+	free(gq3);
+	free(gk3);
+	free(pos);
+	free(slots);
+	free(codes);
+	free(gcodes);
+	free(gcodes2);
+	free(exps);
+	free(gexps);
+	free(gexps2);
+	cudaFree(d_ff);
+	cudaFree(d_q);
+	cudaFree(d_k);
+	cudaFree(d_v);
+	cudaFree(d_q2);
+	cudaFree(d_k2);
+	cudaFree(d_q3);
+	cudaFree(d_k3);
+	cudaFree(d_pos);
+	cudaFree(d_slots);
+	cudaFree(d_codes);
+	cudaFree(d_codes2);
+	cudaFree(d_exps);
+	cudaFree(d_exps2);
+}
+
+/* RoPE + the fp8 store + q's rotation in one launch (qc_cuda_rope_kv_e4m3): NORM
+ * and NEOX, partial rotary, YaRN and llama3 divisors, GQA, heads of 8 (no
+ * rotation), 80 (blocks of 16), 100 (none), 128, 256; one token to many (the 8B
+ * decode shape at 256 tokens); bad arguments refused, no tokens no launch. */
+void test_rope_kv_e4m3(void)
+{
+	/* heads, kv heads, hd, n_rot, mode, extras, block tokens, tokens */
+	const int cfg[][8] = {
+		{8, 2, 64, 64, QC_ROPE_NORM, 0, 16, 9},      {8, 2, 128, 128, QC_ROPE_NEOX, 1, 16, 9},
+		{6, 6, 100, 64, QC_ROPE_NEOX, 0, 7, 5},      {8, 2, 64, 32, QC_ROPE_NORM, 3, 16, 1},
+		{28, 4, 80, 80, QC_ROPE_NEOX, 2, 16, 17},    {4, 2, 8, 8, QC_ROPE_NORM, 0, 16, 4},
+		{16, 1, 256, 256, QC_ROPE_NEOX, 0, 7, 3},    {12, 4, 96, 96, QC_ROPE_NORM, 1, 16, 6},
+		{32, 8, 128, 128, QC_ROPE_NEOX, 2, 16, 1},   {32, 8, 128, 128, QC_ROPE_NORM, 0, 16, quick ? 40 : 256},
+	};
+	for (size_t i = 0; i < sizeof cfg / sizeof cfg[0]; i++)
+		rope_kv8_case(cfg[i][0], cfg[i][1], cfg[i][2], cfg[i][3], cfg[i][4], cfg[i][5], cfg[i][6], cfg[i][7]);
+
+	struct qc_err err = {0};
+	uint8_t *d_c = up(NULL, 16);
+	int8_t *d_e = up(NULL, 16);
+	const struct qc_cuda_rope_args ra = {.n_tok = 4, .hd = 64, .n_rot = 64, .mode = QC_ROPE_NORM,
+					     .theta_scale = 0.5f, .freq_scale = 1.0f, .mscale = 1.0f};
+	const struct qc_cuda_rope_kv_args ok = {.rope = ra, .n_head = 8, .n_head_kv = 2, .d_pool8 = d_c,
+						.d_pool8_exp = d_e, .layer = 1, .n_layer = 2, .block_tokens = 16};
+	struct qc_cuda_rope_kv_args bad[6] = {ok, ok, ok, ok, ok, ok};
+	bad[0].n_head_kv = 0;
+	bad[1].layer = 2;
+	bad[2].rope.n_rot = 66;
+	bad[3].d_pool8_exp = NULL;
+	bad[4].d_pool = (uint16_t *)d_c; /* two pools */
+	bad[5].rope.hd = bad[5].rope.n_rot = 2048;
+	for (int i = 0; i < 6; i++)
+		CHECK(qc_cuda_rope_kv_e4m3(&bad[i], 0, &err) == QC_EINVAL, "rope_kv_e4m3: bad arguments %d accepted", i);
+	struct qc_cuda_rope_kv_args f16 = ok; /* the binary16 kernel refuses the fp8 pool */
+	CHECK(qc_cuda_rope_kv(&f16, 0, &err) == QC_EINVAL, "rope_kv: an fp8 pool accepted");
+	struct qc_cuda_rope_kv_args none = ok; /* no tokens: no launch, so the NULL buffers are never read */
+	none.rope.n_tok = 0;
+	CHECK(qc_cuda_rope_kv_e4m3(&none, 0, &err) == QC_OK && cudaDeviceSynchronize() == cudaSuccess,
+	      "rope_kv_e4m3: no tokens: %s", err.msg);
+	cudaFree(d_c);
+	cudaFree(d_e);
 }
 
 /* The C reference on the fp8 pool, QC_REF_ATTN_F32, q unrotated. */

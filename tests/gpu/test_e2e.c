@@ -17,6 +17,10 @@
  * split-K attention is too, flash prefill only per run). Dense and MoE fixtures.
  * Sampled: seeded top-k / top-p / full-row requests give the same tokens with
  * the device's selection (forward_top) as with every row sampled on the host.
+ * Prefix cache: requests sharing a head with an earlier one (a hit of whole
+ * blocks, one ending inside a block, the head alone, and after an eviction) give
+ * their cache-off ids and logprobs: bit for bit on the batch-invariant kernels,
+ * within the logit bound on the serving ones; the hits are printed and required.
  * fp8 K/V (--kv-dtype fp8): the dense fixtures of gguf/ and gguf-gen and a few of
  * gguf-quant run again with both backends on the fp8 pool (the
  * same bytes for the same K/V floats), CUDA against CPU fp8 under the looser
@@ -426,6 +430,234 @@ out:
 	unlink(out);
 }
 
+/* ---- prefix cache (issue #19): a request's greedy ids and logprobs are the
+ * same with a cache hit as without. Blocks of PX_BT tokens; a head of PX_HEAD
+ * tokens (6 blocks) shared by: r0 (warms the cache), r1 (head + its own tail: a
+ * full-block hit of the whole head), r2 (the head's first PX_MID tokens, then its
+ * own: the hit ends 3 tokens before the shared prefix does, inside a block), r3
+ * (the head alone: the last block is recomputed for its logits); pf: a prompt
+ * sharing nothing, long enough to evict every idle cached block of a small pool.
+ * The reference is each request solo with the cache off. Two modes: the serving
+ * defaults (flash prefill of runs of 16+, cuBLAS past 8 rows: a hit changes how
+ * the prompt is chunked, so rounding differs) hold the ids to the divergence rule
+ * and every logprob up to the first difference to 2 x the logit bound (a
+ * logprob is a logit minus a log-sum-exp, each within the bound); the
+ * batch-invariant kernels (GEMV only, split-K attention, as run_batched) must
+ * give the same bits. */
+enum { PX_BT = 8, PX_HEAD = 48, PX_MID = 43, PX_MAXP = 256, PX_N = 5 };
+
+struct px_req {
+	int32_t toks[PX_MAXP], n;
+};
+
+struct px_out {
+	struct trace tr;           /* ids, margins, max |logit| (no logits kept) */
+	float lp[N_GEN];           /* the chosen token's logprob */
+	uint64_t hit;              /* prompt tokens served from the prefix cache */
+};
+
+/* on_logits for the one live request: ctx points at its trace pointer */
+static void px_on_logits(void *ctx, uint64_t id, int32_t step, const float *lg, int32_t n_vocab)
+{
+	on_logits(*(struct trace **)ctx, id, step, lg, n_vocab);
+}
+
+/* The requests order[0..n) of rq one after another on one CUDA engine (cache on
+ * or off, K/V budget kv_budget or the default when 0); out[i] for order[i].
+ * *blocks_total: the pool's blocks. */
+static int px_run(const char *bundle, enum qc_kv_dtype kv, bool cache, uint64_t kv_budget, const struct px_req *rq,
+		  const int *order, int n, struct px_out *out, int32_t *blocks_total, struct qc_err *err)
+{
+	struct qc_engine_opts o;
+	struct qc_engine *e = NULL;
+	struct trace *cur = NULL;
+	struct qc_sched_stats st;
+	int rc;
+	qc_engine_opts_init(&o);
+	o.backend = &qc_backend_cuda;
+	o.act_round = QC_ACT_ROUND_NONE;
+	o.max_running = 4;
+	o.max_seq_tokens = PX_MAXP;
+	o.block_tokens = PX_BT;
+	o.prefix_cache = cache;
+	o.kv_budget_bytes = kv_budget;
+	o.kv_dtype = kv;
+	o.on_logits = px_on_logits;
+	o.cb_ctx = &cur;
+	if ((rc = qc_engine_new(bundle, &o, &e, err)))
+		return rc;
+	qc_engine_stats(e, &st);
+	*blocks_total = st.blocks_total;
+	for (int i = 0; i < n && !rc; i++) {
+		const struct px_req *r = &rq[order[i]];
+		struct px_out *po = &out[i];
+		uint64_t id;
+		memset(po, 0, sizeof *po);
+		cur = &po->tr;
+		const uint64_t hit0 = st.prefix_hit_tokens;
+		struct qc_engine_request q = {.prompt = r->toks, .n_prompt = r->n, .max_tokens = N_GEN, .ignore_eos = true};
+		qc_sampler_params_init(&q.sampling);
+		q.sampling.temperature = 0.0f;
+		q.sampling.logprobs = true;
+		q.sampling.n_logprobs = 3;
+		if ((rc = qc_engine_add(e, &q, &id, err)))
+			break;
+		while (!rc && qc_engine_has_work(e))
+			rc = qc_engine_step(e, err);
+		if (rc)
+			break;
+		const int32_t *ids;
+		const struct qc_sample_result *res;
+		int32_t nl = 0;
+		enum qc_sched_finish fin;
+		qc_engine_output(e, id, &ids, &po->tr.n, &fin);
+		qc_engine_logprobs(e, id, &res, &nl);
+		for (int k = 0; k < po->tr.n && k < N_GEN; k++) {
+			po->tr.ids[k] = ids[k];
+			po->lp[k] = k < nl ? res[k].logprob : NAN;
+		}
+		qc_engine_stats(e, &st);
+		po->hit = st.prefix_hit_tokens - hit0;
+	}
+	qc_engine_free(e);
+	return rc;
+}
+
+/* got vs want (want: the cache-off run). exact: every id and logprob bit equal;
+ * else the divergence rule and |logprob diff| <= 2 x bound up to the first
+ * difference. *worst: the largest |logprob diff| / (2 x bound) seen. */
+static bool px_same(const struct px_out *got, const struct px_out *want, bool exact, float rel, double *worst)
+{
+	if (exact)
+		return got->tr.n == want->tr.n && !memcmp(got->tr.ids, want->tr.ids, sizeof got->tr.ids) &&
+		       !memcmp(got->lp, want->lp, sizeof got->lp);
+	const int k = first_diff(&got->tr, &want->tr);
+	bool ok = divergence_ok(&want->tr, k, rel);
+	for (int s = 0; s < (k < N_GEN ? k + 1 : N_GEN); s++) {
+		const double r = fabs((double)got->lp[s] - (double)want->lp[s]) / (2.0 * bound(&want->tr, s, rel));
+		ok &= r <= 1.0; /* NaN (a missing logprob) fails */
+		*worst = r > *worst || r != r ? r : *worst;
+	}
+	return ok;
+}
+
+static void run_prefix_cache(const char *dir, const char *name, const char *tmp, enum qc_kv_dtype kv)
+{
+	char in[1024], out[1200];
+	struct qc_err err = {0};
+	if (snprintf(in, sizeof in, "%s/%s", dir, name) >= (int)sizeof in ||
+	    snprintf(out, sizeof out, "%s/prefix.qb", tmp) >= (int)sizeof out)
+		return;
+	struct qc_convert_opts co = {.in = in, .out = out, .target = QC_TARGET_CPU, .alignment = 4096,
+				     .plan_flags = QC_PLAN_FUSE_MOE};
+	if (qc_convert_gguf(&co, NULL, &err)) {
+		CHECK(0, "%s: convert: %s", name, err.msg);
+		return;
+	}
+	const float rel = kv == QC_KV_FP8 ? FP8_REL : FP16_REL;
+	static struct px_req rq[PX_N]; /* r0..r3, pf; token ranges kept apart so only the head is shared */
+	int32_t head[PX_HEAD];
+	for (int i = 0; i < PX_HEAD; i++)
+		head[i] = 1 + (i * 29 + 7) % 300;
+	for (int r = 0; r < 4; r++) {
+		const int shared = r == 2 ? PX_MID : PX_HEAD, tail = r == 3 ? 0 : 5 + 2 * r;
+		memcpy(rq[r].toks, head, sizeof(int32_t) * (size_t)shared);
+		rq[r].n = shared;
+		for (int j = 0; j < tail; j++)
+			rq[r].toks[rq[r].n++] = 301 + 50 * r + (j * 7) % 50;
+	}
+	/* the small pool's size, which pf's length follows */
+	uint64_t bb = 0;
+	int32_t nb_small = 0, nb = 0;
+	{
+		struct qc_model *m = NULL;
+		int rc = qc_model_open(out, &m, &err);
+		if (!rc) {
+			const struct qc_model_config *cfg = &m->cfg;
+			const uint64_t hb = kv == QC_KV_FP8 ? (uint64_t)cfg->head_dim + 1 : 2 * (uint64_t)cfg->head_dim;
+			bb = (uint64_t)cfg->n_layer * 2 * PX_BT * (uint64_t)cfg->n_head_kv * hb;
+		}
+		qc_model_close(m);
+		CHECK(rc == QC_OK, "%s: open: %s", name, err.msg);
+		if (rc)
+			goto out;
+	}
+	const uint64_t small = 20 * bb;
+	int rc = px_run(out, kv, true, small, rq, NULL, 0, NULL, &nb_small, &err); /* no requests: its size */
+	CHECK(rc == QC_OK, "%s: small pool: %s", name, err.msg);
+	if (rc)
+		goto out;
+	/* its last length (nb_small - 1) * PX_BT - 1: all but one block, so r0's idle
+	   blocks (8 of them) go but one at most, whichever end of r0 it is */
+	rq[4].n = (nb_small - 1) * PX_BT - N_GEN - 1;
+	if (rq[4].n <= PX_HEAD + 8 || rq[4].n > PX_MAXP - N_GEN) {
+		CHECK(0, "%s: a pool of %d blocks: no room for the evicting prompt", name, nb_small);
+		goto out;
+	}
+	for (int j = 0; j < rq[4].n; j++)
+		rq[4].toks[j] = 451 + (j * 11) % 60;
+	static const int all[PX_N] = {0, 1, 2, 3, 4}, roomy[4] = {0, 1, 2, 3}, evict[PX_N] = {0, 4, 1, 2, 3};
+	for (int mode = 0; mode < 2; mode++) {
+		const bool exact = mode == 1;
+		if (exact) { /* as run_batched: the kernels whose rows do not depend on the batch */
+			setenv("QC_CUDA_GEMV_MAX_ROWS", "1000000", 1);
+			setenv("QC_CUDA_FLASH", "0", 1);
+		}
+		struct px_out ref[PX_N], on[4], ev[PX_N];
+		if ((rc = px_run(out, kv, false, 0, rq, all, PX_N, ref, &nb, &err)) ||
+		    (rc = px_run(out, kv, true, 0, rq, roomy, 4, on, &nb, &err)) ||
+		    (rc = px_run(out, kv, true, small, rq, evict, PX_N, ev, &nb, &err)))
+			CHECK(0, "%s [%s K/V]: prefix-cache run: %s", name, qc_kv_dtype_name(kv), err.msg);
+		unsetenv("QC_CUDA_GEMV_MAX_ROWS");
+		unsetenv("QC_CUDA_FLASH");
+		if (rc)
+			goto out;
+		int same_on = 0, same_ev = 0;
+		double worst = 0;
+		for (int i = 0; i < 4; i++) {
+			const bool s = px_same(&on[i], &ref[roomy[i]], exact, rel, &worst);
+			same_on += s;
+			CHECK(s, "%s [%s K/V]: request r%d with the cache differs from its cache-off run", name,
+			      qc_kv_dtype_name(kv), roomy[i]);
+		}
+		for (int i = 0; i < PX_N; i++) {
+			const bool s = px_same(&ev[i], &ref[evict[i]], exact, rel, &worst);
+			same_ev += s;
+			CHECK(s, "%s [%s K/V]: request %d of the evicting run differs from its cache-off run", name,
+			      qc_kv_dtype_name(kv), evict[i]);
+		}
+		const char *how = exact ? "batch-invariant kernels, bit for bit" : "serving kernels, within the bound";
+		printf("  %-30s [%s K/V] prefix cache (%s): %d/4 equal; prompt tokens from the cache: r1 %llu/%d "
+		       "(full blocks), r2 %llu/%d (shared %d, ends inside a block), r3 %llu/%d (the head alone)",
+		       name, qc_kv_dtype_name(kv), how, same_on, (unsigned long long)on[1].hit, rq[1].n,
+		       (unsigned long long)on[2].hit, rq[2].n, PX_MID, (unsigned long long)on[3].hit, rq[3].n);
+		if (!exact)
+			printf("; worst |logprob diff| %.3g of its bound", worst);
+		printf("\n    pool of %d blocks, %d-token prompt between: %d/%d equal; from the cache: r1 %llu (evicted), "
+		       "r2 %llu, r3 %llu\n", nb, rq[4].n, same_ev, PX_N, (unsigned long long)ev[2].hit,
+		       (unsigned long long)ev[3].hit, (unsigned long long)ev[4].hit);
+		CHECK(ref[1].hit + ref[2].hit + ref[3].hit == 0, "%s: hits with the cache off", name);
+		CHECK(on[0].hit == 0 && on[1].hit == PX_HEAD && on[2].hit == PX_MID / PX_BT * PX_BT &&
+		      on[3].hit == (PX_HEAD - 1) / PX_BT * PX_BT,
+		      "%s [%s K/V]: hits r0 %llu, r1 %llu, r2 %llu, r3 %llu; want 0, %d, %d, %d (whole blocks of the "
+		      "shared head)", name, qc_kv_dtype_name(kv), (unsigned long long)on[0].hit,
+		      (unsigned long long)on[1].hit, (unsigned long long)on[2].hit, (unsigned long long)on[3].hit,
+		      PX_HEAD, PX_MID / PX_BT * PX_BT, (PX_HEAD - 1) / PX_BT * PX_BT);
+		CHECK(ev[2].hit < PX_HEAD && ev[3].hit + ev[4].hit > 0,
+		      "%s [%s K/V]: the small pool: r1 got %llu tokens from the cache (want fewer than %d: r0's blocks "
+		      "evicted), r2 and r3 %llu (want some: r1's blocks)", name, qc_kv_dtype_name(kv),
+		      (unsigned long long)ev[2].hit, PX_HEAD, (unsigned long long)(ev[3].hit + ev[4].hit));
+		/* the comparison must be able to fail: the reference with one logprob
+		   moved by 3 x the logit bound */
+		struct px_out bad = ref[1];
+		bad.lp[2] += 3.0f * bound(&ref[1].tr, 2, rel);
+		double w2 = 0;
+		CHECK(!px_same(&bad, &ref[1], exact, rel, &w2), "%s: a logprob 3 bounds off compares equal", name);
+	}
+out:
+	unlink(out);
+}
+
 /* Seeded sampling through forward_top (greedy ids and top-k candidates chosen
  * on the device) gives exactly the tokens of the same CUDA run whose rows all
  * come back and are sampled on the host (forward_top switched off): 8 requests
@@ -600,6 +832,12 @@ int main(void)
 				if (!strcmp(names[i], "tiny-llama-256-Q4_K_M-mix.gguf") ||
 				    !strcmp(names[i], "tiny-moe-256-Q4_0.gguf"))
 					run_sampled(dir, names[i], tmp);
+			printf("prefix cache (cuda; one request at a time, then a pool that evicts):\n");
+			for (int i = 0; i < n; i++)
+				if (!strcmp(names[i], "tiny-llama-256-Q4_K_M-mix.gguf") ||
+				    !strcmp(names[i], "stories260K-F16.gguf"))
+					for (int k = 0; k < 2; k++)
+						run_prefix_cache(dir, names[i], tmp, k ? QC_KV_FP8 : QC_KV_F16);
 		}
 		if (s == 2) {
 			printf("batched with preemption (cuda; gemma2: soft-caps, windows, post norms):\n");

@@ -3,7 +3,8 @@
  *
  * Owns: kv_f16 / kv_fp8, one trait per pool dtype (a row of hd values of one
  * position and K/V head: its address, then 8 values at a time or one), and
- * kv8_store_head / kv8_rotate, the fp8 store of one head by one warp.
+ * kv8_store_staged / kv8_store_head / kv8_rotate, the fp8 store of one head by
+ * one warp (from shared memory the caller filled, or from global memory).
  * fp8 pool (runtime/ops/ops.h qc_ref_kv_store_e4m3): codes (n_blocks, n_layer,
  * 2, bt, kv_dim) E4M3FN, exps (n_blocks, n_layer, 2, bt, n_head_kv) int8; value =
  * e4m3(code) * 2^exp, exact in float (4 significant bits, exponents -137..135).
@@ -118,16 +119,14 @@ static __device__ void kv8_rotate(float *y, int hd)
 /* Whether the fp8 store rotates a head first (qc_ref_kv_store_e4m3: K yes, V no). */
 enum kv8_rot { KV8_ROT_NONE = 0, KV8_ROT_WHT = 1 };
 
-/* One head of hd floats at x into hd codes and one exponent, by the calling warp
- * (all 32 lanes); y: hd floats of shared memory of this warp's own. Bit for bit
- * runtime/ops/kv_store.c store_e4m3_head. */
-static __device__ void kv8_store_head(const float *x, uint8_t *codes, int8_t *exp, int hd, enum kv8_rot rot,
-				      float *y)
+/* One head of hd floats already staged in y (shared memory of this warp's own,
+ * written and __syncwarp'ed by the caller) into hd codes and one exponent, by the
+ * calling warp (all 32 lanes); y is scratch afterwards. Bit for bit
+ * runtime/ops/kv_store.c store_e4m3_head. Staged by the caller so a kernel that
+ * computes the head (rope_kv8.cu: RoPE first) stores it without a round trip. */
+static __device__ void kv8_store_staged(float *y, uint8_t *codes, int8_t *exp, int hd, enum kv8_rot rot)
 {
 	const int lane = threadIdx.x & 31;
-	for (int d = lane; d < hd; d += 32)
-		y[d] = x[d];
-	__syncwarp();
 	int e0 = 0;
 	if (rot == KV8_ROT_WHT) {
 		/* divided by 2^e0 first (exact): the butterfly's sums stay far from float's range */
@@ -148,6 +147,16 @@ static __device__ void kv8_store_head(const float *x, uint8_t *codes, int8_t *ex
 	for (int d = lane; d < hd; d += 32)
 		codes[d] = qc_f32_to_e4m3(kv8_ldexp(y[d], e0 - e));
 	__syncwarp(); /* y is the next head's */
+}
+
+/* kv8_store_staged of the head at x (global memory): copied to y first. */
+static __device__ void kv8_store_head(const float *x, uint8_t *codes, int8_t *exp, int hd, enum kv8_rot rot,
+				      float *y)
+{
+	for (int d = threadIdx.x & 31; d < hd; d += 32)
+		y[d] = x[d];
+	__syncwarp();
+	kv8_store_staged(y, codes, exp, hd, rot);
 }
 
 /* ---- element loads for the attention kernels ------------------------------ */

@@ -8,8 +8,9 @@
  * K dims past n_rot (stored unrotated), V dims. A block with pairs first fills
  * a table of its token's n_rot / 2 angles (rope_pair.cuh, the math rope.cu
  * uses: same floats), shared by every head. Pool layout as kv_store.cu.
- * No pool (d_pool NULL): RoPE of Q and K only; the fp8 pool's store is
- * kv_store.cu's (a head's scale needs the whole rotated head).
+ * No pool (d_pool NULL): RoPE of Q and K only (the first of the two launches
+ * rope_kv8.cu fuses for the fp8 pool; test_kernels checks the fused kernel
+ * against this pair bit for bit). d_pool8 set: refused (qc_cuda_rope_kv_e4m3's).
  * Non-goals: quantized caches, Q/K norms (kept in rms_norm.cu).
  * Reference: runtime/ops/rope.c + runtime/ops/kv_store.c.
  */
@@ -90,12 +91,13 @@ extern "C" int qc_cuda_rope_kv(const struct qc_cuda_rope_kv_args *a, cudaStream_
 	const struct qc_cuda_rope_args *r = &a->rope;
 	if (r->n_rot < 2 || r->n_rot % 2 || r->n_rot > r->hd || a->n_head < 1 || a->n_head_kv < 1 || r->n_tok < 0 ||
 	    (r->mode != QC_ROPE_NORM && r->mode != QC_ROPE_NEOX) || !(r->mscale > 0.0f) || a->block_tokens < 1 ||
-	    a->layer < 0 || a->layer >= a->n_layer)
+	    a->layer < 0 || a->layer >= a->n_layer || a->d_pool8 || a->d_pool8_exp)
 		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1,
 				  "rope_kv: n_rot %d, head dim %d, %d/%d heads, mode %d, mscale %g, %lld tokens, "
-				  "block_tokens %d, layer %d/%d",
+				  "block_tokens %d, layer %d/%d%s",
 				  r->n_rot, r->hd, a->n_head, a->n_head_kv, r->mode, (double)r->mscale,
-				  (long long)r->n_tok, a->block_tokens, a->layer, a->n_layer);
+				  (long long)r->n_tok, a->block_tokens, a->layer, a->n_layer,
+				  a->d_pool8 || a->d_pool8_exp ? ", an fp8 pool (qc_cuda_rope_kv_e4m3's)" : "");
 	const struct rope_kv_items n = rope_kv_count(*a);
 	const int64_t chunks = (n.q + n.k + n.u + n.v + ROPE_KV_THREADS - 1) / ROPE_KV_THREADS;
 	if (r->n_rot > ROPE_KV_MAX_ROT || r->n_tok > INT32_MAX || chunks > ROPE_KV_MAX_CHUNKS)

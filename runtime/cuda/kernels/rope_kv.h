@@ -1,5 +1,6 @@
-/* rope_kv.h — entry point of rope_kv.cu (RoPE of Q and K, then K and V into
- * their paged fp16 slots, in one launch). */
+/* rope_kv.h — entry points of rope_kv.cu (RoPE of Q and K, then K and V into
+ * their paged fp16 slots, in one launch) and rope_kv8.cu (the same into the fp8
+ * pool, q rotated for attention on it, in one launch). */
 #ifndef QC_CUDA_ROPE_KV_H
 #define QC_CUDA_ROPE_KV_H
 
@@ -24,6 +25,10 @@ struct qc_cuda_rope_kv_args {
 	const int32_t *d_slots;    /* (n_tok) block * block_tokens + offset */
 	uint16_t *d_pool;          /* (n_blocks, n_layer, 2, block_tokens, n_head_kv * hd) binary16;
 				      NULL: RoPE only, no store (d_v and d_slots not read) */
+	uint8_t *d_pool8;          /* qc_cuda_rope_kv_e4m3 only (NULL for qc_cuda_rope_kv): (n_blocks,
+				      n_layer, 2, block_tokens, n_head_kv * hd) E4M3FN codes */
+	int8_t *d_pool8_exp;       /* with d_pool8: (n_blocks, n_layer, 2, block_tokens, n_head_kv)
+				      scale exponents */
 	int32_t layer, n_layer, block_tokens;
 };
 
@@ -35,6 +40,17 @@ struct qc_cuda_rope_kv_args {
  * QC_EUNSUPPORTED past the grid (n_rot > 8192, n_tok > INT32_MAX, over 16M
  * elements of q, k and v per token). */
 int qc_cuda_rope_kv(const struct qc_cuda_rope_kv_args *a, cudaStream_t s, struct qc_err *err);
+
+/* The fp8 pool's qc_cuda_rope_kv: bit for bit qc_cuda_rope_kv without a pool
+ * (RoPE of d_q and d_k in place) then qc_cuda_kv_store_e4m3 of (k, v) into
+ * d_pool8 / d_pool8_exp with d_q (each head left RoPE'd, then rotated by
+ * qc_ref_kv_rotate's H, what attention on this pool takes); d_k is left RoPE'd,
+ * unrotated. One launch: one warp per (token, head), the head RoPE'd in shared
+ * memory and stored from there. QC_OK without a launch when n_tok is 0;
+ * QC_EINVAL on what qc_cuda_rope_kv rejects, hd > 1024, d_pool set or d_pool8 /
+ * d_pool8_exp missing; QC_EUNSUPPORTED past the grid (n_tok > INT32_MAX, over
+ * 524280 heads per token). */
+int qc_cuda_rope_kv_e4m3(const struct qc_cuda_rope_kv_args *a, cudaStream_t s, struct qc_err *err);
 
 #ifdef __cplusplus
 }
