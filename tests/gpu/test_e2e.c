@@ -343,21 +343,32 @@ static void run_fixture(const char *dir, const char *name, const char *tmp, bool
 	unlink(out);
 }
 
-/* 16 requests, preempted, each equal to its solo run (K/V as kv). */
-static void run_batched(const char *dir, const char *name, const char *tmp, enum qc_kv_dtype kv)
+/* dir/name (a GGUF) converted to tmp/leaf for the CPU target, its path in out;
+ * false (a failed check, or a path too long to name) when there is none. */
+static bool convert_gguf_tmp(const char *dir, const char *name, const char *tmp, const char *leaf, char *out,
+			     size_t out_len)
 {
-	char in[1024], out[1200];
+	char in[1024];
 	struct qc_err err = {0};
-	if (snprintf(in, sizeof in, "%s/%s", dir, name) >= (int)sizeof in)
-		return;
-	if (snprintf(out, sizeof out, "%s/batch.qb", tmp) >= (int)sizeof out)
-		return;
+	if (snprintf(in, sizeof in, "%s/%s", dir, name) >= (int)sizeof in ||
+	    snprintf(out, out_len, "%s/%s", tmp, leaf) >= (int)out_len)
+		return false;
 	struct qc_convert_opts co = {.in = in, .out = out, .target = QC_TARGET_CPU, .alignment = 4096,
 				     .plan_flags = QC_PLAN_FUSE_MOE};
 	if (qc_convert_gguf(&co, NULL, &err)) {
 		CHECK(0, "%s: convert: %s", name, err.msg);
-		return;
+		return false;
 	}
+	return true;
+}
+
+/* 16 requests, preempted, each equal to its solo run (K/V as kv). */
+static void run_batched(const char *dir, const char *name, const char *tmp, enum qc_kv_dtype kv)
+{
+	char out[1200];
+	struct qc_err err = {0};
+	if (!convert_gguf_tmp(dir, name, tmp, "batch.qb", out, sizeof out))
+		return;
 	enum { NR = 16, NP = 20, NO = 24 };
 	int32_t prompts[NR][NP], solo[NR][NO];
 	for (int r = 0; r < NR; r++)
@@ -543,17 +554,10 @@ static bool px_same(const struct px_out *got, const struct px_out *want, bool ex
 
 static void run_prefix_cache(const char *dir, const char *name, const char *tmp, enum qc_kv_dtype kv)
 {
-	char in[1024], out[1200];
+	char out[1200];
 	struct qc_err err = {0};
-	if (snprintf(in, sizeof in, "%s/%s", dir, name) >= (int)sizeof in ||
-	    snprintf(out, sizeof out, "%s/prefix.qb", tmp) >= (int)sizeof out)
+	if (!convert_gguf_tmp(dir, name, tmp, "prefix.qb", out, sizeof out))
 		return;
-	struct qc_convert_opts co = {.in = in, .out = out, .target = QC_TARGET_CPU, .alignment = 4096,
-				     .plan_flags = QC_PLAN_FUSE_MOE};
-	if (qc_convert_gguf(&co, NULL, &err)) {
-		CHECK(0, "%s: convert: %s", name, err.msg);
-		return;
-	}
 	const float rel = kv == QC_KV_FP8 ? FP8_REL : FP16_REL;
 	static struct px_req rq[PX_N]; /* r0..r3, pf; token ranges kept apart so only the head is shared */
 	int32_t head[PX_HEAD];
@@ -665,17 +669,10 @@ out:
  * whole vocabulary (no top_k, top_k over 128, logprobs). */
 static void run_sampled(const char *dir, const char *name, const char *tmp)
 {
-	char in[1024], out[1200];
+	char out[1200];
 	struct qc_err err = {0};
-	if (snprintf(in, sizeof in, "%s/%s", dir, name) >= (int)sizeof in ||
-	    snprintf(out, sizeof out, "%s/sampled.qb", tmp) >= (int)sizeof out)
+	if (!convert_gguf_tmp(dir, name, tmp, "sampled.qb", out, sizeof out))
 		return;
-	struct qc_convert_opts co = {.in = in, .out = out, .target = QC_TARGET_CPU, .alignment = 4096,
-				     .plan_flags = QC_PLAN_FUSE_MOE};
-	if (qc_convert_gguf(&co, NULL, &err)) {
-		CHECK(0, "%s: convert: %s", name, err.msg);
-		return;
-	}
 	enum { NR = 8, NO = 24 };
 	const struct { float temp; int32_t k; float top_p, min_p; bool lp; } cfg[NR] = {
 		{0.0f, 0, 1.0f, 0.0f, false}, {0.8f, 40, 1.0f, 0.0f, false}, {1.0f, 128, 0.9f, 0.05f, false},
