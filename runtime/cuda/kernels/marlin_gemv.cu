@@ -89,11 +89,7 @@ __global__ void __launch_bounds__(32 * WARPS) marlin_gemv_kernel(const gparams p
 		load_scales<BITS, ZP>(sc, G32, wt0 / 2 + gg, r, sv[gg], ov[gg]);
 	}
 	qc_pdl_wait(); /* everything below reads or writes what earlier kernels touch */
-	const bool vec = x_vec(p);
-	if (p.norm_w)
-		norm_scales<G>(p, row0, nr, vec, nscale);
-	stage_x<G>(p, row0, nr, (int64_t)kt0 * 16, KT_BLOCK * 16, vec, nscale, &xs[0][0], KT_BLOCK * 16);
-	__syncthreads();
+	stage_block<G>(p, row0, nr, (int64_t)kt0 * 16, KT_BLOCK * 16, nscale, &xs[0][0], KT_BLOCK * 16);
 
 	float acc[NJ][G];
 #pragma unroll

@@ -499,6 +499,21 @@ __device__ __forceinline__ bool x_vec(const gparams &p)
 	return ((uintptr_t)p.x % 16 == 0) && (!p.x2 || (uintptr_t)p.x2 % 16 == 0) && p.ldx % 4 == 0;
 }
 
+/* What every GEMV block does once its first weight loads are out and it has
+ * waited for the kernels before it: its rows' RMSNorm scales where the launch
+ * folds the norm in, x of its K range staged (stage_x's arguments), then the block
+ * synchronized so every warp may read xs. */
+template <int G, int XB = 0>
+__device__ __forceinline__ void stage_block(const gparams &p, int64_t row0, int nr, int64_t k0, int len, float *nscale,
+					    float *xs, int xstride, bool wrap = false)
+{
+	const bool vec = x_vec(p);
+	if (p.norm_w)
+		norm_scales<G>(p, row0, nr, vec, nscale);
+	stage_x<G, XB>(p, row0, nr, k0, len, vec, nscale, xs, xstride, wrap);
+	__syncthreads();
+}
+
 /* The block's column sums into red[WARPS][G][S] (the four lanes of a column,
  * c = 0..3, by shuffles; one warp's value per slot), synchronized; col_sum()
  * then adds the warps in order. Both epilogues below start here. */

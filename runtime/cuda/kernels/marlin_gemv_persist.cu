@@ -195,11 +195,7 @@ __global__ void __launch_bounds__(32 * WARPS, 2) marlin_gemv_persist_kernel(cons
 	int xb, len;
 	bool wrap;
 	block_stage(blockIdx.x, p.p_ng, p.p_nw, p.k, &xb, &len, &wrap);
-	const bool vec = x_vec(p);
-	if (p.norm_w)
-		norm_scales<G>(p, p.r0, nr, vec, nscale);
-	stage_x<G, XB>(p, p.r0, nr, (int64_t)xb * 32, len, vec, nscale, xs, len, wrap);
-	__syncthreads();
+	stage_block<G, XB>(p, p.r0, nr, (int64_t)xb * 32, len, nscale, xs, len, wrap);
 
 	float acc[NJ][G];
 #pragma unroll

@@ -191,11 +191,7 @@ __global__ void __launch_bounds__(32 * WARPS, 2) marlin_gemv_stream_kernel(const
 			}
 	}
 	qc_pdl_wait(); /* everything below reads or writes what earlier kernels touch */
-	const bool vec = x_vec(p);
-	if (p.norm_w)
-		norm_scales<G>(p, row0, nr, vec, nscale);
-	stage_x<G, XB>(p, row0, nr, (int64_t)kt0 * 16, ktb * 16, vec, nscale, xs, ktb * 16);
-	__syncthreads();
+	stage_block<G, XB>(p, row0, nr, (int64_t)kt0 * 16, ktb * 16, nscale, xs, ktb * 16);
 
 	float acc[NJ][G];
 #pragma unroll
