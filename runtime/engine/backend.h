@@ -17,6 +17,7 @@
 #include "model.h"
 #include "qc_err.h"
 #include "scheduler.h"
+#include "tp_group.h"
 
 /* How matmul activations are rounded before the dot product. */
 enum qc_act_round {
@@ -57,6 +58,16 @@ struct qc_backend_params {
 	enum qc_attn_order attn_order;
 	int32_t n_threads;          /* worker threads for matmuls, >= 1 */
 	enum qc_kv_dtype kv_dtype;  /* a backend that cannot store it refuses at create */
+	/* Tensor parallelism (docs/tp.md; set by backend_tp.c, else NULL / 0 / 0):
+	 * this backend runs rank tp_rank's shard (the model's tp fields say which);
+	 * after each O and down projection (and the MoE combine, and the vocab-sharded
+	 * embedding) it sums the partial rows over the group: the CPU through
+	 * qc_tp_allreduce_f32, a device backend its own way (CUDA: NCCL, with rank 0's
+	 * start-up data passed through qc_tp_group_slot). create, forward, forward_top
+	 * and kv_limits of one rank are always called from that rank's own thread. */
+	struct qc_tp_group *tp;
+	int32_t tp_rank;
+	int32_t device;             /* device ordinal for device backends (CUDA: cudaSetDevice) */
 };
 
 #define QC_BACKEND_TOP_MAX 128 /* most candidates forward_top returns per row */

@@ -619,6 +619,15 @@ int qc_model_from_bundle(struct qc_bundle *b, struct qc_model **out, struct qc_e
 	for (int il = 0; il < c->n_layer; il++)
 		if ((rc = load_layer(b, c, il, &m->layers[il], &store, err)))
 			goto out_free;
+	m->tp = (struct qc_model_tp){.rank = 0, .size = 1, .vocab0 = 0, .n_vocab_all = c->n_vocab};
+	m->data_lo = UINT64_MAX;
+	for (uint64_t i = 0; i < b->n_tensors; i++) { /* a plain bundle: every member */
+		const struct qc_bundle_tensor *t = &b->tensors[i];
+		m->data_lo = t->off < m->data_lo ? t->off : m->data_lo;
+		m->data_hi = t->off + t->size > m->data_hi ? t->off + t->size : m->data_hi;
+	}
+	if (m->data_lo > m->data_hi)
+		m->data_lo = m->data_hi = 0;
 	*out = m;
 	return QC_OK;
 

@@ -129,8 +129,24 @@ struct qc_layer {
 	struct qc_mat gate_shexp, up_shexp, down_shexp;    /* (n_ff_shexp, n_embd) etc. */
 };
 
+/* Which shard of a tensor-parallel bundle a model is (docs/tp.md). A plain bundle
+ * opens as {0, 1, 0, n_vocab}. A --tp N bundle opened by qc_model_open is the
+ * whole model's description without weights (rank -1: config, tokenizer; no
+ * backend takes it); qc_model_rank_open gives rank r's shard, whose cfg has the
+ * rank's own widths (n_head, n_head_kv, n_ff, n_ff_shexp divided by size; n_vocab
+ * = its vocabulary rows) and whose weights are the members "tp<r>.<name>". */
+struct qc_model_tp {
+	int32_t rank;              /* 0..size-1, or -1 for the weightless whole */
+	int32_t size;              /* ranks the bundle was sharded for (1: plain) */
+	int32_t vocab0;            /* first token id of this rank's embedding / output rows */
+	int32_t n_vocab_all;       /* the whole vocabulary */
+};
+
 struct qc_model {
 	struct qc_model_config cfg;
+	struct qc_model_tp tp;
+	uint64_t data_lo, data_hi; /* file bytes holding this model's tensors (a rank's own
+				      members in a --tp bundle): what a device uploads */
 	struct qc_bundle *bundle;  /* owned when opened by qc_model_open */
 	bool own_bundle;
 	struct qc_mat token_embd;  /* (n_vocab, n_embd) */
