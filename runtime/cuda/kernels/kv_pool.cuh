@@ -199,6 +199,16 @@ struct kv_f16 {
 			f[2 * e + 1] = x.y;
 		}
 	}
+	/* unscaled pool: the values themselves, scale 1 (see kv_fp8) */
+	static constexpr bool SCALED = false;
+	static __device__ __forceinline__ void unpack8_codes(const raw &v, float f[8])
+	{
+		unpack8(v, f);
+	}
+	static __device__ __forceinline__ float scale(const raw &)
+	{
+		return 1.0f;
+	}
 };
 
 /* fp8 pool: a row is its codes and its head's scale 2^exp; values decoded in
@@ -248,6 +258,27 @@ struct kv_fp8 {
 			f[2 * e] = __fmul_rn(x.x, v.s);
 			f[2 * e + 1] = __fmul_rn(x.y, v.s);
 		}
+	}
+	/* The codes' values without the row's power of two, which the caller applies
+	 * once per row: to a lane's q . k partial (before the shuffle sum) and to the
+	 * softmax weight p of a V row. Scaling by 2^e commutes with every float
+	 * rounding while the operands stay normal, so the sums are the same bits as
+	 * with unpack8's per-value products (they differ only where those would round
+	 * in the subnormal range): one multiply per row instead of one per value. */
+	static constexpr bool SCALED = true;
+	static __device__ __forceinline__ void unpack8_codes(const raw &v, float f[8])
+	{
+		const uint32_t w[2] = {v.c.x, v.c.y};
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			const float2 x = dec2((w[e >> 1] >> (16 * (e & 1))) & 0xffffu);
+			f[2 * e] = x.x;
+			f[2 * e + 1] = x.y;
+		}
+	}
+	static __device__ __forceinline__ float scale(const raw &v)
+	{
+		return v.s;
 	}
 };
 

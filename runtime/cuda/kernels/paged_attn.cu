@@ -223,7 +223,7 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 			float f[4][8]; /* the row's values, decoded once for the G heads */
 #pragma unroll
 			for (int v = 0; v < 4; v++)
-				KV::unpack8(kv[u][v], f[v]);
+				KV::unpack8_codes(kv[u][v], f[v]);
 			for (int g = 0; g < G; g++) {
 				float s = 0.0f;
 #pragma unroll
@@ -235,6 +235,8 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 					for (int e = 0; e < 8; e++)
 						s = fmaf(qv[e], f[v][e], s);
 				}
+				if (KV::SCALED) /* the row's power of two, once (kv_pool.cuh) */
+					s = __fmul_rn(s, KV::scale(kv[u][0]));
 				s += __shfl_xor_sync(0xffffffffu, s, 4);
 				s += __shfl_xor_sync(0xffffffffu, s, 2);
 				s += __shfl_xor_sync(0xffffffffu, s, 1);
@@ -300,12 +302,13 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 				if (j >= n)
 					break;
 				float f[8];
-				KV::unpack8(vv[u], f);
+				KV::unpack8_codes(vv[u], f);
 #pragma unroll
 				for (int gg = 0; gg < 4; gg++) {
 					if (g0 + gg >= G)
 						break;
-					const float p = sc[(g0 + gg) * chunk_max + j];
+					const float p = KV::SCALED ? __fmul_rn(sc[(g0 + gg) * chunk_max + j], KV::scale(vv[u]))
+								   : sc[(g0 + gg) * chunk_max + j];
 #pragma unroll
 					for (int e = 0; e < 8; e++)
 						acc[gg][e] = fmaf(p, f[e], acc[gg][e]);
