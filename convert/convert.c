@@ -196,7 +196,7 @@ static int write_packed(const struct qc_gguf_model *m, struct qc_bundle_writer *
 	uint8_t *in = malloc((size_t)slice + 1), *out = malloc((size_t)packed + 1);
 	int rc = in && out ? QC_OK : qc_err_set(err, QC_ENOMEM, NULL, t->name, -1, "out of memory packing a slice");
 	for (uint64_t sl = 0; !rc && sl < slices; sl++) {
-		qc_plan_gather_slice(m, t, sl, row, in);
+		qc_plan_gather_slice(m, t, sl, in);
 		/* i4z/i8z round scale/offset to fp16: measure what that costs */
 		const bool measure = qc_marlin_has_offsets(t->layout);
 		struct qc_marlin_err e;

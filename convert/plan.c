@@ -51,10 +51,8 @@ bool qc_plan_tensor_whole(const struct qc_plan_tensor *t)
 	       pp->n_cols == pp->src->ne[0];
 }
 
-void qc_plan_gather_slice(const struct qc_gguf_model *m, const struct qc_plan_tensor *t, uint64_t sl,
-			  uint64_t row_bytes, uint8_t *out)
+void qc_plan_gather_slice(const struct qc_gguf_model *m, const struct qc_plan_tensor *t, uint64_t sl, uint8_t *out)
 {
-	(void)row_bytes; /* every part's rows add up to the slice's t->ne[1] rows of row_bytes */
 	for (int k = 0; k < t->n_parts; k++) {
 		const struct qc_plan_part *pp = &t->parts[k];
 		const struct qc_gguf_tensor *s = pp->src;
@@ -95,7 +93,7 @@ static bool nvfp4_fits(const struct qc_gguf_model *m, const struct qc_plan_tenso
 	uint8_t *buf = malloc((size_t)(row * (uint64_t)t->ne[1]) + 1);
 	bool ok = buf != NULL;
 	for (uint64_t sl = 0; ok && sl < (uint64_t)(t->ne[2] * t->ne[3]); sl++) {
-		qc_plan_gather_slice(m, t, sl, row, buf);
+		qc_plan_gather_slice(m, t, sl, buf);
 		ok = qc_nvfp4_swz_data_fits(t->type, ne, buf, why);
 	}
 	if (!buf)

@@ -94,9 +94,8 @@ int qc_plan_note(struct qc_plan *p, const char *fmt, ...) __attribute__((format(
 /* Whether t is one whole source tensor (not fused, not a shard's cut). */
 bool qc_plan_tensor_whole(const struct qc_plan_tensor *t);
 
-/* Copy slice sl of t's ggml rows (t->ne[1] rows of row_bytes) from its parts into out,
- * releasing the source pages read. */
-void qc_plan_gather_slice(const struct qc_gguf_model *m, const struct qc_plan_tensor *t, uint64_t sl,
-			  uint64_t row_bytes, uint8_t *out);
+/* Copy slice sl of t's ggml rows (t->ne[1] rows of ne[0] elements) from its parts into
+ * out, releasing the source pages read. */
+void qc_plan_gather_slice(const struct qc_gguf_model *m, const struct qc_plan_tensor *t, uint64_t sl, uint8_t *out);
 
 #endif

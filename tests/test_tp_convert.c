@@ -1,6 +1,7 @@
 /* test_tp_convert.c — `qconvert --tp N` (docs/tp.md) through the CLI ($QC_BIN/qconvert).
  * For dense llama, GQA, MoE (fused gate|up and --no-fuse), tied embeddings, qwen2
  * biases, a shared expert (qwen2moe), Phi-3's fused attn_qkv and gate|up ffn_up,
+ * Gemma 2/3 (post norms, q/k norms), qwen3 and qwen3moe,
  * llama.cpp-quantized fixtures, a GPTQ checkpoint and a GGUF with act-order
  * permutations on its row-split weights, for targets cpu and sm90 (marlin layouts),
  * NVFP4 checkpoints on sm100 (nvfp4_swz), and N = 1, 2, 4 where the widths divide:
@@ -519,6 +520,12 @@ static void generated_cases(void)
 		  NULL, n12, 2 },
 		{ "phi3 qkv + gate|up q8_0", "--preset tiny --arch phi3 --n-embd 256 --n-ff 512 --n-vocab 512 --type q8_0",
 		  NULL, n12, 2 },
+		{ "llama3 rope_freqs q8_0", "--preset tiny --rope-scaling llama3 --type q8_0", NULL, n12, 2 },
+		{ "phi3 LongRoPE tables q8_0", "--preset tiny --arch phi3 --rope-scaling longrope --type q8_0", NULL, n12, 2 },
+		{ "gemma2 post norms, tied q8_0", "--preset tiny --arch gemma2 --type q8_0", NULL, n12, 2 },
+		{ "gemma3 q/k norms q8_0", "--preset tiny --arch gemma3 --type q8_0", NULL, n12, 2 },
+		{ "qwen3 q/k norms q4_0", "--preset tiny --arch qwen3 --type q4_0", NULL, n12, 2 },
+		{ "qwen3moe q8_0", "--preset tiny --arch qwen3moe --n-expert 4 --n-expert-used 2 --type q8_0", NULL, n12, 2 },
 	};
 	for (size_t i = 0; i < sizeof mk / sizeof mk[0]; i++) {
 		snprintf(p, sizeof p, "%s/mk%zu.gguf", tmpdir, i);
