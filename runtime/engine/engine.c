@@ -15,6 +15,10 @@
  * none in the scheduler until its fork, so it is named by the first choice's
  * id with i in the bits the scheduler never sets (QC_SCHED_ID_SLOT_BITS) and
  * keeps that name; each req holds its scheduler id apart (sid).
+ * Tensor parallelism (opts.tp, a --tp bundle): backend_tp.c wraps the chosen
+ * backend, one rank thread and instance each; the K/V pool is sized from one
+ * rank's block bytes (its K/V heads), every rank holding that many blocks; the
+ * engine's model is then the weightless whole (config, vocabulary, tokenizer).
  */
 #include "engine.h"
 
