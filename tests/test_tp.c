@@ -20,6 +20,9 @@
  *   heads. forward_top through the ranks (an inner backend that selects, and
  *   flags every third slice with its row intact) samples exactly as the full
  *   rows do; a NaN in one rank's slice fails that request alone, naming it.
+ * - Errors: a rank whose create fails fails qc_engine_new with its message; a
+ *   forward every rank refuses (before any all-reduce) leaves the backend usable,
+ *   one that fails on one rank only makes every later forward fail.
  * - The command line: qrun --tp 2 on a plain bundle and --tp 3 on a 2-rank
  *   bundle are refused with a message, qrun bench --tp 2 runs, --help lists --tp.
  */
@@ -669,6 +672,95 @@ static void forward_top(const char *tq)
 	run_free(&pois);
 }
 
+/* ---- errors ------------------------------------------------------------------ */
+
+/* An inner backend that fails: create on rank 1 (mode 1); the first forward on
+ * every rank, before any all-reduce (mode 2); the first forward on rank 1 only,
+ * after its all-reduces (mode 3). Each rank thread touches only its own counter. */
+static int fail_mode;
+static int fail_calls[QC_TP_MAX];
+
+static int flaky_create(const struct qc_model *m, const struct qc_backend_params *p, void **state, struct qc_err *err)
+{
+	if (fail_mode == 1 && m->tp.rank == 1)
+		return qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "test: rank 1 cannot be made");
+	return cpu_create(m, p, state, err);
+}
+
+static int flaky_forward(void *state, const struct qc_sched_plan *plan, float *logits, struct qc_err *err)
+{
+	const struct cpu *c = state;
+	const int r = c->m->tp.rank, first = fail_calls[r]++ == 0;
+	if (fail_mode == 2 && first)
+		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "test: rank %d refuses the plan", r);
+	int rc = cpu_forward(state, plan, logits, err);
+	if (!rc && fail_mode == 3 && first && r == 1)
+		return qc_err_set(err, QC_EIO, NULL, NULL, -1, "test: rank 1 failed after its all-reduces");
+	return rc;
+}
+
+static void errors(const char *tq)
+{
+	struct qc_err err = {0};
+	struct qc_engine *e = NULL;
+	struct qc_engine_opts o;
+	struct qc_backend_ops flaky = qc_backend_cpu;
+	flaky.name = "cpu-flaky";
+	flaky.create = flaky_create;
+	flaky.forward = flaky_forward;
+	int32_t ids[24];
+	uint64_t s = 3;
+	for (int i = 0; i < 24; i++)
+		ids[i] = 1 + (int32_t)(lcg(&s) % 200);
+	double clean = 0.0, nll = 0.0;
+
+	qc_engine_opts_init(&o);
+	o.n_threads = 2;
+	o.max_seq_tokens = 64;
+	int rc = qc_engine_new(tq, &o, &e, &err);
+	if (!rc)
+		rc = qc_engine_score(e, ids, 24, 0, &clean, &err);
+	CHECK(rc == QC_OK, "clean score: %s", err.msg);
+	qc_engine_free(e);
+	e = NULL;
+
+	o.backend = &flaky;
+	fail_mode = 1;
+	rc = qc_engine_new(tq, &o, &e, &err);
+	CHECK(rc == QC_ENOMEM && !e && strstr(err.msg, "rank 1 cannot be made"), "a rank's failed create: %d %s", rc,
+	      err.msg);
+
+	fail_mode = 2;
+	memset(fail_calls, 0, sizeof fail_calls);
+	rc = qc_engine_new(tq, &o, &e, &err);
+	CHECK(rc == QC_OK, "engine: %s", err.msg);
+	if (!rc) {
+		rc = qc_engine_score(e, ids, 24, 0, &nll, &err);
+		CHECK(rc == QC_EINVAL && strstr(err.msg, "rank 0 refuses"), "every rank failing: %d %s (rank 0's first)",
+		      rc, err.msg);
+		rc = qc_engine_score(e, ids, 24, 0, &nll, &err);
+		CHECK(rc == QC_OK && nll == clean, "after a forward every rank refused: %d %s, nll %.9g vs %.9g", rc,
+		      err.msg, nll, clean);
+	}
+	qc_engine_free(e);
+	e = NULL;
+
+	fail_mode = 3;
+	memset(fail_calls, 0, sizeof fail_calls);
+	rc = qc_engine_new(tq, &o, &e, &err);
+	CHECK(rc == QC_OK, "engine: %s", err.msg);
+	if (!rc) {
+		rc = qc_engine_score(e, ids, 24, 0, &nll, &err);
+		CHECK(rc == QC_EIO && strstr(err.msg, "rank 1 failed"), "one rank failing: %d %s", rc, err.msg);
+		rc = qc_engine_score(e, ids, 24, 0, &nll, &err);
+		CHECK(rc == QC_EIO && strstr(err.msg, "out of step"), "after one rank failed: %d %s", rc, err.msg);
+	}
+	qc_engine_free(e); /* joins the idle rank threads */
+	fail_mode = 0;
+	printf("  errors: a rank's create failure is returned; a forward every rank refuses leaves the backend usable "
+	       "(score %.6f again); one rank failing stops every later forward\n", clean);
+}
+
 /* ---- the command line ------------------------------------------------------- */
 
 static int run_cli(const char *const *args, const char *errp, char **err_text)
@@ -744,6 +836,7 @@ int main(void)
 		flaws(qb, dir);
 		identities(qb, tq);
 		forward_top(tq);
+		errors(tq);
 		cli(qb, tq, dir);
 		unlink(tq);
 	}
