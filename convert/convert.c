@@ -22,6 +22,7 @@
 
 #include "arch.h"
 #include "bundle.h"
+#include "bundle_tp.h"
 #include "gguf_meta.h"
 #include "plan.h"
 #include "progress.h"
@@ -195,13 +196,7 @@ static int write_packed(const struct qc_gguf_model *m, struct qc_bundle_writer *
 	uint8_t *in = malloc((size_t)slice + 1), *out = malloc((size_t)packed + 1);
 	int rc = in && out ? QC_OK : qc_err_set(err, QC_ENOMEM, NULL, t->name, -1, "out of memory packing a slice");
 	for (uint64_t sl = 0; !rc && sl < slices; sl++) {
-		for (int k = 0; k < t->n_parts; k++) {
-			const struct qc_plan_part *pp = &t->parts[k];
-			const struct qc_gguf *g = m->files[pp->src->file_idx];
-			uint64_t span = (uint64_t)pp->n_rows * row, off = pp->src->data_off + sl * span;
-			memcpy(in + (uint64_t)pp->row0 * row, g->map + off, (size_t)span);
-			qc_map_release(&g->file, off, span);
-		}
+		qc_plan_gather_slice(m, t, sl, row, in);
 		/* i4z/i8z round scale/offset to fp16: measure what that costs */
 		const bool measure = qc_marlin_has_offsets(t->layout);
 		struct qc_marlin_err e;
@@ -218,6 +213,48 @@ static int write_packed(const struct qc_gguf_model *m, struct qc_bundle_writer *
 	return rc;
 }
 
+/* Layout ggml, made of parts (fused, or a --tp shard's cut): per slice, per part, its
+ * rows; whole rows are streamed as one span, a column range of each row (a column
+ * shard) is gathered into a bounded buffer first. */
+static int write_parts(const struct qc_gguf_model *m, struct qc_bundle_writer *w, const struct qc_plan_tensor *t,
+		       struct qc_progress *pr, struct qc_err *err)
+{
+	const uint64_t slices = (uint64_t)t->ne[2] * (uint64_t)t->ne[3];
+	uint8_t *buf = NULL;
+	int rc = QC_OK;
+	for (uint64_t sl = 0; !rc && sl < slices; sl++)
+		for (int k = 0; !rc && k < t->n_parts; k++) {
+			const struct qc_plan_part *pp = &t->parts[k];
+			const struct qc_gguf_tensor *s = pp->src;
+			const struct qc_gguf *g = m->files[s->file_idx];
+			const struct qc_type_traits *tt = qc_type_get(s->type);
+			uint64_t src_row;
+			QC_ASSERT(qc_type_row_bytes(s->type, (uint64_t)s->ne[0], &src_row) == QC_OK);
+			const uint64_t c0 = (uint64_t)(pp->col0 / tt->block_elems) * tt->block_bytes;
+			const uint64_t cn = (uint64_t)(pp->n_cols / tt->block_elems) * tt->block_bytes;
+			const uint64_t base = s->data_off + (sl * (uint64_t)s->ne[1] + (uint64_t)pp->src_row0) * src_row;
+			if (cn == src_row) {
+				rc = stream(w, g, base, (uint64_t)pp->n_rows * src_row, pr, err);
+				continue;
+			}
+			const uint64_t per = cn < QC_STREAM_CHUNK ? QC_STREAM_CHUNK / cn : 1;
+			if (!buf && !(buf = malloc((size_t)(per * cn)))) {
+				rc = qc_err_set(err, QC_ENOMEM, NULL, t->name, -1, "out of memory gathering columns");
+				break;
+			}
+			for (uint64_t r = 0; !rc && r < (uint64_t)pp->n_rows; r += per) {
+				const uint64_t nr = (uint64_t)pp->n_rows - r < per ? (uint64_t)pp->n_rows - r : per;
+				for (uint64_t i = 0; i < nr; i++)
+					memcpy(buf + i * cn, g->map + base + (r + i) * src_row + c0, (size_t)cn);
+				qc_map_release(&g->file, base + r * src_row, nr * src_row);
+				rc = qc_bundle_writer_write(w, buf, nr * cn, err);
+				qc_progress_add(pr, nr * cn);
+			}
+		}
+	free(buf);
+	return rc;
+}
+
 static int write_tensor(const struct qc_gguf_model *m, struct qc_bundle_writer *w, struct qc_plan_tensor *t,
 			struct qc_progress *pr, struct qc_err *err)
 {
@@ -228,17 +265,11 @@ static int write_tensor(const struct qc_gguf_model *m, struct qc_bundle_writer *
 	QC_ASSERT(qc_type_row_bytes(t->type, (uint64_t)t->ne[0], &row) == QC_OK);
 	if (t->layout != QC_LAYOUT_GGML) {
 		rc = write_packed(m, w, t, row, pr, err);
-	} else if (t->n_parts == 1) {
+	} else if (qc_plan_tensor_whole(t)) {
 		const struct qc_gguf_tensor *s = t->parts[0].src;
 		rc = stream(w, m->files[s->file_idx], s->data_off, s->n_bytes, pr, err);
 	} else {
-		uint64_t slices = (uint64_t)t->ne[2] * (uint64_t)t->ne[3];
-		for (uint64_t sl = 0; !rc && sl < slices; sl++)
-			for (int k = 0; !rc && k < t->n_parts; k++) {
-				const struct qc_plan_part *pp = &t->parts[k];
-				uint64_t span = (uint64_t)pp->n_rows * row;
-				rc = stream(w, m->files[pp->src->file_idx], pp->src->data_off + sl * span, span, pr, err);
-			}
+		rc = write_parts(m, w, t, pr, err);
 	}
 	if (!rc)
 		rc = qc_bundle_writer_end(w, &t->xxh3, err);
@@ -268,12 +299,14 @@ static cJSON *tensor_json(const struct qc_plan_tensor *t)
 	cJSON_AddNumberToObject(j, "size", (double)t->size);
 	qc_bundle_hash_hex(t->xxh3, hex);
 	cJSON_AddStringToObject(j, "xxh3", hex);
-	if (t->n_parts > 1) {
+	if (t->fused) {
 		cJSON *parts = cJSON_AddArrayToObject(j, "parts");
 		for (int k = 0; k < t->n_parts; k++) {
 			cJSON *p = cJSON_CreateObject();
+			char pn[QC_PLAN_NAME_MAX + QC_TP_PREFIX_MAX];
+			snprintf(pn, sizeof pn, "%.*s%s", t->base_off, t->name, t->parts[k].src->name); /* "tp<r>." */
 			cJSON_AddItemToArray(parts, p);
-			cJSON_AddStringToObject(p, "name", t->parts[k].src->name);
+			cJSON_AddStringToObject(p, "name", pn);
 			cJSON_AddNumberToObject(p, "row0", (double)t->parts[k].row0);
 			cJSON_AddNumberToObject(p, "rows", (double)t->parts[k].n_rows);
 		}
@@ -303,6 +336,36 @@ static void warn_arch(const char *in, const cJSON *man)
 					qc_arch_feat_list(qc_arch_missing_on(&d, (enum qc_arch_backend)b), list, sizeof list));
 }
 
+/* --tp N: the plan's shards, cut by the widths of the config the manifest will hold. */
+static int shard_plan(const struct qc_gguf_model *m, struct qc_plan *plan, const struct qc_convert_opts *o,
+		      struct qc_err *err)
+{
+	cJSON *scratch = cJSON_CreateObject();
+	int rc = scratch ? qc_meta_from_gguf(m, scratch, err) : qc_err_set(err, QC_ENOMEM, o->in, NULL, -1, "out of memory");
+	if (!rc)
+		rc = qc_plan_shard(plan, m, o->target, o->tp, cJSON_GetObjectItemCaseSensitive(scratch, "config"), err);
+	cJSON_Delete(scratch);
+	if (rc && !err->path[0])
+		qc_err_set(err, rc, o->in_label ? o->in_label : o->in, err->tensor, err->off, "%s", err->msg);
+	return rc;
+}
+
+/* The manifest's "tp" object (bundle_tp.h reads it back). */
+static int add_tp(cJSON *man, const struct qc_plan *plan)
+{
+	cJSON *tp = cJSON_AddObjectToObject(man, "tp");
+	cJSON *voc = tp && cJSON_AddNumberToObject(tp, "size", plan->tp_size) ? cJSON_AddArrayToObject(tp, "vocab") : NULL;
+	if (!voc)
+		return QC_ENOMEM;
+	for (int r = 0; r < plan->tp_size; r++) {
+		const double v[2] = { (double)plan->tp_vocab[r][0], (double)plan->tp_vocab[r][1] };
+		cJSON *e = cJSON_CreateDoubleArray(v, 2);
+		if (!e || !cJSON_AddItemToArray(voc, e))
+			return QC_ENOMEM;
+	}
+	return QC_OK;
+}
+
 int qc_convert_gguf(const struct qc_convert_opts *o, struct qc_convert_stats *st, struct qc_err *err)
 {
 	struct qc_gguf_model *m = NULL;
@@ -321,6 +384,8 @@ int qc_convert_gguf(const struct qc_convert_opts *o, struct qc_convert_stats *st
 	if (rc)
 		goto out;
 	rc = qc_plan_build(m, o->target, o->plan_flags, &plan, err);
+	if (!rc && o->tp)
+		rc = shard_plan(m, plan, o, err);
 	if (rc) {
 		if (!err->path[0])
 			qc_err_set(err, rc, o->in, err->tensor, err->off, "%s", err->msg);
@@ -366,6 +431,8 @@ int qc_convert_gguf(const struct qc_convert_opts *o, struct qc_convert_stats *st
 	}
 	if (!rc)
 		rc = qc_meta_from_gguf(m, man, err);
+	if (!rc && plan->tp_size && add_tp(man, plan))
+		rc = qc_err_set(err, QC_ENOMEM, o->in, NULL, -1, "out of memory");
 	if (!rc && o->verbose)
 		warn_arch(o->in_label ? o->in_label : o->in, man);
 	if (!rc)

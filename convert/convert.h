@@ -23,6 +23,8 @@ struct qc_convert_opts {
 				     * hf_convert.c passes for its temporary GGUF */
 	const char *in_label;      /* NULL: notes name in; else the name the user gave
 				    * (hf_convert.c: the checkpoint, not its temporary GGUF) */
+	int tp;                    /* 0: a plain bundle; 1..QC_TP_MAX: shards for that many ranks
+				    * (docs/tp.md, plan.h qc_plan_shard) */
 };
 
 /* Stats a caller may report. */

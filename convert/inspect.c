@@ -6,7 +6,9 @@
 #include <string.h>
 
 #include "arch.h"
+#include "bundle_tp.h"
 #include "gguf_meta.h"
+#include "tp_rules.h"
 
 static void add_tensor(cJSON *arr, const char *name, uint32_t n_dims, const int64_t *ne, const char *enc,
 		       uint64_t off, uint64_t size)
@@ -147,6 +149,52 @@ cJSON *qc_inspect_gguf(const struct qc_gguf_model *m, struct qc_err *err)
 	return r;
 }
 
+/* A rank's FFN width of one kind: its first layer's down matrix columns (0: none). */
+static double rank_ff(const struct qc_bundle *b, int r, const char *down)
+{
+	const struct qc_bundle_tensor *t = qc_bundle_tp_find(b, r, down);
+	return t ? (double)t->ne[0] : 0;
+}
+
+/* "tp": the plan of a --tp bundle, per rank: its byte range and tensor bytes, its
+ * local widths (the whole model's over the ranks; FFN widths read off its shards)
+ * and its vocabulary range. */
+static int add_tp(cJSON *r, const struct qc_bundle *b, struct qc_err *err)
+{
+	struct qc_bundle_tp tp;
+	int rc = qc_bundle_tp_read(b, &tp, err);
+	if (rc || !tp.size)
+		return rc;
+	const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(b->manifest, "config");
+	const double nh = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(cfg, "n_head"));
+	const cJSON *kv = cJSON_GetObjectItemCaseSensitive(cfg, "n_head_kv");
+	cJSON *o = cJSON_AddObjectToObject(r, "tp");
+	cJSON_AddNumberToObject(o, "size", tp.size);
+	cJSON *ranks = cJSON_AddArrayToObject(o, "ranks");
+	for (int k = 0; k < tp.size; k++) {
+		uint64_t bytes = 0;
+		const char *base;
+		for (uint64_t i = 0; i < b->n_tensors; i++)
+			if (qc_bundle_tp_rank_of(b->tensors[i].name, &base) == k)
+				bytes += b->tensors[i].size;
+		cJSON *e = cJSON_CreateObject();
+		cJSON_AddItemToArray(ranks, e);
+		cJSON_AddNumberToObject(e, "rank", k);
+		cJSON_AddNumberToObject(e, "offset", (double)tp.lo[k]);
+		cJSON_AddNumberToObject(e, "end", (double)tp.hi[k]);
+		cJSON_AddNumberToObject(e, "bytes", (double)bytes);
+		cJSON_AddNumberToObject(e, "n_tensors", (double)tp.n_tensors[k]);
+		cJSON_AddNumberToObject(e, "n_head", nh / tp.size);
+		cJSON_AddNumberToObject(e, "n_head_kv", (cJSON_IsNumber(kv) ? kv->valuedouble : nh) / tp.size);
+		cJSON_AddNumberToObject(e, "n_ff", rank_ff(b, k, "blk.0.ffn_down.weight"));
+		cJSON_AddNumberToObject(e, "n_ff_expert", rank_ff(b, k, "blk.0.ffn_down_exps.weight"));
+		cJSON_AddNumberToObject(e, "n_ff_shexp", rank_ff(b, k, "blk.0.ffn_down_shexp.weight"));
+		const double v[2] = { tp.vocab0[k], tp.n_vocab[k] };
+		cJSON_AddItemToObject(e, "vocab", cJSON_CreateDoubleArray(v, 2));
+	}
+	return QC_OK;
+}
+
 cJSON *qc_inspect_bundle(const struct qc_bundle *b, struct qc_err *err)
 {
 	cJSON *r = cJSON_CreateObject();
@@ -167,14 +215,26 @@ cJSON *qc_inspect_bundle(const struct qc_bundle *b, struct qc_err *err)
 			cJSON_AddItemToObject(r, copy[i], cJSON_Duplicate(x, 1));
 	}
 	add_common(r, b->manifest);
+	if (add_tp(r, b, err)) {
+		cJSON_Delete(r);
+		return NULL;
+	}
 	uint64_t params = 0;
+	const bool is_tp = cJSON_GetObjectItemCaseSensitive(r, "tp") != NULL;
 	cJSON *by = cJSON_CreateObject();
 	cJSON *ts = cJSON_CreateArray();
 	for (uint64_t i = 0; i < b->n_tensors; i++) {
 		const struct qc_bundle_tensor *t = &b->tensors[i];
 		char enc[64];
 		snprintf(enc, sizeof enc, "%s/%s", qc_type_get(t->type)->name, qc_layout_name(t->layout));
-		params += (uint64_t)(t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]);
+		const char *base;
+		const struct qc_tp_rule *rule = NULL;
+		const int rank = is_tp ? qc_bundle_tp_rank_of(t->name, &base) : -1;
+		if (rank > 0)
+			rule = qc_tp_rule_of(base);
+		/* the model's parameters: a replicated tensor once (rank 0's), the shards of a split one added up */
+		if (!rule || (rule->split != QC_TP_REPLICATE && rule->split != QC_TP_PERM))
+			params += (uint64_t)(t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]);
 		add_bytes(by, enc, t->size);
 		add_tensor(ts, t->name, t->n_dims, t->ne, enc, t->off, t->size);
 		if (t->n_parts) {
@@ -282,6 +342,25 @@ void qc_inspect_print(const cJSON *r, FILE *out)
 			n_or(sp, "eos", -1), cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(tok, "chat_template")) ? ", chat template" : "");
 	} else {
 		fprintf(out, "tokenizer:     none\n");
+	}
+	const cJSON *tp = cJSON_GetObjectItemCaseSensitive(r, "tp");
+	if (tp) {
+		fprintf(out, "tensor parallel: %.0f ranks, each one byte range (docs/tp.md)\n", n_or(tp, "size", 0));
+		const cJSON *k;
+		cJSON_ArrayForEach(k, cJSON_GetObjectItemCaseSensitive(tp, "ranks")) {
+			const cJSON *v = cJSON_GetObjectItemCaseSensitive(k, "vocab");
+			const double v0 = cJSON_GetNumberValue(cJSON_GetArrayItem(v, 0)), vn = cJSON_GetNumberValue(cJSON_GetArrayItem(v, 1));
+			fprintf(out, "  rank %.0f: bytes [%.0f, %.0f), %.0f in %.0f tensors; heads %.0f, kv heads %.0f", n_or(k, "rank", 0),
+				n_or(k, "offset", 0), n_or(k, "end", 0), n_or(k, "bytes", 0), n_or(k, "n_tensors", 0),
+				n_or(k, "n_head", 0), n_or(k, "n_head_kv", 0));
+			if (n_or(k, "n_ff", 0) > 0)
+				fprintf(out, ", ff %.0f", n_or(k, "n_ff", 0));
+			if (n_or(k, "n_ff_expert", 0) > 0)
+				fprintf(out, ", ff per expert %.0f", n_or(k, "n_ff_expert", 0));
+			if (n_or(k, "n_ff_shexp", 0) > 0)
+				fprintf(out, ", ff shared expert %.0f", n_or(k, "n_ff_shexp", 0));
+			fprintf(out, "; vocabulary [%.0f, %.0f)\n", v0, v0 + vn);
+		}
 	}
 	fprintf(out, "bytes by encoding:\n");
 	const cJSON *e;

@@ -10,8 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int note(struct qc_plan *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int note(struct qc_plan *p, const char *fmt, ...)
+int qc_plan_note(struct qc_plan *p, const char *fmt, ...)
 {
 	char buf[512];
 	va_list ap;
@@ -45,13 +44,73 @@ static bool fusable(const struct qc_gguf_tensor *g, const struct qc_gguf_tensor 
 	       g->ne[1] == u->ne[1] && g->ne[2] == u->ne[2] && g->ne[3] == 1;
 }
 
-static int finish_tensor(const struct qc_gguf_model *m, struct qc_plan *p, struct qc_plan_tensor *t,
-			 enum qc_target tgt, struct qc_err *err)
+bool qc_plan_tensor_whole(const struct qc_plan_tensor *t)
+{
+	const struct qc_plan_part *pp = &t->parts[0];
+	return t->n_parts == 1 && pp->src_row0 == 0 && pp->n_rows == pp->src->ne[1] && pp->col0 == 0 &&
+	       pp->n_cols == pp->src->ne[0];
+}
+
+void qc_plan_gather_slice(const struct qc_gguf_model *m, const struct qc_plan_tensor *t, uint64_t sl,
+			  uint64_t row_bytes, uint8_t *out)
+{
+	(void)row_bytes; /* every part's rows add up to the slice's t->ne[1] rows of row_bytes */
+	for (int k = 0; k < t->n_parts; k++) {
+		const struct qc_plan_part *pp = &t->parts[k];
+		const struct qc_gguf_tensor *s = pp->src;
+		const struct qc_gguf *g = m->files[s->file_idx];
+		const struct qc_type_traits *tt = qc_type_get(s->type);
+		uint64_t src_row, n;
+		QC_ASSERT(qc_type_row_bytes(s->type, (uint64_t)s->ne[0], &src_row) == QC_OK);
+		const uint64_t c0 = (uint64_t)(pp->col0 / tt->block_elems) * tt->block_bytes;
+		const uint64_t cn = (uint64_t)(pp->n_cols / tt->block_elems) * tt->block_bytes;
+		const uint64_t base = s->data_off + (sl * (uint64_t)s->ne[1] + (uint64_t)pp->src_row0) * src_row;
+		if (cn == src_row) { /* whole rows: one span */
+			n = (uint64_t)pp->n_rows * src_row;
+			memcpy(out, g->map + base, (size_t)n);
+			out += n;
+		} else {
+			for (int64_t r = 0; r < pp->n_rows; r++, out += cn)
+				memcpy(out, g->map + base + (uint64_t)r * src_row + c0, (size_t)cn);
+			n = (uint64_t)pp->n_rows * src_row;
+		}
+		qc_map_release(&g->file, base, n);
+	}
+}
+
+/* nvfp4_swz keeps e4m3 codes over a global scale per row: the blocks' f32 scales must
+ * be exactly that (hfq_ct.c writes fl(e4m3/global)); a shard's rows are gathered to
+ * check them as they will be stored. */
+static bool nvfp4_fits(const struct qc_gguf_model *m, const struct qc_plan_tensor *t, const char **why)
+{
+	const struct qc_gguf_tensor *s = t->parts[0].src;
+	if (qc_plan_tensor_whole(t)) {
+		bool ok = qc_nvfp4_swz_data_fits(t->type, t->ne, qc_gguf_model_data(m, s), why);
+		qc_map_release(&m->files[s->file_idx]->file, s->data_off, s->n_bytes);
+		return ok;
+	}
+	uint64_t row;
+	QC_ASSERT(qc_type_row_bytes(t->type, (uint64_t)t->ne[0], &row) == QC_OK);
+	const int64_t ne[4] = { t->ne[0], t->ne[1], 1, 1 };
+	uint8_t *buf = malloc((size_t)(row * (uint64_t)t->ne[1]) + 1);
+	bool ok = buf != NULL;
+	for (uint64_t sl = 0; ok && sl < (uint64_t)(t->ne[2] * t->ne[3]); sl++) {
+		qc_plan_gather_slice(m, t, sl, row, buf);
+		ok = qc_nvfp4_swz_data_fits(t->type, ne, buf, why);
+	}
+	if (!buf)
+		*why = "out of memory checking its scales";
+	free(buf);
+	return ok;
+}
+
+int qc_plan_finish_tensor(const struct qc_gguf_model *m, struct qc_plan *p, struct qc_plan_tensor *t,
+			  enum qc_target tgt, struct qc_err *err)
 {
 	const char *why = NULL;
 	t->layout = qc_target_layout_for(tgt, t->type, t->ne, t->n_dims, &why);
 	/* embeddings are gathered by row, never multiplied: the GPU reads ggml rows */
-	if (t->layout != QC_LAYOUT_GGML && strcmp(t->name, "token_embd.weight") == 0) {
+	if (t->layout != QC_LAYOUT_GGML && strcmp(t->name + t->base_off, "token_embd.weight") == 0) {
 		t->layout = QC_LAYOUT_GGML;
 		why = "rows are gathered by token id";
 	}
@@ -63,27 +122,28 @@ static int finish_tensor(const struct qc_gguf_model *m, struct qc_plan *p, struc
 		t->layout = QC_LAYOUT_GGML;
 		why = "stacked experts: the grouped MoE GEMM reads ggml blocks";
 	}
-	/* a fused half is addressed as rows row0.. of each slice: it must start on a stripe
-	 * (the layout table's row alignment); a layout without fused halves stays ggml */
+	/* a fused half (a shard's section) is addressed as rows row0.. of each slice: it must
+	 * start on a stripe (the layout table's row alignment); a layout without fused
+	 * halves stays ggml */
+	bool off_stripe = false;
+	for (int k = 1; k < t->n_parts && t->n_dims > 1 && qc_layout_row_align(t->layout) > 0; k++)
+		off_stripe |= t->parts[k].row0 % qc_layout_row_align(t->layout) != 0;
 	if (t->n_parts > 1 && !qc_layout_fusable(t->layout)) {
 		t->layout = QC_LAYOUT_GGML;
 		why = "fused halves (the nvfp4_swz kernels take whole matrices)"; /* the one such layout */
-	} else if (t->n_parts > 1 && t->parts[1].row0 % qc_layout_row_align(t->layout)) {
+	} else if (off_stripe) {
 		t->layout = QC_LAYOUT_GGML;
-		why = "the fused halves do not start on a stripe boundary";
+		why = t->fused ? "the fused halves do not start on a stripe boundary"
+			       : "the sections of this shard do not start on a stripe boundary";
 	}
-	/* nvfp4_swz keeps e4m3 codes over a global scale: the blocks' f32 scales must be
-	 * exactly that (hfq_ct.c writes fl(e4m3/global)); nothing is re-quantized */
-	if (t->layout == QC_LAYOUT_NVFP4_SWZ) {
-		const struct qc_gguf_tensor *s = t->parts[0].src;
-		if (!qc_nvfp4_swz_data_fits(t->type, t->ne, qc_gguf_model_data(m, s), &why))
-			t->layout = QC_LAYOUT_GGML;
-		qc_map_release(&m->files[s->file_idx]->file, s->data_off, s->n_bytes);
-	}
-	if (why && note(p, "%s (%s, [%lld, %lld]): kept in layout ggml instead of %s: %s", t->name,
+	/* nothing is re-quantized: scales nvfp4_swz cannot keep exactly stay ggml */
+	if (t->layout == QC_LAYOUT_NVFP4_SWZ && !nvfp4_fits(m, t, &why))
+		t->layout = QC_LAYOUT_GGML;
+	if (why && qc_plan_note(p, "%s (%s, [%lld, %lld]): kept in layout ggml instead of %s: %s", t->name,
 			qc_type_get(t->type)->name, (long long)t->ne[0], (long long)t->ne[1],
 			qc_layout_name(qc_target_layout(tgt, t->type, t->n_dims)), why))
 		return qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
+	t->note = why ? p->n_notes - 1 : -1;
 	int rc = qc_layout_bytes(t->layout, t->type, t->ne, &t->size);
 	if (rc)
 		return qc_err_set(err, QC_EFORMAT, NULL, t->name, -1, "shape does not fit layout %s",
@@ -137,14 +197,14 @@ int qc_plan_build(const struct qc_gguf_model *m, enum qc_target tgt, unsigned fl
 			snprintf(upn, sizeof upn, "blk.%ld.ffn_up_exps.weight", layer);
 			up = qc_gguf_model_find(m, upn);
 			if (up && !fusable(s, up)) {
-				if (note(p, "blk.%ld: ffn_gate_exps (%s) and ffn_up_exps (%s) differ in encoding or shape; kept separate",
+				if (qc_plan_note(p, "blk.%ld: ffn_gate_exps (%s) and ffn_up_exps (%s) differ in encoding or shape; kept separate",
 					 layer, qc_type_get(s->type)->name, qc_type_get(up->type)->name)) {
 					rc = qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
 					goto fail;
 				}
 				up = NULL;
 			} else if (up && !qc_layout_fusable(qc_target_layout(tgt, s->type, s->n_dims))) {
-				if (note(p, "blk.%ld: ffn_gate_exps and ffn_up_exps kept separate: nvfp4_swz matrices are not fused (their kernels take whole matrices)",
+				if (qc_plan_note(p, "blk.%ld: ffn_gate_exps and ffn_up_exps kept separate: nvfp4_swz matrices are not fused (their kernels take whole matrices)",
 					 layer)) {
 					rc = qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
 					goto fail;
@@ -155,17 +215,19 @@ int qc_plan_build(const struct qc_gguf_model *m, enum qc_target tgt, unsigned fl
 		t->n_dims = s->n_dims;
 		memcpy(t->ne, s->ne, sizeof t->ne);
 		t->type = s->type;
-		t->parts[0] = (struct qc_plan_part){ s, 0, s->ne[1] };
+		t->parts[0] = (struct qc_plan_part){ s, 0, s->ne[1], 0, 0, s->ne[0] };
 		t->n_parts = 1;
+		t->rank = -1;
 		if (up) {
 			snprintf(t->name, sizeof t->name, "blk.%ld.ffn_gate_up_exps.weight", layer);
 			t->ne[1] = 2 * s->ne[1];
-			t->parts[1] = (struct qc_plan_part){ up, s->ne[1], up->ne[1] };
+			t->parts[1] = (struct qc_plan_part){ up, s->ne[1], up->ne[1], 0, 0, up->ne[0] };
 			t->n_parts = 2;
+			t->fused = true;
 		} else {
 			snprintf(t->name, sizeof t->name, "%s", s->name);
 		}
-		rc = finish_tensor(m, p, t, tgt, err);
+		rc = qc_plan_finish_tensor(m, p, t, tgt, err);
 		if (rc)
 			goto fail;
 		p->total_bytes += t->size;

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "bundle.h"
+#include "bundle_tp.h"
 #include "convert.h"
 #include "dump.h"
 #include "hf_convert.h"
@@ -24,7 +25,7 @@
 static const char *prog = "qconvert";
 
 static const char usage_main[] =
-	"usage: qconvert MODEL --target {cpu,sm80,sm86,sm89,sm90,sm100} [-o OUT.qb] [options]\n"
+	"usage: qconvert MODEL --target {cpu,sm80,sm86,sm89,sm90,sm100} [-o OUT.qb] [--tp N] [options]\n"
 	"       qconvert inspect FILE [--json]\n"
 	"       qconvert verify BUNDLE [--deep]\n"
 	"       qconvert dump FILE TENSOR [-o OUT.f32]\n"
@@ -40,6 +41,12 @@ static const char usage_main[] =
 	"  -o, --out F    output bundle (default: MODEL.<target>.qb beside the input)\n"
 	"  --align N      tensor data alignment in bytes, a power of two >= 4096 (default 4096)\n"
 	"  --no-fuse      keep MoE gate and up experts as separate tensors\n"
+	"  --tp N         shard for N-way tensor parallelism (1 to 8): rank r's members\n"
+	"                 'tp<r>.<name>' hold its heads, FFN rows/columns and vocabulary\n"
+	"                 range, each rank's in one byte range (docs/tp.md). n_head,\n"
+	"                 n_head_kv and the FFN widths must be divisible by N; refused, naming\n"
+	"                 the tensor, otherwise (and for a column split off the encoding's\n"
+	"                 blocks or of a GPTQ act-order weight)\n"
 	"  -q, --quiet    no notes or summary on stderr\n"
 	"  -h, --help     this text; 'qconvert CMD --help' for a subcommand\n"
 	"  --version      print the version\n"
@@ -52,7 +59,8 @@ static const char usage_main[] =
 static const char usage_inspect[] =
 	"usage: qconvert inspect FILE [--json]\n"
 	"Describe a .gguf or a bundle: architecture, parameter count, bytes per encoding,\n"
-	"tokenizer summary and every tensor (name, shape ne[0..], encoding, offset, size).\n"
+	"tokenizer summary and every tensor (name, shape ne[0..], encoding, offset, size); for a\n"
+	"--tp bundle also each rank's byte range, widths and vocabulary range.\n"
 	"  --json   print the same report as one JSON object\n";
 
 static const char usage_verify[] =
@@ -65,7 +73,9 @@ static const char usage_dump[] =
 	"usage: qconvert dump FILE TENSOR [-o OUT.f32]\n"
 	"Write TENSOR dequantized to little-endian float32, row-major with ne[0] fastest, from\n"
 	"a .gguf or a bundle (target layouts undone; the halves of a fused MoE w13 tensor can be\n"
-	"named by their source names, e.g. blk.0.ffn_gate_exps.weight). Without -o, writes to\n"
+	"named by their source names, e.g. blk.0.ffn_gate_exps.weight). In a --tp bundle an\n"
+	"original name (blk.0.attn_q.weight) is put back together from the ranks' shards, and a\n"
+	"shard is named by its member name (tp1.blk.0.attn_q.weight). Without -o, writes to\n"
 	"stdout unless it is a terminal.\n";
 
 static int usage_error(const char *fmt, const char *arg)
@@ -163,6 +173,14 @@ static int cmd_convert(int argc, char **argv)
 			if (*end || v < QC_BUNDLE_ALIGN || v > (1ul << 30) || (v & (v - 1)))
 				return usage_error("--align '%s' must be a power of two from 4096 to 2^30", argv[i]);
 			o.alignment = (uint32_t)v;
+		} else if (strcmp(a, "--tp") == 0) {
+			if (++i >= argc)
+				return usage_error("%s needs a value", a);
+			char *end;
+			long v = strtol(argv[i], &end, 10);
+			if (*end || end == argv[i] || v < 1 || v > QC_TP_MAX)
+				return usage_error("--tp '%s' must be a number of ranks from 1 to 8", argv[i]);
+			o.tp = (int)v;
 		} else if (strcmp(a, "--no-fuse") == 0) {
 			o.plan_flags &= ~(unsigned)QC_PLAN_FUSE_MOE;
 		} else if (strcmp(a, "-q") == 0 || strcmp(a, "--quiet") == 0) {

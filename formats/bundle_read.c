@@ -1,13 +1,15 @@
 /* bundle_read.c — open and validate a bundle (layout in bundle.h).
  * Nothing in the file is trusted: the header hashes itself, the manifest is
  * hashed, and every tensor's range, alignment, size-for-shape and uniqueness is
- * checked before any pointer is handed out. JSON numbers must be exact integers. */
+ * checked before any pointer is handed out, and a --tp bundle's "tp" object and rank
+ * members (bundle_tp.c). JSON numbers must be exact integers. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
 
 #include "bundle.h"
+#include "bundle_tp.h"
 #include "cursor.h"
 #include "tar.h"
 
@@ -210,7 +212,10 @@ static int parse(struct qc_bundle *b, struct qc_err *err)
 		if (rc)
 			return rc;
 	}
-	return check_disjoint(b, err);
+	if ((rc = check_disjoint(b, err)))
+		return rc;
+	struct qc_bundle_tp tp; /* a --tp bundle: its "tp" object and members (bundle_tp.h) */
+	return qc_bundle_tp_read(b, &tp, err);
 }
 
 static int open_common(struct qc_bundle *b, struct qc_bundle **out, struct qc_err *err)

@@ -2,7 +2,8 @@
  * a bundle the CLI made from stories260K, cut at every byte of its first 1.5 KB and
  * ~300 more offsets, with header, manifest and data damage, and with manifests that are
  * valid JSON but wrong (misaligned, overlapping, past the manifest, unknown type or
- * layout, duplicate names, bad dims, bad hashes); verify names the tensor whose data
+ * layout, duplicate names, bad dims, bad hashes) and, on a --tp 2 bundle, "tp" objects
+ * and rank members that are wrong; verify names the tensor whose data
  * byte flipped and passes its neighbours. Expected offsets come from where this file
  * put the bytes it changed. Each check has a valid near-miss input that must pass.
  */
@@ -284,6 +285,125 @@ static void bundle_checks(const uint8_t *good, size_t len, const char *nm)
 	qc_bundle_close(b);
 }
 
+/* ---- a --tp bundle's "tp" object and members (formats/bundle_tp.h) ------------------- */
+
+enum tp_edit {
+	TP_NONE, TP_OTHER_SPLIT, TP_NOT_OBJECT, TP_SIZE_0, TP_SIZE_9, TP_SIZE_FRACTION, TP_VOCAB_ONE, TP_VOCAB_GAP,
+	TP_VOCAB_SHORT, TP_VOCAB_ZERO, TP_VOCAB_INT32, TP_NO_N_VOCAB, TP_NO_PREFIX, TP_RANK_5, TP_INTERLEAVE,
+	TP_EMPTY_RANK, TP_COUNT
+};
+
+/* The --tp 2 stories260K bundle with one edit of its manifest; *t0 the offset of its
+ * first member (rank 0's first). */
+static void tp_edit(const uint8_t *src, enum tp_edit e, struct blob *out, uint64_t *t0)
+{
+	cJSON *m = bundle_manifest(src);
+	cJSON *tp = cJSON_GetObjectItemCaseSensitive(m, "tp");
+	cJSON *cfg = cJSON_GetObjectItemCaseSensitive(m, "config");
+	cJSON *a = manifest_tensor(m, 0);
+	const double V = num(cfg, "n_vocab");
+	*t0 = (uint64_t)num(a, "offset");
+	cJSON *b = NULL; /* rank 1's first member */
+	cJSON *x;
+	cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(m, "tensors"))
+		if (!b && strncmp(cJSON_GetObjectItemCaseSensitive(x, "name")->valuestring, "tp1.", 4) == 0)
+			b = x;
+	const char *vocab = NULL;
+	char buf[256], an[256];
+	switch (e) {
+	case TP_NONE: break;
+	case TP_OTHER_SPLIT: snprintf(buf, sizeof buf, "[[0, 200], [200, %.0f]]", V - 200); vocab = buf; break;
+	case TP_NOT_OBJECT: cJSON_ReplaceItemInObjectCaseSensitive(m, "tp", cJSON_CreateNumber(2)); break;
+	case TP_SIZE_0: set_num(tp, "size", 0); break;
+	case TP_SIZE_9: set_num(tp, "size", 9); break;
+	case TP_SIZE_FRACTION: set_num(tp, "size", 1.5); break;
+	case TP_VOCAB_ONE: snprintf(buf, sizeof buf, "[[0, %.0f]]", V); vocab = buf; break;
+	case TP_VOCAB_GAP: snprintf(buf, sizeof buf, "[[0, 200], [210, %.0f]]", V - 210); vocab = buf; break;
+	case TP_VOCAB_SHORT: vocab = "[[0, 200], [200, 100]]"; break;
+	case TP_VOCAB_ZERO: snprintf(buf, sizeof buf, "[[0, 0], [0, %.0f]]", V); vocab = buf; break;
+	case TP_VOCAB_INT32: vocab = "[[0, 3000000000], [3000000000, 1]]"; break;
+	case TP_NO_N_VOCAB: cJSON_DeleteItemFromObjectCaseSensitive(cfg, "n_vocab"); break;
+	case TP_NO_PREFIX: set_str(a, "name", cJSON_GetObjectItemCaseSensitive(a, "name")->valuestring + 4); break;
+	case TP_RANK_5: snprintf(an, sizeof an, "tp5.%s", cJSON_GetObjectItemCaseSensitive(a, "name")->valuestring + 4);
+		set_str(a, "name", an); break;
+	case TP_INTERLEAVE: /* rank 0's first member named as rank 1's and the other way round */
+		snprintf(an, sizeof an, "%s", cJSON_GetObjectItemCaseSensitive(a, "name")->valuestring);
+		set_str(a, "name", cJSON_GetObjectItemCaseSensitive(b, "name")->valuestring);
+		set_str(b, "name", an);
+		break;
+	case TP_EMPTY_RANK: set_num(tp, "size", 3);
+		snprintf(buf, sizeof buf, "[[0, 100], [100, 100], [200, %.0f]]", V - 200); vocab = buf; break;
+	case TP_COUNT: break;
+	}
+	if (vocab)
+		cJSON_ReplaceItemInObjectCaseSensitive(tp, "vocab", cJSON_Parse(vocab));
+	char *json = cJSON_PrintUnformatted(m);
+	bundle_with_manifest(src, json, out);
+	free(json);
+	cJSON_Delete(m);
+}
+
+static void tp_checks(const uint8_t *good, size_t len)
+{
+	const char *nm = "stories260K-tp2.qb";
+	CHECK(bundle_opens("--tp 2 bundle", nm, good, len), "bundle_opens_tp_bundle");
+	static const struct {
+		const char *what;
+		bool at_member;            /* the error's offset: the first member's, else the manifest's */
+		const char *tensor;        /* named tensor ("" none) */
+	} want[TP_COUNT] = {
+		[TP_NOT_OBJECT] = { "tp_not_an_object", false, "" },
+		[TP_SIZE_0] = { "tp_size_0", false, "" },
+		[TP_SIZE_9] = { "tp_size_9", false, "" },
+		[TP_SIZE_FRACTION] = { "tp_size_not_integer", false, "" },
+		[TP_VOCAB_ONE] = { "tp_vocab_one_range_for_two_ranks", false, "" },
+		[TP_VOCAB_GAP] = { "tp_vocab_gap", false, "" },
+		[TP_VOCAB_SHORT] = { "tp_vocab_does_not_cover_n_vocab", false, "" },
+		[TP_VOCAB_ZERO] = { "tp_vocab_empty_range", false, "" },
+		[TP_VOCAB_INT32] = { "tp_vocab_past_int32", false, "" },
+		[TP_NO_N_VOCAB] = { "tp_without_config_n_vocab", false, "" },
+		[TP_NO_PREFIX] = { "tp_member_without_rank", true, NULL },
+		[TP_RANK_5] = { "tp_member_of_rank_5", true, NULL },
+		[TP_INTERLEAVE] = { "tp_ranks_interleave", true, "" },
+		[TP_EMPTY_RANK] = { "tp_rank_without_members", false, "" },
+	};
+	for (int e = 0; e < TP_COUNT; e++) {
+		struct blob b;
+		uint64_t t0;
+		tp_edit(good, (enum tp_edit)e, &b, &t0);
+		if (e == TP_NONE || e == TP_OTHER_SPLIT) { /* valid near-misses */
+			CHECK(bundle_opens(e ? "another valid vocabulary split" : "rewritten tp bundle", nm, b.p, b.len),
+			      "bundle_opens_valid_tp %d", e);
+		} else {
+			cJSON *m = bundle_manifest(b.p);
+			const cJSON *t = manifest_tensor(m, 0);
+			char tn[256];
+			snprintf(tn, sizeof tn, "%s", cJSON_GetObjectItemCaseSensitive(t, "name")->valuestring);
+			cJSON_Delete(m);
+			const int64_t off = want[e].at_member ? (int64_t)t0 : (int64_t)get_le(b.p + HDR + 16, 8);
+			CHECK(bundle_fails(want[e].what, nm, b.p, b.len, QC_EFORMAT, off, want[e].tensor ? want[e].tensor : tn),
+			      "bundle_rejects_%s", want[e].what);
+		}
+		blob_free(&b);
+	}
+}
+
+/* qconvert stories260K --tp 2, then tp_checks. */
+static void tp_bundle_checks(const struct stories_run *r)
+{
+	char bundle[1100], errp[1100];
+	snprintf(bundle, sizeof bundle, "%s/stories260K-tp2.qb", r->dir);
+	snprintf(errp, sizeof errp, "%s/stderr.txt", r->dir);
+	const char *args[] = { r->st.path, "--target", "cpu", "-q", "--tp", "2", "-o", bundle, NULL };
+	int rc = run_cli(args, errp);
+	CHECK(rc == 0, "qconvert %s --tp 2 (exit %d)", r->st.path, rc);
+	size_t len = 0;
+	uint8_t *bb = rc == 0 ? slurp(bundle, &len) : NULL;
+	if (bb)
+		tp_checks(bb, len);
+	free(bb);
+}
+
 int main(void)
 {
 	if (!check_have_fixtures("test_bad_bundle"))
@@ -292,6 +412,8 @@ int main(void)
 	stories_open(&r, "/tmp/qc_bad_bundle.XXXXXX");
 	if (r.bb)
 		bundle_checks(r.bb, r.blen, "stories260K.qb");
+	if (r.have_dir)
+		tp_bundle_checks(&r);
 	stories_close(&r);
 	return check_report("test_bad_bundle");
 }

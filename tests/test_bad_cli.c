@@ -1,7 +1,8 @@
 /* test_bad_cli.c — qconvert on hostile input, as a user sees it: bad GGUFs exit 1 with a
  * message naming the file, the offset and the tensor, and leave no output or temp file
  * (convert and inspect); verify names the tensor whose byte flipped; usage errors exit
- * 2; an output that is an input under any name (same path, symlink, hard link, HF folder
+ * 2 (a bad --tp N among them; a --tp not dividing the heads exits 1 naming the tensor);
+ * an output that is an input under any name (same path, symlink, hard link, HF folder
  * member) is refused before anything is written; hostile key and tensor names give a
  * UTF-8 manifest and tar members that stay inside the archive (or a clean refusal).
  * Each check has a valid near-miss run that must pass.
@@ -129,11 +130,31 @@ static void cli_checks(const char *dir, const struct fixture *st, const struct f
 	const char *u6[] = { "verify", NULL };
 	const char *u7[] = { "dump", st->path, NULL };
 	const char *u8[] = { st->path, "--target", "cpu", "--align", "1000", NULL };
-	const char *const *usage[] = { u1, u2, u3, u4, u5, u6, u7, u8 };
+	const char *u9[] = { st->path, "--target", "cpu", "--tp", "0", NULL };
+	const char *u10[] = { st->path, "--target", "cpu", "--tp", "9", NULL };
+	const char *u11[] = { st->path, "--target", "cpu", "--tp", "2x", NULL };
+	const char *u12[] = { st->path, "--target", "cpu", "--tp", NULL };
+	const char *const *usage[] = { u1, u2, u3, u4, u5, u6, u7, u8, u9, u10, u11, u12 };
 	for (size_t i = 0; i < sizeof usage / sizeof usage[0]; i++)
 		CHECK(run_cli(usage[i], errp) == 2, "cli_usage_error_exits_2 (case %zu)", i + 1);
 	const char *help[] = { "--help", NULL };
 	CHECK(run_cli(help, errp) == 0, "cli_help_exits_0");
+
+	/* --tp 3 of stories260K's 8 query heads: exit 1 naming the file, tensor and width,
+	 * nothing left; --tp 2 of the same file converts */
+	snprintf(out, sizeof out, "%s/tp3.qb", dir);
+	const char *t3[] = { st->path, "--target", "cpu", "--tp", "3", "-o", out, NULL };
+	int rc = run_cli(t3, errp);
+	size_t elen = 0;
+	char *e = (char *)slurp(errp, &elen);
+	CHECK(rc == 1 && e && strstr(e, st->path) && strstr(e, "'blk.0.attn_q.weight'") &&
+		      strstr(e, "n_head 8 is not divisible by 3"),
+	      "cli_convert_refuses_tp_not_dividing_heads: exit %d, stderr: %s", rc, e ? e : "");
+	CHECK(!file_exists(out) && !temp_left(dir, "tp3.qb"), "cli_refused_tp_leaves_no_output");
+	free(e);
+	snprintf(out, sizeof out, "%s/tp2.qb", dir);
+	const char *t2[] = { st->path, "--target", "cpu", "-q", "--tp", "2", "-o", out, NULL };
+	CHECK(run_cli(t2, errp) == 0 && file_exists(out), "cli_convert_accepts_tp_dividing_heads");
 }
 
 /* Copy file src to dst (small test inputs only). */
