@@ -173,7 +173,18 @@ static void merge_matches_sort(void)
 
 /* ---- fixtures ------------------------------------------------------------- */
 
-/* mkgguf --preset preset --type type args... into dir/name.gguf, converted to dir/name.qb. */
+/* gguf converted into qb (target cpu), sharded n ways by qconvert --tp n (0: plain). */
+static int convert_tp(const char *gguf, bool fuse, int n, const char *qb)
+{
+	struct qc_convert_opts o = {.in = gguf, .out = qb, .target = QC_TARGET_CPU, .alignment = QC_BUNDLE_ALIGN,
+				    .plan_flags = fuse ? QC_PLAN_FUSE_MOE : 0, .tp = n};
+	struct qc_err err = {0};
+	int rc = qc_convert_gguf(&o, NULL, &err);
+	CHECK(rc == QC_OK, "convert %s --tp %d: %s", gguf, n, err.msg);
+	return rc ? -1 : 0;
+}
+
+/* mkgguf --preset preset --type type args... into dir/name.gguf (kept), converted to dir/name.qb. */
 static int make_model(const char *dir, const char *name, const char *preset, const char *type, const char *const *args,
 		      bool fuse, char *qb, size_t len)
 {
@@ -200,13 +211,7 @@ static int make_model(const char *dir, const char *name, const char *preset, con
 		return -1;
 	unlink(errp);
 	snprintf(qb, len, "%s/%s.qb", dir, name);
-	struct qc_convert_opts o = {.in = gguf, .out = qb, .target = QC_TARGET_CPU, .alignment = QC_BUNDLE_ALIGN,
-				    .plan_flags = fuse ? QC_PLAN_FUSE_MOE : 0};
-	struct qc_err err = {0};
-	rc = qc_convert_gguf(&o, NULL, &err);
-	CHECK(rc == QC_OK, "convert %s: %s", name, err.msg);
-	unlink(gguf);
-	return rc ? -1 : 0;
+	return convert_tp(gguf, fuse, 0, qb);
 }
 
 /* dir/name.tpN.qb from qb by the test sharder. */
@@ -402,30 +407,43 @@ static const struct family families[] = {
 	{"q8_0", "tiny", "q8_0", {"--n-embd", "128", "--n-ff", "256"}, false, 2},
 };
 
+/* Per family and n: qconvert --tp n's bundle against the plain one (within TOL),
+ * and the test sharder's against qconvert's (the same cut: bit for bit). */
 static void family_runs(const char *dir, const struct family *f)
 {
-	char qb[512], tq[512], what[64];
+	char qb[512], cq[512], tq[512], gguf[512], what[64];
 	struct qc_err err = {0};
-	struct run plain, sh;
+	struct run plain, conv, sh;
 	const struct run_opts ro = {.record = true};
 	if (make_model(dir, f->name, f->preset, f->type, f->args, f->fuse, qb, sizeof qb))
 		return;
+	snprintf(gguf, sizeof gguf, "%s/%s.gguf", dir, f->name);
 	int rc = run_model(qb, &ro, &plain, &err);
 	CHECK(rc == QC_OK, "%s plain: %s", f->name, err.msg);
 	for (int n = 1; n <= f->max_tp && !rc; n *= 2) {
-		if (shard(qb, n, tq, sizeof tq))
+		snprintf(cq, sizeof cq, "%s/%s.conv%d.qb", dir, f->name, n);
+		if (convert_tp(gguf, f->fuse, n, cq))
 			continue;
-		rc = run_model(tq, &ro, &sh, &err);
-		CHECK(rc == QC_OK, "%s tp %d: %s", f->name, n, err.msg);
+		rc = run_model(cq, &ro, &conv, &err);
+		CHECK(rc == QC_OK, "%s qconvert --tp %d: %s", f->name, n, err.msg);
 		snprintf(what, sizeof what, "%s --tp %d", f->name, n);
 		if (!rc)
-			compare_runs(what, &plain, &sh, true);
-		run_free(&sh);
-		unlink(tq);
+			compare_runs(what, &plain, &conv, true);
+		if (!rc && !shard(qb, n, tq, sizeof tq)) {
+			rc = run_model(tq, &ro, &sh, &err);
+			CHECK(rc == QC_OK, "%s sharded %d ways: %s", f->name, n, err.msg);
+			CHECK(rc || runs_identical(&conv, 0, &sh, 0, N_PROMPTS),
+			      "%s --tp %d: qconvert's bundle and the test sharder's run differently", f->name, n);
+			run_free(&sh);
+			unlink(tq);
+		}
+		run_free(&conv);
+		unlink(cq);
 		rc = 0;
 	}
 	run_free(&plain);
 	unlink(qb);
+	unlink(gguf);
 }
 
 /* ---- the models ------------------------------------------------------------ */
@@ -532,7 +550,7 @@ static void flaws(const char *qb, const char *dir)
 	}
 	struct qc_model *m = NULL;
 	rc = qc_model_open(tq, &m, &err);
-	CHECK(rc == QC_EFORMAT && !m && strstr(err.msg, "\"tp\""), "a vocabulary gap: %d %s", rc, err.msg);
+	CHECK(rc == QC_EFORMAT && !m && strstr(err.msg, "vocab[1]"), "a vocabulary gap: %d %s", rc, err.msg);
 	qc_model_close(m);
 	unlink(tq);
 }
@@ -822,7 +840,7 @@ static void cli(const char *qb, const char *tq, const char *dir)
 
 int main(void)
 {
-	char dir[] = "/tmp/qc_test_tp_XXXXXX", qb[512], tq[512];
+	char dir[] = "/tmp/qc_test_tp_XXXXXX", qb[512], tq[512], gguf[512];
 	merge_matches_sort();
 	if (!mkdtemp(dir)) {
 		CHECK(0, "mkdtemp");
@@ -831,7 +849,9 @@ int main(void)
 	for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
 		family_runs(dir, &families[i]);
 	const char *gqa[] = {"--n-head", "8", "--n-head-kv", "4", NULL};
-	if (!make_model(dir, "base", "tiny", "f32", gqa, false, qb, sizeof qb) && !shard(qb, 2, tq, sizeof tq)) {
+	snprintf(tq, sizeof tq, "%s/base.tp2.qb", dir);
+	snprintf(gguf, sizeof gguf, "%s/base.gguf", dir);
+	if (!make_model(dir, "base", "tiny", "f32", gqa, false, qb, sizeof qb) && !convert_tp(gguf, false, 2, tq)) {
 		models(qb, tq);
 		flaws(qb, dir);
 		identities(qb, tq);
@@ -841,6 +861,7 @@ int main(void)
 		unlink(tq);
 	}
 	unlink(qb);
+	unlink(gguf);
 	rmdir(dir);
 	return check_report("test_tp");
 }

@@ -19,6 +19,7 @@
 #include "model_int.h"
 
 #include "arch.h"
+#include "bundle_tp.h"
 #include "layout.h"
 
 #include <math.h>
@@ -121,7 +122,8 @@ static int check_config_tensors(const struct qc_bundle *b, const struct qc_model
 {
 	const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(b->manifest, "config");
 	for (uint64_t i = 0; i < b->n_tensors; i++) {
-		const char *nm = qc_model_strip_rank(b->tensors[i].name);
+		const char *nm;
+		qc_bundle_tp_rank_of(b->tensors[i].name, &nm); /* a --tp bundle's tp<r>. prefix off */
 		char *end;
 		long long l = strncmp(nm, "blk.", 4) ? -1 : strtoll(nm + 4, &end, 10);
 		if (l >= c->n_layer)
@@ -558,16 +560,6 @@ static int ffn_width(const struct qc_bundle *b, const char *pfx, const char *nam
 				  (long long)t->ne[0]);
 	*n_ff = (int32_t)(t->ne[0] * n_ranks);
 	return QC_OK;
-}
-
-const char *qc_model_strip_rank(const char *name)
-{
-	if (strncmp(name, "tp", 2) || name[2] < '0' || name[2] > '9')
-		return name;
-	const char *p = name + 2;
-	while (*p >= '0' && *p <= '9')
-		p++;
-	return *p == '.' ? p + 1 : name;
 }
 
 int qc_model_read_cfg(const struct qc_bundle *b, const char *pfx, int n_ranks, struct qc_model_config *c,

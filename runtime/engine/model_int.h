@@ -23,9 +23,6 @@ int qc_model_load_weights(struct qc_model *m, const char *pfx, struct qc_err *er
 /* m->data_lo..data_hi: the bytes of the members whose names start with pfx. */
 void qc_model_data_range(struct qc_model *m, const char *pfx);
 
-/* name without a leading "tp<digits>." (the rank prefix), else name itself. */
-const char *qc_model_strip_rank(const char *name);
-
 /* The weightless whole of a --tp bundle (model_tp.c): b is borrowed. */
 int qc_model_tp_whole(struct qc_bundle *b, struct qc_model **out, struct qc_err *err);
 
