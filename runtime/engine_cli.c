@@ -27,7 +27,7 @@ const char qc_engine_cli_help[] =
 	"  --max-prefill-tokens N   prompt tokens per step: longer prompts are prefilled in chunks, and a\n"
 	"                           running stream waits at most one such step (default: cpu 128,\n"
 	"                           cuda --max-batch-tokens)\n"
-	"  --tp N                   tensor parallel ranks (1, 2, 4, 8): must equal the bundle's (qconvert\n"
+	"  --tp N                   tensor parallel ranks (1..8): must equal the bundle's (qconvert\n"
 	"                           --tp N; a plain bundle is 1); default: the bundle's own. One thread and\n"
 	"                           backend instance per rank (cuda: GPU r), each with its own K/V pool\n"
 	"                           (--kv-mem is per rank); --threads is shared out among the ranks\n"
