@@ -27,6 +27,10 @@ const char qc_engine_cli_help[] =
 	"  --max-prefill-tokens N   prompt tokens per step: longer prompts are prefilled in chunks, and a\n"
 	"                           running stream waits at most one such step (default: cpu 128,\n"
 	"                           cuda --max-batch-tokens)\n"
+	"  --tp N                   tensor parallel ranks (1..8): must equal the bundle's (qconvert\n"
+	"                           --tp N; a plain bundle is 1); default: the bundle's own. One thread and\n"
+	"                           backend instance per rank (cuda: GPU r), each with its own K/V pool\n"
+	"                           (--kv-mem is per rank); --threads is shared out among the ranks\n"
 	"  --no-prefix-cache        do not reuse the K/V of earlier requests' identical prompt prefixes\n"
 	"  --no-verify              load without checking every tensor's XXH3 against the manifest (the\n"
 	"                           check runs on threads beside the load and refuses a bundle whose bytes\n"
@@ -77,6 +81,7 @@ int qc_engine_cli_parse(struct qc_engine_cli *c, const char *prog, int argc, cha
 		{"--ctx", offsetof(struct qc_engine_cli, ctx), 16, 1L << 20},
 		{"--max-batch-tokens", offsetof(struct qc_engine_cli, max_batch), 1, 1L << 16},
 		{"--max-prefill-tokens", offsetof(struct qc_engine_cli, max_prefill), 1, 1L << 16},
+		{"--tp", offsetof(struct qc_engine_cli, tp), 1, QC_TP_MAX},
 	};
 	const char *a = argv[*i];
 	if (!strcmp(a, "--no-verify")) {
@@ -142,6 +147,7 @@ void qc_engine_cli_apply(const struct qc_engine_cli *c, struct qc_engine_opts *o
 	if (c->no_prefix_cache)
 		o->prefix_cache = false;
 	o->no_verify = c->no_verify;
+	o->tp = (int32_t)c->tp;
 }
 
 bool qc_path_is_gguf(const char *path)
@@ -190,12 +196,29 @@ static void warn_ctx(const char *prog, const struct qc_engine_opts *o, const str
 
 static int open_gguf(const char *path, const struct qc_engine_opts *o, struct qc_engine **e, struct qc_err *err);
 
+void qc_engine_cli_print_ranks(const struct qc_engine *e, const struct qc_engine_opts *o, const char *tag, FILE *f)
+{
+	const int n = qc_engine_tp_size(e);
+	const bool cuda = o->backend == &qc_backend_cuda;
+	for (int r = 0; r < n; r++) {
+		const struct qc_model *m = qc_engine_rank_model(e, r);
+		const struct qc_model_config *c = &m->cfg;
+		char dev[32];
+		snprintf(dev, sizeof dev, cuda ? "cuda:%d" : "cpu", r);
+		fprintf(f, "%s: tensor parallel rank %d of %d on %s: %d heads, %d K/V heads, FFN %d, vocabulary [%d, %d), "
+			   "%.1f MiB of weights\n", tag, r, n, dev, c->n_head, c->n_head_kv, c->n_ff, m->tp.vocab0,
+			m->tp.vocab0 + c->n_vocab, (double)(m->data_hi - m->data_lo) / (1024.0 * 1024.0));
+	}
+}
+
 int qc_engine_open_path(const char *path, const char *tag, const struct qc_engine_opts *o,
 			struct qc_engine **e, struct qc_err *err)
 {
 	int rc = qc_path_is_gguf(path) ? open_gguf(path, o, e, err) : qc_engine_new(path, o, e, err);
-	if (!rc)
+	if (!rc) {
 		warn_ctx(tag, o, *e);
+		qc_engine_cli_print_ranks(*e, o, tag, stderr);
+	}
 	return rc;
 }
 

@@ -25,6 +25,7 @@ struct qc_engine_cli {
 	long max_prefill;      /* prompt tokens per forward (chunk); 0: the backend's default */
 	bool no_prefix_cache;  /* --no-prefix-cache */
 	bool no_verify;        /* --no-verify */
+	long tp;               /* --tp N: tensor parallel ranks; 0: the bundle's own */
 };
 
 /* The flags' help lines, for a command's usage text. */
@@ -49,12 +50,17 @@ bool qc_cli_float(const char *prog, const char *flag, const char *v, double lo, 
 /* True when path starts with the GGUF magic. */
 bool qc_path_is_gguf(const char *path);
 
+/* With tensor parallel ranks, one line per rank to f, each starting "tag: ": its
+ * device, heads, K/V heads, FFN width, vocabulary range and weight bytes. */
+void qc_engine_cli_print_ranks(const struct qc_engine *e, const struct qc_engine_opts *o, const char *tag, FILE *f);
+
 /* qc_engine_new over a bundle, or over a GGUF converted (target cpu, MoE fused)
  * into an unnamed file in $TMPDIR (O_TMPFILE, else unlinked at once), read back
  * through its descriptor: no signal, crash or SIGKILL leaves anything behind. A
  * GGUF of an architecture the engine does not run is refused before converting;
  * errors name path, never the temp bundle. When o->max_seq_tokens (--ctx) is above
- * the model's context length, prints one "tag: warning: ..." line to stderr. */
+ * the model's context length, prints one "tag: warning: ..." line to stderr; with
+ * tensor parallel ranks, qc_engine_cli_print_ranks's lines to stderr. */
 int qc_engine_open_path(const char *path, const char *tag, const struct qc_engine_opts *o,
 			struct qc_engine **e, struct qc_err *err);
 

@@ -23,6 +23,17 @@
  * MoE: softmax router, top-k, optional renormalization, expert outputs summed
  * in rank order then the sigmoid-gated shared expert, then the residual, in
  * build_moe_ffn's order of float additions.
+ * Tensor parallelism (docs/tp.md; p->tp with 2+ ranks): this backend runs one
+ * rank's shard (its heads, FFN columns, vocabulary rows: the model's local widths)
+ * and sums partial rows over the group with qc_tp_allreduce_f32 (rank order, the
+ * same bits on every rank): the embedding (rows of ids in its vocabulary range,
+ * zeros for the rest), the O projection and the FFN down projection (before the
+ * post-norm and the residual add), the MoE combine (into a zeroed buffer, then
+ * added). Router and shared-expert gate are replicated, so every rank routes
+ * alike. Logits: its own vocabulary columns. Every rank makes the same all-reduce
+ * calls in the same order, and every check that can fail a forward comes before
+ * the first of them and fails alike on every rank (the same plan): no rank is
+ * left waiting at a barrier. Without p->tp (or with one rank) nothing changes.
  * Non-goals: flash attention.
  * Gemma 2 (build_gemma2): embeddings times sqrt(n_embd), q scaled after RoPE,
  * soft-capped scores, a window on even layers, post-attention/post-FFN norms
@@ -65,6 +76,7 @@ struct worker {
 struct cpu {
 	const struct qc_model *m;
 	struct qc_backend_params p;
+	struct qc_tp_group *tp;       /* the group when this is one shard of 2+ ranks, else NULL */
 	int64_t kv_dim, q_dim, max_in;
 	size_t block_floats;          /* values per K/V block */
 	float *kv;                    /* f16: (n_blocks, n_layer, 2, block_tokens, kv_dim), else NULL */
@@ -315,6 +327,12 @@ static void kv_store(struct cpu *c, const struct qc_sched_plan *plan, int il)
 
 /* ---- layer pieces -------------------------------------------------------- */
 
+/* Sums n floats of buf over the ranks (tensor parallel); alone: nothing. */
+static int tp_sum(struct cpu *c, float *buf, int64_t n, struct qc_err *err)
+{
+	return c->tp ? qc_tp_allreduce_f32(c->tp, c->p.tp_rank, buf, n, err) : QC_OK;
+}
+
 /* y[t * n + i] += b[i] for n_rows rows; no bias: nothing. */
 static void add_bias(float *y, const float *b, int64_t n_rows, int64_t n)
 {
@@ -400,7 +418,7 @@ static void attend_all(struct cpu *c, const struct qc_sched_plan *plan, int il)
 	pool_run(c);
 }
 
-static void attention_block(struct cpu *c, const struct qc_sched_plan *plan, int il)
+static int attention_block(struct cpu *c, const struct qc_sched_plan *plan, int il, struct qc_err *err)
 {
 	const struct qc_model_config *cfg = &c->m->cfg;
 	const struct qc_layer *L = &c->m->layers[il];
@@ -438,9 +456,13 @@ static void attention_block(struct cpu *c, const struct qc_sched_plan *plan, int
 	kv_store(c, plan, il);
 	attend_all(c, plan, il);
 	matmul(c, &L->wo, 0, c->att, T, c->xn, E);
+	int rc = tp_sum(c, c->xn, (int64_t)T * E, err);
+	if (rc)
+		return rc;
 	if (L->attn_post_norm)
 		qc_ref_rms_norm(c->xn, E, NULL, L->attn_post_norm, c->xn, E, T, E, cfg->norm_eps);
 	qc_ref_add(c->x, c->xn, (int64_t)T * E, (int64_t)T * E);
+	return QC_OK;
 }
 
 /* SiLU(gate) * up -> down for n rows of in (n_embd each) with expert e. */
@@ -465,7 +487,7 @@ static void ffn_swiglu(struct cpu *c, const struct qc_mat *gate, const struct qc
  * (Mixtral, Qwen3-MoE; not Qwen2-MoE), then the weighted expert outputs summed
  * in rank order, plus the shared expert scaled by sigmoid(gate . x) (Qwen2-MoE,
  * sigmoid as ggml's silu(g) / g), and only then added to the residual. */
-static void moe_block(struct cpu *c, const struct qc_layer *L, int32_t T)
+static int moe_block(struct cpu *c, const struct qc_layer *L, int32_t T, struct qc_err *err)
 {
 	const struct qc_model_config *cfg = &c->m->cfg;
 	const int64_t E = cfg->n_embd, X = cfg->n_expert, K = cfg->n_expert_used;
@@ -493,10 +515,21 @@ static void moe_block(struct cpu *c, const struct qc_layer *L, int32_t T)
 		ffn_swiglu(c, &L->gate_shexp, &L->up_shexp, &L->down_shexp, 0, c->xn, T, c->att);
 		matmul(c, &L->gate_inp_shexp, 0, c->xn, T, c->shg, 1);
 	}
-	qc_ref_moe_combine(c->x, c->moe, c->selw, T, E, (int)K, shexp ? c->att : NULL, shexp ? c->shg : NULL);
+	if (!c->tp) {
+		qc_ref_moe_combine(c->x, c->moe, c->selw, T, E, (int)K, shexp ? c->att : NULL, shexp ? c->shg : NULL);
+		return QC_OK;
+	}
+	/* a shard's partial sums: combined into zeros (xn is free now), summed, added */
+	memset(c->xn, 0, sizeof(float) * (size_t)T * (size_t)E);
+	qc_ref_moe_combine(c->xn, c->moe, c->selw, T, E, (int)K, shexp ? c->att : NULL, shexp ? c->shg : NULL);
+	int rc = tp_sum(c, c->xn, (int64_t)T * E, err);
+	if (rc)
+		return rc;
+	qc_ref_add(c->x, c->xn, (int64_t)T * E, (int64_t)T * E);
+	return QC_OK;
 }
 
-static void ffn_block(struct cpu *c, const struct qc_sched_plan *plan, int il)
+static int ffn_block(struct cpu *c, const struct qc_sched_plan *plan, int il, struct qc_err *err)
 {
 	const struct qc_model_config *cfg = &c->m->cfg;
 	const struct qc_layer *L = &c->m->layers[il];
@@ -504,14 +537,40 @@ static void ffn_block(struct cpu *c, const struct qc_sched_plan *plan, int il)
 	const int64_t E = cfg->n_embd;
 
 	qc_ref_rms_norm(c->x, E, NULL, L->ffn_norm, c->xn, E, T, E, cfg->norm_eps);
-	if (cfg->n_expert) {
-		moe_block(c, L, T);
-		return;
-	}
+	if (cfg->n_expert)
+		return moe_block(c, L, T, err);
 	ffn_swiglu(c, &L->ffn_gate, &L->ffn_up, &L->ffn_down, 0, c->xn, T, c->att);
+	int rc = tp_sum(c, c->att, (int64_t)T * E, err);
+	if (rc)
+		return rc;
 	if (L->ffn_post_norm)
 		qc_ref_rms_norm(c->att, E, NULL, L->ffn_post_norm, c->att, E, T, E, cfg->norm_eps);
 	qc_ref_add(c->x, c->att, (int64_t)T * E, (int64_t)T * E);
+	return QC_OK;
+}
+
+/* The embeddings of the plan's tokens into c->x: a shard has the rows of its
+ * vocabulary range only, writes zeros for the other ids and sums over the ranks
+ * (exactly one rank holds each row, so the sum is that row). */
+static int embed(struct cpu *c, const struct qc_sched_plan *plan, struct qc_err *err)
+{
+	const struct qc_model *m = c->m;
+	const int64_t E = m->cfg.n_embd;
+	const int32_t T = plan->n_tokens;
+	if (!c->tp) {
+		qc_ref_embed(qc_mat_row(&m->token_embd, 0, 0), m->token_embd.type, m->token_embd.row_bytes, E,
+			     plan->tokens, T, c->x);
+		return QC_OK;
+	}
+	for (int32_t t = 0; t < T; t++) {
+		const int32_t local = plan->tokens[t] - m->tp.vocab0;
+		if (local >= 0 && local < m->cfg.n_vocab)
+			qc_ref_embed(qc_mat_row(&m->token_embd, 0, 0), m->token_embd.type, m->token_embd.row_bytes, E,
+				     &local, 1, c->x + (size_t)t * (size_t)E);
+		else
+			memset(c->x + (size_t)t * (size_t)E, 0, sizeof(float) * (size_t)E);
+	}
+	return tp_sum(c, c->x, (int64_t)T * E, err);
 }
 
 /* ---- ops ----------------------------------------------------------------- */
@@ -524,6 +583,7 @@ static int cpu_forward(void *state, const struct qc_sched_plan *plan, float *log
 	const struct qc_model_config *cfg = &m->cfg;
 	const int32_t T = plan->n_tokens;
 	const int64_t E = cfg->n_embd;
+	int rc;
 
 	if (T > c->p.max_tokens || plan->n_logits > c->p.max_logits ||
 	    plan->block_tokens != c->p.block_tokens)
@@ -535,7 +595,7 @@ static int cpu_forward(void *state, const struct qc_sched_plan *plan, float *log
 		kv_copy(c, plan->cow_src[k], plan->cow_dst[k], plan->cow_n_tokens[k]);
 	for (int32_t t = 0; t < T; t++) {
 		const int32_t pos = plan->positions[t], id = plan->tokens[t];
-		if (id < 0 || id >= cfg->n_vocab || pos < 0 || pos >= c->p.max_ctx ||
+		if (id < 0 || id >= m->tp.n_vocab_all || pos < 0 || pos >= c->p.max_ctx ||
 		    plan->slots[t] < 0 || plan->slots[t] / plan->block_tokens >= c->p.n_blocks)
 			return qc_err_set(err, QC_EINVAL, NULL, NULL, -1,
 					  "token %d: id %d, position %d or slot %d out of range", t, id,
@@ -543,14 +603,13 @@ static int cpu_forward(void *state, const struct qc_sched_plan *plan, float *log
 	}
 	if (!T)
 		return QC_OK;
-	qc_ref_embed(qc_mat_row(&m->token_embd, 0, 0), m->token_embd.type, m->token_embd.row_bytes, E, plan->tokens, T,
-		     c->x);
+	if ((rc = embed(c, plan, err)))
+		return rc;
 	if (cfg->embd_scale != 1.0f)
 		qc_ref_scale(c->x, (int64_t)T * E, cfg->embd_scale);
-	for (int il = 0; il < cfg->n_layer; il++) {
-		attention_block(c, plan, il);
-		ffn_block(c, plan, il);
-	}
+	for (int il = 0; il < cfg->n_layer; il++)
+		if ((rc = attention_block(c, plan, il, err)) || (rc = ffn_block(c, plan, il, err)))
+			return rc;
 	int32_t n = 0;
 	for (int32_t i = 0; i < plan->n_seqs; i++)
 		if (plan->need_logits[i])
@@ -623,6 +682,13 @@ static int cpu_create(const struct qc_model *m, const struct qc_backend_params *
 	int rc0 = qc_model_check_backend(m, QC_ARCH_BACKEND_CPU, err);
 	if (rc0)
 		return rc0;
+	if (m->tp.rank < 0)
+		return qc_err_set(err, QC_EINVAL, m->bundle->path, NULL, -1, "the whole model of a --tp %d bundle has no "
+				  "weights: each rank runs its shard (qc_model_rank_open, backend_tp.c)", m->tp.size);
+	if (m->tp.size > 1 && (!p->tp || qc_tp_group_size(p->tp) != m->tp.size || p->tp_rank != m->tp.rank))
+		return qc_err_set(err, QC_EINVAL, m->bundle->path, NULL, -1, "rank %d of a %d-rank shard needs its "
+				  "group (backend parameters tp %d ranks, rank %d)", m->tp.rank, m->tp.size,
+				  p->tp ? qc_tp_group_size(p->tp) : 0, p->tp_rank);
 	if (p->kv_dtype != QC_KV_F16 && p->kv_dtype != QC_KV_FP8)
 		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "K/V dtype %d unknown", (int)p->kv_dtype);
 	/* the CPU reads ggml rows in place; a GPU target's tensor-core tiles it cannot */
@@ -638,6 +704,7 @@ static int cpu_create(const struct qc_model *m, const struct qc_backend_params *
 		return qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
 	c->m = m;
 	c->p = *p;
+	c->tp = p->tp && qc_tp_group_size(p->tp) > 1 ? p->tp : NULL;
 	if (c->p.n_threads < 1)
 		c->p.n_threads = 1;
 	c->kv_dim = (int64_t)cfg->n_head_kv * cfg->head_dim;

@@ -15,6 +15,10 @@
  * none in the scheduler until its fork, so it is named by the first choice's
  * id with i in the bits the scheduler never sets (QC_SCHED_ID_SLOT_BITS) and
  * keeps that name; each req holds its scheduler id apart (sid).
+ * Tensor parallelism (opts.tp, a --tp bundle): backend_tp.c wraps the chosen
+ * backend, one rank thread and instance each; the K/V pool is sized from one
+ * rank's block bytes (its K/V heads), every rank holding that many blocks; the
+ * engine's model is then the weightless whole (config, vocabulary, tokenizer).
  */
 #include "engine.h"
 
@@ -27,6 +31,7 @@
 
 #include <xxhash.h>
 
+#include "backend_tp.h"
 #include "bundle_verify.h"
 #include "sample_par.h"
 #include "vocab.h"
@@ -70,6 +75,7 @@ struct qc_engine {
 	struct qc_vocab *vocab;
 	const struct qc_backend_ops *be;
 	void *be_state;
+	struct qc_backend_tp *tp;  /* tensor parallel ranks around the chosen backend, or NULL */
 	struct qc_kv *kv;
 	struct qc_sched *sched;
 	struct qc_sample_par *sp;  /* sampling workspaces and threads */
@@ -185,6 +191,29 @@ static void no_uncut_window(struct qc_model *m, int32_t max_seq_tokens)
 	c->feats &= ~QC_AF(SLIDING_WINDOW);
 }
 
+/* The ranks the model runs on (qc_engine_opts.tp): none for a plain bundle
+ * unless asked; a --tp bundle always, with its own size. */
+static int tp_open(struct qc_engine *e, const struct qc_engine_opts *op, struct qc_err *err)
+{
+	const struct qc_model *m = e->model;
+	const char *path = m->bundle->path;
+	if (op->tp < 0 || op->tp > QC_TP_MAX)
+		return qc_err_set(err, QC_EINVAL, path, NULL, -1, "tensor parallel size %d: 0 (the bundle's own) or 1..%d",
+				  op->tp, QC_TP_MAX);
+	if (op->tp == 0 && m->tp.rank >= 0)
+		return QC_OK;
+	if (op->tp > 0 && op->tp != m->tp.size) {
+		if (m->tp.rank >= 0)
+			return qc_err_set(err, QC_EINVAL, path, NULL, -1, "tensor parallel size %d asked, but the bundle is "
+					  "not sharded (a plain bundle runs as 1 rank): convert it with qconvert --tp %d",
+					  op->tp, op->tp);
+		return qc_err_set(err, QC_EINVAL, path, NULL, -1, "tensor parallel size %d asked, but the bundle was "
+				  "sharded for %d ranks (qconvert --tp %d): run it with %d, or convert it again",
+				  op->tp, m->tp.size, m->tp.size, m->tp.size);
+	}
+	return qc_backend_tp_open(e->be, m, &e->tp, err);
+}
+
 int qc_engine_new(const char *path, const struct qc_engine_opts *o, struct qc_engine **out,
 		  struct qc_err *err)
 {
@@ -230,6 +259,8 @@ int qc_engine_new(const char *path, const struct qc_engine_opts *o, struct qc_en
 	if (!op->max_batch_tokens)
 		op->max_batch_tokens = 512;
 	no_uncut_window(e->model, op->max_seq_tokens);
+	if ((rc = tp_open(e, op, err))) /* after the window: the ranks take the whole's config */
+		goto out_free;
 	uint64_t block_bytes, be_max = 0;
 	const struct qc_backend_params lim = {
 		.block_tokens = op->block_tokens,
@@ -239,7 +270,10 @@ int qc_engine_new(const char *path, const struct qc_engine_opts *o, struct qc_en
 		.act_round = op->act_round,
 		.kv_dtype = op->kv_dtype,
 	};
-	if (e->be->kv_limits) /* a device backend: its block size and what fits beside the weights */
+	if (e->tp) /* every rank's: the same blocks over each rank's K/V heads */
+		rc = qc_backend_tp_kv_limits(e->tp, &lim, op->gpu_mem_util > 0 ? op->gpu_mem_util : 0.9f, &block_bytes,
+					     &be_max, err);
+	else if (e->be->kv_limits) /* a device backend: its block size and what fits beside the weights */
 		rc = e->be->kv_limits(e->model, &lim, op->gpu_mem_util > 0 ? op->gpu_mem_util : 0.9f,
 				      &block_bytes, &be_max, err);
 	else
@@ -294,8 +328,14 @@ int qc_engine_new(const char *path, const struct qc_engine_opts *o, struct qc_en
 		.n_threads = backend_threads(op->n_threads),
 		.kv_dtype = op->kv_dtype,
 	};
-	if ((rc = e->be->create(e->model, &bp, &e->be_state, err)))
+	if (e->tp) {
+		if ((rc = qc_backend_tp_create(e->tp, &bp, err)))
+			goto out_free;
+		e->be = qc_backend_tp_ops(e->tp);
+		e->be_state = e->tp;
+	} else if ((rc = e->be->create(e->model, &bp, &e->be_state, err))) {
 		goto out_free;
+	}
 	if (e->verify) {
 		struct qc_bundle_verify_job *j = e->verify;
 		e->verify = NULL;
@@ -361,7 +401,9 @@ void qc_engine_free(struct qc_engine *e)
 	qc_sample_par_free(e->sp);
 	free(e->jobs);
 	free(e->job_entry);
-	if (e->be && e->be_state)
+	if (e->tp)
+		qc_backend_tp_free(e->tp); /* e->be_state, once created */
+	else if (e->be && e->be_state)
 		e->be->destroy(e->be_state);
 	qc_sched_free(e->sched);
 	qc_kv_free(e->kv);
@@ -468,6 +510,16 @@ int64_t qc_engine_kv_tokens(const struct qc_engine *e)
 const struct qc_model *qc_engine_model(const struct qc_engine *e)
 {
 	return e->model;
+}
+
+int qc_engine_tp_size(const struct qc_engine *e)
+{
+	return e->tp ? qc_backend_tp_size(e->tp) : 0;
+}
+
+const struct qc_model *qc_engine_rank_model(const struct qc_engine *e, int r)
+{
+	return e->tp && r >= 0 && r < qc_backend_tp_size(e->tp) ? qc_backend_tp_rank_model(e->tp, r) : NULL;
 }
 
 const struct qc_vocab *qc_engine_vocab(const struct qc_engine *e)

@@ -67,6 +67,15 @@ struct qc_engine_opts {
 	float gpu_mem_util;                   /* device backends: fraction of device memory for
 						 weights + buffers + K/V; 0: 0.9 */
 	enum qc_bad_logits bad_logits;        /* default QC_BAD_LOGITS_FAIL_STEP */
+	int32_t tp;                           /* tensor parallel ranks (docs/tp.md): 0 (default): the
+						 bundle's own (a plain bundle: no ranks, as before; a
+						 --tp N bundle: N); N >= 1: must equal the bundle's
+						 size (a plain bundle's is 1), else QC_EINVAL. With
+						 ranks, backend_tp.c runs one instance of the backend
+						 per rank, each on its own thread and K/V pool (the
+						 same number of blocks each, of its own K/V heads:
+						 kv_budget_bytes is per rank); n_threads is shared
+						 out among them */
 	bool no_verify;                       /* false (default): every tensor's XXH3 is checked
 						 at load, on threads beside the backend's upload;
 						 a mismatch fails qc_engine_new naming the tensor */
@@ -99,7 +108,13 @@ int qc_engine_new(const char *path, const struct qc_engine_opts *o, struct qc_en
 /* Accepts NULL. Frees everything, live requests included. */
 void qc_engine_free(struct qc_engine *e);
 
+/* The bundle's model: with tensor parallel ranks, the weightless whole (its cfg
+ * the whole model's; qc_engine_rank_model has each rank's shard). */
 const struct qc_model *qc_engine_model(const struct qc_engine *e);
+/* Tensor parallel ranks the engine runs (0: none, the backend runs the model). */
+int qc_engine_tp_size(const struct qc_engine *e);
+/* Rank r's shard (0 <= r < qc_engine_tp_size), or NULL. */
+const struct qc_model *qc_engine_rank_model(const struct qc_engine *e, int r);
 /* Perplexity scoring: *nll = -sum over i in first+1..n-1 of log p(ids[i] |
  * ids[0..i-1]) (natural log, softmax in double), one sequence of n tokens through
  * the backend, min(max_running, max_batch_tokens) positions per forward; logits

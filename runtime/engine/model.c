@@ -8,13 +8,18 @@
  * rows per expert, docs/bundle.md), so fused and separate stacks look the same.
  * Phi-3's fused attn_qkv and ffn_up stay whole in the bundle (dump returns them as
  * the GGUF had them); q/k/v and gate/up are views of their row ranges here.
+ * Every tensor is looked up under a prefix: "" in a plain bundle, "tp<r>." for
+ * rank r's members of a --tp bundle (model_tp.c builds those models with the
+ * rank's widths in cfg, so the same shape checks apply to a shard).
  * Non-goals: any arithmetic beyond decoding small vectors and the YaRN ramp.
  * Reference: llama.cpp llama_model::load_hparams / load_tensors, llama_context
  * cparams (yarn), ggml_rope_yarn_corr_dims (facts only).
  */
 #include "model.h"
+#include "model_int.h"
 
 #include "arch.h"
+#include "bundle_tp.h"
 #include "layout.h"
 
 #include <math.h>
@@ -117,11 +122,12 @@ static int check_config_tensors(const struct qc_bundle *b, const struct qc_model
 {
 	const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(b->manifest, "config");
 	for (uint64_t i = 0; i < b->n_tensors; i++) {
-		const char *nm = b->tensors[i].name;
+		const char *nm;
+		qc_bundle_tp_rank_of(b->tensors[i].name, &nm); /* a --tp bundle's tp<r>. prefix off */
 		char *end;
 		long long l = strncmp(nm, "blk.", 4) ? -1 : strtoll(nm + 4, &end, 10);
 		if (l >= c->n_layer)
-			return qc_err_set(err, QC_EFORMAT, b->path, nm, -1,
+			return qc_err_set(err, QC_EFORMAT, b->path, b->tensors[i].name, -1,
 					  "config 'n_layer' = %d, but the bundle has tensors for layer %lld", c->n_layer, l);
 	}
 	const cJSON *ff = cfg_item(cfg, c->n_expert ? "n_ff_expert" : "n_ff");
@@ -429,16 +435,16 @@ const float *qc_model_rope_factors(const struct qc_model *m, int32_t n_ctx)
 	return padded > m->cfg.n_ctx_orig ? m->rope_long : m->rope_short;
 }
 
-static int load_layer(const struct qc_bundle *b, const struct qc_model_config *c, int il,
+static int load_layer(const struct qc_bundle *b, const char *pfx, const struct qc_model_config *c, int il,
 		      struct qc_layer *L, float **store, struct qc_err *err)
 {
-	char n[96];
+	char n[112];
 	int64_t E = c->n_embd, hd = c->head_dim, q_dim = (int64_t)c->n_head * hd;
 	int64_t kv_dim = (int64_t)c->n_head_kv * hd;
 	const bool post = (c->feats & QC_AF(POST_NORM)) != 0;
 	int rc;
 
-#define NAME(s) (snprintf(n, sizeof n, "blk.%d." s, il), n)
+#define NAME(s) (snprintf(n, sizeof n, "%sblk.%d." s, pfx, il), n)
 	if ((rc = vec_load(b, NAME("attn_norm.weight"), E, true, store, &L->attn_norm, err)) ||
 	    (rc = vec_load(b, NAME("ffn_norm.weight"), E, true, store, &L->ffn_norm, err)) ||
 	    (rc = vec_load(b, NAME("post_attention_norm.weight"), E, post, store, &L->attn_post_norm, err)) ||
@@ -536,63 +542,71 @@ int qc_model_check_backend(const struct qc_model *m, enum qc_arch_backend b, str
 }
 
 /* An FFN width comes from the weights (n_ff in the config may be the dense or
- * the expert width depending on the converter's source). */
-static int ffn_width(const struct qc_bundle *b, const char *name, int32_t *n_ff,
+ * the expert width depending on the converter's source): tensor pfx + name's
+ * columns, times n_ranks (a rank's shard holds 1/n_ranks of them). */
+static int ffn_width(const struct qc_bundle *b, const char *pfx, const char *name, int n_ranks, int32_t *n_ff,
 		     struct qc_err *err)
 {
+	char full[112];
 	const struct qc_bundle_part *part = NULL;
-	const struct qc_bundle_tensor *t = qc_bundle_find(b, name);
+	snprintf(full, sizeof full, "%s%s", pfx, name);
+	const struct qc_bundle_tensor *t = qc_bundle_find(b, full);
 	if (!t)
-		t = qc_bundle_find_part(b, name, &part);
+		t = qc_bundle_find_part(b, full, &part);
 	if (!t)
-		return qc_err_set(err, QC_EFORMAT, b->path, name, -1, "tensor missing");
-	if (t->ne[0] < 1 || t->ne[0] > MAX_DIM)
-		return qc_err_set(err, QC_EFORMAT, b->path, name, -1, "bad FFN width %lld",
+		return qc_err_set(err, QC_EFORMAT, b->path, full, -1, "tensor missing");
+	if (t->ne[0] < 1 || t->ne[0] * n_ranks > MAX_DIM)
+		return qc_err_set(err, QC_EFORMAT, b->path, full, -1, "bad FFN width %lld",
 				  (long long)t->ne[0]);
-	*n_ff = (int32_t)t->ne[0];
+	*n_ff = (int32_t)(t->ne[0] * n_ranks);
 	return QC_OK;
 }
 
-int qc_model_from_bundle(struct qc_bundle *b, struct qc_model **out, struct qc_err *err)
+int qc_model_read_cfg(const struct qc_bundle *b, const char *pfx, int n_ranks, struct qc_model_config *c,
+		      struct qc_err *err)
 {
-	struct qc_model *m;
 	struct qc_arch_desc arch;
 	int rc;
-
-	*out = NULL;
-	m = calloc(1, sizeof *m);
-	if (!m)
-		return qc_err_set(err, QC_ENOMEM, b->path, NULL, -1, "out of memory");
-	m->bundle = b;
-	struct qc_model_config *c = &m->cfg;
+	memset(c, 0, sizeof *c);
 	if ((rc = read_config(b, c, &arch, err)) ||
-	    (rc = ffn_width(b, c->n_expert ? "blk.0.ffn_down_exps.weight" : "blk.0.ffn_down.weight",
+	    (rc = ffn_width(b, pfx, c->n_expert ? "blk.0.ffn_down_exps.weight" : "blk.0.ffn_down.weight", n_ranks,
 			    &c->n_ff, err)) ||
-	    ((arch.feats & QC_AF(MOE_SHARED)) && (rc = ffn_width(b, "blk.0.ffn_down_shexp.weight", &c->n_ff_shexp, err))) ||
+	    ((arch.feats & QC_AF(MOE_SHARED)) &&
+	     (rc = ffn_width(b, pfx, "blk.0.ffn_down_shexp.weight", n_ranks, &c->n_ff_shexp, err))) ||
 	    (rc = check_config_tensors(b, c, err)))
-		goto out_free;
+		return rc;
 	c->rope_mode = arch.feats & QC_AF(ROPE_NEOX) ? QC_ROPE_NEOX : QC_ROPE_NORM;
 	arch_config(&arch, c);
-	if ((c->feats & QC_AF(SLIDING_WINDOW)) && c->sliding_window <= 0) { /* llama.cpp refuses a phi3 so too */
-		rc = qc_err_set(err, QC_EFORMAT, b->path, NULL, -1, "architecture '%s' attends through a window, but "
-				"'%s.attention.sliding_window' is not stated", c->arch, c->arch);
-		goto out_free;
-	}
+	if ((c->feats & QC_AF(SLIDING_WINDOW)) && c->sliding_window <= 0) /* llama.cpp refuses a phi3 so too */
+		return qc_err_set(err, QC_EFORMAT, b->path, NULL, -1, "architecture '%s' attends through a window, but "
+				  "'%s.attention.sliding_window' is not stated", c->arch, c->arch);
+	return QC_OK;
+}
 
-	const struct qc_bundle_tensor *te = qc_bundle_find(b, "token_embd.weight");
-	if (!te) {
-		rc = qc_err_set(err, QC_EFORMAT, b->path, "token_embd.weight", -1, "tensor missing");
-		goto out_free;
-	}
-	if (te->ne[1] < 1 || te->ne[1] > MAX_DIM) {
-		rc = qc_err_set(err, QC_EFORMAT, b->path, "token_embd.weight", -1, "bad vocab size");
-		goto out_free;
-	}
+int qc_model_load_weights(struct qc_model *m, const char *pfx, struct qc_err *err)
+{
+	const struct qc_bundle *b = m->bundle;
+	struct qc_model_config *c = &m->cfg;
+	const struct qc_arch *arch = qc_arch_find(c->arch);
+	char n[112];
+	int rc;
+
+#define NAME(s) (snprintf(n, sizeof n, "%s" s, pfx), n)
+	const struct qc_bundle_tensor *te = qc_bundle_find(b, NAME("token_embd.weight"));
+	if (!arch)
+		return qc_err_set(err, QC_EUNSUPPORTED, b->path, NULL, -1, "architecture '%s' not supported", c->arch);
+	if (!te)
+		return qc_err_set(err, QC_EFORMAT, b->path, n, -1, "tensor missing");
+	if (te->ne[1] < 1 || te->ne[1] > MAX_DIM)
+		return qc_err_set(err, QC_EFORMAT, b->path, n, -1, "bad vocab size");
+	if (c->n_vocab && te->ne[1] != c->n_vocab) /* a rank's: the manifest's tp.vocab range */
+		return qc_err_set(err, QC_EFORMAT, b->path, n, -1, "%lld vocabulary rows where the manifest's "
+				  "\"tp\" range has %d", (long long)te->ne[1], c->n_vocab);
 	c->n_vocab = (int32_t)te->ne[1];
-	if ((rc = mat_view(b, "token_embd.weight", c->n_embd, c->n_vocab, 1, true, &m->token_embd, err)) ||
-	    (rc = mat_view(b, "output.weight", c->n_embd, c->n_vocab, 1, false, &m->output, err)))
-		goto out_free;
-	if (arch.arch->feats & QC_AF(TIED_EMBD))
+	if ((rc = mat_view(b, n, c->n_embd, c->n_vocab, 1, true, &m->token_embd, err)) ||
+	    (rc = mat_view(b, NAME("output.weight"), c->n_embd, c->n_vocab, 1, false, &m->output, err)))
+		return rc;
+	if (arch->feats & QC_AF(TIED_EMBD))
 		m->output.data = NULL; /* llama.cpp's Gemma reads token_embd whatever the file has */
 	c->tied_embeddings = m->output.data == NULL;
 	if (c->tied_embeddings)
@@ -603,31 +617,56 @@ int qc_model_from_bundle(struct qc_bundle *b, struct qc_model **out, struct qc_e
 	m->vec_store = malloc(sizeof(float) * (per_layer * (size_t)c->n_layer + (size_t)c->n_embd +
 					       (size_t)c->rope_dim / 2 + (size_t)hd));
 	m->layers = calloc((size_t)c->n_layer, sizeof *m->layers);
-	if (!m->vec_store || !m->layers) {
-		rc = qc_err_set(err, QC_ENOMEM, b->path, NULL, -1, "out of memory");
-		goto out_free;
-	}
+	if (!m->vec_store || !m->layers)
+		return qc_err_set(err, QC_ENOMEM, b->path, NULL, -1, "out of memory");
 	float *store = m->vec_store;
 	/* Only an arch whose graph reads the LongRoPE tables loads them. */
-	const bool longrope = (arch.arch->feats & QC_AF(LONGROPE)) != 0;
-	if ((rc = vec_load(b, "output_norm.weight", c->n_embd, true, &store, &m->output_norm, err)) ||
-	    (rc = vec_load(b, "rope_freqs.weight", c->rope_dim / 2, false, &store, &m->rope_freqs, err)) ||
-	    (rc = check_factors(b, "rope_freqs.weight", m->rope_freqs, c->rope_dim / 2, err)) ||
-	    (longrope && (rc = longrope_load(b, c, "rope_factors_long.weight", &store, &m->rope_long, err))) ||
-	    (longrope && (rc = longrope_load(b, c, "rope_factors_short.weight", &store, &m->rope_short, err))))
-		goto out_free;
+	const bool longrope = (arch->feats & QC_AF(LONGROPE)) != 0;
+	if ((rc = vec_load(b, NAME("output_norm.weight"), c->n_embd, true, &store, &m->output_norm, err)) ||
+	    (rc = vec_load(b, NAME("rope_freqs.weight"), c->rope_dim / 2, false, &store, &m->rope_freqs, err)) ||
+	    (rc = check_factors(b, n, m->rope_freqs, c->rope_dim / 2, err)) ||
+	    (longrope && (rc = longrope_load(b, c, NAME("rope_factors_long.weight"), &store, &m->rope_long, err))) ||
+	    (longrope && (rc = longrope_load(b, c, NAME("rope_factors_short.weight"), &store, &m->rope_short, err))))
+		return rc;
+#undef NAME
 	for (int il = 0; il < c->n_layer; il++)
-		if ((rc = load_layer(b, c, il, &m->layers[il], &store, err)))
-			goto out_free;
-	m->tp = (struct qc_model_tp){.rank = 0, .size = 1, .vocab0 = 0, .n_vocab_all = c->n_vocab};
+		if ((rc = load_layer(b, pfx, c, il, &m->layers[il], &store, err)))
+			return rc;
+	return QC_OK;
+}
+
+void qc_model_data_range(struct qc_model *m, const char *pfx)
+{
+	const struct qc_bundle *b = m->bundle;
+	const size_t pl = strlen(pfx);
 	m->data_lo = UINT64_MAX;
-	for (uint64_t i = 0; i < b->n_tensors; i++) { /* a plain bundle: every member */
+	m->data_hi = 0;
+	for (uint64_t i = 0; i < b->n_tensors; i++) {
 		const struct qc_bundle_tensor *t = &b->tensors[i];
+		if (strncmp(t->name, pfx, pl))
+			continue;
 		m->data_lo = t->off < m->data_lo ? t->off : m->data_lo;
 		m->data_hi = t->off + t->size > m->data_hi ? t->off + t->size : m->data_hi;
 	}
 	if (m->data_lo > m->data_hi)
 		m->data_lo = m->data_hi = 0;
+}
+
+int qc_model_from_bundle(struct qc_bundle *b, struct qc_model **out, struct qc_err *err)
+{
+	int rc;
+
+	*out = NULL;
+	if (cJSON_GetObjectItemCaseSensitive(b->manifest, "tp")) /* qconvert --tp N: model_tp.c */
+		return qc_model_tp_whole(b, out, err);
+	struct qc_model *m = calloc(1, sizeof *m);
+	if (!m)
+		return qc_err_set(err, QC_ENOMEM, b->path, NULL, -1, "out of memory");
+	m->bundle = b;
+	if ((rc = qc_model_read_cfg(b, "", 1, &m->cfg, err)) || (rc = qc_model_load_weights(m, "", err)))
+		goto out_free;
+	m->tp = (struct qc_model_tp){.rank = 0, .size = 1, .vocab0 = 0, .n_vocab_all = m->cfg.n_vocab};
+	qc_model_data_range(m, ""); /* a plain bundle: every member */
 	*out = m;
 	return QC_OK;
 

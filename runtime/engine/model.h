@@ -164,8 +164,19 @@ struct qc_model {
  * QC_ENOMEM. *out is NULL on failure. */
 int qc_model_open(const char *path, struct qc_model **out, struct qc_err *err);
 
-/* Same over an open bundle, borrowed: it must outlive the model. */
+/* Same over an open bundle, borrowed: it must outlive the model. On a --tp
+ * bundle (manifest "tp") both give the weightless whole: tp.rank -1, tp.size N,
+ * cfg and n_vocab the whole model's, layers zeroed (no backend takes it). */
 int qc_model_from_bundle(struct qc_bundle *b, struct qc_model **out, struct qc_err *err);
+
+/* Rank rank's shard of whole (model_tp.c), over whole's bundle (borrowed: whole
+ * must outlive it): cfg = whole's with n_head, n_head_kv, n_ff, n_ff_shexp divided
+ * by tp.size and n_vocab its vocabulary rows; tensors "tp<rank>.<name>", shapes
+ * checked against those widths; tp = {rank, size, vocab0, n_vocab_all}; data_lo/hi
+ * its own members. A plain whole (size 1) gives rank 0 as the same views again.
+ * QC_OK and *out, QC_EINVAL (rank out of range, whole is itself a shard),
+ * QC_EFORMAT (manifest "tp", missing or mis-shaped member, naming it), QC_ENOMEM. */
+int qc_model_rank_open(const struct qc_model *whole, int rank, struct qc_model **out, struct qc_err *err);
 
 /* True when this engine runs every feature formats/arch.h's row for arch needs
  * (llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma2, phi3, gemma3): lets a caller refuse a GGUF before
