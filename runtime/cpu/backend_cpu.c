@@ -544,7 +544,7 @@ static int cpu_forward(void *state, const struct qc_sched_plan *plan, float *log
 	if (!T)
 		return QC_OK;
 	qc_ref_embed(qc_mat_row(&m->token_embd, 0, 0), m->token_embd.type, m->token_embd.row_bytes, E, plan->tokens, T,
-		     c->x);
+		     m->tp.vocab0, m->token_embd.n_out, c->x);
 	if (cfg->embd_scale != 1.0f)
 		qc_ref_scale(c->x, (int64_t)T * E, cfg->embd_scale);
 	for (int il = 0; il < cfg->n_layer; il++) {
