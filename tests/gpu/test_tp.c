@@ -74,7 +74,7 @@ struct rank_arg {
 	float graph_got[2];     /* the graph check's value after each replay (min over the buffer) */
 	float graph_max[2];     /* and the max: both must be the exact sum */
 	int fail_line;          /* 0, or the line of the first failed step */
-	char msg[QC_ERR_MSG_MAX];
+	char msg[QC_ERR_MSG_MAX + 128];
 };
 
 #define STEP(a, ok, ...) \
