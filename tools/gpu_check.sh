@@ -2,7 +2,7 @@
 # tools/gpu_check.sh — run on the GPU machine (the device tool), from the repo root,
 # with .gpu/payload.tar.xz from tools/gpu_pack.sh carried: unpacks it, then runs the
 # kernel tests (plus compute-sanitizer memcheck/racecheck on quick shapes), the
-# end-to-end tests against the CPU backend (fixtures + a few mkgguf models, + SmolLM2
+# tensor-parallel test (test_tp, after test_e2e), the end-to-end tests against the CPU backend (fixtures + a few mkgguf models, + SmolLM2
 # when its .gpu/smollm2.gguf.part-NN were carried), and
 # qrun --device cuda on two fixtures (one again with --kv-dtype fp8).
 # Logs go to $OUT (or ./gpu-logs). Exit status: nonzero when a test failed.
@@ -40,6 +40,11 @@ rc=0
 tail -n 3 "$OUT/kernels.log"; grep -E "FAIL|FIRST BAD" "$OUT/kernels.log" | head -n 20
 "$P/bin/test_e2e" >"$OUT/e2e.log" 2>&1 || rc=1
 cat "$OUT/e2e.log" | grep -v "^  .*equal;" | tail -n 40
+# tensor parallelism: NCCL on every visible GPU, the vocab-range embedding, --tp end
+# to end through qconvert / qrun (NCCL from $QC_NCCL_LIB, e.g. the nvidia-nccl-cu13
+# wheel's lib folder, or the loader's path)
+QC_BIN="$P/bin" "$P/bin/test_tp" >"$OUT/tp.log" 2>&1 || rc=1
+grep -E "FAIL|SKIP|rank|NCCL|--tp|passed" "$OUT/tp.log" | tail -n 40
 for tool in memcheck racecheck; do
 	QC_GPU_TEST_QUICK=1 compute-sanitizer --tool $tool --error-exitcode 3 "$P/bin/test_kernels" >"$OUT/sanitizer-$tool.log" 2>&1
 	s=$?

@@ -11,10 +11,11 @@ set -eu
 B=${BUILD:-build-cuda}
 FX=${QC_FIXTURES:-../shared/fixtures}
 make BUILD="$B" -j"$(nproc)" "$B/bin/qrun" "$B/bin/qconvert" "$B/bin/mkgguf" "$B/tests/gpu/test_kernels" "$B/tests/gpu/test_e2e" \
-	"$B/tests/gpu/bench_gemv" "$B/tests/gpu/bench_copy" >/dev/null
+	"$B/tests/gpu/test_tp" "$B/tests/gpu/bench_gemv" "$B/tests/gpu/bench_copy" >/dev/null
 d=$(mktemp -d)
 mkdir -p "$d/bin" "$d/lib" "$d/fixtures"
-cp "$B/bin/qrun" "$B/tests/gpu/test_kernels" "$B/tests/gpu/test_e2e" "$B/tests/gpu/bench_gemv" "$B/tests/gpu/bench_copy" "$d/bin/"
+cp "$B/bin/qrun" "$B/tests/gpu/test_kernels" "$B/tests/gpu/test_e2e" "$B/tests/gpu/test_tp" "$B/tests/gpu/bench_gemv" \
+	"$B/tests/gpu/bench_copy" "$d/bin/"
 # extra binaries to carry (A/B comparisons): $QC_PACK_EXTRA, space-separated paths
 [ -z "${QC_PACK_EXTRA:-}" ] || cp $QC_PACK_EXTRA "$d/bin/"
 cp "$B/bin/mkgguf" "$B/bin/qconvert" "$d/bin/"

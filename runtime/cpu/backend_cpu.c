@@ -557,19 +557,10 @@ static int embed(struct cpu *c, const struct qc_sched_plan *plan, struct qc_err 
 	const struct qc_model *m = c->m;
 	const int64_t E = m->cfg.n_embd;
 	const int32_t T = plan->n_tokens;
-	if (!c->tp) {
-		qc_ref_embed(qc_mat_row(&m->token_embd, 0, 0), m->token_embd.type, m->token_embd.row_bytes, E,
-			     plan->tokens, T, c->x);
+	qc_ref_embed(qc_mat_row(&m->token_embd, 0, 0), m->token_embd.type, m->token_embd.row_bytes, E, plan->tokens, T,
+		     m->tp.vocab0, m->token_embd.n_out, c->x);
+	if (!c->tp)
 		return QC_OK;
-	}
-	for (int32_t t = 0; t < T; t++) {
-		const int32_t local = plan->tokens[t] - m->tp.vocab0;
-		if (local >= 0 && local < m->cfg.n_vocab)
-			qc_ref_embed(qc_mat_row(&m->token_embd, 0, 0), m->token_embd.type, m->token_embd.row_bytes, E,
-				     &local, 1, c->x + (size_t)t * (size_t)E);
-		else
-			memset(c->x + (size_t)t * (size_t)E, 0, sizeof(float) * (size_t)E);
-	}
 	return tp_sum(c, c->x, (int64_t)T * E, err);
 }
 

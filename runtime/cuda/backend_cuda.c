@@ -26,6 +26,12 @@
  * norms: the O / down output normed first, then added by the next norm (never
  * in the GEMV's store); Phi-3's LongRoPE table chosen for max_ctx at create,
  * its fused q|k|v and gate|up weights row views (model.c) like any other.
+ * Tensor parallelism (p->tp, docs/tp.md): this instance runs one rank's shard on
+ * device p->device (its cfg holds the rank's widths) and sums partial rows with
+ * NCCL on its stream (backend_cuda_tp.c): after the vocabulary-sharded embedding,
+ * the O projection, the FFN down projection and the MoE combine; each sum then
+ * waits in d_pend for the next norm (the GEMV's residual-add store is not used).
+ * Without p->tp nothing of it runs: the same kernels as before.
  */
 #include "backend_cuda_int.h"
 
@@ -95,9 +101,12 @@ static void cuda_destroy(void *state)
 	struct cu *c = state;
 	if (!c)
 		return;
+	if (c->p.tp)
+		cudaSetDevice(c->p.device);
 	if (c->st)
 		cudaStreamSynchronize(c->st);
-	qc_cuda_graphs_free(c->graphs);
+	qc_cuda_graphs_free(c->graphs); /* before the communicator: graphs hold NCCL work */
+	qc_cuda_be_tp_end(c);           /* before the buffers it may have registered */
 	qc_cuda_prof_free(c->prof, stderr);
 	for (int i = 0; i < c->n_allocs; i++)
 		cudaFree(c->allocs[i]);
@@ -122,14 +131,19 @@ static void cuda_destroy(void *state)
 	free(c);
 }
 
-static int check_device(struct qc_err *err)
+/* A device is there; p->device is one of them and current on this thread (every
+ * entry point calls this first: a tensor-parallel rank's thread drives its own GPU). */
+static int check_device(const struct qc_backend_params *p, struct qc_err *err)
 {
 	int n = 0;
 	cudaError_t e = cudaGetDeviceCount(&n);
 	if (e != cudaSuccess || n < 1)
 		return qc_err_set(err, QC_ECUDA, NULL, NULL, -1, "no CUDA device (%s)",
 				  e != cudaSuccess ? cudaGetErrorString(e) : "none found");
-	return QC_OK;
+	if (p->device < 0 || p->device >= n)
+		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "CUDA device %d: this machine has %d (0..%d)", p->device,
+				  n, n - 1);
+	return qc_cuda_be_ck(cudaSetDevice(p->device), "cudaSetDevice", err);
 }
 
 /* Programmatic dependent launch (kernels/pdl.h) on compute capability 9.0 and up: a
@@ -151,25 +165,38 @@ static int pdl_setup(struct cu *c, struct qc_err *err)
 	return QC_OK;
 }
 
-static int cuda_create(const struct qc_model *m, const struct qc_backend_params *p, void **state,
-		       struct qc_err *err)
+/* Everything of create but a tensor-parallel rank's communicator: *out is the
+ * state, also when it fails part way (the caller destroys it), or NULL. */
+static int create_local(const struct qc_model *m, const struct qc_backend_params *p, struct cu **out,
+			struct qc_err *err)
 {
 	const struct qc_model_config *cfg = &m->cfg;
 	bool warned[QC_TYPE_COUNT] = {false};
 	struct cu *c;
 	int rc;
 
-	*state = NULL;
+	*out = NULL;
 	if (p->n_blocks < 1 || p->block_tokens < 1 || p->max_tokens < 1 || p->max_logits < 1 || p->max_ctx < 1)
 		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "backend parameters must be positive");
 	if ((rc = qc_model_check_backend(m, QC_ARCH_BACKEND_CUDA, err)) || (rc = qc_cuda_be_kv_check(p, err)) ||
-	    (rc = check_device(err)))
+	    (rc = check_device(p, err)))
 		return rc;
+	if (m->tp.rank < 0) /* qc_model_open of a --tp bundle: the description, no weights */
+		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "a tensor-parallel bundle runs one rank per backend "
+				  "(qc_model_rank_open), not the whole model");
+	if (p->tp && (m->tp.rank != p->tp_rank || m->tp.size != qc_tp_group_size(p->tp)))
+		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1,
+				  "tensor-parallel rank %d of %d given the shard of rank %d of %d", p->tp_rank,
+				  qc_tp_group_size(p->tp), m->tp.rank, m->tp.size);
+	if (!p->tp && m->tp.size != 1)
+		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1,
+				  "rank %d of a %d-way tensor-parallel bundle without its group", m->tp.rank, m->tp.size);
 	if (p->act_round != QC_ACT_ROUND_NONE)
 		QC_WARN_ONCE("cuda: activation rounding emulation is CPU-only; the CUDA backend uses float activations");
 	c = calloc(1, sizeof *c);
 	if (!c)
 		return qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
+	*out = c;
 	c->m = m;
 	c->p = *p;
 	qc_cuda_env_read(&c->env);
@@ -180,35 +207,30 @@ static int cuda_create(const struct qc_model *m, const struct qc_backend_params 
 	qc_cuda_marlin_gemv_stream_persist(c->env.mm.stream_persist);
 	qc_cuda_marlin_gemv_stream_wave(c->env.mm.stream_wave);
 	c->L = calloc((size_t)cfg->n_layer, sizeof *c->L);
-	if (!c->L) {
-		rc = qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
-		goto fail;
-	}
+	if (!c->L)
+		return qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
 	if ((rc = qc_cuda_be_ck(cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking), "cudaStreamCreate", err)))
-		goto fail;
+		return rc;
 	if (cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS) {
 		c->blas = NULL;
-		rc = qc_err_set(err, QC_ECUDA, NULL, NULL, -1, "cublasCreate failed");
-		goto fail;
+		return qc_err_set(err, QC_ECUDA, NULL, NULL, -1, "cublasCreate failed");
 	}
 	/* a workspace of its own: cuBLAS then allocates nothing inside a graph capture */
 	void *blas_ws = NULL;
 	if ((rc = qc_cuda_be_dalloc(c, (size_t)32 << 20, &blas_ws, err)))
-		goto fail;
+		return rc;
 	if (cublasSetStream(c->blas, c->st) != CUBLAS_STATUS_SUCCESS ||
-	    cublasSetWorkspace(c->blas, blas_ws, (size_t)32 << 20) != CUBLAS_STATUS_SUCCESS) {
-		rc = qc_err_set(err, QC_ECUDA, NULL, NULL, -1, "cublasSetWorkspace failed");
-		goto fail;
-	}
+	    cublasSetWorkspace(c->blas, blas_ws, (size_t)32 << 20) != CUBLAS_STATUS_SUCCESS)
+		return qc_err_set(err, QC_ECUDA, NULL, NULL, -1, "cublasSetWorkspace failed");
 	if ((rc = qc_cuda_be_upload_file(c, err)) || (rc = pdl_setup(c, err)))
-		goto fail;
+		return rc;
 
 	/* weights and small vectors */
 	if ((rc = qc_cuda_be_make_dmat(c, &m->token_embd, "token_embd.weight", &c->tok, warned, err)) ||
 	    (rc = qc_cuda_be_make_dmat(c, &m->output, "output.weight", &c->out, warned, err)) ||
 	    (rc = qc_cuda_be_upload_vec(c, m->output_norm, cfg->n_embd, &c->d_out_norm, err)) ||
 	    (rc = qc_cuda_be_upload_vec(c, qc_model_rope_factors(m, p->max_ctx), cfg->rope_dim / 2, &c->d_rope_ff, err)))
-		goto fail;
+		return rc;
 	c->q_dim = (int64_t)cfg->n_head * cfg->head_dim;
 	c->kv_dim = (int64_t)cfg->n_head_kv * cfg->head_dim;
 	c->wide = c->q_dim > cfg->n_embd ? c->q_dim : cfg->n_embd;
@@ -241,11 +263,11 @@ static int cuda_create(const struct qc_model *m, const struct qc_backend_params 
 		    (rc = qc_cuda_be_upload_vec(c, ml->k_norm, cfg->head_dim, &L->d_k_norm, err)) ||
 		    (rc = qc_cuda_be_upload_vec(c, ml->attn_post_norm, cfg->n_embd, &L->d_attn_post_norm, err)) ||
 		    (rc = qc_cuda_be_upload_vec(c, ml->ffn_post_norm, cfg->n_embd, &L->d_ffn_post_norm, err)))
-			goto fail;
+			return rc;
 	}
 
 	if ((rc = qc_cuda_be_l2_order(c, err)))
-		goto fail;
+		return rc;
 
 	/* K/V pool and activations */
 	const size_t T = (size_t)p->max_tokens, E = (size_t)cfg->n_embd, F = (size_t)cfg->n_ff;
@@ -293,16 +315,28 @@ static int cuda_create(const struct qc_model *m, const struct qc_backend_params 
 		     "cudaMallocHost", err)) ||
 	    (rc = qc_cuda_be_ck(cudaMallocHost((void **)&c->h_top_vals, LG * QC_BACKEND_TOP_MAX * sizeof(float)),
 		     "cudaMallocHost", err)))
-		goto fail;
+		return rc;
 	if ((rc = qc_cuda_be_ck(cudaMemsetAsync(c->d_flags, 0, (size_t)c->n_flags * sizeof(uint32_t), c->st),
 				"cudaMemset (flags)", err)) ||
 	    (rc = qc_cuda_be_ck(cudaStreamSynchronize(c->st), "cudaStreamSynchronize", err)))
-		goto fail;
+		return rc;
+	return QC_OK;
+}
+
+static int cuda_create(const struct qc_model *m, const struct qc_backend_params *p, void **state,
+		       struct qc_err *err)
+{
+	struct cu *c = NULL;
+	*state = NULL;
+	int rc = create_local(m, p, &c, err);
+	if (p->tp) /* every rank, also one that failed: the others wait for its word */
+		rc = qc_cuda_be_tp_start(c, p, rc, err);
+	if (rc) {
+		cuda_destroy(c);
+		return rc;
+	}
 	*state = c;
 	return QC_OK;
-fail:
-	cuda_destroy(c);
-	return rc;
 }
 
 static int rms(struct cu *c, const float *d_x, int64_t ldx, const int32_t *d_rows, const float *d_w,
@@ -345,15 +379,17 @@ static int normed_mm(struct cu *c, const float *d_norm_w, const struct dmat *con
  * tmp and the next norm_in adds it. in = silu(in) * in2 when in2 (fused likewise,
  * or silu_mul first). With d_post (Gemma's post-attention/post-FFN norm): W in
  * to tmp, normed there in place, and the next norm_in adds it (the CPU's order:
- * norm, then the residual add). */
+ * norm, then the residual add). Tensor parallel: W in is this rank's partial sum,
+ * so it goes to tmp, is all-reduced there (then post-normed), and waits likewise. */
 static int mm_residual(struct cu *c, const struct dmat *w, float *in, const float *in2, int64_t ld_in, int64_t T,
 		       float *tmp, const float *d_post, struct qc_err *err)
 {
 	const int64_t E = c->m->cfg.n_embd;
 	int rc;
-	if (d_post) {
+	if (d_post || c->comm) { /* tensor parallel: the rank's partial W in, summed over the ranks first */
 		if ((rc = qc_cuda_be_mm_fused(c, w, in, in2, ld_in, T, tmp, E, false, NULL, err)) ||
-		    (rc = rms(c, tmp, E, NULL, d_post, tmp, E, T, E, err)))
+		    (c->comm && (rc = qc_cuda_be_allreduce(c, tmp, T * E, err))) ||
+		    (d_post && (rc = rms(c, tmp, E, NULL, d_post, tmp, E, T, E, err))))
 			return rc;
 		c->d_pend = tmp;
 		return QC_OK;
@@ -476,7 +512,11 @@ static int ffn_block(struct cu *c, int64_t T, int il, struct qc_err *err)
 						  cfg->expert_norm_w ? 1 : 0};
 	const struct qc_cuda_silu_mul_args sm = {c->d_fa, c->d_fb, c->d_fa, R * F};
 	const bool sh = L->gate_sh.d_w != NULL;
-	const struct qc_cuda_moe_combine_args ca = {c->d_x, c->d_eout, c->d_selw, T, E, K,
+	/* tensor parallel: each rank's experts hold F/N of every expert (and of the
+	   shared one), so the combine is a partial sum: into zeros (d_xn, read by the
+	   matmuls above only), summed over the ranks, then pending like a projection's */
+	float *acc = c->comm ? c->d_xn : c->d_x;
+	const struct qc_cuda_moe_combine_args ca = {acc, c->d_eout, c->d_selw, T, E, K,
 						    sh ? c->d_att : NULL, sh ? c->d_shg : NULL};
 	if ((rc = qc_cuda_be_mm(c, &L->gate_inp, c->d_xn, E, 1, NULL, T, c->d_router, cfg->n_expert, err)) ||
 	    (rc = qc_cuda_moe_route(&ra, c->st, err)) ||
@@ -495,8 +535,12 @@ static int ffn_block(struct cu *c, int64_t T, int il, struct qc_err *err)
 		    (rc = qc_cuda_be_mm(c, &L->gate_inp_sh, c->d_xn, E, 1, NULL, T, c->d_shg, 1, err)))
 			return rc;
 	}
-	if ((rc = qc_cuda_moe_combine(&ca, c->st, err)))
+	if ((c->comm && (rc = qc_cuda_be_ck(cudaMemsetAsync(acc, 0, sizeof(float) * (size_t)(T * E), c->st),
+					     "cudaMemsetAsync (MoE sum)", err))) ||
+	    (rc = qc_cuda_moe_combine(&ca, c->st, err)) || (c->comm && (rc = qc_cuda_be_allreduce(c, acc, T * E, err))))
 		return rc;
+	if (c->comm)
+		c->d_pend = acc;
 	qc_cuda_prof_mark(c->prof, c->st, QC_PROF_FFN_DOWN);
 	return QC_OK;
 }
@@ -565,9 +609,12 @@ static int fwd_body(void *ctx, cudaStream_t s, struct qc_err *err)
 	const int64_t E = cfg->n_embd;
 	int rc;
 	(void)s; /* every helper queues on c->st, the stream being captured */
-	const struct qc_cuda_embed_args ea = {c->tok.d_w, c->tok.type, c->tok.row_bytes, E, f->dp->tokens, T, c->d_x};
+	/* tensor parallel: this rank's vocabulary rows, zeros for the others' ids, summed */
+	const struct qc_cuda_embed_args ea = {c->tok.d_w, c->tok.type, c->tok.row_bytes, E, f->dp->tokens, T, c->d_x,
+					      c->m->tp.vocab0, c->tok.n_out};
 	const struct qc_cuda_softcap_args es = {c->d_x, T * E, cfg->embd_scale, 0.0f}; /* Gemma: times sqrt(n_embd) */
-	if ((rc = qc_cuda_embed(&ea, c->st, err)) || (cfg->embd_scale != 1.0f && (rc = qc_cuda_softcap(&es, c->st, err))))
+	if ((rc = qc_cuda_embed(&ea, c->st, err)) || (c->comm && (rc = qc_cuda_be_allreduce(c, c->d_x, T * E, err))) ||
+	    (cfg->embd_scale != 1.0f && (rc = qc_cuda_softcap(&es, c->st, err))))
 		return rc;
 	qc_cuda_prof_mark(c->prof, c->st, QC_PROF_UPLOAD);
 	c->d_pend = NULL;
@@ -610,6 +657,8 @@ static int cuda_forward_top(void *state, const struct qc_sched_plan *plan, const
 	struct dplan dp = {0};
 	int rc;
 
+	if (c->p.tp && (rc = qc_cuda_be_ck(cudaSetDevice(c->p.device), "cudaSetDevice", err)))
+		return rc;
 	if (T > c->p.max_tokens || plan->n_logits > c->p.max_logits || plan->block_tokens != c->p.block_tokens)
 		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1,
 				  "plan of %d tokens / %d logits / block %d exceeds the backend's %d / %d / %d", T,
@@ -617,7 +666,7 @@ static int cuda_forward_top(void *state, const struct qc_sched_plan *plan, const
 				  c->p.block_tokens);
 	for (int32_t t = 0; t < T; t++) {
 		const int32_t pos = plan->positions[t], id = plan->tokens[t];
-		if (id < 0 || id >= cfg->n_vocab || pos < 0 || pos >= c->p.max_ctx || plan->slots[t] < 0 ||
+		if (id < 0 || id >= c->m->tp.n_vocab_all || pos < 0 || pos >= c->p.max_ctx || plan->slots[t] < 0 ||
 		    plan->slots[t] / plan->block_tokens >= c->p.n_blocks)
 			return qc_err_set(err, QC_EINVAL, NULL, NULL, -1,
 					  "token %d: id %d, position %d or slot %d out of range", t, id, pos,
@@ -714,20 +763,21 @@ static int cuda_kv_limits(const struct qc_model *m, const struct qc_backend_para
 {
 	const struct qc_model_config *cfg = &m->cfg;
 	size_t free_b, total_b;
-	uint64_t lo, hi;
 	int rc;
 
 	if ((rc = qc_model_check_backend(m, QC_ARCH_BACKEND_CUDA, err)) || (rc = qc_cuda_be_kv_check(p, err)) ||
-	    (rc = check_device(err)) || (rc = qc_cuda_be_ck(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo", err)))
+	    (rc = check_device(p, err)) || (rc = qc_cuda_be_ck(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo", err)))
 		return rc;
 	if ((rc = qc_cuda_be_kv_block_bytes(m, p, block_bytes, err)))
 		return rc;
-	qc_cuda_be_tensor_region(m->bundle, &lo, &hi);
+	/* the model's own tensors (a tensor-parallel rank's members), on its own device;
+	   K/V blocks of its K/V heads (cfg holds the rank's widths) */
+	const uint64_t lo = m->data_lo, hi = m->data_hi > m->data_lo ? m->data_hi : m->data_lo;
 	uint64_t used = (hi - lo) + buffer_floats(cfg, p) * sizeof(float) + plan_ints(p) * 4 + ((uint64_t)1 << 30);
 	/* slow-path conversions: f16 copies of every tensor without a device kernel */
 	for (uint64_t i = 0; i < m->bundle->n_tensors; i++) {
 		const struct qc_bundle_tensor *t = &m->bundle->tensors[i];
-		if (t->n_dims >= 2 && !qc_cuda_mm_find(t->layout, t->type))
+		if (t->off >= lo && t->off < hi && t->n_dims >= 2 && !qc_cuda_mm_find(t->layout, t->type))
 			used += 2 * (uint64_t)(t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]);
 	}
 	/* gemm scratch: the largest matrix in fp16 plus the activations */
@@ -735,7 +785,8 @@ static int cuda_kv_limits(const struct qc_model *m, const struct qc_backend_para
 	for (uint64_t i = 0; i < m->bundle->n_tensors; i++) {
 		const struct qc_bundle_tensor *t = &m->bundle->tensors[i];
 		const uint64_t ne = (uint64_t)(t->ne[0] * t->ne[1]);
-		big = ne > big ? ne : big;
+		if (t->off >= lo && t->off < hi)
+			big = ne > big ? ne : big;
 	}
 	used += 2 * big + 2 * (uint64_t)p->max_tokens * (uint64_t)(cfg->n_ff > cfg->n_embd ? cfg->n_ff : cfg->n_embd);
 	used += qc_cuda_paged_attn_ws_bytes(p->max_logits, cfg->n_head, cfg->head_dim, p->max_ctx);

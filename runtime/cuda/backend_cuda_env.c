@@ -75,4 +75,6 @@ void qc_cuda_env_read(struct qc_cuda_env *e)
 	e->l2_bytes = mb > 0 && mb < 1024 ? mb << 20 : 0;
 	const char *fn = getenv("QC_CUDA_FUSE_NORM");
 	e->fuse_norm = !(fn && !strcmp(fn, "0"));
+	/* tensor parallelism: where NCCL is (read here, loaded by backend_cuda_nccl.c) */
+	e->nccl_lib = getenv("QC_NCCL_LIB");
 }

@@ -24,6 +24,9 @@ struct qc_cuda_env {
 					  read next, backend_cuda_l2.c); 0: no hints */
 	int fuse_norm;                 /* QC_CUDA_FUSE_NORM=0: the attention/FFN RMSNorm as a kernel of
 					  its own even where the GEMV could take it */
+	const char *nccl_lib;          /* QC_NCCL_LIB: libnccl.so.2, or the folder holding it, for
+					  tensor parallelism (backend_cuda_nccl.h); NULL: the loader's
+					  search. Points into the environment. */
 };
 
 /* Fill *e from the environment (unset or empty: the defaults). Never fails: a

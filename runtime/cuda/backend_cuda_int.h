@@ -4,7 +4,8 @@
  * dmat). backend_cuda.c creates, runs the forward and destroys; backend_cuda_weights.c
  * uploads the weights and builds the dmats; backend_cuda_mm.c runs one matmul,
  * asking the layout table (qc_layout_kernel) which kernel kind; backend_cuda_env.c
- * reads the environment block once.
+ * reads the environment block once; backend_cuda_tp.c owns a tensor-parallel
+ * rank's NCCL communicator and its all-reduce.
  */
 #ifndef QC_BACKEND_CUDA_INT_H
 #define QC_BACKEND_CUDA_INT_H
@@ -14,6 +15,7 @@
 
 #include "backend_cuda.h"
 #include "backend_cuda_env.h"
+#include "backend_cuda_nccl.h"
 #include "kernels/matmul_dispatch.h"
 #include "model.h"
 
@@ -104,6 +106,10 @@ struct cu {
 	struct qc_cuda_prof *prof;     /* NULL unless QC_PROFILE */
 	struct l2_range *l2_seq;       /* (n_l2) the dense weights in the order a step reads them */
 	int n_l2;
+	/* tensor parallelism (p.tp set; docs/tp.md): this rank's communicator, NULL
+	   otherwise: a non-NULL comm is what turns the all-reduces on */
+	const struct qc_nccl *nccl;
+	qc_nccl_comm_t comm;
 };
 
 /* cuda_check with the backend's spelling. */
@@ -116,10 +122,8 @@ int qc_cuda_be_dfloats(struct cu *c, size_t n, float **out, struct qc_err *err);
 /* n floats of h to the device (*d NULL when h is). */
 int qc_cuda_be_upload_vec(struct cu *c, const float *h, int64_t n, const float **d, struct qc_err *err);
 
-/* Bytes of the bundle the tensors occupy: [lo, hi). */
-void qc_cuda_be_tensor_region(const struct qc_bundle *b, uint64_t *lo, uint64_t *hi);
-
-/* The tensor region to c->d_file through pinned staging; prints the rate. */
+/* The model's tensor bytes [m->data_lo, m->data_hi) (a tensor-parallel rank's
+ * own members) to c->d_file through pinned staging; prints the rate. */
 int qc_cuda_be_upload_file(struct cu *c, struct qc_err *err);
 
 /* The device view of w (zeroed when w has no data): a slice of the uploaded file,
@@ -171,6 +175,21 @@ int qc_cuda_be_l2_order(struct cu *c, struct qc_err *err);
 /* The L2 hint of a launch of the n matrices w[]: up to c->env.l2_bytes of the
  * weights read after the last of them (h->n = 0 when none of them has a place). */
 void qc_cuda_be_l2_hint(const struct cu *c, const struct dmat *const *w, int n, struct qc_cuda_l2_hint *h);
+
+/* backend_cuda_tp.c: a tensor-parallel rank's start-up, after its own create
+ * (rc: how that went; c may be NULL when it failed early). Every rank of p->tp
+ * calls it at once, each from its own thread: the ranks agree that all got
+ * there, rank 0's NCCL id goes through the group's slot, every rank makes its
+ * communicator (ncclCommInitRank) and checks a warm-up all-reduce. QC_OK with
+ * c->comm set, or rc, or the first failure (another rank's named), with no
+ * communicator left on any rank. */
+int qc_cuda_be_tp_start(struct cu *c, const struct qc_backend_params *p, int rc, struct qc_err *err);
+/* The communicator's end (ncclCommDestroy: every rank's destroy must run at
+ * once, each on its own thread). After c->st is idle; nothing when c->comm is NULL. */
+void qc_cuda_be_tp_end(struct cu *c);
+/* d[0..n) summed over the ranks, in place, on c->st (captured into a graph like a
+ * kernel): every rank gets the same bits. */
+int qc_cuda_be_allreduce(struct cu *c, float *d, int64_t n, struct qc_err *err);
 
 /* Whether qc_cuda_be_mm_multi runs w[0..n) in one launch that also takes the
  * QC_MM_FUSE_* bits in fuse (d_norm_w may be given only then). */

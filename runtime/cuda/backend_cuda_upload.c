@@ -85,7 +85,11 @@ int qc_cuda_be_upload_file(struct cu *c, struct qc_err *err)
 	const struct qc_bundle *b = c->m->bundle;
 	void *d;
 	int rc;
-	qc_cuda_be_tensor_region(b, &c->file_lo, &c->file_hi);
+	c->file_lo = c->m->data_lo; /* the model's tensors: a tensor-parallel rank's own members */
+	c->file_hi = c->m->data_hi;
+	if (c->file_lo > c->file_hi || c->file_hi > b->size)
+		return qc_err_set(err, QC_EINVAL, b->path, NULL, -1, "tensor range [%llu, %llu) outside the file",
+				  (unsigned long long)c->file_lo, (unsigned long long)c->file_hi);
 	const uint64_t n = c->file_hi - c->file_lo;
 	if ((rc = qc_cuda_be_dalloc(c, n + QC_CUDA_MM_PAD, &d, err))) /* the matmuls' 16-byte loads may pass the end */
 		return rc;
@@ -117,7 +121,11 @@ int qc_cuda_be_upload_file(struct cu *c, struct qc_err *err)
 			return u[i].rc;
 		}
 	const double dt = now_s() - t0;
-	fprintf(stderr, "cuda: weights %.3f GB to the device in %.3f s (%.2f GB/s, %d threads)\n", (double)n / 1e9, dt,
-		dt > 0 ? (double)n / 1e9 / dt : 0.0, UPLOADERS);
+	char who[64] = ""; /* a tensor-parallel rank says which it is */
+	if (c->p.tp)
+		snprintf(who, sizeof who, ", rank %d of %d on device %d", c->p.tp_rank, qc_tp_group_size(c->p.tp),
+			 device);
+	fprintf(stderr, "cuda: weights %.3f GB to the device in %.3f s (%.2f GB/s, %d threads%s)\n", (double)n / 1e9,
+		dt, dt > 0 ? (double)n / 1e9 / dt : 0.0, UPLOADERS, who);
 	return QC_OK;
 }

@@ -60,22 +60,6 @@ int qc_cuda_be_upload_vec(struct cu *c, const float *h, int64_t n, const float *
 	return QC_OK;
 }
 
-/* Bytes of the bundle the tensors occupy: [lo, hi). */
-void qc_cuda_be_tensor_region(const struct qc_bundle *b, uint64_t *lo, uint64_t *hi)
-{
-	*lo = UINT64_MAX;
-	*hi = 0;
-	for (uint64_t i = 0; i < b->n_tensors; i++) {
-		const struct qc_bundle_tensor *t = &b->tensors[i];
-		if (t->off < *lo)
-			*lo = t->off;
-		if (t->off + t->size > *hi)
-			*hi = t->off + t->size;
-	}
-	if (*lo > *hi)
-		*lo = *hi = 0;
-}
-
 /* Layout of the bundle tensor holding host pointer p. */
 static enum qc_layout layout_of(const struct qc_bundle *b, const uint8_t *p)
 {
@@ -162,6 +146,16 @@ int qc_cuda_be_make_dmat(struct cu *c, const struct qc_mat *w, const char *what,
 		d->d_perm = (const int32_t *)(const void *)(c->d_file + (po - c->file_lo));
 		d->perm_stride = w->perm_stride;
 		c->any_perm = true;
+	}
+	{ /* every byte the view reads lies in the uploaded range (a tensor-parallel
+	     rank's own members: a weight of another rank's would read past them) */
+		const uint64_t wo = (uint64_t)(w->data - b->map);
+		const uint64_t wb = (uint64_t)(w->n_mat - 1) * w->mat_stride + (uint64_t)w->n_out * w->row_bytes;
+		if (wo < c->file_lo || wo + wb > c->file_hi)
+			return qc_err_set(err, QC_EINVAL, b->path, what, -1,
+					  "weight bytes [%llu, %llu) outside the model's range [%llu, %llu)",
+					  (unsigned long long)wo, (unsigned long long)(wo + wb),
+					  (unsigned long long)c->file_lo, (unsigned long long)c->file_hi);
 	}
 	d->type = w->type;
 	d->layout = layout_of(b, w->data);

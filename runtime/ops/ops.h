@@ -191,9 +191,11 @@ void qc_ref_flash_attn(const float *q, float *out, int32_t *done, const uint16_t
 		       const int32_t *tables, int stride, int64_t n_tok, int32_t max_ctx, float scale,
 		       int32_t min_run);
 
-/* out (n_tok, n_embd): row ids[t] of w (rows row_bytes apart) decoded. */
+/* out (n_tok, n_embd): row ids[t] - vocab0 of w (n_rows rows row_bytes apart)
+ * decoded for ids in [vocab0, vocab0 + n_rows), zeros for the others (a
+ * tensor-parallel rank's vocabulary share; 0 and the vocabulary otherwise). */
 void qc_ref_embed(const uint8_t *w, enum qc_type type, uint64_t row_bytes, int64_t n_embd,
-		  const int32_t *ids, int64_t n_tok, float *out);
+		  const int32_t *ids, int64_t n_tok, int64_t vocab0, int64_t n_rows, float *out);
 
 /* Per token: softmax of the n_expert logits (sum in double), the k best
  * (larger, then lower id) in sel (n_tok, k) and their probabilities in w

@@ -302,12 +302,12 @@ void test_decoders(enum qc_type t)
 	for (int i = 0; i < n_tok; i++)
 		ids[i] = (int32_t)(rnd() % n_vocab);
 	float *want = malloc(sizeof(float) * (size_t)(n * n_tok)), *got = malloc(sizeof(float) * (size_t)(n * n_tok));
-	qc_ref_embed(w, t, rb, n, ids, n_tok, want);
+	qc_ref_embed(w, t, rb, n, ids, n_tok, 0, n_vocab, want);
 	uint8_t *d_w = up(w, rb * n_vocab);
 	int32_t *d_ids = up(ids, sizeof ids);
 	float *d_out = poisoned(sizeof(float) * (size_t)(n * n_tok));
 	struct qc_err err = {0};
-	const struct qc_cuda_embed_args ea = {d_w, t, rb, n, d_ids, n_tok, d_out};
+	const struct qc_cuda_embed_args ea = {d_w, t, rb, n, d_ids, n_tok, d_out, 0, n_vocab};
 	CHECK(qc_cuda_embed(&ea, 0, &err) == QC_OK, "embed %s: %s", tt->name, err.msg);
 	down(got, d_out, sizeof(float) * (size_t)(n * n_tok));
 	CHECK(!memcmp(got, want, sizeof(float) * (size_t)(n * n_tok)), "embed %s not bit-exact with qc_dequant_row_%s",

@@ -30,6 +30,7 @@
 
 #include "cp_async.cuh"
 #include "decode_dispatch.cuh"
+#include "dev_once.cuh"
 
 #define WARPS 16 /* output rows per block; they share the staged activations */
 #define STAGES 4 /* spans of a block-type row in flight per warp */
@@ -238,15 +239,15 @@ static int launch_one(const struct qc_cuda_mm_args *a, dim3 g, cudaStream_t s, s
 		return qc_cuda_check(cudaGetLastError(), "gemv_plain_kernel", err);
 	} else {
 		constexpr size_t smem = blk_smem<T, G, U>();
-		static bool raised; /* the opt-in above 48 KiB, once per instance */
+		static qc_dev_once raised; /* the opt-in above 48 KiB, once per instance and device */
 		int rc;
-		if (smem > 48 * 1024 && !raised) {
-			if ((rc = qc_cuda_check(cudaFuncSetAttribute(gemv_blk_kernel<T, G, U>,
-								     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
-						"cudaFuncSetAttribute(gemv_blk_kernel)", err)))
-				return rc;
-			raised = true;
-		}
+		if (smem > 48 * 1024 &&
+		    (rc = qc_cuda_check(qc_dev_once_run(raised, [&] {
+						return cudaFuncSetAttribute(gemv_blk_kernel<T, G, U>,
+									    cudaFuncAttributeMaxDynamicSharedMemorySize,
+									    (int)smem);
+					}), "cudaFuncSetAttribute(gemv_blk_kernel)", err)))
+			return rc;
 		(void)qc_launch(gemv_blk_kernel<T, G, U>, g, dim3(32 * WARPS), smem, s, *a);
 		return qc_cuda_check(cudaGetLastError(), "gemv_blk_kernel", err);
 	}

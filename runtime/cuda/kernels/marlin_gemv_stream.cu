@@ -28,6 +28,7 @@
 #include "marlin_gemv.cuh"
 #include "cp_async.cuh"
 #include "pdl.cuh"
+#include "dev_once.cuh"
 
 #include <cuda_runtime.h>
 
@@ -249,9 +250,12 @@ cudaError_t launch_one(const gparams &p, cudaStream_t s)
 	const int len = p.kt_block * 16;
 	const size_t smem =
 		x_bytes(G, len, XB) + (RING ? (size_t)WARPS * ring_groups<BITS, ZP>() * ring_slot_bytes<BITS, ZP>() : 0);
-	if (RING) { /* two blocks of ~100 KB per SM: ask for the largest shared-memory carveout, once */
-		static const cudaError_t ce = cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout,
-								   (int)cudaSharedmemCarveoutMaxShared);
+	if (RING) { /* two blocks of ~100 KB per SM: ask for the largest shared-memory carveout, once per device */
+		static qc_dev_once carved;
+		const cudaError_t ce = qc_dev_once_run(carved, [k] {
+			return cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout,
+						    (int)cudaSharedmemCarveoutMaxShared);
+		});
 		if (ce != cudaSuccess)
 			return ce;
 	}
