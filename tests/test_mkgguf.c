@@ -17,6 +17,7 @@
  *   step's uniform-rounding variance;
  * - the q4_k_m model converts (cpu and sm90), verifies and runs 8 tokens on the CPU;
  * - refusals: q4_k_m for qwen2 and for experts, q4_k with rows not a multiple of 256.
+ * llama.cpp itself reads these blocks in test_engine_arch (llama-yarn-q4_k_m, -q5_k).
  */
 #include <math.h>
 
