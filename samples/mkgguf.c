@@ -6,17 +6,20 @@
  * (mkgguf_weights.c), the vocab (mkgguf_vocab.c), the keys (mkgguf_meta.c) and the
  * files (mkgguf_out.c); shared types in mkgguf.h.
  * Same seed, same bytes, whatever --split or --threads.
- * Non-goals: real tokenizers (BPE merges), trained weights, K-quants.
+ * Non-goals: real tokenizers (BPE merges), trained weights, llama-quantize's own
+ * K-quant search (mkgguf's K-quant encoder is a plain min/max one, quant/quant_k.c).
  */
 #include "mkgguf.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #define PROG "mkgguf"
 #define MAX_SPLIT 65535                     /* split.count is a u16 */
+#define TYPE_CHOICES "f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k|q4_k_m"
 
 /* ---- command line -------------------------------------------------------------------------- */
 
@@ -24,6 +27,7 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: " PROG " --preset NAME -o OUT.gguf [options]\n"
+		"       " PROG " --preset NAME --dry-run [options]\n"
 		"\n"
 		"Write a synthetic GGUF v3 checkpoint that llama.cpp can load: llama.cpp tensor\n"
 		"names and shapes, the hparam keys it reads, a SentencePiece-style vocab\n"
@@ -39,7 +43,13 @@ static void usage(FILE *f)
 	fprintf(f,
 		"\n"
 		"options:\n"
-		"  --type T         f32|f16|bf16|q8_0|q4_0 for the matrices (default f16)\n"
+		"  --type T         " TYPE_CHOICES " for the matrices (default f16);\n"
+		"                   K-quants come from a plain min/max encoder (not llama-quantize's\n"
+		"                   search); q4_k_m is llama-quantize's Q4_K_M mix for dense llama:\n"
+		"                   output Q6_K, attn_v and ffn_down Q6_K on the first and last\n"
+		"                   eighth of the layers and every third between (else Q4_K; attn_v\n"
+		"                   Q5_K on 80-layer GQA models, llama.cpp's 70B), the rest Q4_K;\n"
+		"                   rows must be multiples of 256 for K-quants\n"
 		"  --seed N         weight seed, unsigned 64-bit (default 0)\n"
 		"  --split N        N shards OUT-00001-of-0000N.gguf ... (llama.cpp gguf-split\n"
 		"                   layout: all keys in the first, split.no/count/tensors.count\n"
@@ -68,6 +78,9 @@ static void usage(FILE *f)
 		"  --rope-factor F  scaling factor (default 4)\n"
 		"  --weight-std F   std of matrices and biases (default 0.02; norms keep 0.02)\n"
 		"  --tie-embeddings no output.weight (llama.cpp then uses token_embd)\n"
+		"  --dry-run        write nothing: print the plan, one line per tensor (name, type,\n"
+		"                   ne0 ne1 ne2, bytes), then \"total BYTES bytes in N tensors\"\n"
+		"                   (tensor data, without the header and alignment padding)\n"
 		"  --n-embd N  --n-layer N  --n-ff N  --n-head N  --n-head-kv N  --n-vocab N\n"
 		"  --n-expert N  --n-expert-used N  --ctx N  --n-ff-shexp N (qwen2moe; default n_ff)\n"
 		"  --rope-orig-ctx N  yarn/llama3/phi3 original context (default --ctx)\n"
@@ -152,13 +165,13 @@ static int size_layers(struct opts *o, uint64_t min_bytes, struct qc_err *err)
 	struct tensor_plan *p;
 	size_t n;
 	o->hp.n_layer = 1;
-	int rc = qc_mkgguf_plan_tensors(&o->hp, &o->hx, o->type, o->seed, &p, &n, err);
+	int rc = qc_mkgguf_plan_tensors(&o->hp, &o->hx, o->type, o->mix, o->seed, &p, &n, err);
 	if (rc)
 		return rc;
 	uint64_t one = qc_mkgguf_plan_bytes(p, n);
 	free(p);
 	o->hp.n_layer = 2;
-	rc = qc_mkgguf_plan_tensors(&o->hp, &o->hx, o->type, o->seed, &p, &n, err);
+	rc = qc_mkgguf_plan_tensors(&o->hp, &o->hx, o->type, o->mix, o->seed, &p, &n, err);
 	if (rc)
 		return rc;
 	uint64_t per_layer = qc_mkgguf_plan_bytes(p, n) - one, fixed = one - per_layer;
@@ -166,7 +179,17 @@ static int size_layers(struct opts *o, uint64_t min_bytes, struct qc_err *err)
 	o->hp.n_layer = min_bytes > fixed ? (int64_t)((min_bytes - fixed + per_layer - 1) / per_layer) : 1;
 	if (o->hp.n_layer < 1)
 		o->hp.n_layer = 1;
-	return QC_OK;
+	/* a mix's layers differ in size (use_more_bits): grow until the plan is big enough */
+	for (;;) {
+		rc = qc_mkgguf_plan_tensors(&o->hp, &o->hx, o->type, o->mix, o->seed, &p, &n, err);
+		if (rc)
+			return rc;
+		uint64_t bytes = qc_mkgguf_plan_bytes(p, n);
+		free(p);
+		if (bytes >= min_bytes || !o->mix)
+			return QC_OK;
+		o->hp.n_layer++;
+	}
 }
 
 static int parse_args(int argc, char **argv, struct opts *o, bool *help)
@@ -204,6 +227,10 @@ static int parse_args(int argc, char **argv, struct opts *o, bool *help)
 		}
 		if (!strcmp(a, "--tie-embeddings")) {
 			tie = true;
+			continue;
+		}
+		if (!strcmp(a, "--dry-run")) {
+			o->dry_run = true;
 			continue;
 		}
 		for (size_t f = 0; f < sizeof fields / sizeof fields[0]; f++) {
@@ -302,13 +329,16 @@ static int parse_args(int argc, char **argv, struct opts *o, bool *help)
 		}
 		i++;
 	}
-	if (!pre || !o->out) {
+	if (!pre || (!o->out && !o->dry_run)) {
 		fprintf(stderr, PROG ": %s is required (try --help)\n", !pre ? "--preset" : "-o");
 		return 2;
 	}
-	int t = qc_type_from_name(type_name);
+	for (size_t m = 0; m < qc_mkgguf_n_mixes; m++)
+		if (!strcasecmp(type_name, qc_mkgguf_mixes[m].name))
+			o->mix = &qc_mkgguf_mixes[m];
+	int t = o->mix ? (int)o->mix->base : qc_type_from_name(type_name);
 	if (t < 0 || !qc_types[t].quant_row) {
-		fprintf(stderr, PROG ": --type '%s' has no encoder (f32|f16|bf16|q8_0|q4_0)\n", type_name);
+		fprintf(stderr, PROG ": --type '%s' has no encoder (" TYPE_CHOICES ")\n", type_name);
 		return 2;
 	}
 	o->type = (enum qc_type)t;
@@ -367,7 +397,7 @@ int main(int argc, char **argv)
 	if (!rc && o.min_file_bytes)
 		rc = size_layers(&o, o.min_file_bytes, &err);
 	if (!rc)
-		rc = qc_mkgguf_write_model(&o, &err);
+		rc = o.dry_run ? qc_mkgguf_print_plan(&o, stdout, &err) : qc_mkgguf_write_model(&o, &err);
 	if (rc) {
 		qc_err_print(&err, PROG, stderr);
 		return rc == QC_EINVAL || rc == QC_EUNSUPPORTED ? 2 : 1;

@@ -4,7 +4,8 @@
  * line, the tensor plan record, the fill-callback state, the seed hash every file
  * derives values from, and the entry points of mkgguf's files: mkgguf.c (command
  * line), mkgguf_presets.c (presets, architectures), mkgguf_plan.c (tensor names and
- * shapes), mkgguf_weights.c (seeded values, the fill callback), mkgguf_vocab.c (the
+ * shapes), mkgguf_mix.c (llama-quantize's per-tensor type mixes),
+ * mkgguf_weights.c (seeded values, the fill callback), mkgguf_vocab.c (the
  * SentencePiece vocab), mkgguf_meta.c (the key set), mkgguf_out.c (files, shards).
  * Internal to samples/: mkgguf is a program, this is not a library interface.
  */
@@ -14,12 +15,13 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "gguf_write.h"
 #include "qc_err.h"
 #include "qtype.h"
 
-#define MAX_THREADS 16
+#define MAX_THREADS 64                     /* --threads cap; scratch rows are per thread */
 #define MAX_ROPE_FREQS 512                  /* rope_freqs.weight: one per rotated pair */
 
 enum arch { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_QWEN2MOE, ARCH_QWEN3MOE, ARCH_GEMMA2, ARCH_PHI3, ARCH_GEMMA3, ARCH_COUNT };
@@ -87,11 +89,28 @@ struct tensor_plan {
 	struct gen *g;
 };
 
+struct mix_rule;
+
+/* A llama-quantize type mix (mkgguf_mix.c): its --type name, the type of most
+ * matrices, llama.cpp's general.file_type for it, and its rule table. */
+struct mix {
+	const char *name;
+	enum qc_type base;
+	uint32_t ftype;
+	const struct mix_rule *rules;
+};
+
+/* The mixes of --type (mkgguf_mix.c), qc_mkgguf_n_mixes of them. */
+extern const struct mix qc_mkgguf_mixes[];
+extern const size_t qc_mkgguf_n_mixes;
+
 struct opts {
 	const char *preset, *out;
-	enum qc_type type;
+	enum qc_type type;              /* matrices; with a mix, its base type */
+	const struct mix *mix;          /* NULL: every matrix is `type` */
 	uint64_t seed;
 	int split, n_threads;
+	bool dry_run;                   /* print the plan, write nothing */
 	uint64_t min_file_bytes;        /* >0: choose n_layer so the file reaches this size */
 	struct hparams hp;
 	struct hparams_x hx;
@@ -129,10 +148,25 @@ static inline uint64_t fnv1a(const char *s)
 /* Whether architecture a has stacked experts of its own (mixtral is llama + experts). */
 bool qc_mkgguf_has_experts(enum arch a);
 
-/* The tensors of a model of hp/hx with matrices of type wt, seeded by seed, in
- * llama.cpp's order: *out (caller frees) of *n_out. QC_OK, QC_ENOMEM or QC_EINVAL. */
+/* The tensors of a model of hp/hx with matrices of type wt (mix: retyped by its
+ * rules; NULL: none), seeded by seed, in llama.cpp's order: *out (caller frees) of
+ * *n_out. QC_OK, QC_ENOMEM, QC_EINVAL or QC_EUNSUPPORTED (a mix for another arch). */
 int qc_mkgguf_plan_tensors(const struct hparams *hp, const struct hparams_x *hx, enum qc_type wt,
-			   uint64_t seed, struct tensor_plan **out, size_t *n_out, struct qc_err *err);
+			   const struct mix *mix, uint64_t seed, struct tensor_plan **out, size_t *n_out,
+			   struct qc_err *err);
+
+/* llama.cpp's use_more_bits: layer i of n gets the larger type of a mix. */
+bool qc_mkgguf_use_more_bits(int64_t i_layer, int64_t n_layer);
+
+/* The type mix gives matrix `name` of a model of hp (has_output: the model has an
+ * output.weight; without one token_embd takes its rule). */
+enum qc_type qc_mkgguf_mix_type(const struct mix *mix, const struct hparams *hp, const char *name,
+				bool has_output);
+
+/* Retypes the n matrices of plan p of base type mix->base by mix's rules and
+ * recomputes their sizes. QC_OK, QC_EUNSUPPORTED (not a dense llama), QC_EINVAL. */
+int qc_mkgguf_mix_apply(const struct mix *mix, const struct hparams *hp, struct tensor_plan *p, size_t n,
+			struct qc_err *err);
 
 /* Total data bytes of the n tensors of plan p. */
 uint64_t qc_mkgguf_plan_bytes(const struct tensor_plan *p, size_t n);
@@ -155,6 +189,10 @@ double qc_mkgguf_now_s(void);
 /* Adds the key set of a llama.cpp-converted checkpoint for o and vocab v to w. */
 int qc_mkgguf_add_metadata(struct qc_gguf_writer *w, const struct opts *o, const struct vocab *v,
 			   struct qc_err *err);
+
+/* Prints o's tensor plan to f (--dry-run): "NAME TYPE NE0 NE1 NE2 BYTES" per tensor,
+ * then "total BYTES bytes in N tensors". QC_OK or the plan's error. */
+int qc_mkgguf_print_plan(const struct opts *o, FILE *f, struct qc_err *err);
 
 /* Writes the model o describes to o->out (or its --split shards). */
 int qc_mkgguf_write_model(const struct opts *o, struct qc_err *err);

@@ -9,10 +9,12 @@
 #include <math.h>
 #include <stdio.h>
 
-/* llama.cpp's general.file_type (enum llama_ftype) for the --type choices that have one. */
+/* llama.cpp's general.file_type (enum llama_ftype) for the --type choices that have one
+ * (every matrix of that type: MOSTLY_Q6_K is all Q6_K; q4_k and q5_k alone are no ftype,
+ * llama.cpp's Q4_K_S/Q5_K_S mix in other types). Mixes carry their own (mkgguf_mix.c). */
 static const struct { enum qc_type type; uint32_t ftype; } ftypes[] = {
 	{ QC_TYPE_F32, 0 }, { QC_TYPE_F16, 1 }, { QC_TYPE_Q4_0, 2 }, { QC_TYPE_Q8_0, 7 },
-	{ QC_TYPE_BF16, 32 },
+	{ QC_TYPE_Q6_K, 18 }, { QC_TYPE_BF16, 32 },
 };
 
 static int add_hparam(struct qc_gguf_writer *w, const struct hparams *hp, const char *suffix,
@@ -59,7 +61,7 @@ int qc_mkgguf_add_metadata(struct qc_gguf_writer *w, const struct opts *o, const
 	uint32_t hd = (uint32_t)(hp->n_embd / hp->n_head);
 	char name[96];
 	snprintf(name, sizeof name, "qconvert synthetic %s (%s, seed %llu)", o->preset,
-		 qc_types[o->type].name, (unsigned long long)o->seed);
+		 o->mix ? o->mix->name : qc_types[o->type].name, (unsigned long long)o->seed);
 	int rc = qc_gguf_writer_add_str(w, "general.architecture", qc_mkgguf_arch_names[hp->arch], err);
 	if (!rc)
 		rc = qc_gguf_writer_add_str(w, "general.name", name, err);
@@ -129,7 +131,9 @@ int qc_mkgguf_add_metadata(struct qc_gguf_writer *w, const struct opts *o, const
 			rc = add_hparam(w, hp, "rope.scaling.original_context_length",
 					(uint32_t)(hx->rope_orig_ctx ? hx->rope_orig_ctx : hp->n_ctx), err);
 	}
-	for (size_t i = 0; i < sizeof ftypes / sizeof ftypes[0] && !rc; i++)
+	if (!rc && o->mix)
+		rc = qc_gguf_writer_add_u32(w, "general.file_type", o->mix->ftype, err);
+	for (size_t i = 0; i < sizeof ftypes / sizeof ftypes[0] && !rc && !o->mix; i++)
 		if (ftypes[i].type == o->type)
 			rc = qc_gguf_writer_add_u32(w, "general.file_type", ftypes[i].ftype, err);
 	if (!rc)

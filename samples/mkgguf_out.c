@@ -1,9 +1,10 @@
 /* mkgguf_out.c — mkgguf's output files: one GGUF, or gguf-split's shards.
  *
- * Owns: the run of a model (plan, scratch rows, vocab, then one writer per file) and
- * gguf-split's shard convention: all keys in the first shard, split.no/count/
- * tensors.count in every one, tensors in order balanced by bytes. Files appear
- * atomically (the writer's temp file + rename); missing parent directories are made.
+ * Owns: the run of a model (plan, scratch rows, vocab, then one writer per file), the
+ * plan printed instead (--dry-run), and gguf-split's shard convention: all keys in
+ * the first shard, split.no/count/tensors.count in every one, tensors in order
+ * balanced by bytes. Files appear atomically (the writer's temp file + rename);
+ * missing parent directories are made.
  */
 #include "mkgguf.h"
 
@@ -81,13 +82,28 @@ static size_t shard_start(const struct tensor_plan *p, size_t n, int n_split, in
 	return i < lo ? lo : i > hi ? hi : i;
 }
 
+int qc_mkgguf_print_plan(const struct opts *o, FILE *f, struct qc_err *err)
+{
+	struct tensor_plan *p;
+	size_t n;
+	int rc = qc_mkgguf_plan_tensors(&o->hp, &o->hx, o->type, o->mix, o->seed, &p, &n, err);
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < n; i++)
+		fprintf(f, "%s %s %lld %lld %lld %llu\n", p[i].name, qc_types[p[i].type].name, (long long)p[i].ne[0],
+			(long long)p[i].ne[1], (long long)p[i].ne[2], (unsigned long long)p[i].n_bytes);
+	fprintf(f, "total %llu bytes in %zu tensors\n", (unsigned long long)qc_mkgguf_plan_bytes(p, n), n);
+	free(p);
+	return QC_OK;
+}
+
 int qc_mkgguf_write_model(const struct opts *o, struct qc_err *err)
 {
 	struct vocab v = { 0 };
 	struct tensor_plan *p = NULL;
 	size_t n = 0;
 	struct gen g = { .n_threads = o->n_threads, .tty = isatty(2) };
-	int rc = qc_mkgguf_plan_tensors(&o->hp, &o->hx, o->type, o->seed, &p, &n, err);
+	int rc = qc_mkgguf_plan_tensors(&o->hp, &o->hx, o->type, o->mix, o->seed, &p, &n, err);
 	if (rc)
 		return rc;
 	if (o->split > 0 && (size_t)o->split > n) {

@@ -10,7 +10,7 @@
  * rows; no ffn_gate), and its LongRoPE rope_factors_long/short.weight tables,
  * written first as convert_hf_to_gguf's generate_extra_tensors yields them.
  * Norms, biases and routers stay f32 (as llama.cpp's converter and quantizer keep
- * them); every other matrix has the chosen type. Each tensor's seed comes from
+ * them); every other matrix has the chosen type, or a mix's (mkgguf_mix.c). Each tensor's seed comes from
  * --seed and its name, so plans of any layer count agree on shared tensors.
  */
 #include "mkgguf.h"
@@ -107,8 +107,9 @@ static int plan_longrope(struct tensor_plan *p, size_t *n, size_t cap, const str
 	return rc;
 }
 
-int qc_mkgguf_plan_tensors(const struct hparams *hp, const struct hparams_x *hx, enum qc_type wt, uint64_t seed,
-			struct tensor_plan **out, size_t *n_out, struct qc_err *err)
+int qc_mkgguf_plan_tensors(const struct hparams *hp, const struct hparams_x *hx, enum qc_type wt,
+			   const struct mix *mix, uint64_t seed, struct tensor_plan **out, size_t *n_out,
+			   struct qc_err *err)
 {
 	size_t cap = 4 + (size_t)hp->n_layer * PER_LAYER_MAX, n = 0;
 	struct tensor_plan *p = calloc(cap, sizeof *p);
@@ -191,6 +192,8 @@ int qc_mkgguf_plan_tensors(const struct hparams *hp, const struct hparams_x *hx,
 		rc = plan_add(p, &n, cap, "output_norm.weight", f32, INIT_NORM, 1, e, 1, 1, seed, err);
 	if (!rc && !hx->tie_embeddings && !gemma)
 		rc = plan_add(p, &n, cap, "output.weight", wt, INIT_WEIGHT, 2, e, hp->n_vocab, 1, seed, err);
+	if (!rc && mix)
+		rc = qc_mkgguf_mix_apply(mix, hp, p, n, err);
 	if (rc) {
 		free(p);
 		return rc;

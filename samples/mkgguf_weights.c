@@ -4,8 +4,8 @@
  * not depend on order, chunking, threads or --split: mean + std * z, z the centred sum
  * of four 16-bit splitmix64 draws (Irwin-Hall, |z| < 3.47), encoded by
  * qc_types[t].quant_row row by row inside the writer's fill callback, threads over
- * whole rows, so memory stays bounded.
- * Non-goals: trained weights, K-quants.
+ * whole rows, so memory stays bounded (K-quants: quant/quant_k.c's min/max encoder).
+ * Non-goals: trained weights, llama-quantize's K-quant search.
  */
 #include "mkgguf.h"
 

@@ -4,7 +4,8 @@
  * qwen2moe with a shared expert, qwen3moe, llama + YaRN, llama + llama3 rope
  * factors, gemma2, phi3 with and without LongRoPE tables (the long one chosen
  * at the test's context 128 and llama.cpp's 256 when the original context is 32,
- * the short one at 384); f32 and quantized), each regenerated here with mkgguf and checked
+ * the short one at 384); f32 and quantized, K-quants from mkgguf's own encoder too),
+ * each regenerated here with mkgguf and checked
  * against its recorded size and XXH3 (the generator must not drift), converted
  * to a cpu bundle (MoE: fused and unfused) and run: ids must equal
  * tests/data/ref/NAME.json (llama.cpp's own greedy run, tools/llref) up to the
@@ -295,6 +296,8 @@ static const struct model_case cases[] = {
 	{"llama-yarn-q4_0", no_yarn, "no YaRN ramp"},
 	{"llama3-rope-f32", no_rope_factors, "no rope factors"},
 	{"llama3-rope-q8_0", no_rope_factors, "no rope factors"},
+	{"llama-yarn-q4_k_m", no_yarn, "no YaRN ramp"},
+	{"llama-yarn-q5_k", no_yarn, "no YaRN ramp"},
 	{"gemma2-f32", no_window, "no sliding window"},
 	{"gemma2-q8_0", no_attn_softcap, "no attention soft-cap"},
 	{"phi3-f32", no_window, "no sliding window"},

@@ -194,12 +194,79 @@ static void bound_q4_0(const float *x, int64_t k, double *tol)
 	}
 }
 
+/* An upper bound on x >= 0 stored in fp16 rounded up (as a covering encoder must
+ * store its scales): one half ulp step, 2^-10 relative when normal, 2^-24 when not. */
+static double fp16_up_max(double x)
+{
+	return x * (1.0 + 0x1p-10) + 0x1p-24;
+}
+
+/* q4_K / q5_K with `levels` codes above 0: per 32-element sub-block the covered
+ * range is [min(0, lo), hi]; the min scale dmin is at most max(-lo)/63 (rounded up
+ * in fp16), so the mins may overshoot by one dmin step; the sub-block step is at
+ * most need + d, need = (range + dmin)/levels, d = max(need)/63 rounded up. Error:
+ * half a step, plus float rounding (2^-18 of the block's magnitude). */
+static void bound_kq(const float *x, int64_t k, double *tol, int levels)
+{
+	double lo[8], hi[8], mmax = 0.0, amax = 0.0;
+	for (int s = 0; s < 8; s++) {
+		lo[s] = 0.0;
+		hi[s] = x[32 * s];
+		for (int l = 0; l < 32; l++) {
+			lo[s] = fmin(lo[s], x[32 * s + l]);
+			hi[s] = fmax(hi[s], x[32 * s + l]);
+			amax = fmax(amax, fabs(x[32 * s + l]));
+		}
+		mmax = fmax(mmax, -lo[s]);
+	}
+	const double dmin = fp16_up_max(mmax / 63.0);
+	double need[8], nmax = 0.0;
+	for (int s = 0; s < 8; s++) {
+		need[s] = (hi[s] - lo[s] + dmin) / levels;
+		nmax = fmax(nmax, need[s]);
+	}
+	const double d = fp16_up_max(nmax / 63.0);
+	for (int64_t i = 0; i < k; i++)
+		tol[i] = 0.5 * (need[i / 32] + d) + ldexp(amax, -18);
+}
+
+static void bound_q4_k(const float *x, int64_t k, double *tol)
+{
+	bound_kq(x, k, tol, 15);
+}
+
+static void bound_q5_k(const float *x, int64_t k, double *tol)
+{
+	bound_kq(x, k, tol, 31);
+}
+
+/* q6_K: 16 sub-blocks of 16, codes -32..31; a symmetric covering scale is
+ * amax/31 per sub-block, its int8 multiple of d = max/127 (rounded up) at most one
+ * d larger; error half that step plus float rounding. */
+static void bound_q6_k(const float *x, int64_t k, double *tol)
+{
+	double need[16], nmax = 0.0, amax = 0.0;
+	for (int s = 0; s < 16; s++) {
+		need[s] = 0.0;
+		for (int l = 0; l < 16; l++)
+			need[s] = fmax(need[s], fabs(x[16 * s + l]) / 31.0);
+		nmax = fmax(nmax, need[s]);
+		amax = fmax(amax, 31.0 * need[s]);
+	}
+	const double d = fp16_up_max(nmax / 127.0);
+	for (int64_t i = 0; i < k; i++)
+		tol[i] = 0.5 * (need[i / 16] + d) + ldexp(amax, -18);
+}
+
 static const bound_fn round_trip_bound[QC_TYPE_COUNT] = {
 	[QC_TYPE_F32] = bound_exact,
 	[QC_TYPE_F16] = bound_f16,
 	[QC_TYPE_BF16] = bound_bf16,
 	[QC_TYPE_Q8_0] = bound_q8_0,
 	[QC_TYPE_Q4_0] = bound_q4_0,
+	[QC_TYPE_Q4_K] = bound_q4_k,
+	[QC_TYPE_Q5_K] = bound_q5_k,
+	[QC_TYPE_Q6_K] = bound_q6_k,
 };
 
 #define RT_GROUP 32            /* inputs share a magnitude per 32 elements */
