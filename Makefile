@@ -9,6 +9,7 @@
 #   make test-gpu   every CUDA kernel vs its C reference + end to end vs the CPU (needs a GPU)
 #   make bench-gpu  Llama-3-8B-shape decode/prefill benchmark (needs a GPU; docs/bench.md)
 #   make bench-gpu-compare LLAMA_SRC=DIR  ours vs llama.cpp built from DIR, one table (GPU)
+#   make nccl       the pinned NCCL that --tp N on CUDA loads (prints QC_NCCL_LIB=...)
 #   make help       this text
 # Sources, by floor (floors.mk; docs/house.md): base/ quant/ formats/ convert/ (qconvert)
 #   runtime/{ops,text,engine,cpu,cuda,cuda/kernels,serve}/ and runtime/*_main.c (qrun, qserve),
@@ -72,7 +73,7 @@ CU_OBJ   := $(CU_SRC:%.cu=$(BUILD)/obj/%.o)
 
 BINS := $(BUILD)/bin/qconvert $(BUILD)/bin/mkgguf $(BUILD)/bin/qrun $(BUILD)/bin/qserve
 
-.PHONY: all help deps test check asan fuzz bench bench-cpu cuda-check clean sample tests-build loadtest test-gpu bench-gpu bench-gpu-compare
+.PHONY: all help deps nccl test check asan fuzz bench bench-cpu cuda-check clean sample tests-build loadtest test-gpu bench-gpu bench-gpu-compare
 all: $(BINS) $(if $(NVCC),cuda-check)
 
 help:
@@ -186,6 +187,11 @@ FUZZ_SECONDS ?= 60
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 fuzz:
 	@sh tests/fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_SRC)
+
+# NCCL for --tp N on CUDA: NVIDIA's wheel at the pinned version and hash into build/nccl
+# (tools/nccl-requirements.txt); prints the QC_NCCL_LIB line to export (docs/tp.md).
+nccl:
+	@sh tools/nccl.sh $(BUILD)/nccl
 
 # qserve under 64 concurrent streaming clients for LOADTEST_SECONDS (docs/serve.md).
 LOADTEST_SECONDS ?= 60
