@@ -4,7 +4,8 @@
  * Gemma 2/3 (post norms, q/k norms), qwen3 and qwen3moe,
  * llama.cpp-quantized fixtures, a GPTQ checkpoint and a GGUF with act-order
  * permutations on its row-split weights, for targets cpu and sm90 (marlin layouts),
- * NVFP4 checkpoints on sm100 (nvfp4_swz), and N = 1, 2, 4 where the widths divide:
+ * NVFP4 checkpoints on sm100 (nvfp4_swz), and N = 1, 2, 4 where the widths divide (8 on one
+ * model with 8 K/V heads):
  *   - every original tensor, put back together HERE from the ranks' members (this
  *     file's own reading of the split: rows by section, columns side by side,
  *     vocabulary ranges, replicated copies equal on every rank), equals the plain
@@ -501,7 +502,7 @@ static bool write_act_order(const char *src, const char *dst, const char *const 
 static void generated_cases(void)
 {
 	char p[600];
-	static const int n12[] = { 1, 2 }, n124[] = { 1, 2, 4 };
+	static const int n12[] = { 1, 2 }, n124[] = { 1, 2, 4 }, n28[] = { 2, 8 };
 	static const struct {
 		const char *label, *args, *extra;
 		const int *ns;
@@ -512,6 +513,8 @@ static void generated_cases(void)
 		  NULL, n124, 3 },
 		{ "GQA 8/4 q4_0", "--preset tiny --n-embd 256 --n-head 8 --n-head-kv 4 --n-ff 512 --n-vocab 512 --type q4_0",
 		  NULL, n124, 3 },
+		{ "8 / 8 heads 8-way q4_0", "--preset tiny --n-embd 1024 --n-head 8 --n-head-kv 8 --n-ff 2048 --n-vocab 2048 --type q4_0",
+		  NULL, n28, 2 },
 		{ "MoE fused q8_0", "--preset tiny-moe --type q8_0", NULL, n12, 2 },
 		{ "MoE --no-fuse q8_0", "--preset tiny-moe --type q8_0", "--no-fuse", n12, 2 },
 		{ "tied q8_0", "--preset tiny --n-embd 256 --n-vocab 512 --n-ff 512 --tie-embeddings --type q8_0", NULL, n12, 2 },
