@@ -8,6 +8,9 @@
  * differ somewhere (the inputs do tell the order apart, so the check can fail).
  * The barrier and the shared slot: rank 0 writes, every rank reads it after a
  * barrier. Sizes 0 and QC_TP_MAX + 1 are refused.
+ * The device all-reduce's C reference (runtime/ops qc_ref_tp_sum, tp_allreduce.cu's)
+ * must give the host all-reduce's bits on every call, and on 1, 2^24, -2^24 the
+ * rank-order 0 where the reverse order gives 1.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -16,6 +19,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "ops.h"
 #include "tp_group.h"
 
 #define N_CALLS 40
@@ -112,6 +116,19 @@ static void run_size(int size, uint64_t seed)
 				apart += memcmp(&a[r].out[at], &a[0].out[at], sizeof want) != 0;
 			}
 		}
+	/* qc_ref_tp_sum (the device kernel's reference) against the host all-reduce */
+	long ref_bad = 0;
+	float *ref = malloc(sizeof(float) * MAX_N);
+	for (int c = 0; c < N_CALLS && ref; c++) {
+		const float *x[QC_TP_MAX];
+		for (int r = 0; r < size; r++)
+			x[r] = a[r].in + (size_t)c * MAX_N;
+		qc_ref_tp_sum(x, size, lens[c], ref);
+		for (int64_t i = 0; i < lens[c]; i++)
+			ref_bad += memcmp(&ref[i], &a[0].out[(size_t)c * MAX_N + (size_t)i], sizeof(float)) != 0;
+	}
+	CHECK(ref && ref_bad == 0, "size %d: qc_ref_tp_sum differs from the host all-reduce in %ld values", size, ref_bad);
+	free(ref);
 	CHECK(bad == 0, "size %d: %ld results differ from the rank-order sum", size, bad);
 	CHECK(apart == 0, "size %d: %ld results differ between ranks", size, apart);
 	if (size >= 3)
@@ -132,6 +149,15 @@ int main(void)
 	CHECK(qc_tp_group_new(0, &g, &err) == QC_EINVAL && !g, "size 0 accepted");
 	CHECK(qc_tp_group_new(QC_TP_MAX + 1, &g, &err) == QC_EINVAL && !g, "size %d accepted", QC_TP_MAX + 1);
 	qc_tp_group_free(NULL);
+	{ /* 2^24 + 1 rounds to 2^24 (ties to even): the order shows */
+		const float x0[] = {1.0f}, x1[] = {0x1p24f}, x2[] = {-0x1p24f};
+		const float *fwd[] = {x0, x1, x2}, *rev[] = {x2, x1, x0};
+		float y = -1.0f, z = -1.0f;
+		qc_ref_tp_sum(fwd, 3, 1, &y);
+		qc_ref_tp_sum(rev, 3, 1, &z);
+		CHECK(y == 0.0f && z == 1.0f, "qc_ref_tp_sum: 1 + 2^24 - 2^24 gave %g (want 0), reversed %g (want 1)",
+		      (double)y, (double)z);
+	}
 	for (int size = 1; size <= QC_TP_MAX; size++)
 		run_size(size, 0x1234567u + (uint64_t)size);
 	return check_report("test_tp_group");

@@ -75,6 +75,9 @@ void qc_cuda_env_read(struct qc_cuda_env *e)
 	e->l2_bytes = mb > 0 && mb < 1024 ? mb << 20 : 0;
 	const char *fn = getenv("QC_CUDA_FUSE_NORM");
 	e->fuse_norm = !(fn && !strcmp(fn, "0"));
+	/* tensor parallelism: small all-reduces peer to peer (off: NCCL for all) */
+	const char *tp = getenv("QC_CUDA_TP_P2P");
+	e->tp_p2p = tp && !strcmp(tp, "1");
 	/* tensor parallelism: where NCCL is (read here, loaded by backend_cuda_nccl.c) */
 	e->nccl_lib = getenv("QC_NCCL_LIB");
 }

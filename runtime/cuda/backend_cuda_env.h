@@ -24,6 +24,9 @@ struct qc_cuda_env {
 					  read next, backend_cuda_l2.c); 0: no hints */
 	int fuse_norm;                 /* QC_CUDA_FUSE_NORM=0: the attention/FFN RMSNorm as a kernel of
 					  its own even where the GEMV could take it */
+	int tp_p2p;                    /* QC_CUDA_TP_P2P=1: tensor-parallel all-reduces of at most
+					  QC_CUDA_TP_P2P_BYTES through tp_allreduce.cu (peer to peer)
+					  instead of NCCL (backend_cuda_tp.c) */
 	const char *nccl_lib;          /* QC_NCCL_LIB: libnccl.so.2, or the folder holding it, for
 					  tensor parallelism (backend_cuda_nccl.h); NULL: the loader's
 					  search. Points into the environment. */

@@ -17,6 +17,7 @@
 #include "backend_cuda_env.h"
 #include "backend_cuda_nccl.h"
 #include "kernels/matmul_dispatch.h"
+#include "kernels/tp_allreduce.h"
 #include "model.h"
 
 struct qc_cuda_graphs;
@@ -110,6 +111,12 @@ struct cu {
 	   otherwise: a non-NULL comm is what turns the all-reduces on */
 	const struct qc_nccl *nccl;
 	qc_nccl_comm_t comm;
+	/* QC_CUDA_TP_P2P=1 and every pair of ranks' GPUs peer-capable: the one-shot
+	   peer-to-peer all-reduce's table (every rank's staging and flags, this rank's
+	   epoch), used for sums of at most p2p.cap floats; p2p_on is the same on
+	   every rank */
+	bool p2p_on;
+	struct qc_cuda_tp_allreduce_args p2p;
 };
 
 /* cuda_check with the backend's spelling. */
@@ -182,13 +189,19 @@ void qc_cuda_be_l2_hint(const struct cu *c, const struct dmat *const *w, int n, 
  * there, rank 0's NCCL id goes through the group's slot, every rank makes its
  * communicator (ncclCommInitRank) and checks a warm-up all-reduce. QC_OK with
  * c->comm set, or rc, or the first failure (another rank's named), with no
- * communicator left on any rank. */
+ * communicator left on any rank. With QC_CUDA_TP_P2P=1 it also sets up the
+ * peer-to-peer all-reduce (c->p2p_on) and checks it with the same warm-up, or
+ * says why not (a GPU pair without peer access) and leaves NCCL for all. */
 int qc_cuda_be_tp_start(struct cu *c, const struct qc_backend_params *p, int rc, struct qc_err *err);
 /* The communicator's end (ncclCommDestroy: every rank's destroy must run at
- * once, each on its own thread). After c->st is idle; nothing when c->comm is NULL. */
+ * once, each on its own thread). After c->st is idle; nothing when c->comm is NULL.
+ * With c->p2p_on, a barrier of the ranks first: no rank frees its staging buffers
+ * (destroy's cudaFree) while a peer's last all-reduce may still read them. */
 void qc_cuda_be_tp_end(struct cu *c);
 /* d[0..n) summed over the ranks, in place, on c->st (captured into a graph like a
- * kernel): every rank gets the same bits. */
+ * kernel): every rank gets the same bits. With c->p2p_on and n <= c->p2p.cap,
+ * tp_allreduce.cu (rank order), else ncclAllReduce; every rank must make the
+ * same sequence of calls. */
 int qc_cuda_be_allreduce(struct cu *c, float *d, int64_t n, struct qc_err *err);
 
 /* Whether qc_cuda_be_mm_multi runs w[0..n) in one launch that also takes the

@@ -241,6 +241,10 @@ enum qc_ref_prec {
 	QC_REF_F16 = 2,
 };
 
+/* y[i] = x[0][i] + x[1][i] + .. + x[n_ranks - 1][i], added in that order (the
+ * tensor-parallel all-reduce's sum, tp_allreduce.cu); n_ranks >= 1, y may be x[0]. */
+void qc_ref_tp_sum(const float *const *x, int n_ranks, int64_t n, float *y);
+
 /* As qc_ref_gemv_q for nvfp4 weights in the nvfp4_swz layout (quant/layout_nvfp4.h):
  * w = matrix 0's slice, n_in = K, n_out = N rows, matrices mat_stride bytes apart;
  * weights decoded from the packed bytes by docs/layout-nvfp4.md's formulas. */

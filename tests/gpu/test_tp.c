@@ -10,6 +10,17 @@
  *     and norms rely on that), and an all-reduce captured into a CUDA graph
  *     between two programmatic-dependent-launch kernels (add.cu, with PDL on where
  *     the GPU has it) must give its exact integer sums on two replays.
+ * (a') The one-shot peer-to-peer all-reduce (kernels/tp_allreduce.cu, what
+ *     QC_CUDA_TP_P2P=1 takes for small sums) on every visible GPU (at most 8) and
+ *     on 2 (skipped, saying so, below 2 GPUs or without peer access), one thread
+ *     per rank with peer access on: 200 calls queued back to back in turn of 7,
+ *     4096, the staging cap, 1, 4099, 33 and 4100 floats (both staging buffers,
+ *     many epochs, aligned and one-off regions), then 7, 4096 and cap floats
+ *     captured into a CUDA graph and replayed 3 times on fresh inputs: every
+ *     value must equal the host's rank-order float sum bit for bit on every rank,
+ *     the NaN guards after each region must stay NaN, the staging buffers start
+ *     NaN (a read of data no rank wrote shows), and with 3+ ranks the reverse
+ *     order must differ somewhere (the inputs tell the order apart).
  * (b) The embedding with a vocabulary range (kernels/embed.cu) against
  *     qc_ref_embed on random rows of several types, ids on both sides of the
  *     range and its edges, output poisoned with NaN: bit for bit; the reference
@@ -19,7 +30,8 @@
  *     --tp (backend_tp.c merged; else said and skipped): each model of $QC_GPU_GEN
  *     and a few fixtures converted plain and with --tp 2 (and --tp N for N GPUs
  *     above 2; sm90 layouts too), greedy 16 tokens with qrun --json on cuda plain,
- *     --tp 1 (the plain bundle through the rank path) and --tp N, against the CPU
+ *     --tp 1 (the plain bundle through the rank path), --tp N and --tp 2 with
+ *     QC_CUDA_TP_P2P=1 (qrun must say it took it), against the CPU
  *     backend's run of the same prompt ids in process (float activations): equal
  *     up to the first step where the CPU's top-2 margin is below test_e2e's fp16
  *     bound (a near-tie). Models the converter cannot split are named and skipped;
@@ -37,6 +49,7 @@
 #include "kernels/add.h"
 #include "kernels/embed.h"
 #include "kernels/pdl.h"
+#include "kernels/tp_allreduce.h"
 #include "model.h"
 
 #if defined(__has_include)
@@ -272,6 +285,269 @@ static void test_nccl(int n_dev)
 			nccl_ranks(n, 2);
 	}
 	qc_cuda_pdl_set(0);
+}
+
+/* ---- (a') the one-shot peer-to-peer all-reduce (kernels/tp_allreduce.cu) ---------- */
+
+#define P2P_CALLS 200
+#define P2P_GUARD 4              /* NaN floats after each call's region: must stay NaN */
+#define P2P_GRAPH 3              /* calls captured into the graph: 7, 4096, cap floats */
+#define P2P_REPLAYS 3
+#define P2P_CAP ((int64_t)(QC_CUDA_TP_P2P_BYTES / sizeof(float)))
+
+/* The calls' sizes in turn (parity and epoch both move; the cap is the largest
+ * a staging buffer takes) and where each region starts: 16-byte aligned (the
+ * kernel's float4 path) except every third, one float off (its scalar path). */
+static const int64_t p2p_sizes[] = {7, 4096, P2P_CAP, 1, 4099, 33, 4096 + 4};
+
+static int64_t p2p_size(int c)
+{
+	return c < P2P_CALLS ? p2p_sizes[c % (int)(sizeof p2p_sizes / sizeof p2p_sizes[0])]
+			     : (int64_t[]){7, 4096, P2P_CAP}[(c - P2P_CALLS) % P2P_GRAPH];
+}
+
+/* offsets of calls 0 .. P2P_CALLS + P2P_GRAPH - 1 and the total, in floats */
+static int64_t p2p_layout(int64_t *off)
+{
+	int64_t at = 0;
+	for (int c = 0; c < P2P_CALLS + P2P_GRAPH; c++) {
+		at = (at + 3) / 4 * 4 + (c % 3 == 2);
+		off[c] = at;
+		at += p2p_size(c) + P2P_GUARD;
+	}
+	return at;
+}
+
+struct p2p_table {                /* what the ranks publish to each other (host memory) */
+	float *stage[QC_TP_MAX][2];
+	uint32_t *flags[QC_TP_MAX];
+};
+
+struct p2p_arg {
+	struct qc_tp_group *g;
+	struct p2p_table *t;
+	int rank, size;
+	int64_t total;
+	const int64_t *off;
+	const float *h_in;          /* (total) this rank's inputs; guards NaN */
+	float *h_eager, *h_graph;   /* (total) the eager calls' results; (P2P_REPLAYS, total) the graph's */
+	int fail_line;
+	char msg[QC_ERR_MSG_MAX + 128];
+};
+
+static void *p2p_rank_main(void *p)
+{
+	struct p2p_arg *a = p;
+	struct qc_err err = {0};
+	cudaStream_t st = NULL;
+	float *d = NULL, *stage[2] = {NULL, NULL};
+	uint32_t *flags = NULL, *epoch = NULL;
+	cudaGraph_t graph = NULL;
+	cudaGraphExec_t exec = NULL;
+	const size_t bytes = (size_t)a->total * sizeof(float);
+
+	STEP(a, cudaSetDevice(a->rank) == cudaSuccess, "cudaSetDevice(%d)", a->rank);
+	STEP(a, cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) == cudaSuccess, "stream");
+	STEP(a, cudaMalloc((void **)&d, bytes) == cudaSuccess && cudaMalloc((void **)&stage[0], QC_CUDA_TP_P2P_BYTES) ==
+		cudaSuccess && cudaMalloc((void **)&stage[1], QC_CUDA_TP_P2P_BYTES) == cudaSuccess &&
+		cudaMalloc((void **)&flags, QC_TP_MAX * sizeof(uint32_t)) == cudaSuccess &&
+		cudaMalloc((void **)&epoch, sizeof(uint32_t)) == cudaSuccess, "cudaMalloc");
+	if (!a->fail_line) { /* staging poisoned: a read of a buffer no rank wrote shows as NaN */
+		cudaMemset(stage[0], 0xff, QC_CUDA_TP_P2P_BYTES);
+		cudaMemset(stage[1], 0xff, QC_CUDA_TP_P2P_BYTES);
+		cudaMemset(flags, 0, QC_TP_MAX * sizeof(uint32_t));
+		cudaMemset(epoch, 0, sizeof(uint32_t));
+		STEP(a, cudaDeviceSynchronize() == cudaSuccess, "memset");
+	}
+	a->t->stage[a->rank][0] = stage[0];
+	a->t->stage[a->rank][1] = stage[1];
+	a->t->flags[a->rank] = flags;
+	for (int q = 0; q < a->size; q++) {
+		if (q == a->rank)
+			continue;
+		cudaError_t e = cudaDeviceEnablePeerAccess(q, 0);
+		if (e == cudaErrorPeerAccessAlreadyEnabled) {
+			(void)cudaGetLastError();
+			e = cudaSuccess;
+		}
+		STEP(a, e == cudaSuccess, "cudaDeviceEnablePeerAccess(%d): %s", q, cudaGetErrorString(e));
+	}
+	qc_tp_barrier(a->g); /* every rank's buffers published and its peer access on */
+	struct qc_cuda_tp_allreduce_args ar = {.rank = a->rank, .n_ranks = a->size, .cap = P2P_CAP, .d_epoch = epoch};
+	bool all = true;
+	for (int q = 0; q < a->size; q++) {
+		ar.d_stage[q][0] = a->t->stage[q][0];
+		ar.d_stage[q][1] = a->t->stage[q][1];
+		ar.d_flags[q] = a->t->flags[q];
+		all &= ar.d_stage[q][0] && ar.d_stage[q][1] && ar.d_flags[q];
+	}
+	qc_tp_barrier(a->g); /* every rank has read the table */
+	STEP(a, all, "a rank has no buffers: it failed before the barrier");
+	if (a->fail_line)
+		goto out; /* every rank saw the same table: all stop here */
+	/* eager: 200 calls queued back to back, one synchronization */
+	STEP(a, cudaMemcpyAsync(d, a->h_in, bytes, cudaMemcpyHostToDevice, st) == cudaSuccess, "upload");
+	for (int c = 0; c < P2P_CALLS && !a->fail_line; c++) {
+		ar.d = d + a->off[c];
+		ar.n = p2p_size(c);
+		STEP(a, qc_cuda_tp_allreduce(&ar, st, &err) == QC_OK, "call %d: %s", c, err.msg);
+	}
+	STEP(a, cudaStreamSynchronize(st) == cudaSuccess, "eager calls: %s", cudaGetErrorString(cudaGetLastError()));
+	STEP(a, cudaMemcpy(a->h_eager, d, bytes, cudaMemcpyDeviceToHost) == cudaSuccess, "download");
+	if (a->fail_line)
+		goto out; /* a trapped kernel leaves nothing usable */
+	/* a graph of 7, 4096 and cap floats, replayed P2P_REPLAYS times on fresh inputs */
+	STEP(a, cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) == cudaSuccess, "begin capture");
+	int rc = QC_OK;
+	for (int c = P2P_CALLS; c < P2P_CALLS + P2P_GRAPH && !rc; c++) {
+		ar.d = d + a->off[c];
+		ar.n = p2p_size(c);
+		rc = qc_cuda_tp_allreduce(&ar, st, &err);
+	}
+	const cudaError_t ce = cudaStreamEndCapture(st, &graph);
+	STEP(a, !rc && ce == cudaSuccess, "capture: %s / %s", err.msg, cudaGetErrorString(ce));
+	STEP(a, !a->fail_line && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess, "instantiate");
+	for (int rep = 0; rep < P2P_REPLAYS && !a->fail_line; rep++) {
+		STEP(a, cudaMemcpyAsync(d, a->h_in, bytes, cudaMemcpyHostToDevice, st) == cudaSuccess, "upload");
+		STEP(a, cudaGraphLaunch(exec, st) == cudaSuccess, "graph launch");
+		STEP(a, cudaStreamSynchronize(st) == cudaSuccess, "replay %d: %s", rep,
+		     cudaGetErrorString(cudaGetLastError()));
+		STEP(a, cudaMemcpy(a->h_graph + (size_t)rep * (size_t)a->total, d, bytes, cudaMemcpyDeviceToHost) ==
+			cudaSuccess, "download");
+	}
+out:
+	/* nobody frees its staging while a peer may still read it */
+	if (st)
+		cudaStreamSynchronize(st);
+	qc_tp_barrier(a->g);
+	if (exec)
+		cudaGraphExecDestroy(exec);
+	if (graph)
+		cudaGraphDestroy(graph);
+	cudaFree(d);
+	cudaFree(stage[0]);
+	cudaFree(stage[1]);
+	cudaFree(flags);
+	cudaFree(epoch);
+	if (st)
+		cudaStreamDestroy(st);
+	return NULL;
+}
+
+/* Each call's region of got against the rank-order sum of the ranks' inputs,
+ * bit for bit, guards still NaN; calls [c0, c1). Counts into *bad / *guard. */
+static void p2p_compare(const float *const *in, int size, const float *got, const int64_t *off, int c0, int c1,
+			long *bad, long *guard, long *reverse)
+{
+	for (int c = c0; c < c1; c++) {
+		const int64_t n = p2p_size(c);
+		for (int64_t i = 0; i < n; i++) {
+			const size_t at = (size_t)(off[c] + i);
+			float want = in[0][at], rev = in[size - 1][at];
+			for (int r = 1; r < size; r++) {
+				want += in[r][at];
+				rev += in[size - 1 - r][at];
+			}
+			*bad += memcmp(&got[at], &want, sizeof want) != 0;
+			*reverse += memcmp(&rev, &want, sizeof want) != 0;
+		}
+		for (int64_t i = 0; i < P2P_GUARD; i++)
+			*guard += !isnan(got[off[c] + n + i]);
+	}
+}
+
+static void p2p_ranks(int size)
+{
+	int64_t off[P2P_CALLS + P2P_GRAPH];
+	const int64_t total = p2p_layout(off);
+	struct qc_tp_group *g = NULL;
+	struct qc_err err = {0};
+	struct p2p_table t;
+	struct p2p_arg a[QC_TP_MAX];
+	float *in[QC_TP_MAX] = {0}, *eager[QC_TP_MAX] = {0}, *graph[QC_TP_MAX] = {0};
+	memset(&t, 0, sizeof t);
+	bool ok = qc_tp_group_new(size, &g, &err) == QC_OK;
+	for (int r = 0; r < size && ok; r++) {
+		in[r] = malloc(sizeof(float) * (size_t)total);
+		eager[r] = malloc(sizeof(float) * (size_t)total);
+		graph[r] = malloc(sizeof(float) * (size_t)total * P2P_REPLAYS);
+		ok = in[r] && eager[r] && graph[r];
+		for (int64_t i = 0; ok && i < total; i++) /* magnitudes 2^-8 .. 2^12: the order shows */
+			in[r][i] = ldexpf(frand(1.0f, 2.0f), (int)(rnd() % 21) - 8) * (rnd() & 1 ? -1.0f : 1.0f);
+		for (int c = 0; ok && c < P2P_CALLS + P2P_GRAPH; c++)
+			for (int64_t i = 0; i < P2P_GUARD; i++)
+				in[r][off[c] + p2p_size(c) + i] = NAN;
+	}
+	CHECK(ok, "setup for %d ranks: %s", size, err.msg);
+	if (!ok)
+		goto done;
+	pthread_t th[QC_TP_MAX];
+	for (int r = 0; r < size; r++) {
+		a[r] = (struct p2p_arg){.g = g, .t = &t, .rank = r, .size = size, .total = total, .off = off,
+					.h_in = in[r], .h_eager = eager[r], .h_graph = graph[r]};
+		if (pthread_create(&th[r], NULL, p2p_rank_main, &a[r])) {
+			CHECK(0, "thread %d", r);
+			abort();
+		}
+	}
+	for (int r = 0; r < size; r++)
+		pthread_join(th[r], NULL);
+	int failed = 0;
+	for (int r = 0; r < size; r++) {
+		CHECK(!a[r].fail_line, "P2P %d ranks, rank %d: line %d: %s", size, r, a[r].fail_line, a[r].msg);
+		failed |= a[r].fail_line != 0;
+	}
+	if (failed)
+		goto done;
+	long bad = 0, guard = 0, reverse = 0, apart = 0, gbad = 0, gguard = 0, grev = 0;
+	for (int r = 0; r < size; r++) {
+		p2p_compare((const float *const *)in, size, eager[r], off, 0, P2P_CALLS, &bad, &guard, &reverse);
+		for (int rep = 0; rep < P2P_REPLAYS; rep++)
+			p2p_compare((const float *const *)in, size, graph[r] + (size_t)rep * (size_t)total, off, P2P_CALLS,
+				    P2P_CALLS + P2P_GRAPH, &gbad, &gguard, &grev);
+		for (int c = 0; c < P2P_CALLS; c++)
+			for (int64_t i = 0; i < p2p_size(c); i++)
+				apart += memcmp(&eager[r][off[c] + i], &eager[0][off[c] + i], sizeof(float)) != 0;
+	}
+	printf("  %d ranks: %d P2P all-reduces (7 .. %lld floats) and a graph of %d replayed %d times: %ld and %ld "
+	       "value(s) off the rank-order sum, %ld guard(s) written, %ld differ between ranks (%ld differ in "
+	       "reverse order)\n", size, P2P_CALLS, (long long)P2P_CAP, P2P_GRAPH, P2P_REPLAYS, bad, gbad,
+	       guard + gguard, apart, reverse / size);
+	CHECK(bad == 0 && gbad == 0, "P2P %d ranks: %ld eager and %ld graph value(s) differ from the rank-order sum",
+	      size, bad, gbad);
+	CHECK(guard == 0 && gguard == 0, "P2P %d ranks: %ld guard float(s) past a call's n written", size,
+	      guard + gguard);
+	CHECK(apart == 0, "P2P %d ranks: %ld value(s) not the same bits on every rank", size, apart);
+	if (size >= 3)
+		CHECK(reverse > 0, "P2P %d ranks: the inputs do not tell the summation order apart", size);
+done:
+	for (int r = 0; r < size; r++) {
+		free(in[r]);
+		free(eager[r]);
+		free(graph[r]);
+	}
+	qc_tp_group_free(g);
+}
+
+static void test_p2p(int n_dev)
+{
+	const int size = n_dev < QC_TP_MAX ? n_dev : QC_TP_MAX;
+	printf("peer-to-peer all-reduce (tp_allreduce.cu, QC_CUDA_TP_P2P=1's kernel):\n");
+	if (size < 2) {
+		printf("  SKIP: %d GPU visible (needs 2 or more)\n", n_dev);
+		return;
+	}
+	for (int i = 0; i < size; i++)
+		for (int j = 0; j < size; j++) {
+			int can = 0;
+			if (i != j && (cudaDeviceCanAccessPeer(&can, i, j) != cudaSuccess || !can)) {
+				printf("  SKIP: GPU %d has no peer access to GPU %d\n", i, j);
+				return;
+			}
+		}
+	p2p_ranks(size);
+	if (size > 2)
+		p2p_ranks(2);
 }
 
 /* ---- (b) embedding with a vocabulary range --------------------------------------- */
@@ -562,6 +838,40 @@ static void against_cpu(const char *label, const struct cpu_trace *cpu, const in
 	      k < N_GEN ? cpu->margin[k] : 0.0);
 }
 
+/* The same --tp 2 run with QC_CUDA_TP_P2P=1: qrun must say it took the P2P
+ * all-reduce (or which GPU pair has no peer access: then NCCL, said and
+ * skipped), and its ids must meet the cpu's and the NCCL run's like any run
+ * (NCCL's sum order may differ from the kernel's rank order: near-ties only). */
+static void qrun_p2p(const char *name, const char *bundle, const char *label, const char *tmp, const int32_t *prompt,
+		     int n_prompt, const struct cpu_trace *cpu, const int32_t *ids_nccl, int n_nccl)
+{
+	char why[512], lab[300], ep[1200];
+	int32_t p2[MAX_IDS], ids[MAX_IDS];
+	int n_p2 = 0, n_ids = 0;
+	snprintf(lab, sizeof lab, "%s P2P", label);
+	setenv("QC_CUDA_TP_P2P", "1", 1);
+	const int rc = qrun(bundle, 2, tmp, p2, &n_p2, ids, &n_ids, why, sizeof why);
+	unsetenv("QC_CUDA_TP_P2P");
+	CHECK(rc == 0, "%s: qrun %s: %s", name, lab, why);
+	if (rc)
+		return;
+	snprintf(ep, sizeof ep, "%s/qrun.err", tmp);
+	char *e = check_read_file(ep, NULL);
+	const bool on = e && strstr(e, "peer to peer (QC_CUDA_TP_P2P=1)"), none = e && strstr(e, "has no peer access");
+	free(e);
+	if (none) {
+		printf("    %-36s skipped: no peer access between the GPUs (NCCL ran)\n", lab);
+		return;
+	}
+	CHECK(on, "%s: %s: qrun did not say it took the P2P all-reduce", name, lab);
+	CHECK(n_p2 == n_prompt && !memcmp(p2, prompt, sizeof(int32_t) * (size_t)n_prompt), "%s: %s: prompt ids differ",
+	      name, lab);
+	against_cpu(lab, cpu, ids, n_ids);
+	const int k = first_diff(ids_nccl, n_nccl, ids, n_ids);
+	CHECK(near_tie(cpu, k), "%s: %s differs from NCCL's at step %d (cpu margin %.4g)", name, lab, k,
+	      k < N_GEN ? cpu->margin[k] : 0.0);
+}
+
 static void e2e_model(const char *dir, const char *name, const char *tmp, int n_dev)
 {
 	char in[1024], plain[1200], tpb[1200], why[512], label[256];
@@ -607,6 +917,8 @@ static void e2e_model(const char *dir, const char *name, const char *tmp, int n_
 			}
 			rc = qrun(tpb, sizes[si], tmp, p2, &n_p2, ids, &n_ids, why, sizeof why);
 			CHECK(rc == 0, "%s: qrun %s: %s", name, label, why);
+			if (!rc && sizes[si] == 2)
+				qrun_p2p(name, tpb, label, tmp, prompt, n_prompt, &cpu, ids, n_ids);
 			unlink(tpb);
 			if (rc)
 				continue;
@@ -715,6 +1027,7 @@ int main(void)
 	}
 	printf("%d CUDA device(s)\n", n_dev);
 	test_nccl(n_dev);
+	test_p2p(n_dev);
 	test_embed();
 	test_e2e(n_dev);
 	return check_report("test_tp");
