@@ -48,6 +48,7 @@
 
 #include "../check.h"
 #include "backend_cuda.h"
+#include "logit_margin.h"
 #include "bundle.h"
 #include "convert.h"
 #include "hf_convert.h"
@@ -86,18 +87,7 @@ static void on_logits(void *ctx, uint64_t id, int32_t step, const float *lg, int
 	(void)id;
 	if (step >= N_GEN)
 		return;
-	float a = -INFINITY, b = -INFINITY, mx = 0;
-	for (int32_t i = 0; i < n_vocab; i++) {
-		if (lg[i] > a) {
-			b = a;
-			a = lg[i];
-		} else if (lg[i] > b) {
-			b = lg[i];
-		}
-		mx = fabsf(lg[i]) > mx ? fabsf(lg[i]) : mx;
-	}
-	tr->margin[step] = a - b;
-	tr->maxabs[step] = mx;
+	logit_margin(lg, n_vocab, &tr->margin[step], &tr->maxabs[step]);
 	if (tr->logits)
 		memcpy(tr->logits + (size_t)step * (size_t)n_vocab, lg, sizeof(float) * (size_t)n_vocab);
 }

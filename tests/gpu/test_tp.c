@@ -42,6 +42,7 @@
 #include <pthread.h>
 
 #include "kernels_harness.h"
+#include "logit_margin.h"
 
 #include "backend.h"
 #include "backend_cuda_nccl.h"
@@ -702,18 +703,7 @@ static void on_logits(void *ctx, uint64_t id, int32_t step, const float *lg, int
 	(void)id;
 	if (step >= N_GEN)
 		return;
-	float a = -INFINITY, b = -INFINITY, mx = 0;
-	for (int32_t i = 0; i < n_vocab; i++) {
-		if (lg[i] > a) {
-			b = a;
-			a = lg[i];
-		} else if (lg[i] > b) {
-			b = lg[i];
-		}
-		mx = fabsf(lg[i]) > mx ? fabsf(lg[i]) : mx;
-	}
-	tr->margin[step] = a - b;
-	tr->maxabs[step] = mx;
+	logit_margin(lg, n_vocab, &tr->margin[step], &tr->maxabs[step]);
 }
 
 /* Greedy N_GEN tokens of prompt on the CPU backend, float activations. */
