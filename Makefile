@@ -164,6 +164,13 @@ $(BUILD)/tests/gpu/test_kernels: $(BUILD)/obj/tests/gpu/test_kernels.o $(KERNELS
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(QCFLAGS) $^ -o $@ $(LDLIBS) $(CUDA_LDLIBS)
 
+# The graph-node tracer (tests/gpu/ktrace.c): a CUPTI injection library, loaded into any
+# CUDA program by CUDA_INJECTION64_PATH (tools/ktrace_report.py reads its TSV). Not in `all`.
+$(BUILD)/lib/libqc_ktrace.so: tests/gpu/ktrace.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Wall -Wextra -shared -fPIC -isystem $(CUDA_ROOT)/include $< -o $@ -L$(CUDA_ROOT)/lib64 -lcupti \
+		-Wl,-rpath,'$$ORIGIN'
+
 test-gpu:
 	@test -n "$(NVCC)" || { echo "test-gpu: nvcc not found"; exit 1; }
 	@$(MAKE) --no-print-directory $(BINS) $(GPU_TEST_BIN)

@@ -25,6 +25,11 @@ for l in $(ldd "$d"/bin/* 2>/dev/null | awk '$3 ~ /^\// {print $3}' | sort -u |
 	   grep -v -E '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*|libstdc\+\+|libgcc_s)\.so|/libcu'); do
 	cp -L "$l" "$d/lib/"
 done
+# the graph-node tracer (tests/gpu/ktrace.c) and the CUPTI it loads, when this build has CUDA
+if make BUILD="$B" "$B/lib/libqc_ktrace.so" >/dev/null 2>&1; then
+	cp "$B/lib/libqc_ktrace.so" "$d/lib/"
+	cp -L "$(ldd "$B/lib/libqc_ktrace.so" | awk '/libcupti/ {print $3}')" "$d/lib/"
+fi
 cp -r "$FX/gguf" "$FX/gguf-quant" "$d/fixtures/"
 mkdir -p .gpu
 rm -f .gpu/payload.tgz

@@ -468,6 +468,9 @@ static int attention_block(struct cu *c, const struct qc_sched_plan *plan, const
 		.d_ws = c->d_ws, .ws_bytes = c->ws_bytes, .flash = c->env.flash,
 		.d_flags = c->env.attn_merge ? c->d_flags : NULL, .n_flags = c->env.attn_merge ? c->n_flags : 0,
 		.d_pool8 = c->d_kv8, .d_pool8_exp = c->d_kv8_exp,
+		/* one token per sequence: its earlier positions are from earlier forwards
+		   (block copies run before the forward, upload_plan before its kernels) */
+		.old_ctx = c->env.attn_early && plan->n_seqs == (int32_t)T,
 	};
 	if ((rc = qc_cuda_be_kv_store(c, &rkv, err)) || (rc = qc_cuda_paged_attn(&pa, c->st, err)))
 		return rc;

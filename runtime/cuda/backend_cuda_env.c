@@ -68,7 +68,11 @@ void qc_cuda_env_read(struct qc_cuda_env *e)
 	const char *pdl = getenv("QC_CUDA_PDL");
 	e->pdl = pdl && *pdl ? atoi(pdl) != 0 : -1;
 	const char *am = getenv("QC_CUDA_ATTN_MERGE");
-	e->attn_merge = am && !strcmp(am, "1");
+	e->attn_merge = !(am && !strcmp(am, "0"));
+	/* 0: decode attention loads every K/V row after its PDL wait (the A/B of the
+	   early loads, docs/perf-notes.md) */
+	const char *ae = getenv("QC_CUDA_ATTN_EARLY");
+	e->attn_early = !(ae && !strcmp(ae, "0"));
 	/* MB of the weights read next that each GEMV launch asks L2 to prefetch; off
 	 * by default: 16 and 32 measured 3-9% slower on an H100 (docs/perf-notes.md) */
 	const int64_t mb = env_i64("QC_CUDA_L2_PREFETCH", 0);

@@ -18,8 +18,10 @@ struct qc_cuda_env {
 	enum qc_cuda_attn_flash flash; /* QC_CUDA_FLASH=0: OFF */
 	int pdl;                       /* QC_CUDA_PDL: 1 or unset (-1) programmatic dependent launch
 					  (pdl.h) where the device has it, 0 plain launches */
-	int attn_merge;                /* QC_CUDA_ATTN_MERGE=1: the split attention's last block merges
-					  (off by default: measured slower, docs/perf-notes.md) */
+	int attn_merge;                /* the split attention's last block merges (QC_CUDA_ATTN_MERGE=0:
+					  the merge kernel instead; docs/perf-notes.md) */
+	int attn_early;                /* QC_CUDA_ATTN_EARLY=0: decode attention's old K/V rows load after
+					  its PDL wait, not before (on by default) */
 	int64_t l2_bytes;              /* QC_CUDA_L2_PREFETCH=MB: each GEMV launch's L2 hint (the weights
 					  read next, backend_cuda_l2.c); 0: no hints */
 	int fuse_norm;                 /* QC_CUDA_FUSE_NORM=0: the attention/FFN RMSNorm as a kernel of

@@ -80,7 +80,9 @@ void test_attention(int bt, int hd, int n_head, int n_head_kv, int long_ctx)
 	uint32_t *d_fl = up(NULL, sizeof(uint32_t) * (size_t)nfl), *hfl = malloc(sizeof(uint32_t) * (size_t)nfl);
 	float *got1 = malloc(sizeof(float) * (size_t)T * q_dim);
 	cudaMemset(d_fl, 0, sizeof(uint32_t) * (size_t)nfl);
-	for (int split = 0; split < 3; split++) {
+	/* splits 3, 4: 2 and 1 with the rows below each token's own loaded before the PDL
+	   wait (old_ctx; every row here is written before the launch): the same bits */
+	for (int split = 0; split < 5; split++) {
 		if (split)
 			cudaMemset(d_o, 0xff, sizeof(float) * (size_t)T * q_dim);
 		const struct qc_cuda_paged_attn_args pa = {
@@ -88,19 +90,21 @@ void test_attention(int bt, int hd, int n_head, int n_head_kv, int long_ctx)
 			.n_head = n_head, .n_head_kv = n_head_kv, .hd = hd, .d_pos = d_pos, .d_tok_seq = d_seq,
 			.d_tables = d_tab, .table_stride = stride, .n_tok = T, .max_ctx = max_len, .scale = scale,
 			.d_ws = split ? d_ws : NULL, .ws_bytes = split ? wsb : 0, .flash = QC_CUDA_ATTN_FLASH_OFF,
-			.d_flags = split == 2 ? d_fl : NULL, .n_flags = split == 2 ? nfl : 0,
+			.d_flags = split % 2 == 0 && split ? d_fl : NULL, .n_flags = split % 2 == 0 && split ? nfl : 0,
+			.old_ctx = split >= 3,
 		};
 		CHECK(qc_cuda_paged_attn(&pa, 0, &err) == QC_OK, "paged_attn: %s", err.msg);
 		down(got, d_o, sizeof(float) * (size_t)T * q_dim);
 		char what[128];
-		snprintf(what, sizeof what, "paged_attn%s bt %d hd %d heads %d/%d, %d tokens, ctx %d",
-			 split == 2 ? " split-K, merged in-kernel" : split ? " split-K" : "", bt, hd, n_head, n_head_kv,
-			 T, max_len);
+		static const char *const path[] = {"", " split-K", " split-K, merged in-kernel", " split-K, early loads",
+						   " split-K, early loads, merged in-kernel"};
+		snprintf(what, sizeof what, "paged_attn%s bt %d hd %d heads %d/%d, %d tokens, ctx %d", path[split], bt, hd,
+			 n_head, n_head_kv, T, max_len);
 		const double tol = 2e-5 * 2;
 		CHECK(report(what, compare(got, want, (size_t)T * q_dim, tol), tol), "%s", what);
 		if (split == 1)
 			memcpy(got1, got, sizeof(float) * (size_t)T * q_dim);
-		if (split == 2) {
+		if (split >= 2) {
 			down(hfl, d_fl, sizeof(uint32_t) * (size_t)nfl);
 			int64_t left = 0;
 			for (int64_t i = 0; i < nfl; i++)

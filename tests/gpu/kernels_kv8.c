@@ -473,22 +473,28 @@ void test_attention_fp8(int bt, int hd, int n_head, int n_head_kv, const struct 
 		.flash = QC_CUDA_ATTN_FLASH_OFF, .d_pool8 = d_codes, .d_pool8_exp = d_exps,
 	};
 	const double tol = 2e-5 * 2; /* the binary16 pool's split-K tolerance: the values are exact here too */
-	for (int split = 0; split < 3; split++) {
+	/* splits 3, 4: 1 and 2 with the rows below each token's own loaded before the PDL
+	   wait (old_ctx): the same bits */
+	for (int split = 0; split < 5; split++) {
 		cudaMemset(d_o, 0xff, sizeof(float) * qn);
 		pa.d_ws = split ? d_ws : NULL;
 		pa.ws_bytes = split ? wsb : 0;
-		pa.d_flags = split == 2 ? d_fl : NULL;
-		pa.n_flags = split == 2 ? nfl : 0;
+		pa.d_flags = split == 2 || split == 4 ? d_fl : NULL;
+		pa.n_flags = split == 2 || split == 4 ? nfl : 0;
+		pa.old_ctx = split >= 3;
 		CHECK(qc_cuda_paged_attn(&pa, 0, &err) == QC_OK, "paged_attn fp8: %s", err.msg);
 		down(got, d_o, sizeof(float) * qn);
 		char w2[260];
-		snprintf(w2, sizeof w2, "paged_attn%s %s", split == 2 ? " split-K merged" : split ? " split-K" : "", what);
+		static const char *const path[] = {"", " split-K", " split-K merged", " split-K early",
+						   " split-K early merged"};
+		snprintf(w2, sizeof w2, "paged_attn%s %s", path[split], what);
 		CHECK(report(w2, compare(got, want, qn, tol), tol), "%s", w2);
 		if (split == 1)
 			memcpy(got1, got, sizeof(float) * qn);
-		if (split == 2)
-			CHECK(!memcmp(got, got1, sizeof(float) * qn), "%s: in-kernel merge not the merge kernel's bits", w2);
+		if (split >= 2)
+			CHECK(!memcmp(got, got1, sizeof(float) * qn), "%s: not the plain split path's bits", w2);
 	}
+	pa.old_ctx = 0;
 	/* both pools, or none: refused */
 	pa.d_pool = (const uint16_t *)d_codes;
 	CHECK(qc_cuda_paged_attn(&pa, 0, &err) == QC_EINVAL, "paged_attn with two pools was not refused");

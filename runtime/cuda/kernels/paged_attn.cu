@@ -141,27 +141,54 @@ static __global__ void paged_attn_kernel(const struct qc_cuda_paged_attn_args a,
 #define TG 8   /* lanes per position in the score pass */
 
 /* out[h] of token t = merge of its ns chunks in chunk order: sum_s e^(m_s - M) o_s /
- * sum_s e^(m_s - M) l_s; threads tid, tid + nth, ... take the dimensions. Read through
- * L2 (__ldcg): the split kernel's last block merges chunks other blocks wrote. */
+ * sum_s e^(m_s - M) l_s, by one warp (all 32 lanes call it). Lane s holds chunk s's
+ * (m, l) (ns <= QC_ATTN_SPLIT_MAX = 32), lane l the dimensions l, l + 32, ...; the
+ * partials of MB chunks are loaded at once, so the merge costs a few memory round
+ * trips, not one per chunk. The sums run in chunk order, one fmaf per chunk (the
+ * same bits as a loop over chunks). Read through L2 (__ldcg): the split kernel's
+ * last block merges chunks other blocks wrote. */
 static __device__ void merge_head(const struct qc_cuda_paged_attn_args &a, int64_t t, int h, int ns, int32_t n_split,
-				  const float *part_o, const float *part_ml, int tid, int nth)
+				  const float *part_o, const float *part_ml, int lane)
 {
+	constexpr int MB = 8, ND = MAX_HD / 32;
 	float *out = a.d_out + (t * a.n_head + h) * (int64_t)a.hd;
 	const float *ml = part_ml + (t * a.n_head + h) * (int64_t)n_split * 2;
 	const float *po = part_o + (t * a.n_head + h) * (int64_t)n_split * a.hd;
-	float M = -INFINITY;
-	for (int s = 0; s < ns; s++)
-		M = fmaxf(M, __ldcg(&ml[2 * s]));
+	const float m = lane < ns ? __ldcg(&ml[2 * lane]) : -INFINITY;
+	const float l = lane < ns ? __ldcg(&ml[2 * lane + 1]) : 0.0f;
+	float M = m;
+	for (int off = 16; off > 0; off >>= 1)
+		M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
+	const float w = lane < ns ? expf(m - M) : 0.0f;
 	float L = 0.0f;
 	for (int s = 0; s < ns; s++)
-		L += expf(__ldcg(&ml[2 * s]) - M) * __ldcg(&ml[2 * s + 1]);
+		L += __shfl_sync(0xffffffffu, w, s) * __shfl_sync(0xffffffffu, l, s);
 	const float inv = 1.0f / L;
-	for (int d = tid; d < a.hd; d += nth) {
-		float r = 0.0f;
-		for (int s = 0; s < ns; s++)
-			r = fmaf(expf(__ldcg(&ml[2 * s]) - M), __ldcg(&po[(int64_t)s * a.hd + d]), r);
-		out[d] = r * inv;
+	float r[ND];
+#pragma unroll
+	for (int i = 0; i < ND; i++)
+		r[i] = 0.0f;
+	for (int s0 = 0; s0 < ns; s0 += MB) {
+		float v[MB][ND];
+#pragma unroll
+		for (int u = 0; u < MB; u++)
+#pragma unroll
+			for (int i = 0; i < ND; i++)
+				v[u][i] = s0 + u < ns && lane + 32 * i < a.hd ? __ldcg(&po[(int64_t)(s0 + u) * a.hd + lane + 32 * i])
+									      : 0.0f;
+#pragma unroll
+		for (int u = 0; u < MB; u++) {
+			const float ws = __shfl_sync(0xffffffffu, w, (s0 + u) & 31);
+			if (s0 + u < ns)
+#pragma unroll
+				for (int i = 0; i < ND; i++)
+					r[i] = fmaf(ws, v[u][i], r[i]);
+		}
 	}
+#pragma unroll
+	for (int i = 0; i < ND; i++)
+		if (lane + 32 * i < a.hd)
+			out[lane + 32 * i] = r[i] * inv;
 }
 
 /* Scores, softmax and unnormalized P V of one (token, K/V head, chunk); with
@@ -171,7 +198,13 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 							       int32_t chunk_max, int32_t n_split, float *part_o,
 							       float *part_ml, const int32_t *skip, uint32_t *flags)
 {
-	qc_pdl_enter();
+	qc_pdl_trigger();
+	/* a.old_ctx: the rows of positions below the token's own, the step's positions and
+	   tables were written before the kernels this launch may overlap, so they load
+	   before the wait (skip is written by the flash path's kernels: wait first) */
+	const bool early = a.old_ctx && !skip;
+	if (!early)
+		qc_pdl_wait();
 	extern __shared__ float sm[];
 	const int64_t t = blockIdx.x;
 	if (skip && skip[t])
@@ -187,6 +220,8 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 	const int32_t chunk = n_ctx <= a.max_ctx ? qc_attn_chunk(n_ctx - jw) : 0, j0 = jw + sp * chunk;
 	const int32_t j1 = n_ctx < j0 + chunk ? n_ctx : j0 + chunk;
 	if (flags && n_ctx > a.max_ctx && sp == 0) { /* broken contract: NaN out, as the merge kernel */
+		if (early)
+			qc_pdl_wait(); /* d_out may still be read by the kernels before */
 		for (int i = threadIdx.x; i < G * hd; i += ST)
 			a.d_out[(t * a.n_head + (int64_t)kvh * G + i / hd) * hd + i % hd] = __int_as_float(0x7fc00000);
 		return;
@@ -195,28 +230,72 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 		return; /* the merge reads only the chunks a token has (and NaNs a broken one) */
 	const int32_t *table = a.d_tables + (int64_t)a.d_tok_seq[t] * a.table_stride;
 	const int64_t q_dim = (int64_t)a.n_head * hd;
-	for (int i = threadIdx.x; i < G * hd; i += ST)
-		qs[i] = a.d_q[t * q_dim + ((int64_t)kvh * G + i / hd) * hd + i % hd] * a.scale;
-	__syncthreads();
-
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = lane & (TG - 1);
 	const int nvec = hd / 8; /* 16-byte vectors per row */
 	/* SU block steps of SSTEP positions with all their K loads in flight before
 	 * any is summed (one memory round trip per 64 positions instead of four);
-	 * per position the same lane sums and shuffle tree as one step at a time */
+	 * per position the same lane sums and shuffle tree as one step at a time.
+	 * kv holds the step being summed; the next step's loads follow the sums. */
 	constexpr int SSTEP = (ST / 32) * (32 / TG), SU = 4;
-	for (int32_t jb = j0 + warp * (32 / TG); jb < j1; jb += SSTEP * SU) {
-		typename KV::raw kv[SU][4]; /* hd <= 256: at most 32 vectors / 8 lanes */
+	typename KV::raw kv[SU][4]; /* hd <= 256: at most 32 vectors / 8 lanes */
+	const int32_t jlive = early ? n_ctx - 1 : j1; /* rows below this one load now */
+	auto load_k = [&](int32_t jb, int32_t lim) {
 #pragma unroll
 		for (int u = 0; u < SU; u++) {
 			const int32_t j = jb + u * SSTEP + lane / TG;
 			typename KV::row k = {};
-			if (j < j1)
+			if (j < lim)
 				k = KV::at(a, table, j, 0, kvh);
 #pragma unroll
 			for (int v = 0; v < 4; v++)
-				kv[u][v] = j < j1 && sub + TG * v < nvec ? KV::load8(k, sub + TG * v) : KV::zero8();
+				kv[u][v] = j < lim && sub + TG * v < nvec ? KV::load8(k, sub + TG * v) : KV::zero8();
 		}
+	};
+	const int32_t jb0 = j0 + warp * (32 / TG);
+	load_k(jb0, min(j1, jlive));
+	/* P V's layout (below) and, when early, its first PU rows in flight now too */
+	constexpr int PU = 8;
+	int VP = 1;
+	while (VP < nvec)
+		VP *= 2;
+	const int RG = (ST / 32) * (32 / VP), rg = warp * (32 / VP) + lane / VP, vl = lane % VP;
+	const bool act = vl < nvec;
+	const int32_t n = j1 - j0;
+	typename KV::raw vv[PU];
+	auto load_v = [&](int32_t jb, int32_t lim) {
+#pragma unroll
+		for (int u = 0; u < PU; u++) {
+			const int32_t j = jb + u * RG;
+			vv[u] = act && j < lim ? KV::load8(KV::at(a, table, j0 + j, 1, kvh), vl) : KV::zero8();
+		}
+	};
+	if (early) {
+		load_v(rg, min(n, jlive - j0));
+		qc_pdl_wait();
+		/* the token's own row, stored by the kernel just before */
+		const int32_t jc = n_ctx - 1;
+		if (jc < j1) {
+#pragma unroll
+			for (int u = 0; u < SU; u++) {
+				if (jb0 + u * SSTEP + lane / TG != jc)
+					continue;
+				const typename KV::row k = KV::at(a, table, jc, 0, kvh);
+#pragma unroll
+				for (int v = 0; v < 4; v++)
+					if (sub + TG * v < nvec)
+						kv[u][v] = KV::load8(k, sub + TG * v);
+			}
+#pragma unroll
+			for (int u = 0; u < PU; u++)
+				if (act && j0 + rg + u * RG == jc)
+					vv[u] = KV::load8(KV::at(a, table, jc, 1, kvh), vl);
+		}
+	}
+	for (int i = threadIdx.x; i < G * hd; i += ST)
+		qs[i] = a.d_q[t * q_dim + ((int64_t)kvh * G + i / hd) * hd + i % hd] * a.scale;
+	__syncthreads();
+
+	for (int32_t jb = jb0; jb < j1; jb += SSTEP * SU) {
 #pragma unroll
 		for (int u = 0; u < SU; u++) {
 			const int32_t j = jb + u * SSTEP + lane / TG;
@@ -244,10 +323,11 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 					sc[g * chunk_max + (j - j0)] = qc_attn_cap(a, s);
 			}
 		}
+		if (jb + SSTEP * SU < j1)
+			load_k(jb + SSTEP * SU, j1);
 	}
 	__syncthreads();
 	/* per head: chunk max and sum of exp; warp w takes heads w, w + 4, ... */
-	const int32_t n = j1 - j0;
 	for (int g = warp; g < G; g += ST / 32) {
 		float *row = sc + g * chunk_max;
 		float mx = -INFINITY;
@@ -276,12 +356,6 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 	 * flight per thread, four heads of the group at a time (V rows re-read from
 	 * L1 for the next four). The row groups of a warp meet in a shuffle tree, the
 	 * warps in shared memory in warp order: one fixed order (deterministic). */
-	constexpr int PU = 8;
-	int VP = 1;
-	while (VP < nvec)
-		VP *= 2;
-	const int RG = (ST / 32) * (32 / VP), rg = warp * (32 / VP) + lane / VP, vl = lane % VP;
-	const bool act = vl < nvec;
 	for (int g0 = 0; g0 < G; g0 += 4) {
 		float acc[4][8];
 #pragma unroll
@@ -290,12 +364,8 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 			for (int e = 0; e < 8; e++)
 				acc[gg][e] = 0.0f;
 		for (int32_t jb = rg; jb < n; jb += RG * PU) {
-			typename KV::raw vv[PU];
-#pragma unroll
-			for (int u = 0; u < PU; u++) {
-				const int32_t j = jb + u * RG;
-				vv[u] = act && j < n ? KV::load8(KV::at(a, table, j0 + j, 1, kvh), vl) : KV::zero8();
-			}
+			if (!early || g0 || jb != rg) /* else loaded before the wait */
+				load_v(jb, n);
 #pragma unroll
 			for (int u = 0; u < PU; u++) {
 				const int32_t j = jb + u * RG;
@@ -349,12 +419,14 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 		return;
 	__threadfence();
 	for (int g = warp; g < G; g += ST / 32)
-		merge_head(a, t, kvh * G + g, ns, n_split, part_o, part_ml, lane, 32);
+		merge_head(a, t, kvh * G + g, ns, n_split, part_o, part_ml, lane);
 	if (threadIdx.x == 0)
 		*flag = 0u; /* ready for the next launch */
 }
 
-/* out = merge of a token's chunks in chunk order: sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s. */
+/* out = merge of a token's chunks in chunk order (merge_head): block (t, y), warp w
+ * takes head 4y + w. */
+#define MERGE_HEADS 4
 static __global__ void attn_merge_kernel(const struct qc_cuda_paged_attn_args a, int32_t n_split,
 					 const float *part_o, const float *part_ml, const int32_t *skip)
 {
@@ -362,16 +434,17 @@ static __global__ void attn_merge_kernel(const struct qc_cuda_paged_attn_args a,
 	const int64_t t = blockIdx.x;
 	if (skip && skip[t])
 		return;
-	const int h = blockIdx.y;
+	const int h = blockIdx.y * MERGE_HEADS + (int)(threadIdx.x >> 5), lane = threadIdx.x & 31;
+	if (h >= a.n_head)
+		return;
 	const int32_t n_ctx = a.d_pos[t] + 1;
 	float *out = a.d_out + (t * a.n_head + h) * (int64_t)a.hd;
 	if (n_ctx > a.max_ctx) { /* broken contract: NaN out, as the one-block kernel does */
-		for (int d = threadIdx.x; d < a.hd; d += blockDim.x)
+		for (int d = lane; d < a.hd; d += 32)
 			out[d] = __int_as_float(0x7fc00000);
 		return;
 	}
-	merge_head(a, t, h, qc_attn_n_chunks(n_ctx - qc_attn_win_start(a, n_ctx - 1)), n_split, part_o, part_ml,
-		   threadIdx.x, blockDim.x);
+	merge_head(a, t, h, qc_attn_n_chunks(n_ctx - qc_attn_win_start(a, n_ctx - 1)), n_split, part_o, part_ml, lane);
 }
 
 extern "C" uint64_t qc_cuda_paged_attn_ws_bytes(int64_t n_tok, int32_t n_head, int32_t hd, int32_t max_ctx)
@@ -433,8 +506,9 @@ static int paged_attn_split(const struct qc_cuda_paged_attn_args *a, const int32
 			return rc;
 		if (flags)
 			continue;
-		(void)qc_launch(attn_merge_kernel, dim3((unsigned)b.n_tok, (unsigned)a->n_head), dim3(128), 0, s, b, ns, part_o, part_ml,
-												 skip ? skip + t0 : NULL);
+		(void)qc_launch(attn_merge_kernel,
+				dim3((unsigned)b.n_tok, (unsigned)((a->n_head + MERGE_HEADS - 1) / MERGE_HEADS)),
+				dim3(32 * MERGE_HEADS), 0, s, b, ns, part_o, part_ml, skip ? skip + t0 : NULL);
 		if ((rc = qc_cuda_check(cudaGetLastError(), "attn_merge_kernel", err)))
 			return rc;
 	}

@@ -52,6 +52,12 @@ struct qc_cuda_paged_attn_args {
 	 * store rotates it): q . k is then the unrotated product. */
 	const uint8_t *d_pool8;    /* (n_blocks, n_layer, 2, block_tokens, n_head_kv * hd) E4M3FN */
 	const int8_t *d_pool8_exp; /* (n_blocks, n_layer, 2, block_tokens, n_head_kv) */
+	/* 1: every token's positions below its own were written by earlier forwards (each
+	 * sequence has one token in the step: decode), and d_pos, d_tok_seq and d_tables
+	 * were written before this forward's first kernel. The split path then loads those
+	 * K/V rows before its programmatic-dependent-launch wait, while the kernels before
+	 * it run, and only q and the token's own row after it. 0: everything after it. */
+	int32_t old_ctx;
 };
 
 /* Scratch bytes the split-K path needs for n_tok tokens (0 on a bad shape). */
