@@ -456,6 +456,9 @@ static int attention_block(struct cu *c, const struct qc_sched_plan *plan, const
 		.n_head_kv = cfg->n_head_kv, .d_slots = dp->slots, .d_pool = c->d_kv, .layer = il,
 		.n_layer = cfg->n_layer, .block_tokens = plan->block_tokens,
 	};
+	/* decode steps: RoPE and the K/V store inside the attention kernel (binary16 pool) */
+	const bool old_ctx = c->env.attn_early && plan->n_seqs == (int32_t)T;
+	const bool fuse_rope = old_ctx && !c->d_kv8 && c->env.attn_rope;
 	const struct qc_cuda_paged_attn_args pa = {
 		.d_q = c->d_q, .d_out = c->d_att, .d_pool = c->d_kv, .layer = il, .n_layer = cfg->n_layer,
 		.block_tokens = plan->block_tokens, .n_head = cfg->n_head, .n_head_kv = cfg->n_head_kv,
@@ -470,9 +473,9 @@ static int attention_block(struct cu *c, const struct qc_sched_plan *plan, const
 		.d_pool8 = c->d_kv8, .d_pool8_exp = c->d_kv8_exp,
 		/* one token per sequence: its earlier positions are from earlier forwards
 		   (block copies run before the forward, upload_plan before its kernels) */
-		.old_ctx = c->env.attn_early && plan->n_seqs == (int32_t)T,
+		.old_ctx = old_ctx, .fuse_rope = fuse_rope, .rope_kv = rkv,
 	};
-	if ((rc = qc_cuda_be_kv_store(c, &rkv, err)) || (rc = qc_cuda_paged_attn(&pa, c->st, err)))
+	if ((!fuse_rope && (rc = qc_cuda_be_kv_store(c, &rkv, err))) || (rc = qc_cuda_paged_attn(&pa, c->st, err)))
 		return rc;
 	qc_cuda_prof_mark(c->prof, c->st, QC_PROF_ATTN);
 	/* x += Wo att */

@@ -73,6 +73,9 @@ void qc_cuda_env_read(struct qc_cuda_env *e)
 	   early loads, docs/perf-notes.md) */
 	const char *ae = getenv("QC_CUDA_ATTN_EARLY");
 	e->attn_early = !(ae && !strcmp(ae, "0"));
+	/* 0: decode steps run rope_kv before the attention instead of RoPE inside it */
+	const char *ar = getenv("QC_CUDA_ATTN_ROPE");
+	e->attn_rope = !(ar && !strcmp(ar, "0"));
 	/* MB of the weights read next that each GEMV launch asks L2 to prefetch; off
 	 * by default: 16 and 32 measured 3-9% slower on an H100 (docs/perf-notes.md) */
 	const int64_t mb = env_i64("QC_CUDA_L2_PREFETCH", 0);

@@ -20,6 +20,8 @@ struct qc_cuda_env {
 					  (pdl.h) where the device has it, 0 plain launches */
 	int attn_merge;                /* the split attention's last block merges (QC_CUDA_ATTN_MERGE=0:
 					  the merge kernel instead; docs/perf-notes.md) */
+	int attn_rope;                 /* QC_CUDA_ATTN_ROPE=0: decode steps run rope_kv, not RoPE and the
+					  K/V store inside the attention (binary16 pool; on by default) */
 	int attn_early;                /* QC_CUDA_ATTN_EARLY=0: decode attention's old K/V rows load after
 					  its PDL wait, not before (on by default) */
 	int64_t l2_bytes;              /* QC_CUDA_L2_PREFETCH=MB: each GEMV launch's L2 hint (the weights

@@ -37,6 +37,7 @@
 #include "flash_attn.h"
 #include "kv_pool.cuh"
 #include "paged_attn_split.cuh"
+#include "rope_pair.cuh"
 
 #define THREADS 256
 #define PW 4       /* positions per warp step */
@@ -193,7 +194,7 @@ static __device__ void merge_head(const struct qc_cuda_paged_attn_args &a, int64
 
 /* Scores, softmax and unnormalized P V of one (token, K/V head, chunk); with
  * counters (flags), the chunk that finishes last merges the (token, K/V head). */
-template <typename KV>
+template <typename KV, bool ROPE>
 static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_cuda_paged_attn_args a,
 							       int32_t chunk_max, int32_t n_split, float *part_o,
 							       float *part_ml, const int32_t *skip, uint32_t *flags)
@@ -211,8 +212,11 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 		return;
 	const int kvh = blockIdx.y, sp = blockIdx.z;
 	const int G = a.n_head / a.n_head_kv, hd = a.hd;
-	/* (G, hd) scaled q, (G, chunk_max) scores then weights, (ST / 32, G, hd) P V partials */
+	/* (G, hd) scaled q, (G, chunk_max) scores then weights, (ST / 32, G, hd) P V partials;
+	   ROPE: the token's own K and V rows (hd binary16 each), its angles (n_rot / 2) */
 	float *qs = sm, *sc = sm + G * hd, *red = sc + G * chunk_max;
+	__half *kcur = (__half *)(red + (ST / 32) * G * hd), *vcur = kcur + hd;
+	struct rope_cs *ang = (struct rope_cs *)(vcur + hd);
 	const int32_t n_ctx = a.d_pos[t] + 1;
 	/* chunks cut the positions the token sees (its window's), so its result is a
 	   function of that range alone */
@@ -231,6 +235,14 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 	const int32_t *table = a.d_tables + (int64_t)a.d_tok_seq[t] * a.table_stride;
 	const int64_t q_dim = (int64_t)a.n_head * hd;
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = lane & (TG - 1);
+	/* ROPE: the token's angles now (its position is known), and whether this block
+	   holds the token's own row (it rotates and stores it; never read from the pool) */
+	const int32_t jc = n_ctx - 1;
+	const bool own = ROPE && jc < j1;
+	const int half_rot = ROPE ? a.rope_kv.rope.n_rot / 2 : 0;
+	if constexpr (ROPE)
+		for (int p = threadIdx.x; p < half_rot; p += ST)
+			ang[p] = rope_pair_cs(a.rope_kv.rope, jc, p);
 	const int nvec = hd / 8; /* 16-byte vectors per row */
 	/* SU block steps of SSTEP positions with all their K loads in flight before
 	 * any is summed (one memory round trip per 64 positions instead of four);
@@ -238,7 +250,8 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 	 * kv holds the step being summed; the next step's loads follow the sums. */
 	constexpr int SSTEP = (ST / 32) * (32 / TG), SU = 4;
 	typename KV::raw kv[SU][4]; /* hd <= 256: at most 32 vectors / 8 lanes */
-	const int32_t jlive = early ? n_ctx - 1 : j1; /* rows below this one load now */
+	const int32_t jlive = early || ROPE ? jc : j1; /* rows below this one load now */
+	const int32_t klim = ROPE ? min(j1, jc) : j1;    /* ROPE: the own row comes from kcur */
 	auto load_k = [&](int32_t jb, int32_t lim) {
 #pragma unroll
 		for (int u = 0; u < SU; u++) {
@@ -250,6 +263,16 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 			for (int v = 0; v < 4; v++)
 				kv[u][v] = j < lim && sub + TG * v < nvec ? KV::load8(k, sub + TG * v) : KV::zero8();
 		}
+	};
+	/* ROPE: the own row's vectors from kcur / vcur (after they are written) */
+	auto own_k = [&](int32_t jb) {
+#pragma unroll
+		for (int u = 0; u < SU; u++)
+			if (jb + u * SSTEP + lane / TG == jc)
+#pragma unroll
+				for (int v = 0; v < 4; v++)
+					if (sub + TG * v < nvec)
+						kv[u][v] = *(const typename KV::raw *)(kcur + 8 * (sub + TG * v));
 	};
 	const int32_t jb0 = j0 + warp * (32 / TG);
 	load_k(jb0, min(j1, jlive));
@@ -269,7 +292,68 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 			vv[u] = act && j < lim ? KV::load8(KV::at(a, table, j0 + j, 1, kvh), vl) : KV::zero8();
 		}
 	};
-	if (early) {
+	auto own_v = [&](int32_t jb) {
+#pragma unroll
+		for (int u = 0; u < PU; u++)
+			if (act && j0 + jb + u * RG == jc)
+				vv[u] = *(const typename KV::raw *)(vcur + 8 * vl);
+	};
+	const int32_t vlim = ROPE ? min(n, jc - j0) : n;
+	if constexpr (ROPE) {
+		load_v(rg, min(n, jlive - j0));
+		if (early)
+			qc_pdl_wait();
+		/* q of the G heads and, in the own block, the token's K and V rows as the
+		   Q|K|V GEMV left them (one round trip); RoPE and the store as rope_kv.cu
+		   does them (rope_pair.cuh: the same floats), q scaled after */
+		const struct qc_cuda_rope_kv_args &rk = a.rope_kv;
+		const int64_t kv_dim = (int64_t)a.n_head_kv * hd;
+		float *raw = red; /* 2 hd floats: P V's scratch is not in use yet */
+		for (int i = threadIdx.x; i < G * hd; i += ST)
+			qs[i] = a.d_q[t * q_dim + ((int64_t)kvh * G + i / hd) * hd + i % hd];
+		if (own)
+			for (int i = threadIdx.x; i < hd; i += ST) {
+				raw[i] = rk.d_k[t * kv_dim + (int64_t)kvh * hd + i];
+				raw[hd + i] = rk.d_v[t * kv_dim + (int64_t)kvh * hd + i];
+			}
+		__syncthreads();
+		const int mode = rk.rope.mode, n_rot = rk.rope.n_rot, stride = rope_pair_stride(mode, half_rot);
+		for (int i = threadIdx.x; i < G * half_rot; i += ST) {
+			float *x = qs + (i / half_rot) * hd + rope_pair_first(mode, i % half_rot);
+			const float2 y = rope_pair_rotate(x[0], x[stride], ang[i % half_rot]);
+			x[0] = y.x * a.scale;
+			x[stride] = y.y * a.scale;
+		}
+		for (int i = threadIdx.x; i < G * (hd - n_rot); i += ST) {
+			float *x = qs + (i / (hd - n_rot)) * hd + n_rot + i % (hd - n_rot);
+			*x = *x * a.scale;
+		}
+		if (own) {
+			for (int p = threadIdx.x; p < half_rot; p += ST) {
+				const int d = rope_pair_first(mode, p);
+				const float2 y = rope_pair_rotate(raw[d], raw[d + stride], ang[p]);
+				kcur[d] = __float2half_rn(y.x);
+				kcur[d + stride] = __float2half_rn(y.y);
+			}
+			for (int d = n_rot + threadIdx.x; d < hd; d += ST)
+				kcur[d] = __float2half_rn(raw[d]);
+			for (int d = threadIdx.x; d < hd; d += ST)
+				vcur[d] = __float2half_rn(raw[hd + d]);
+		}
+		__syncthreads();
+		if (own) {
+			const int64_t slot = rk.d_slots[t], b = slot / a.block_tokens, o = slot % a.block_tokens;
+			uint4 *kp = (uint4 *)((__half *)a.d_pool + (((b * a.n_layer + a.layer) * 2) * a.block_tokens + o) * kv_dim +
+					      (int64_t)kvh * hd);
+			uint4 *vp = (uint4 *)((__half *)kp + a.block_tokens * kv_dim);
+			for (int i = threadIdx.x; i < nvec; i += ST) {
+				kp[i] = ((const uint4 *)kcur)[i];
+				vp[i] = ((const uint4 *)vcur)[i];
+			}
+			own_k(jb0);
+			own_v(rg);
+		}
+	} else if (early) {
 		load_v(rg, min(n, jlive - j0));
 		qc_pdl_wait();
 		/* the token's own row, stored by the kernel just before */
@@ -291,9 +375,11 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 					vv[u] = KV::load8(KV::at(a, table, jc, 1, kvh), vl);
 		}
 	}
-	for (int i = threadIdx.x; i < G * hd; i += ST)
-		qs[i] = a.d_q[t * q_dim + ((int64_t)kvh * G + i / hd) * hd + i % hd] * a.scale;
-	__syncthreads();
+	if constexpr (!ROPE) {
+		for (int i = threadIdx.x; i < G * hd; i += ST)
+			qs[i] = a.d_q[t * q_dim + ((int64_t)kvh * G + i / hd) * hd + i % hd] * a.scale;
+		__syncthreads();
+	}
 
 	for (int32_t jb = jb0; jb < j1; jb += SSTEP * SU) {
 #pragma unroll
@@ -323,8 +409,11 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 					sc[g * chunk_max + (j - j0)] = qc_attn_cap(a, s);
 			}
 		}
-		if (jb + SSTEP * SU < j1)
-			load_k(jb + SSTEP * SU, j1);
+		if (jb + SSTEP * SU < j1) {
+			load_k(jb + SSTEP * SU, klim);
+			if (own)
+				own_k(jb + SSTEP * SU);
+		}
 	}
 	__syncthreads();
 	/* per head: chunk max and sum of exp; warp w takes heads w, w + 4, ... */
@@ -364,8 +453,11 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 			for (int e = 0; e < 8; e++)
 				acc[gg][e] = 0.0f;
 		for (int32_t jb = rg; jb < n; jb += RG * PU) {
-			if (!early || g0 || jb != rg) /* else loaded before the wait */
-				load_v(jb, n);
+			if (!(early || ROPE) || g0 || jb != rg) { /* else loaded before the wait */
+				load_v(jb, vlim);
+				if (own)
+					own_v(jb);
+			}
 #pragma unroll
 			for (int u = 0; u < PU; u++) {
 				const int32_t j = jb + u * RG;
@@ -468,8 +560,10 @@ static int paged_attn_split(const struct qc_cuda_paged_attn_args *a, const int32
 	    a->ws_bytes < qc_cuda_paged_attn_ws_bytes(1, a->n_head, a->hd, a->max_ctx) || a->n_head_kv > 65535 ||
 	    ns > 65535 || a->n_tok > INT32_MAX)
 		return QC_EUNSUPPORTED;
+	/* fuse_rope: the own rows (2 hd binary16) and the angles after the partials */
 	const size_t smem = sizeof(float) * ((size_t)G * (size_t)a->hd + (size_t)G * (size_t)chunk_max +
-					     (size_t)(ST / 32) * (size_t)G * (size_t)a->hd);
+					     (size_t)(ST / 32) * (size_t)G * (size_t)a->hd) +
+			    (a->fuse_rope ? 4 * (size_t)a->hd + sizeof(struct rope_cs) * (size_t)(a->rope_kv.rope.n_rot / 2) : 0);
 	int dev, max_smem, rc;
 	if ((rc = qc_cuda_check(cudaGetDevice(&dev), "cudaGetDevice", err)) ||
 	    (rc = qc_cuda_check(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
@@ -480,7 +574,9 @@ static int paged_attn_split(const struct qc_cuda_paged_attn_args *a, const int32
 	if (!a->n_tok)
 		return QC_OK;
 	void (*const split_k)(const struct qc_cuda_paged_attn_args, int32_t, int32_t, float *, float *, const int32_t *,
-			      uint32_t *) = a->d_pool8 ? attn_split_kernel<kv_fp8> : attn_split_kernel<kv_f16>;
+			      uint32_t *) = a->d_pool8	  ? attn_split_kernel<kv_fp8, false>
+					    : a->fuse_rope ? attn_split_kernel<kv_f16, true>
+							   : attn_split_kernel<kv_f16, false>;
 	if (smem > 48 * 1024 &&
 	    (rc = qc_cuda_check(cudaFuncSetAttribute(split_k, cudaFuncAttributeMaxDynamicSharedMemorySize,
 						     (int)smem), "cudaFuncSetAttribute(attn_split)", err)))
@@ -496,6 +592,12 @@ static int paged_attn_split(const struct qc_cuda_paged_attn_args *a, const int32
 		b.d_out = a->d_out + t0 * (int64_t)a->n_head * a->hd;
 		b.d_pos = a->d_pos + t0;
 		b.d_tok_seq = a->d_tok_seq + t0;
+		if (a->fuse_rope) {
+			const int64_t kv_dim = (int64_t)a->n_head_kv * a->hd;
+			b.rope_kv.d_k = a->rope_kv.d_k + t0 * kv_dim;
+			b.rope_kv.d_v = a->rope_kv.d_v + t0 * kv_dim;
+			b.rope_kv.d_slots = a->rope_kv.d_slots + t0;
+		}
 		float *part_o = (float *)a->d_ws;
 		float *part_ml = part_o + (size_t)b.n_tok * (size_t)a->n_head * (size_t)ns * (size_t)a->hd;
 		/* the merge in the split kernel when the counters cover this launch */
@@ -530,7 +632,8 @@ static uint64_t flash_done_bytes(int64_t n_tok)
 static bool flash_wanted(const struct qc_cuda_paged_attn_args *a, cudaStream_t s)
 {
 	cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-	if (a->flash == QC_CUDA_ATTN_FLASH_OFF || !a->d_ws || ((uintptr_t)a->d_ws & 15) || a->n_tok < FLASH_MIN_RUN ||
+	if (a->flash == QC_CUDA_ATTN_FLASH_OFF || a->old_ctx || !a->d_ws || ((uintptr_t)a->d_ws & 15) ||
+	    a->n_tok < FLASH_MIN_RUN ||
 	    cudaStreamIsCapturing(s, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone)
 		return false;
 	if (!qc_cuda_flash_attn_shape_ok(a->hd, a->n_head, a->n_head_kv)) {
@@ -557,6 +660,18 @@ extern "C" int qc_cuda_paged_attn(const struct qc_cuda_paged_attn_args *a, cudaS
 	if (!a->d_pool == !a->d_pool8 || !a->d_pool8 != !a->d_pool8_exp)
 		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1,
 				  "paged_attn: give either the binary16 pool or the fp8 pool with its exponents");
+	if (a->fuse_rope) {
+		const struct qc_cuda_rope_kv_args *k = &a->rope_kv;
+		if (!a->old_ctx || !a->d_pool || k->d_pool != a->d_pool || k->d_pool8 || k->n_head != a->n_head ||
+		    k->n_head_kv != a->n_head_kv || k->rope.hd != a->hd || k->rope.n_tok != a->n_tok ||
+		    k->layer != a->layer || k->n_layer != a->n_layer || k->block_tokens != a->block_tokens ||
+		    !k->d_k || !k->d_v || !k->d_slots || k->rope.n_rot < 2 || k->rope.n_rot % 2 ||
+		    k->rope.n_rot > a->hd || (k->rope.mode != QC_ROPE_NORM && k->rope.mode != QC_ROPE_NEOX))
+			return qc_err_set(err, QC_EINVAL, NULL, NULL, -1,
+					  "paged_attn: RoPE in the attention needs old_ctx, the binary16 pool and "
+					  "rope_kv arguments of the same shape (n_rot %d, mode %d)",
+					  k->rope.n_rot, k->rope.mode);
+	}
 	struct qc_cuda_paged_attn_args b = *a; /* what the kernels below see: the scratch past the flash carve */
 	const int32_t *skip = NULL;
 	int rc;
@@ -572,6 +687,12 @@ extern "C" int qc_cuda_paged_attn(const struct qc_cuda_paged_attn_args *a, cudaS
 	if (b.d_ws) {
 		rc = paged_attn_split(&b, skip, s, err);
 		if (rc != QC_EUNSUPPORTED)
+			return rc;
+	}
+	if (a->fuse_rope) { /* the kernel below reads rotated q and a stored row */
+		QC_WARN_ONCE("paged_attn: no split-K attention for head_dim %d with %d / %d heads here; RoPE and the "
+			     "K/V store run as a kernel of their own", a->hd, a->n_head, a->n_head_kv);
+		if ((rc = qc_cuda_rope_kv(&a->rope_kv, s, err)))
 			return rc;
 	}
 	const size_t smem = sizeof(float) * ((size_t)a->hd + (size_t)a->max_ctx + (THREADS / 32) * (size_t)a->hd);

@@ -4,6 +4,7 @@
 #define QC_CUDA_PAGED_ATTN_H
 
 #include "qc_cuda.h"
+#include "rope_kv.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -58,6 +59,14 @@ struct qc_cuda_paged_attn_args {
 	 * K/V rows before its programmatic-dependent-launch wait, while the kernels before
 	 * it run, and only q and the token's own row after it. 0: everything after it. */
 	int32_t old_ctx;
+	/* 1 (with old_ctx and the binary16 pool): RoPE here, not in qc_cuda_rope_kv before:
+	 * d_q is the Q|K|V GEMV's unrotated q, and the chunk block holding a token's own
+	 * position rotates that token's K row and stores it and V into the pool from
+	 * rope_kv.d_k / d_v / d_slots (qc_cuda_rope_kv's bits; d_q and d_k are left as
+	 * they were). The other blocks of the token never read that row. Where the split
+	 * path cannot run, qc_cuda_rope_kv runs first (said once). */
+	int32_t fuse_rope;
+	struct qc_cuda_rope_kv_args rope_kv;
 };
 
 /* Scratch bytes the split-K path needs for n_tok tokens (0 on a bad shape). */
