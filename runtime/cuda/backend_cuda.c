@@ -414,6 +414,10 @@ struct dplan {
 	int32_t stride;
 };
 
+/* Rows up to which a decode step with the fp8 pool does RoPE and the store inside the
+ * attention (the binary16 pool: always). */
+#define FUSE_ROPE_FP8_ROWS 8
+
 static int attention_block(struct cu *c, const struct qc_sched_plan *plan, const struct dplan *dp, int il,
 			   struct qc_err *err)
 {
@@ -456,9 +460,17 @@ static int attention_block(struct cu *c, const struct qc_sched_plan *plan, const
 		.n_head_kv = cfg->n_head_kv, .d_slots = dp->slots, .d_pool = c->d_kv, .layer = il,
 		.n_layer = cfg->n_layer, .block_tokens = plan->block_tokens,
 	};
-	/* decode steps: RoPE and the K/V store inside the attention kernel (binary16 pool) */
+	/* decode steps: RoPE and the K/V store inside the attention kernel */
 	const bool old_ctx = c->env.attn_early && plan->n_seqs == (int32_t)T;
-	const bool fuse_rope = old_ctx && !c->d_kv8 && c->env.attn_rope;
+	/* the fp8 pool only in small steps: every chunk block repeats q's Walsh-Hadamard
+	   rotation, which measured +4.8% at 1 row and -6.5% at 256 (docs/perf-notes.md) */
+	const bool fuse_rope = old_ctx && c->env.attn_rope && (!c->d_kv8 || T <= FUSE_ROPE_FP8_ROWS);
+	struct qc_cuda_rope_kv_args rkv_in = rkv; /* the attention's copy names the pool it reads */
+	if (c->d_kv8) {
+		rkv_in.d_pool = NULL;
+		rkv_in.d_pool8 = c->d_kv8;
+		rkv_in.d_pool8_exp = c->d_kv8_exp;
+	}
 	const struct qc_cuda_paged_attn_args pa = {
 		.d_q = c->d_q, .d_out = c->d_att, .d_pool = c->d_kv, .layer = il, .n_layer = cfg->n_layer,
 		.block_tokens = plan->block_tokens, .n_head = cfg->n_head, .n_head_kv = cfg->n_head_kv,
@@ -473,7 +485,7 @@ static int attention_block(struct cu *c, const struct qc_sched_plan *plan, const
 		.d_pool8 = c->d_kv8, .d_pool8_exp = c->d_kv8_exp,
 		/* one token per sequence: its earlier positions are from earlier forwards
 		   (block copies run before the forward, upload_plan before its kernels) */
-		.old_ctx = old_ctx, .fuse_rope = fuse_rope, .rope_kv = rkv,
+		.old_ctx = old_ctx, .fuse_rope = fuse_rope, .rope_kv = rkv_in,
 	};
 	if ((!fuse_rope && (rc = qc_cuda_be_kv_store(c, &rkv, err))) || (rc = qc_cuda_paged_attn(&pa, c->st, err)))
 		return rc;

@@ -565,10 +565,12 @@ void test_attn_cap_window(int bt, int hd, int n_head, int n_head_kv, float softc
 
 /* RoPE and the K/V store inside the decode attention (fuse_rope): n_seq sequences of
  * one token each (what old_ctx promises), their earlier rows already in the pool,
- * the step's own rows poison. Against rope_kv + the split path on the same inputs:
- * the attention's bits, the pool's bytes, and q, k left unrotated. mode: QC_ROPE_*;
- * nr < hd: partial rotary; long_ctx: own rows past the first 64 positions of a chunk. */
-void test_attn_rope_fused(int bt, int hd, int n_head, int n_head_kv, int nr, int mode, int n_seq, int long_ctx)
+ * the step's own rows poison. Against rope_kv (fp8: rope_kv_e4m3) + the split path on
+ * the same inputs: the attention's bits, the pool's bytes, and q, k left unrotated.
+ * mode: QC_ROPE_*; nr < hd: partial rotary; long_ctx: own rows past the first 64
+ * positions of a chunk; fp8: the e4m3 pool (codes and exponents). */
+void test_attn_rope_fused(int bt, int hd, int n_head, int n_head_kv, int nr, int mode, int n_seq, int long_ctx,
+			  int fp8)
 {
 	const int n_layer = 2, layer = 1, kv_dim = n_head_kv * hd, q_dim = n_head * hd, T = n_seq;
 	const int max_len = long_ctx ? (quick ? 700 : 3000) : 150, stride = (max_len + bt - 1) / bt;
@@ -591,14 +593,28 @@ void test_attn_rope_fused(int bt, int hd, int n_head, int n_head_kv, int nr, int
 		seq[e] = e;
 		slots[e] = tables[e * stride + pos[e] / bt] * bt + pos[e] % bt;
 	}
-	const size_t pool_n = (size_t)n_blocks * n_layer * 2 * bt * kv_dim;
-	uint16_t *pool = malloc(2 * pool_n), *pa_pool = malloc(2 * pool_n), *pb_pool = malloc(2 * pool_n);
-	for (size_t i = 0; i < pool_n; i++)
-		pool[i] = qc_f32_to_fp16(-1.0f + 2.0f * (float)(rnd() % 65536) / 65536.0f);
-	for (int t = 0; t < T; t++) /* the step's own rows: poison (NaN halves) until stored */
+	/* the pool's bytes: binary16 values, or fp8 codes then one exponent per row and head */
+	const size_t pool_n = (size_t)n_blocks * n_layer * 2 * bt * kv_dim, exp_n = pool_n / (size_t)hd;
+	const size_t pool_b = fp8 ? pool_n + exp_n : 2 * pool_n;
+	uint8_t *pool = malloc(pool_b), *pa_pool = malloc(pool_b), *pb_pool = malloc(pool_b);
+	for (size_t i = 0; i < pool_n; i++) {
+		if (fp8) {
+			uint8_t c = (uint8_t)(rnd() % 256);
+			pool[i] = (c & 0x7f) == 0x7f ? c ^ 1 : c; /* no NaN codes */
+		} else {
+			const uint16_t h = qc_f32_to_fp16(-1.0f + 2.0f * (float)(rnd() % 65536) / 65536.0f);
+			memcpy(pool + 2 * i, &h, 2);
+		}
+	}
+	for (size_t i = 0; fp8 && i < exp_n; i++)
+		pool[pool_n + i] = (uint8_t)(int8_t)(-(int)(rnd() % 12));
+	for (int t = 0; t < T; t++) /* the step's own rows: poison until stored */
 		for (int w = 0; w < 2; w++) {
 			const size_t b = (size_t)slots[t] / bt, o = (size_t)slots[t] % bt;
-			memset(pool + (((b * n_layer + layer) * 2 + w) * bt + o) * kv_dim, 0xff, 2 * (size_t)kv_dim);
+			const size_t r = ((b * n_layer + layer) * 2 + w) * bt + o;
+			memset(pool + (fp8 ? 1 : 2) * r * kv_dim, 0xff, (fp8 ? 1 : 2) * (size_t)kv_dim);
+			if (fp8)
+				memset(pool + pool_n + r * n_head_kv, 0x55, (size_t)n_head_kv);
 		}
 	const size_t qn = (size_t)T * q_dim, kn = (size_t)T * kv_dim;
 	float *q = malloc(sizeof(float) * qn), *k = malloc(sizeof(float) * kn), *v = malloc(sizeof(float) * kn);
@@ -608,7 +624,7 @@ void test_attn_rope_fused(int bt, int hd, int n_head, int n_head_kv, int nr, int
 	const float scale = 1.0f / sqrtf((float)hd);
 	float *d_qa = up(q, sizeof(float) * qn), *d_ka = up(k, sizeof(float) * kn), *d_v = up(v, sizeof(float) * kn);
 	float *d_qb = up(q, sizeof(float) * qn), *d_kb = up(k, sizeof(float) * kn);
-	uint16_t *d_poola = up(pool, 2 * pool_n), *d_poolb = up(pool, 2 * pool_n);
+	uint8_t *d_poola = up(pool, pool_b), *d_poolb = up(pool, pool_b);
 	int32_t *d_pos = up(pos, sizeof(int32_t) * (size_t)T), *d_seq = up(seq, sizeof(int32_t) * (size_t)T);
 	int32_t *d_slots = up(slots, sizeof(int32_t) * (size_t)T);
 	int32_t *d_tab = up(tables, sizeof(int32_t) * (size_t)n_seq * (size_t)stride);
@@ -622,12 +638,21 @@ void test_attn_rope_fused(int bt, int hd, int n_head, int n_head_kv, int nr, int
 	const struct qc_cuda_rope_args ra = {.d_pos = d_pos, .n_tok = T, .hd = hd, .n_rot = nr, .mode = mode,
 					     .theta_scale = powf(10000.0f, -2.0f / (float)nr), .freq_scale = 1.0f,
 					     .mscale = 1.0f};
-	const struct qc_cuda_rope_kv_args rka = {.rope = ra, .d_q = d_qa, .n_head = n_head, .d_k = d_ka, .d_v = d_v,
-						 .n_head_kv = n_head_kv, .d_slots = d_slots, .d_pool = d_poola,
-						 .layer = layer, .n_layer = n_layer, .block_tokens = bt};
-	CHECK(qc_cuda_rope_kv(&rka, 0, &err) == QC_OK, "rope_kv: %s", err.msg);
+	struct qc_cuda_rope_kv_args rka = {.rope = ra, .d_q = d_qa, .n_head = n_head, .d_k = d_ka, .d_v = d_v,
+					   .n_head_kv = n_head_kv, .d_slots = d_slots, .layer = layer,
+					   .n_layer = n_layer, .block_tokens = bt};
+	if (fp8) {
+		rka.d_pool8 = d_poola;
+		rka.d_pool8_exp = (int8_t *)(d_poola + pool_n);
+	} else {
+		rka.d_pool = (uint16_t *)d_poola;
+	}
+	CHECK((fp8 ? qc_cuda_rope_kv_e4m3(&rka, 0, &err) : qc_cuda_rope_kv(&rka, 0, &err)) == QC_OK, "rope_kv: %s",
+	      err.msg);
 	const struct qc_cuda_paged_attn_args base = {
-		.d_q = d_qa, .d_out = d_oa, .d_pool = d_poola, .layer = layer, .n_layer = n_layer, .block_tokens = bt,
+		.d_q = d_qa, .d_out = d_oa, .d_pool = fp8 ? NULL : (const uint16_t *)d_poola,
+		.d_pool8 = fp8 ? d_poola : NULL, .d_pool8_exp = fp8 ? (const int8_t *)(d_poola + pool_n) : NULL,
+		.layer = layer, .n_layer = n_layer, .block_tokens = bt,
 		.n_head = n_head, .n_head_kv = n_head_kv, .hd = hd, .d_pos = d_pos, .d_tok_seq = d_seq,
 		.d_tables = d_tab, .table_stride = stride, .n_tok = T, .max_ctx = max_len, .scale = scale,
 		.d_ws = d_ws, .ws_bytes = wsb, .old_ctx = 1,
@@ -636,37 +661,41 @@ void test_attn_rope_fused(int bt, int hd, int n_head, int n_head_kv, int nr, int
 	float *want = malloc(sizeof(float) * qn), *got = malloc(sizeof(float) * qn);
 	float *gq = malloc(sizeof(float) * qn), *gk = malloc(sizeof(float) * kn);
 	down(want, d_oa, sizeof(float) * qn);
-	down(pa_pool, d_poola, 2 * pool_n);
+	down(pa_pool, d_poola, pool_b);
 	char what[200];
 	for (int merged = 0; merged < 2; merged++) {
 		struct qc_cuda_paged_attn_args fa = base;
 		fa.d_q = d_qb;
 		fa.d_out = d_ob;
-		fa.d_pool = d_poolb;
+		fa.d_pool = fp8 ? NULL : (const uint16_t *)d_poolb;
+		fa.d_pool8 = fp8 ? d_poolb : NULL;
+		fa.d_pool8_exp = fp8 ? (const int8_t *)(d_poolb + pool_n) : NULL;
 		fa.fuse_rope = 1;
 		fa.rope_kv = rka;
 		fa.rope_kv.d_q = d_qb;
 		fa.rope_kv.d_k = d_kb;
-		fa.rope_kv.d_pool = d_poolb;
+		fa.rope_kv.d_pool = fp8 ? NULL : (uint16_t *)d_poolb;
+		fa.rope_kv.d_pool8 = fp8 ? d_poolb : NULL;
+		fa.rope_kv.d_pool8_exp = fp8 ? (int8_t *)(d_poolb + pool_n) : NULL;
 		fa.d_flags = merged ? d_fl : NULL;
 		fa.n_flags = merged ? nfl : 0;
 		cudaMemset(d_ob, 0xff, sizeof(float) * qn);
-		cudaMemcpy(d_poolb, pool, 2 * pool_n, cudaMemcpyHostToDevice);
+		cudaMemcpy(d_poolb, pool, pool_b, cudaMemcpyHostToDevice);
 		CHECK(qc_cuda_paged_attn(&fa, 0, &err) == QC_OK, "paged_attn with RoPE: %s", err.msg);
 		down(got, d_ob, sizeof(float) * qn);
-		down(pb_pool, d_poolb, 2 * pool_n);
+		down(pb_pool, d_poolb, pool_b);
 		down(gq, d_qb, sizeof(float) * qn);
 		down(gk, d_kb, sizeof(float) * kn);
-		snprintf(what, sizeof what, "paged_attn, RoPE %s n_rot %d inside%s, bt %d hd %d heads %d/%d, %d sequences, "
-			 "ctx %d", mode == QC_ROPE_NEOX ? "neox" : "norm", nr, merged ? ", merged in-kernel" : "", bt, hd,
-			 n_head, n_head_kv, T, max_len);
+		snprintf(what, sizeof what, "paged_attn%s, RoPE %s n_rot %d inside%s, bt %d hd %d heads %d/%d, %d "
+			 "sequences, ctx %d", fp8 ? " fp8" : "", mode == QC_ROPE_NEOX ? "neox" : "norm", nr,
+			 merged ? ", merged in-kernel" : "", bt, hd, n_head, n_head_kv, T, max_len);
 		int first = -1;
 		for (size_t i = 0; i < qn && first < 0; i++)
 			if (qc_f32_to_bits(got[i]) != qc_f32_to_bits(want[i]))
 				first = (int)i;
 		CHECK(first < 0, "%s: output %d is %g, rope_kv + attention gives %g", what, first,
 		      first < 0 ? 0.0 : (double)got[first], first < 0 ? 0.0 : (double)want[first]);
-		CHECK(!memcmp(pb_pool, pa_pool, 2 * pool_n), "%s: the pool differs from rope_kv's", what);
+		CHECK(!memcmp(pb_pool, pa_pool, pool_b), "%s: the pool differs from rope_kv's", what);
 		CHECK(!memcmp(gq, q, sizeof(float) * qn) && !memcmp(gk, k, sizeof(float) * kn),
 		      "%s: q or k was changed", what);
 		printf("  %s: same bits as rope_kv + split\n", what);

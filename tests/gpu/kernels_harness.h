@@ -182,7 +182,8 @@ void test_moe(int n_expert, int k, int norm);
 /* kernels_attn.c: K/V store, paged attention, flash prefill attention */
 void test_attention(int bt, int hd, int n_head, int n_head_kv, int long_ctx);
 void test_attn_cap_window(int bt, int hd, int n_head, int n_head_kv, float softcap, int window);
-void test_attn_rope_fused(int bt, int hd, int n_head, int n_head_kv, int nr, int mode, int n_seq, int long_ctx);
+void test_attn_rope_fused(int bt, int hd, int n_head, int n_head_kv, int nr, int mode, int n_seq, int long_ctx,
+			  int fp8);
 void test_flash_attn(int bt, int hd, int n_head, int n_head_kv, const struct fa_entry *ent, int n_ent);
 /* flash attention's first-order error bound (kernels_attn.c, derived there) */
 double fa_tol(double vmax, double S, int hd, int n, double q_u);

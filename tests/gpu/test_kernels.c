@@ -79,11 +79,13 @@ attention:
 	test_attention(16, 80, 28, 4, 1); /* 7 query heads per K/V head, hd 80 */
 	test_attention(16, 96, 12, 4, 1); /* hd 96 (Phi-3): 12 of a V row's 16 lanes busy */
 	test_attention(8, 256, 16, 1, 0); /* hd 256, 16 query heads per K/V head: four passes of four */
-	test_attn_rope_fused(16, 128, 32, 8, 128, QC_ROPE_NORM, 5, 0); /* Llama-3-8B's heads */
-	test_attn_rope_fused(16, 128, 32, 8, 128, QC_ROPE_NORM, 3, 1); /* own rows past a chunk's first 64 */
-	test_attn_rope_fused(16, 64, 9, 3, 64, QC_ROPE_NEOX, 4, 0);    /* SmolLM2's heads, neox */
-	test_attn_rope_fused(7, 128, 8, 2, 64, QC_ROPE_NEOX, 6, 1);    /* partial rotary, 7-token blocks */
-	test_attn_rope_fused(16, 96, 12, 4, 32, QC_ROPE_NORM, 3, 0);   /* hd 96, 32 rotated dims */
+	for (int fp8 = 0; fp8 < 2; fp8++) { /* RoPE and the store inside decode attention */
+		test_attn_rope_fused(16, 128, 32, 8, 128, QC_ROPE_NORM, 5, 0, fp8); /* Llama-3-8B's heads */
+		test_attn_rope_fused(16, 128, 32, 8, 128, QC_ROPE_NORM, 3, 1, fp8); /* own rows past 64 */
+		test_attn_rope_fused(16, 64, 9, 3, 64, QC_ROPE_NEOX, 4, 0, fp8);    /* SmolLM2's heads, neox */
+		test_attn_rope_fused(7, 128, 8, 2, 64, QC_ROPE_NEOX, 6, 1, fp8);    /* partial rotary, bt 7 */
+		test_attn_rope_fused(16, 96, 12, 4, 32, QC_ROPE_NORM, 3, 0, fp8);   /* hd 96, 32 rotated */
+	}
 	test_attn_cap_window(16, 64, 8, 2, 3.0f, 24);    /* cap and window, GQA 4 */
 	test_attn_cap_window(7, 128, 4, 4, 5.0f, 40);    /* 7-token blocks: the first columns released */
 	test_attn_cap_window(16, 256, 8, 4, 3.0f, 33);   /* Gemma 2 2B's heads (hd 256, GQA 2) */

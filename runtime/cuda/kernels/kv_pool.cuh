@@ -189,6 +189,13 @@ struct kv_f16 {
 	{
 		return make_uint4(0u, 0u, 0u, 0u);
 	}
+	/* values 8i .. 8i + 7 of a row held in shared memory in the pool's own encoding
+	 * (rows: hd binary16; e unused) */
+	static __device__ __forceinline__ raw smem8(const void *row, int i, int e)
+	{
+		(void)e;
+		return ((const uint4 *)row)[i];
+	}
 	static __device__ __forceinline__ void unpack8(const raw &v, float f[8])
 	{
 		const __half2 *h2 = (const __half2 *)&v;
@@ -248,6 +255,11 @@ struct kv_fp8 {
 	static __device__ __forceinline__ raw zero8()
 	{
 		return {make_uint2(0u, 0u), 0.0f};
+	}
+	/* codes 8i .. 8i + 7 of a row held in shared memory (hd codes), its exponent e */
+	static __device__ __forceinline__ raw smem8(const void *row, int i, int e)
+	{
+		return {((const uint2 *)row)[i], kv8_pow2(e)};
 	}
 	static __device__ __forceinline__ void unpack8(const raw &v, float f[8])
 	{

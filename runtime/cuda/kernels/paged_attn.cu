@@ -213,10 +213,13 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 	const int kvh = blockIdx.y, sp = blockIdx.z;
 	const int G = a.n_head / a.n_head_kv, hd = a.hd;
 	/* (G, hd) scaled q, (G, chunk_max) scores then weights, (ST / 32, G, hd) P V partials;
-	   ROPE: the token's own K and V rows (hd binary16 each), its angles (n_rot / 2) */
+	   ROPE: the token's own K and V rows in the pool's encoding (4 hd bytes: binary16
+	   rows, or fp8 codes then the two exponents), its angles (n_rot / 2) */
+	constexpr bool FP8 = KV::SCALED;
 	float *qs = sm, *sc = sm + G * hd, *red = sc + G * chunk_max;
-	__half *kcur = (__half *)(red + (ST / 32) * G * hd), *vcur = kcur + hd;
-	struct rope_cs *ang = (struct rope_cs *)(vcur + hd);
+	uint8_t *kcur = (uint8_t *)(red + (ST / 32) * G * hd), *vcur = kcur + (FP8 ? 1 : 2) * hd;
+	int8_t *ecur = (int8_t *)(kcur + 2 * hd); /* fp8: K's, V's exponent */
+	struct rope_cs *ang = (struct rope_cs *)(kcur + 4 * hd);
 	const int32_t n_ctx = a.d_pos[t] + 1;
 	/* chunks cut the positions the token sees (its window's), so its result is a
 	   function of that range alone */
@@ -272,7 +275,7 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 #pragma unroll
 				for (int v = 0; v < 4; v++)
 					if (sub + TG * v < nvec)
-						kv[u][v] = *(const typename KV::raw *)(kcur + 8 * (sub + TG * v));
+						kv[u][v] = KV::smem8(kcur, sub + TG * v, FP8 ? ecur[0] : 0);
 	};
 	const int32_t jb0 = j0 + warp * (32 / TG);
 	load_k(jb0, min(j1, jlive));
@@ -296,7 +299,7 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 #pragma unroll
 		for (int u = 0; u < PU; u++)
 			if (act && j0 + jb + u * RG == jc)
-				vv[u] = *(const typename KV::raw *)(vcur + 8 * vl);
+				vv[u] = KV::smem8(vcur, vl, FP8 ? ecur[1] : 0);
 	};
 	const int32_t vlim = ROPE ? min(n, jc - j0) : n;
 	if constexpr (ROPE) {
@@ -318,37 +321,84 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 			}
 		__syncthreads();
 		const int mode = rk.rope.mode, n_rot = rk.rope.n_rot, stride = rope_pair_stride(mode, half_rot);
-		for (int i = threadIdx.x; i < G * half_rot; i += ST) {
-			float *x = qs + (i / half_rot) * hd + rope_pair_first(mode, i % half_rot);
-			const float2 y = rope_pair_rotate(x[0], x[stride], ang[i % half_rot]);
-			x[0] = y.x * a.scale;
-			x[stride] = y.y * a.scale;
-		}
-		for (int i = threadIdx.x; i < G * (hd - n_rot); i += ST) {
-			float *x = qs + (i / (hd - n_rot)) * hd + n_rot + i % (hd - n_rot);
-			*x = *x * a.scale;
-		}
-		if (own) {
-			for (int p = threadIdx.x; p < half_rot; p += ST) {
-				const int d = rope_pair_first(mode, p);
-				const float2 y = rope_pair_rotate(raw[d], raw[d + stride], ang[p]);
-				kcur[d] = __float2half_rn(y.x);
-				kcur[d + stride] = __float2half_rn(y.y);
+		if constexpr (FP8) {
+			/* rope_kv8.cu's order: RoPE, then q rotated by H (kv8_rotate), then the
+			   kernel's scale; K RoPE'd and stored through kv8_store_staged (WHT), V
+			   stored as it is; one warp per head, the codes into shared memory */
+			for (int g = warp; g < G; g += ST / 32) {
+				float *y = qs + g * hd;
+				for (int p = lane; p < half_rot; p += 32) {
+					const int i = rope_pair_first(mode, p);
+					const float2 z = rope_pair_rotate(y[i], y[i + stride], ang[p]);
+					y[i] = z.x;
+					y[i + stride] = z.y;
+				}
+				__syncwarp();
+				kv8_rotate(y, hd);
+				for (int d = lane; d < hd; d += 32)
+					y[d] = y[d] * a.scale;
+				__syncwarp();
 			}
-			for (int d = n_rot + threadIdx.x; d < hd; d += ST)
-				kcur[d] = __float2half_rn(raw[d]);
-			for (int d = threadIdx.x; d < hd; d += ST)
-				vcur[d] = __float2half_rn(raw[hd + d]);
+			if (own && warp == 0) {
+				for (int p = lane; p < half_rot; p += 32) {
+					const int i = rope_pair_first(mode, p);
+					const float2 z = rope_pair_rotate(raw[i], raw[i + stride], ang[p]);
+					raw[i] = z.x;
+					raw[i + stride] = z.y;
+				}
+				__syncwarp();
+				kv8_store_staged(raw, kcur, &ecur[0], hd, KV8_ROT_WHT);
+			}
+			if (own && warp == 1)
+				kv8_store_staged(raw + hd, vcur, &ecur[1], hd, KV8_ROT_NONE);
+		} else {
+			for (int i = threadIdx.x; i < G * half_rot; i += ST) {
+				float *x = qs + (i / half_rot) * hd + rope_pair_first(mode, i % half_rot);
+				const float2 y = rope_pair_rotate(x[0], x[stride], ang[i % half_rot]);
+				x[0] = y.x * a.scale;
+				x[stride] = y.y * a.scale;
+			}
+			for (int i = threadIdx.x; i < G * (hd - n_rot); i += ST) {
+				float *x = qs + (i / (hd - n_rot)) * hd + n_rot + i % (hd - n_rot);
+				*x = *x * a.scale;
+			}
+			if (own) {
+				__half *kh = (__half *)kcur, *vh = (__half *)vcur;
+				for (int p = threadIdx.x; p < half_rot; p += ST) {
+					const int d = rope_pair_first(mode, p);
+					const float2 y = rope_pair_rotate(raw[d], raw[d + stride], ang[p]);
+					kh[d] = __float2half_rn(y.x);
+					kh[d + stride] = __float2half_rn(y.y);
+				}
+				for (int d = n_rot + threadIdx.x; d < hd; d += ST)
+					kh[d] = __float2half_rn(raw[d]);
+				for (int d = threadIdx.x; d < hd; d += ST)
+					vh[d] = __float2half_rn(raw[hd + d]);
+			}
 		}
 		__syncthreads();
 		if (own) {
 			const int64_t slot = rk.d_slots[t], b = slot / a.block_tokens, o = slot % a.block_tokens;
-			uint4 *kp = (uint4 *)((__half *)a.d_pool + (((b * a.n_layer + a.layer) * 2) * a.block_tokens + o) * kv_dim +
-					      (int64_t)kvh * hd);
-			uint4 *vp = (uint4 *)((__half *)kp + a.block_tokens * kv_dim);
-			for (int i = threadIdx.x; i < nvec; i += ST) {
-				kp[i] = ((const uint4 *)kcur)[i];
-				vp[i] = ((const uint4 *)vcur)[i];
+			const int64_t row = ((b * a.n_layer + a.layer) * 2) * a.block_tokens + o; /* K's; V's bt rows on */
+			if constexpr (FP8) {
+				uint2 *kp = (uint2 *)(a.d_pool8 + row * kv_dim + (int64_t)kvh * hd);
+				uint2 *vp = (uint2 *)((uint8_t *)kp + a.block_tokens * kv_dim);
+				for (int i = threadIdx.x; i < nvec; i += ST) {
+					kp[i] = ((const uint2 *)kcur)[i];
+					vp[i] = ((const uint2 *)vcur)[i];
+				}
+				if (threadIdx.x == 0) {
+					int8_t *ep = (int8_t *)a.d_pool8_exp + row * a.n_head_kv + kvh;
+					ep[0] = ecur[0];
+					ep[a.block_tokens * a.n_head_kv] = ecur[1];
+				}
+			} else {
+				uint4 *kp = (uint4 *)((__half *)a.d_pool + row * kv_dim + (int64_t)kvh * hd);
+				uint4 *vp = (uint4 *)((__half *)kp + a.block_tokens * kv_dim);
+				for (int i = threadIdx.x; i < nvec; i += ST) {
+					kp[i] = ((const uint4 *)kcur)[i];
+					vp[i] = ((const uint4 *)vcur)[i];
+				}
 			}
 			own_k(jb0);
 			own_v(rg);
@@ -574,9 +624,10 @@ static int paged_attn_split(const struct qc_cuda_paged_attn_args *a, const int32
 	if (!a->n_tok)
 		return QC_OK;
 	void (*const split_k)(const struct qc_cuda_paged_attn_args, int32_t, int32_t, float *, float *, const int32_t *,
-			      uint32_t *) = a->d_pool8	  ? attn_split_kernel<kv_fp8, false>
-					    : a->fuse_rope ? attn_split_kernel<kv_f16, true>
-							   : attn_split_kernel<kv_f16, false>;
+			      uint32_t *) = a->d_pool8 ? (a->fuse_rope ? attn_split_kernel<kv_fp8, true>
+								      : attn_split_kernel<kv_fp8, false>)
+							 : (a->fuse_rope ? attn_split_kernel<kv_f16, true>
+								      : attn_split_kernel<kv_f16, false>);
 	if (smem > 48 * 1024 &&
 	    (rc = qc_cuda_check(cudaFuncSetAttribute(split_k, cudaFuncAttributeMaxDynamicSharedMemorySize,
 						     (int)smem), "cudaFuncSetAttribute(attn_split)", err)))
@@ -662,14 +713,15 @@ extern "C" int qc_cuda_paged_attn(const struct qc_cuda_paged_attn_args *a, cudaS
 				  "paged_attn: give either the binary16 pool or the fp8 pool with its exponents");
 	if (a->fuse_rope) {
 		const struct qc_cuda_rope_kv_args *k = &a->rope_kv;
-		if (!a->old_ctx || !a->d_pool || k->d_pool != a->d_pool || k->d_pool8 || k->n_head != a->n_head ||
+		if (!a->old_ctx || k->d_pool != a->d_pool || k->d_pool8 != a->d_pool8 ||
+		    k->d_pool8_exp != a->d_pool8_exp || k->n_head != a->n_head ||
 		    k->n_head_kv != a->n_head_kv || k->rope.hd != a->hd || k->rope.n_tok != a->n_tok ||
 		    k->layer != a->layer || k->n_layer != a->n_layer || k->block_tokens != a->block_tokens ||
 		    !k->d_k || !k->d_v || !k->d_slots || k->rope.n_rot < 2 || k->rope.n_rot % 2 ||
 		    k->rope.n_rot > a->hd || (k->rope.mode != QC_ROPE_NORM && k->rope.mode != QC_ROPE_NEOX))
 			return qc_err_set(err, QC_EINVAL, NULL, NULL, -1,
-					  "paged_attn: RoPE in the attention needs old_ctx, the binary16 pool and "
-					  "rope_kv arguments of the same shape (n_rot %d, mode %d)",
+					  "paged_attn: RoPE in the attention needs old_ctx and rope_kv arguments "
+					  "of the same shape and pool (n_rot %d, mode %d)",
 					  k->rope.n_rot, k->rope.mode);
 	}
 	struct qc_cuda_paged_attn_args b = *a; /* what the kernels below see: the scratch past the flash carve */
@@ -692,7 +744,7 @@ extern "C" int qc_cuda_paged_attn(const struct qc_cuda_paged_attn_args *a, cudaS
 	if (a->fuse_rope) { /* the kernel below reads rotated q and a stored row */
 		QC_WARN_ONCE("paged_attn: no split-K attention for head_dim %d with %d / %d heads here; RoPE and the "
 			     "K/V store run as a kernel of their own", a->hd, a->n_head, a->n_head_kv);
-		if ((rc = qc_cuda_rope_kv(&a->rope_kv, s, err)))
+		if ((rc = a->d_pool8 ? qc_cuda_rope_kv_e4m3(&a->rope_kv, s, err) : qc_cuda_rope_kv(&a->rope_kv, s, err)))
 			return rc;
 	}
 	const size_t smem = sizeof(float) * ((size_t)a->hd + (size_t)a->max_ctx + (THREADS / 32) * (size_t)a->hd);

@@ -59,12 +59,13 @@ struct qc_cuda_paged_attn_args {
 	 * K/V rows before its programmatic-dependent-launch wait, while the kernels before
 	 * it run, and only q and the token's own row after it. 0: everything after it. */
 	int32_t old_ctx;
-	/* 1 (with old_ctx and the binary16 pool): RoPE here, not in qc_cuda_rope_kv before:
-	 * d_q is the Q|K|V GEMV's unrotated q, and the chunk block holding a token's own
-	 * position rotates that token's K row and stores it and V into the pool from
-	 * rope_kv.d_k / d_v / d_slots (qc_cuda_rope_kv's bits; d_q and d_k are left as
-	 * they were). The other blocks of the token never read that row. Where the split
-	 * path cannot run, qc_cuda_rope_kv runs first (said once). */
+	/* 1 (with old_ctx): RoPE here, not in qc_cuda_rope_kv (_e4m3 for the fp8 pool)
+	 * before: d_q is the Q|K|V GEMV's unrotated q, and the chunk block holding a
+	 * token's own position rotates that token's K row and stores it and V into the
+	 * pool from rope_kv.d_k / d_v / d_slots (those kernels' bits; rope_kv names the
+	 * same pool; d_q and d_k are left as they were). The other blocks of the token
+	 * never read that row. Where the split path cannot run, the kernel of its own
+	 * runs first (said once). */
 	int32_t fuse_rope;
 	struct qc_cuda_rope_kv_args rope_kv;
 };
