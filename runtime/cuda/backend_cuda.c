@@ -414,9 +414,12 @@ struct dplan {
 	int32_t stride;
 };
 
-/* Rows up to which a decode step with the fp8 pool does RoPE and the store inside the
- * attention (the binary16 pool: always). */
-#define FUSE_ROPE_FP8_ROWS 8
+/* Rows up to which a decode step does RoPE and the K/V store inside the attention:
+ * every chunk block repeats q's rotation (and, fp8, its Walsh-Hadamard transform),
+ * which pays where launches dominate and not where the step is compute bound
+ * (H100, 8B Q4_0: binary16 +2.8% at 1 row, +1.3% at 8, -1.2% at 64, -0.3% at 256;
+ * fp8 +4.8% at 1, -6.5% at 256; docs/perf-notes.md). */
+#define FUSE_ROPE_ROWS 8
 
 static int attention_block(struct cu *c, const struct qc_sched_plan *plan, const struct dplan *dp, int il,
 			   struct qc_err *err)
@@ -462,9 +465,7 @@ static int attention_block(struct cu *c, const struct qc_sched_plan *plan, const
 	};
 	/* decode steps: RoPE and the K/V store inside the attention kernel */
 	const bool old_ctx = c->env.attn_early && plan->n_seqs == (int32_t)T;
-	/* the fp8 pool only in small steps: every chunk block repeats q's Walsh-Hadamard
-	   rotation, which measured +4.8% at 1 row and -6.5% at 256 (docs/perf-notes.md) */
-	const bool fuse_rope = old_ctx && c->env.attn_rope && (!c->d_kv8 || T <= FUSE_ROPE_FP8_ROWS);
+	const bool fuse_rope = old_ctx && c->env.attn_rope && T <= FUSE_ROPE_ROWS;
 	struct qc_cuda_rope_kv_args rkv_in = rkv; /* the attention's copy names the pool it reads */
 	if (c->d_kv8) {
 		rkv_in.d_pool = NULL;
