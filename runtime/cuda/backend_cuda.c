@@ -206,6 +206,7 @@ static int create_local(const struct qc_model *m, const struct qc_backend_params
 	qc_cuda_marlin_gemv_stream_ring(c->env.mm.stream_ring);
 	qc_cuda_marlin_gemv_stream_persist(c->env.mm.stream_persist);
 	qc_cuda_marlin_gemv_stream_wave(c->env.mm.stream_wave);
+	qc_cuda_marlin_gemv_norm_once(c->env.mm.norm_once);
 	c->L = calloc((size_t)cfg->n_layer, sizeof *c->L);
 	if (!c->L)
 		return qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");

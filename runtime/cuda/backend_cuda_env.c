@@ -63,6 +63,9 @@ void qc_cuda_env_read(struct qc_cuda_env *e)
 		QC_WARN_ONCE("cuda: QC_MARLIN_GEMV_XQ=%d is not 0, 8 or 16; ignored", e->mm.stream_xq);
 		e->mm.stream_xq = def.stream_xq;
 	}
+	/* 0: the GEMV prologue reads x twice (row sum, then staging), as before */
+	const char *no = getenv("QC_MARLIN_GEMV_NORM_ONCE");
+	e->mm.norm_once = !(no && !strcmp(no, "0"));
 	const char *fl = getenv("QC_CUDA_FLASH");
 	e->flash = fl && !strcmp(fl, "0") ? QC_CUDA_ATTN_FLASH_OFF : QC_CUDA_ATTN_FLASH_AUTO;
 	const char *pdl = getenv("QC_CUDA_PDL");

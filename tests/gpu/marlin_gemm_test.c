@@ -688,6 +688,26 @@ static void check_gemv(enum qc_layout l, int64_t rows, int64_t n, int64_t k, int
 			rc = qc_cuda_check(cudaDeviceSynchronize(), "sync", &err);
 		CU(cudaMemcpy(ya, d_ya, ny * 4, cudaMemcpyDeviceToHost));
 		CU(cudaMemcpy(yb, d_yb, ny * 4, cudaMemcpyDeviceToHost));
+		/* the prologue that reads x twice (QC_MARLIN_GEMV_NORM_ONCE=0): the same bits */
+		{
+			void *d_yc;
+			float *yc = malloc(ny * 4);
+			CU(cudaMalloc(&d_yc, ny * 4));
+			CU(cudaMemset(d_yc, 0xff, ny * 4));
+			struct qc_cuda_mm_args m2 = mn;
+			m2.d_y = d_yc;
+			qc_cuda_marlin_gemv_norm_once(0);
+			if (!rc)
+				rc = qc_cuda_marlin_gemv(&m2, 0, &err);
+			if (!rc)
+				rc = qc_cuda_check(cudaDeviceSynchronize(), "sync", &err);
+			qc_cuda_marlin_gemv_norm_once(1);
+			CU(cudaMemcpy(yc, d_yc, ny * 4, cudaMemcpyDeviceToHost));
+			for (int64_t r = 0; r < rows; r++)
+				nm_differ += memcmp(yc + r * ldy, ya + r * ldy, (size_t)n * 4) != 0;
+			cudaFree(d_yc);
+			free(yc);
+		}
 		double mx = 0;
 		for (int64_t r = 0; r < rows; r++)
 			for (int64_t cc = 0; cc < n; cc++) {
@@ -722,7 +742,7 @@ static void check_gemv(enum qc_layout l, int64_t rows, int64_t n, int64_t k, int
 		 rg <= 2 * rb + 1e-6;
 	printf("%s gemv %-6s %-9s rows=%lld n=%lld k=%lld experts=%lld ws=%llu rel_err %.3e (fp16 plain %.3e) nan %lld "
 	       "written past n %lld rows differing alone %lld in-kernel sum differing %lld counters left %lld "
-	       "fused rows differing %lld norm-fused err %.2e rows differing alone %lld cluster differs %lld "
+	       "fused rows differing %lld norm-fused err %.2e rows differing (alone, two-pass prologue) %lld cluster differs %lld "
 	       "L2 hint differs %lld%s%s\n",
 	       ok ? "PASS" : "FAIL", gemv_persist ? "persist" : mode_name(gemv_mode), qc_layout_name(l), (long long)rows, (long long)n,
 	       (long long)k, (long long)E,

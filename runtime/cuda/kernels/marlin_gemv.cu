@@ -210,6 +210,15 @@ extern "C" uint64_t qc_cuda_marlin_ws(int64_t n_in, int64_t n_out, int64_t n_row
 	return a > b ? a : b;
 }
 
+
+/* qc_cuda_marlin_gemv_norm_once's switch (the one-pass prologue; process-wide) */
+static bool norm_once = true;
+
+extern "C" void qc_cuda_marlin_gemv_norm_once(int on)
+{
+	norm_once = on != 0;
+}
+
 extern "C" int qc_cuda_marlin_gemv(const struct qc_cuda_mm_args *a, cudaStream_t s, struct qc_err *err)
 {
 	if (qc_cuda_mm_check_fuse(a, QC_MM_FUSE_SILU | QC_MM_FUSE_ACC | QC_MM_FUSE_MULTI | QC_MM_FUSE_NORM, "marlin_gemv",
@@ -280,6 +289,7 @@ extern "C" int qc_cuda_marlin_gemv(const struct qc_cuda_mm_args *a, cudaStream_t
 	p.acc = a->accumulate != 0;
 	p.norm_w = a->d_norm_w;
 	p.norm_eps = a->norm_eps;
+	p.norm_once = norm_once;
 	const uint64_t nf = a->d_flags && a->n_flags > 0 ? (uint64_t)a->n_flags : 0;
 	const uint64_t need = qc_cuda_marlin_gemv_ws(a->n_in, cols, a->n_rows, a->gemv_kt);
 	if (need && (!a->d_ws || a->ws_bytes < need))

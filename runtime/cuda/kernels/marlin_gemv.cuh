@@ -47,6 +47,8 @@ struct gparams {
 	int acc;                   /* y += (the residual add, fused into the store) */
 	const float *norm_w;       /* NULL, or x is RMSNorm(x) * norm_w (every block sums its rows' squares) */
 	float norm_eps;
+	int norm_once;             /* one row, k <= 4096: x and norm_w read once for the sum and the
+				      staging (norm_stage_1row; the same bits) */
 	int64_t r0;                /* first row of this launch */
 	int nr, n, k, kb;
 	int kt_block;              /* k16 tiles per block along K (a multiple of 2 * WARPS) */
@@ -499,15 +501,93 @@ __device__ __forceinline__ bool x_vec(const gparams &p)
 	return ((uintptr_t)p.x % 16 == 0) && (!p.x2 || (uintptr_t)p.x2 % 16 == 0) && p.ldx % 4 == 0;
 }
 
+/* norm_scales then stage_x for one row whose whole length the block's threads load
+ * in one pass (k <= 4 * STEP, k0 a multiple of STEP, no x2, no wrap): each thread's
+ * four 16-byte pieces of x (elements 4t + STEP u) and of norm_w are loaded once,
+ * before the row sum, and the staging takes them from registers instead of loading x
+ * again after it (one memory round trip fewer on the critical path). The same sums
+ * in the same order and the same products: norm_scales' and stage_x's bits. */
+template <int XB>
+__device__ __forceinline__ void norm_stage_1row(const gparams &p, int64_t row0, int64_t k0, int len, bool vec,
+						float *nscale, float *xs)
+{
+	__shared__ float nred[WARPS];
+	constexpr int STEP = 4 * 32 * WARPS;
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const float *xr = p.x + (row0 / p.x_div) * p.ldx;
+	const int i0 = 4 * threadIdx.x;
+	float4 q[4], w[4];
+#pragma unroll
+	for (int u = 0; u < 4; u++)
+		if (i0 + u * STEP < p.k) {
+			q[u] = ld_x4(xr, i0 + u * STEP, vec);
+			w[u] = ld_x4(p.norm_w, i0 + u * STEP, ((uintptr_t)p.norm_w % 16) == 0);
+		}
+	float ss = 0.0f;
+#pragma unroll
+	for (int u = 0; u < 4; u++)
+		if (i0 + u * STEP < p.k) {
+			ss = fmaf(q[u].x, q[u].x, ss);
+			ss = fmaf(q[u].y, q[u].y, ss);
+			ss = fmaf(q[u].z, q[u].z, ss);
+			ss = fmaf(q[u].w, q[u].w, ss);
+		}
+#pragma unroll
+	for (int off = 16; off > 0; off >>= 1)
+		ss += __shfl_xor_sync(0xffffffffu, ss, off);
+	if (lane == 0)
+		nred[warp] = ss;
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		float t = 0.0f;
+		for (int ww = 0; ww < WARPS; ww++)
+			t += nred[ww];
+		nscale[0] = 1.0f / sqrtf(t / (float)p.k + p.norm_eps);
+	}
+	__syncthreads();
+	const float ns = nscale[0];
+	const int off = (int)(k0 / STEP); /* the staged range's first piece */
+#pragma unroll
+	for (int u = 0; u < 4; u++) {
+		const int i = i0 + u * STEP; /* staged element (kk) */
+		if (i >= len) /* warp-uniform: len is a multiple of 128 */
+			break;
+		const int s = u + off;
+		const int64_t kg = k0 + i;
+		float4 x = s == 0 ? q[0] : s == 1 ? q[1] : s == 2 ? q[2] : q[3];
+		const float4 nw = s == 0 ? w[0] : s == 1 ? w[1] : s == 2 ? w[2] : w[3];
+		float e[4] = {x.x, x.y, x.z, x.w};
+		const float f[4] = {nw.x, nw.y, nw.z, nw.w};
+		if (kg < p.k)
+#pragma unroll
+			for (int h = 0; h < 4; h++)
+				e[h] = (e[h] * ns) * f[h]; /* rms_norm.cu's rounding */
+		else
+			e[0] = e[1] = e[2] = e[3] = 0.0f;
+		if constexpr (XB != 0)
+			store_xq<1, XB>(e, 0, i, len, xs);
+		else
+			*(float4 *)&xs[i] = make_float4(e[0], e[1], e[2], e[3]);
+	}
+}
+
 /* What every GEMV block does once its first weight loads are out and it has
  * waited for the kernels before it: its rows' RMSNorm scales where the launch
  * folds the norm in, x of its K range staged (stage_x's arguments), then the block
- * synchronized so every warp may read xs. */
+ * synchronized so every warp may read xs. One row with the norm, short enough to
+ * load in one pass: norm_stage_1row (x read once). */
 template <int G, int XB = 0>
 __device__ __forceinline__ void stage_block(const gparams &p, int64_t row0, int nr, int64_t k0, int len, float *nscale,
 					    float *xs, int xstride, bool wrap = false)
 {
+	constexpr int STEP = 4 * 32 * WARPS;
 	const bool vec = x_vec(p);
+	if (G == 1 && p.norm_w && !p.x2 && !wrap && p.norm_once && p.k <= 4 * STEP && k0 % STEP == 0 &&
+	    len % STEP == 0) {
+		norm_stage_1row<XB>(p, row0, k0, len, vec, nscale, xs);
+		__syncthreads();
+		return;
+	}
 	if (p.norm_w)
 		norm_scales<G>(p, row0, nr, vec, nscale);
 	stage_x<G, XB>(p, row0, nr, k0, len, vec, nscale, xs, xstride, wrap);

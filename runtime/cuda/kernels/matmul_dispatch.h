@@ -124,8 +124,9 @@ struct qc_cuda_mm_tuning {
 	int stream_ring;    /* qc_cuda_marlin_gemv_stream_ring; -1: each width's default */
 	int stream_persist; /* qc_cuda_marlin_gemv_stream_persist; -1: each width's default */
 	int stream_wave;    /* qc_cuda_marlin_gemv_stream_wave; -1: each width's default */
+	int norm_once;      /* qc_cuda_marlin_gemv_norm_once */
 };
-#define QC_CUDA_MM_TUNING_DEFAULT { QC_KERNEL_ROWS_DEFAULT, QC_CUDA_GEMV_STREAM, 0, 0, 0, -1, -1, -1, -1 }
+#define QC_CUDA_MM_TUNING_DEFAULT { QC_KERNEL_ROWS_DEFAULT, QC_CUDA_GEMV_STREAM, 0, 0, 0, -1, -1, -1, -1, 1 }
 
 /* The streaming GEMV's partition (marlin_gemv_stream.cu): about `blocks` blocks per
  * launch, at least min_warp_tiles k16 tiles per warp (even), for both weight widths;
@@ -149,6 +150,11 @@ int qc_cuda_marlin_gemv_stream_xq(int bits);
  * ring filled by cp.async (more bytes in flight per SM than the registers hold);
  * 0: in registers; -1: each width's default. Same arithmetic, same bits. */
 void qc_cuda_marlin_gemv_stream_ring(int on);
+/* 1 (default): a one-row marlin GEMV launch with the RMSNorm folded in and k <= 4096
+ * reads x and the norm's weights once for the row sum and the staging
+ * (marlin_gemv.cuh norm_stage_1row); 0: twice (the earlier prologue). The same bits
+ * either way. Process-wide, set by the backend at create. */
+void qc_cuda_marlin_gemv_norm_once(int on);
 /* 1: one-row and ROWS-row launches without experts take the persistent GEMV
  * (marlin_gemv_persist.cu: a grid of `blocks` blocks, each warp an equal run of
  * the launch's 32-k groups across stripes, partial stripes summed in warp order);
