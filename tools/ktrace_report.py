@@ -3,14 +3,16 @@
 say where the time of one CUDA-graph replay (a decode step) goes, as it really ran:
 kernels overlapping under programmatic dependent launch, gaps, idle time.
 
-    python3 tools/ktrace_report.py trace.tsv [--graph ID] [--timeline N] [--skip K]
+    python3 tools/ktrace_report.py trace.tsv [--graph ID] [--timeline N] [--skip K] [--layers]
 
 The replays of one graph (by default the graph replayed most often) are lined up by
 node; each number is the median over the replays (after the first --skip, default 3,
 which warm caches). Per kernel: its duration, and its "exposed" time, the part of
 the step's wall it adds past the end of every kernel that started before it (the
 exposed times and the idle gaps sum to the step's wall). --timeline N prints the
-first N nodes of the median replay in start order.
+first N nodes of the median replay in start order. --layers folds the nodes into the
+step's repeating period (a decoder layer's kernels) and prints, per position in the
+layer, the mean over layers of those medians.
 Standard library only.
 """
 import argparse
@@ -70,6 +72,7 @@ def main():
     ap.add_argument("--graph", type=int, default=None, help="graph id (default: the most replayed)")
     ap.add_argument("--timeline", type=int, default=0, help="print the first N nodes of a median replay")
     ap.add_argument("--skip", type=int, default=3, help="replays to leave out at the start")
+    ap.add_argument("--layers", action="store_true", help="per position in the repeating layer pattern")
     a = ap.parse_args()
 
     rows = load(a.tsv)
@@ -139,6 +142,9 @@ def main():
     for name, (n, dur, exp, gap) in sorted(agg.items(), key=lambda x: -x[1][2]):
         print(f"{name[:60]:60s} {n:4d} {dur:9.1f} {dur / n:7.2f} {exp:9.1f} {100 * exp / wall:6.1f}% {gap:7.1f}")
 
+    if a.layers:
+        print_layers(sorted(by_node, key=lambda n: med(by_node[n]["off"])), by_node, names)
+
     if a.timeline:
         print()
         print(f"first {a.timeline} nodes (medians): start, duration, exposed, idle gap before")
@@ -148,6 +154,52 @@ def main():
             nm, grid, block = names[node]
             print(f"  {med(d['off']):9.2f} {med(d['dur']):7.2f} {med(d['exp']):7.2f} {med(d['gap']):6.2f}  "
                   f"{nm[:58]} grid {grid} block {block}")
+
+
+def layer_period(seq):
+    """The shortest period p (2..len/3) with which seq repeats over its middle
+    (at least 90% of the positions checked agree), or None."""
+    n = len(seq)
+    for p in range(2, n // 3 + 1):
+        lo, hi = n // 6, n - n // 6 - p
+        if hi <= lo:
+            break
+        same = sum(seq[i] == seq[i + p] for i in range(lo, hi))
+        if same >= 0.9 * (hi - lo):
+            return p
+    return None
+
+
+def print_layers(order, by_node, names):
+    med = statistics.median
+    seq = [(names[n][0], names[n][1]) for n in order]
+    p = layer_period(seq)
+    if not p:
+        print("\n--layers: no repeating pattern found")
+        return
+    # the layer as it runs at the middle of the step (a rotation of the decoder layer
+    # is fine: each position is one kernel of every layer); every aligned copy of it
+    mid = len(seq) // 2
+    mid = mid if mid + p <= len(seq) else len(seq) - p
+    ref = seq[mid:mid + p]
+    start = mid % p
+    rows = [[] for _ in range(p)]
+    n_layers = 0
+    for base in range(start, len(seq) - p + 1, p):
+        if seq[base:base + p] != ref:
+            continue
+        n_layers += 1
+        for j in range(p):
+            d = by_node[order[base + j]]
+            rows[j].append((med(d["dur"]), med(d["exp"])))
+    print(f"\nper layer ({n_layers} layers of {p} kernels; means over layers of the medians, us):")
+    tot = 0.0
+    for j in range(p):
+        dur = sum(r[0] for r in rows[j]) / len(rows[j])
+        exp = sum(r[1] for r in rows[j]) / len(rows[j])
+        tot += exp
+        print(f"  {ref[j][0][:56]:56s} grid {ref[j][1]:>10s}  duration {dur:7.2f}  exposed {exp:7.2f}")
+    print(f"  {'layer':56s} {'':15s}  {'':16s}  exposed {tot:7.2f}")
 
 
 if __name__ == "__main__":
