@@ -236,6 +236,22 @@ __device__ __forceinline__ float4 ld_x4(const float *row, int64_t i, bool vec)
 	return make_float4(row[i], row[i + 1], row[i + 2], row[i + 3]);
 }
 
+/* ss + the squares of a thread's four 16-byte pieces of x (elements i0 + STEP u,
+ * those below k), in the order norm_scales and norm_stage_1row both sum them. */
+template <int STEP>
+__device__ __forceinline__ float sumsq4(const float4 (&q)[4], int64_t i0, int64_t k, float ss)
+{
+#pragma unroll
+	for (int u = 0; u < 4; u++)
+		if (i0 + u * STEP < k) {
+			ss = fmaf(q[u].x, q[u].x, ss);
+			ss = fmaf(q[u].y, q[u].y, ss);
+			ss = fmaf(q[u].z, q[u].z, ss);
+			ss = fmaf(q[u].w, q[u].w, ss);
+		}
+	return ss;
+}
+
 /* RMSNorm scale 1/sqrt(mean(x²) + eps) of each of the block's rows, into nscale[G]:
  * thread t sums elements 4(t + 256j) .. +3 for j = 0, 1, ... in order (k is a
  * multiple of 32), four loads in flight, then a shuffle tree and the warps in
@@ -257,14 +273,7 @@ __device__ __forceinline__ void norm_scales(const gparams &p, int64_t row0, int 
 				for (int u = 0; u < 4; u++)
 					if (i0 + u * STEP < p.k)
 						q[u] = ld_x4(xr, i0 + u * STEP, vec);
-#pragma unroll
-				for (int u = 0; u < 4; u++)
-					if (i0 + u * STEP < p.k) {
-						ss = fmaf(q[u].x, q[u].x, ss);
-						ss = fmaf(q[u].y, q[u].y, ss);
-						ss = fmaf(q[u].z, q[u].z, ss);
-						ss = fmaf(q[u].w, q[u].w, ss);
-					}
+				ss = sumsq4<STEP>(q, i0, p.k, ss);
 			}
 		}
 #pragma unroll
@@ -523,15 +532,7 @@ __device__ __forceinline__ void norm_stage_1row(const gparams &p, int64_t row0, 
 			q[u] = ld_x4(xr, i0 + u * STEP, vec);
 			w[u] = ld_x4(p.norm_w, i0 + u * STEP, ((uintptr_t)p.norm_w % 16) == 0);
 		}
-	float ss = 0.0f;
-#pragma unroll
-	for (int u = 0; u < 4; u++)
-		if (i0 + u * STEP < p.k) {
-			ss = fmaf(q[u].x, q[u].x, ss);
-			ss = fmaf(q[u].y, q[u].y, ss);
-			ss = fmaf(q[u].z, q[u].z, ss);
-			ss = fmaf(q[u].w, q[u].w, ss);
-		}
+	float ss = sumsq4<STEP>(q, i0, p.k, 0.0f);
 #pragma unroll
 	for (int off = 16; off > 0; off >>= 1)
 		ss += __shfl_xor_sync(0xffffffffu, ss, off);

@@ -327,26 +327,14 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 			   stored as it is; one warp per head, the codes into shared memory */
 			for (int g = warp; g < G; g += ST / 32) {
 				float *y = qs + g * hd;
-				for (int p = lane; p < half_rot; p += 32) {
-					const int i = rope_pair_first(mode, p);
-					const float2 z = rope_pair_rotate(y[i], y[i + stride], ang[p]);
-					y[i] = z.x;
-					y[i + stride] = z.y;
-				}
-				__syncwarp();
+				rope_head_warp(y, half_rot, mode, ang);
 				kv8_rotate(y, hd);
 				for (int d = lane; d < hd; d += 32)
 					y[d] = y[d] * a.scale;
 				__syncwarp();
 			}
 			if (own && warp == 0) {
-				for (int p = lane; p < half_rot; p += 32) {
-					const int i = rope_pair_first(mode, p);
-					const float2 z = rope_pair_rotate(raw[i], raw[i + stride], ang[p]);
-					raw[i] = z.x;
-					raw[i + stride] = z.y;
-				}
-				__syncwarp();
+				rope_head_warp(raw, half_rot, mode, ang);
 				kv8_store_staged(raw, kcur, &ecur[0], hd, KV8_ROT_WHT);
 			}
 			if (own && warp == 1)

@@ -55,16 +55,8 @@ static __global__ void rope_kv8_kernel(const struct qc_cuda_rope_kv_args a)
 	for (int d = lane; d < hd; d += 32)
 		y[d] = src[d];
 	__syncwarp();
-	if (!is_v) {
-		const int stride = rope_pair_stride(r.mode, half);
-		for (int p = lane; p < half; p += 32) {
-			const int i = rope_pair_first(r.mode, p);
-			const float2 z = rope_pair_rotate(y[i], y[i + stride], ang[p]);
-			y[i] = z.x;
-			y[i + stride] = z.y;
-		}
-		__syncwarp();
-	}
+	if (!is_v)
+		rope_head_warp(y, half, r.mode, ang);
 	if (is_q) {
 		kv8_rotate(y, hd);
 		for (int d = lane; d < hd; d += 32)

@@ -60,4 +60,19 @@ static __device__ __forceinline__ float2 rope_pair_rotate(float x0, float x1, st
 			   __fadd_rn(__fmul_rn(x0, r.s), __fmul_rn(x1, r.c)));
 }
 
+/* The n_rot / 2 pairs of one head in shared memory y, rotated in place by the calling
+ * warp (lane l takes pairs l, l + 32, ...), then __syncwarp: rope_kv8.cu's per-head
+ * RoPE, and the attention's (paged_attn.cu) for its fp8 q heads and own K row. */
+static __device__ __forceinline__ void rope_head_warp(float *y, int half, int32_t mode, const struct rope_cs *ang)
+{
+	const int stride = rope_pair_stride(mode, half);
+	for (int p = threadIdx.x & 31; p < half; p += 32) {
+		const int i = rope_pair_first(mode, p);
+		const float2 z = rope_pair_rotate(y[i], y[i + stride], ang[p]);
+		y[i] = z.x;
+		y[i + stride] = z.y;
+	}
+	__syncwarp();
+}
+
 #endif
