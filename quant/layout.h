@@ -3,8 +3,8 @@
  * Owns: enum qc_layout (append-only: ids are on disk), the target list and the rule
  * that picks a layout for (target, type). Every layout can be undone back to plain
  * ggml rows, which is what `qconvert dump` and the CPU backend read.
- * cpu stores ggml blocks as-is; sm80+ store q4_0/q8_0/q4_1/q4_K/hq4/q5_K/hq8 matrices in the
- * marlin tensor-core layouts (layout_marlin.h, docs/layout-marlin.md) when the shape fits.
+ * cpu stores ggml blocks as-is; sm80+ store q4_0/q8_0/q4_1/q4_K/hq4/q5_K/hq8/q6_K matrices in
+ * the marlin tensor-core layouts (layout_marlin.h, docs/layout-marlin.md) when the shape fits.
  * sm100 also stores nvfp4 matrices with CUTLASS block-scale tiles (nvfp4_swz,
  * layout_nvfp4.h, docs/layout-nvfp4.md); sm80..sm90 keep nvfp4 ggml.
  * The layout table (qc_layouts, layout.c) is the one place per-layout facts live:
@@ -27,6 +27,7 @@ enum qc_layout {
 	QC_LAYOUT_MARLIN_I4Z = 3, /* 4-bit codes + fp16 scale and offset per group (+ exact headers) */
 	QC_LAYOUT_MARLIN_I8Z = 4, /* 8-bit codes (i8 order) + fp16 scale and offset per group (+ exact headers) */
 	QC_LAYOUT_NVFP4_SWZ = 5, /* nvfp4: code rows + e4m3 scales in CUTLASS sm100 128x4 tiles + global scales */
+	QC_LAYOUT_MARLIN_I6 = 6, /* q6_K, lossless: low nibbles as i4 tiles + a plane of high bits, int8 and fp16 scales */
 	QC_LAYOUT_COUNT,
 };
 

@@ -5,7 +5,10 @@
  * scale (+ offset) per 32, verbatim header); everything else is geometry. The map from a lane's code slot to its
  * (n, k) is written once (slot_to_nk) and inverted into a table, so pack and unpack
  * share it; runtime/ops/marlin_gemm.c computes the other direction from the
- * documented formulas on its own, which is what checks this file.
+ * documented formulas on its own, which is what checks this file. marlin_i6 (q6_K)
+ * has a geometry of its own (6-bit codes split into a nibble tile and a plane of
+ * high bits): its codec row says which encoding it holds, and the public functions
+ * below hand its pack, unpack and error to layout_marlin6.c.
  */
 #include "layout_marlin.h"
 
@@ -14,6 +17,7 @@
 #include <string.h>
 
 #include "cursor.h"
+#include "layout_marlin6.h"
 #include "qblock.h"
 #include "fp16.h"
 
@@ -266,7 +270,8 @@ static void hq8_put(const uint8_t *codes, const uint16_t *scale, const uint16_t 
 }
 
 /* The encodings that are "codes times an fp16 scale (plus an offset) per 32 along K".
- * q5_K and hq8 rows are i8z: a 5- or 8-bit code with an offset takes a byte there. */
+ * q5_K and hq8 rows are i8z: a 5- or 8-bit code with an offset takes a byte there.
+ * q6_K's row only names its layout and block length: layout_marlin6.c packs it. */
 static const struct codec codecs[] = {
 	{ QC_TYPE_Q4_0, QC_LAYOUT_MARLIN_I4, 1, 0, q4_0_get, q4_0_put },
 	{ QC_TYPE_Q8_0, QC_LAYOUT_MARLIN_I8, 1, 0, q8_0_get, q8_0_put },
@@ -275,6 +280,7 @@ static const struct codec codecs[] = {
 	{ QC_TYPE_HQ4, QC_LAYOUT_MARLIN_I4Z, 1, 6, hq4_get, hq4_put },
 	{ QC_TYPE_Q5_K, QC_LAYOUT_MARLIN_I8Z, 8, 16, q5_k_get, q5_k_put },
 	{ QC_TYPE_HQ8, QC_LAYOUT_MARLIN_I8Z, 1, 6, hq8_get, hq8_put },
+	{ QC_TYPE_Q6_K, QC_LAYOUT_MARLIN_I6, 8, 0, NULL, NULL },
 };
 
 static const struct codec *codec_of(enum qc_type type)
@@ -388,12 +394,14 @@ static uint64_t code_bit(const struct geom *g, int64_t n, int64_t k)
 bool qc_marlin_is(enum qc_layout l)
 {
 	return l == QC_LAYOUT_MARLIN_I4 || l == QC_LAYOUT_MARLIN_I8 || l == QC_LAYOUT_MARLIN_I4Z ||
-	       l == QC_LAYOUT_MARLIN_I8Z;
+	       l == QC_LAYOUT_MARLIN_I8Z || l == QC_LAYOUT_MARLIN_I6;
 }
 
 int qc_marlin_bits(enum qc_layout l)
 {
 	QC_ASSERT(qc_marlin_is(l));
+	if (l == QC_LAYOUT_MARLIN_I6)
+		return 6;
 	return l == QC_LAYOUT_MARLIN_I8 || l == QC_LAYOUT_MARLIN_I8Z ? 8 : 4;
 }
 
@@ -411,6 +419,8 @@ enum qc_layout qc_marlin_layout_for(enum qc_type type)
 int qc_marlin_stripe(enum qc_layout l)
 {
 	QC_ASSERT(qc_marlin_is(l));
+	if (l == QC_LAYOUT_MARLIN_I6)
+		return QC_MARLIN_STRIPE_I6;
 	return qc_marlin_bits(l) == 8 ? QC_MARLIN_STRIPE_I8 : QC_MARLIN_STRIPE_I4;
 }
 
@@ -439,6 +449,10 @@ int qc_marlin_row_bytes(enum qc_layout l, enum qc_type type, int64_t ne0, uint64
 	const int64_t ne[4] = { ne0, qc_marlin_is(l) ? qc_marlin_stripe(l) : 1, 1, 1 };
 	if (!qc_marlin_fits(l, type, ne, 2, NULL) || ne0 > ((int64_t)1 << 40))
 		return QC_EFORMAT;
+	if (l == QC_LAYOUT_MARLIN_I6) {
+		*bytes = qc_marlin6_stripe_bytes(ne0) / QC_MARLIN_STRIPE_I6;
+		return QC_OK;
+	}
 	struct geom g;
 	geom_sizes(&g, l, codec_of(type), ne);
 	*bytes = g.stripe_bytes / (uint64_t)g.stripe;
@@ -469,6 +483,8 @@ int qc_marlin_pack_slice(enum qc_layout l, enum qc_type type, const int64_t ne[4
 	const struct codec *c = codec_of(type);
 	struct geom g;
 	QC_ASSERT(qc_marlin_fits(l, type, ne, 2, NULL));
+	if (l == QC_LAYOUT_MARLIN_I6)
+		return qc_marlin6_pack_slice(ne, rows, out, err);
 	geom_init(&g, l, c, ne);
 	const int64_t bb = qc_type_get(type)->block_bytes, be = qc_type_get(type)->block_elems;
 	/* one stripe's codes decoded [stripe][K] first, so each 512-byte tile is then
@@ -546,6 +562,10 @@ int qc_marlin_unpack_rows(enum qc_layout l, enum qc_type type, const int64_t ne[
 	if (!qc_marlin_fits(l, type, ne, 2, &why))
 		return qc_err_set(err, QC_EFORMAT, NULL, NULL, -1, "%s in layout %s: %s", qc_type_get(type)->name,
 				  qc_layout_name(l), why);
+	if (l == QC_LAYOUT_MARLIN_I6) {
+		qc_marlin6_unpack_rows(ne, packed, row0, n_rows, out);
+		return QC_OK;
+	}
 	const struct codec *c = codec_of(type);
 	struct geom g;
 	geom_init(&g, l, c, ne);
@@ -569,6 +589,10 @@ int qc_marlin_error(enum qc_layout l, enum qc_type type, const int64_t ne[4], co
 	if (!qc_marlin_fits(l, type, ne, 2, &why))
 		return qc_err_set(err, QC_EFORMAT, NULL, NULL, -1, "%s in layout %s: %s", qc_type_get(type)->name,
 				  qc_layout_name(l), why);
+	if (l == QC_LAYOUT_MARLIN_I6) {
+		qc_marlin6_error(ne, packed, e);
+		return QC_OK;
+	}
 	const struct codec *c = codec_of(type);
 	struct geom g;
 	geom_init(&g, l, c, ne);
@@ -603,7 +627,7 @@ int qc_marlin_error(enum qc_layout l, enum qc_type type, const int64_t ne[4], co
 				double v = (double)q * gs[j] + go[j];
 				float kv = qc_fp16_to_f32(fp16_of_double(v));
 				double d = fabs((double)kv - (double)exact[i]);
-				if (!(d <= e->max_abs)) /* NaN sticks */
+				if (e->max_abs == e->max_abs && !(d <= e->max_abs)) /* a NaN sticks */
 					e->max_abs = d;
 				se += d * d;
 				sw += (double)exact[i] * exact[i];

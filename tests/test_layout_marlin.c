@@ -6,8 +6,9 @@
  * source: the doc's formulas, not this code); a flipped packed byte is caught; the
  * GEMM reference, reading the packed bytes by the doc's formulas, equals a matmul
  * over the ggml decoder's values (i4z/i8z: within their one fp16 rounding of scale
- * and offset); a fixture converted for sm90 holds marlin tensors, unpacks to the
- * GGUF's bytes and dumps identical to the GGUF.
+ * and offset); a fixture converted for sm90 holds marlin tensors (q6_K ones in
+ * marlin_i6 too), unpacks to the GGUF's bytes, dumps identical to the GGUF and
+ * passes a deep verify. marlin_i6's own checks: tests/test_layout_marlin6.c.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -22,6 +23,7 @@
 #include "pack_par.h"
 #include "plan.h"
 #include "fp16.h"
+#include "verify.h"
 #include "marlin_gemm.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -535,8 +537,10 @@ static void targets(void)
 	CHECK(qc_target_layout_for(QC_TARGET_SM90, QC_TYPE_Q4_K, ne, 2, NULL) == QC_LAYOUT_MARLIN_I4Z &&
 	      qc_target_layout_for(QC_TARGET_SM80, QC_TYPE_Q4_1, ne, 2, NULL) == QC_LAYOUT_MARLIN_I4Z &&
 	      qc_target_layout_for(QC_TARGET_SM86, QC_TYPE_HQ4, ne, 2, NULL) == QC_LAYOUT_MARLIN_I4Z, "i4z types");
-	CHECK(qc_target_layout_for(QC_TARGET_SM90, QC_TYPE_Q6_K, ne, 2, &why) == QC_LAYOUT_GGML && why == NULL,
-	      "q6_K has no marlin form and that is no give-up");
+	CHECK(qc_target_layout_for(QC_TARGET_SM90, QC_TYPE_Q3_K, ne, 2, &why) == QC_LAYOUT_GGML && why == NULL,
+	      "q3_K has no marlin form and that is no give-up");
+	CHECK(qc_target_layout_for(QC_TARGET_SM90, QC_TYPE_Q6_K, ne, 2, NULL) == QC_LAYOUT_MARLIN_I6,
+	      "q6_K -> marlin_i6 (tests/test_layout_marlin6.c has the rest)");
 	CHECK(qc_target_layout_for(QC_TARGET_CPU, QC_TYPE_Q5_K, ne, 2, NULL) == QC_LAYOUT_GGML, "cpu keeps q5_K ggml");
 	for (int t = QC_TARGET_SM80; t < QC_TARGET_COUNT; t++)
 		CHECK(qc_target_layout_for((enum qc_target)t, QC_TYPE_Q5_K, ne, 2, NULL) == QC_LAYOUT_MARLIN_I8Z,
@@ -551,8 +555,10 @@ static void targets(void)
 	      QC_LAYOUT_MARLIN_I8Z == 4, "on-disk ids are frozen");
 }
 
-/* A real fixture through qconvert --target sm90: marlin tensors, identical dumps. */
-static void fixture(const char *file, enum qc_layout want)
+/* A real fixture through qconvert --target sm90: at least min_n tensors in layout
+ * want, every marlin tensor unpacks to the GGUF's bytes, identical dumps, and a deep
+ * verify (every tensor's checksum, every row unpacked and decoded) passes. */
+static void fixture(const char *file, enum qc_layout want, int min_n)
 {
 	char in[1024], out[] = "/tmp/qc_test_marlin_XXXXXX";
 	snprintf(in, sizeof in, "%s/gguf-quant/%s", check_fixtures(), file);
@@ -593,7 +599,10 @@ static void fixture(const char *file, enum qc_layout want)
 		       rms->valuedouble < 2e-3 * rw->valuedouble),
 		      "%s: %s has no sane layout_error in the manifest", file, bt->name);
 	}
-	CHECK(n_marlin >= 5, "%s: only %d tensors in %s", file, n_marlin, qc_layout_name(want));
+	CHECK(n_marlin >= min_n, "%s: only %d tensors in %s (want %d)", file, n_marlin, qc_layout_name(want), min_n);
+	uint64_t n_ok = 0;
+	CHECK(qc_verify_bundle(b, true, &n_ok, &err) == QC_OK && n_ok == b->n_tensors, "%s: deep verify: %s", file,
+	      err.msg);
 	for (uint64_t i = 0; i < m->n_tensors; i++) {
 		char *da = NULL, *db = NULL;
 		size_t la = 0, lb = 0;
@@ -653,12 +662,17 @@ int main(void)
 	parallel_pack(QC_TYPE_Q5_K, 512, 21 * 32);
 	targets();
 	if (check_have_fixtures("test_layout_marlin")) {
-		fixture("tiny-llama-256-Q4_0.gguf", QC_LAYOUT_MARLIN_I4);
-		fixture("tiny-llama-256-Q8_0.gguf", QC_LAYOUT_MARLIN_I8);
-		fixture("tiny-moe-256-Q4_0.gguf", QC_LAYOUT_MARLIN_I4);
-		fixture("tiny-llama-256-Q4_K_S.gguf", QC_LAYOUT_MARLIN_I4Z);
-		fixture("tiny-llama-256-Q4_1.gguf", QC_LAYOUT_MARLIN_I4Z);
-		fixture("tiny-llama-256-Q5_K_S.gguf", QC_LAYOUT_MARLIN_I8Z);
+		fixture("tiny-llama-256-Q4_0.gguf", QC_LAYOUT_MARLIN_I4, 5);
+		fixture("tiny-llama-256-Q8_0.gguf", QC_LAYOUT_MARLIN_I8, 5);
+		fixture("tiny-moe-256-Q4_0.gguf", QC_LAYOUT_MARLIN_I4, 5);
+		fixture("tiny-llama-256-Q4_K_S.gguf", QC_LAYOUT_MARLIN_I4Z, 5);
+		fixture("tiny-llama-256-Q4_1.gguf", QC_LAYOUT_MARLIN_I4Z, 5);
+		fixture("tiny-llama-256-Q5_K_S.gguf", QC_LAYOUT_MARLIN_I8Z, 5);
+		/* every matrix but token_embd: output, q, k, v, o, gate, up, down */
+		fixture("tiny-llama-256-Q6_K.gguf", QC_LAYOUT_MARLIN_I6, 8);
+		/* llama-quantize's Q4_K_M mix: output, attn_v and ffn_down in q6_K */
+		fixture("tiny-llama-256-Q4_K_M-mix.gguf", QC_LAYOUT_MARLIN_I6, 3);
+		fixture("tiny-llama-256-Q4_K_M-mix.gguf", QC_LAYOUT_MARLIN_I4Z, 5);
 	}
 	return check_report("test_layout_marlin");
 }

@@ -288,7 +288,8 @@ static void targets(void)
 	}
 	CHECK(qc_target_layout_for(QC_TARGET_SM100, QC_TYPE_Q4_0, ne, 2, NULL) ==
 		      qc_target_layout_for(QC_TARGET_SM90, QC_TYPE_Q4_0, ne, 2, NULL) &&
-	      qc_target_layout_for(QC_TARGET_SM100, QC_TYPE_Q6_K, ne, 2, NULL) == QC_LAYOUT_GGML,
+	      qc_target_layout_for(QC_TARGET_SM100, QC_TYPE_Q6_K, ne, 2, NULL) == QC_LAYOUT_MARLIN_I6 &&
+	      qc_target_layout_for(QC_TARGET_SM100, QC_TYPE_Q3_K, ne, 2, NULL) == QC_LAYOUT_GGML,
 	      "sm100 takes sm90's choices for the other types");
 }
 

@@ -15,7 +15,8 @@
  *   each value is within half the largest step a covering encoder of that format can
  *   have for Irwin-Hall weights (|x| <= 2 sqrt(3) std), and the NMSE within that
  *   step's uniform-rounding variance;
- * - the q4_k_m model converts (cpu and sm90), verifies and runs 8 tokens on the CPU;
+ * - the q4_k_m model converts (cpu and sm90; its q6_K in marlin_i6 there), verifies
+ *   (the sm90 one --deep) and runs 8 tokens on the CPU;
  * - refusals: q4_k_m for qwen2 and for experts, q4_k with rows not a multiple of 256.
  * llama.cpp itself reads these blocks in test_engine_arch (llama-yarn-q4_k_m, -q5_k).
  */
@@ -443,6 +444,9 @@ static void test_engine(void)
 	CHECK(run("qconvert", ver, "verify.err") == 0, "qconvert verify");
 	const char *conv90[] = { gguf, "--target", "sm90", "-q", "-o", qb90, NULL };
 	CHECK(run("qconvert", conv90, "conv90.err") == 0, "qconvert --target sm90 of the q4_k_m model");
+	/* its q6_K matrices are marlin_i6 there: every row unpacks and decodes */
+	const char *ver90[] = { "verify", qb90, "--deep", NULL };
+	CHECK(run("qconvert", ver90, "verify90.err") == 0, "qconvert verify --deep of the sm90 bundle");
 	const char *gen[] = { qb, "-p", "Once upon a time", "-n", "8", NULL };
 	CHECK(run("qrun", gen, "qrun.err") == 0, "qrun on the q4_k_m bundle");
 	snprintf(errp, sizeof errp, "%s/qrun.err", tmpdir);

@@ -147,7 +147,7 @@ static enum kind kind_of(const struct qc_bundle *plain, const struct qc_bundle_t
 static int64_t stripe_of(const char *target, enum qc_type type)
 {
 	static const struct { const char *type; int64_t rows; } marlin[] = {
-		{ "q4_0", 64 }, { "q4_1", 64 }, { "q4_K", 64 }, { "hq4", 64 },
+		{ "q4_0", 64 }, { "q4_1", 64 }, { "q4_K", 64 }, { "hq4", 64 }, { "q6_K", 64 },
 		{ "q8_0", 32 }, { "q5_K", 32 }, { "hq8", 32 },
 	};
 	if (strcmp(target, "sm90") != 0 && strcmp(target, "sm100") != 0) /* sm100: sm90's choices + nvfp4_swz */
@@ -518,6 +518,9 @@ static void generated_cases(void)
 		{ "MoE fused q8_0", "--preset tiny-moe --type q8_0", NULL, n12, 2 },
 		{ "MoE --no-fuse q8_0", "--preset tiny-moe --type q8_0", "--no-fuse", n12, 2 },
 		{ "tied q8_0", "--preset tiny --n-embd 256 --n-vocab 512 --n-ff 512 --tie-embeddings --type q8_0", NULL, n12, 2 },
+		/* llama.cpp's Q4_K_M mix: q4_K (marlin_i4z) and q6_K (marlin_i6) on sm90; 256-wide
+		 * blocks, so 512 columns cut in two stay whole blocks */
+		{ "Q4_K_M mix q4_K + q6_K", "--preset tiny --n-embd 512 --n-ff 1024 --n-vocab 512 --type q4_k_m", NULL, n12, 2 },
 		{ "qwen2 biases q4_0", "--preset tiny --arch qwen2 --n-embd 256 --n-ff 512 --n-vocab 512 --type q4_0", NULL, n12, 2 },
 		{ "qwen2moe shared expert q8_0", "--preset tiny --arch qwen2moe --n-expert 4 --n-expert-used 2 --type q8_0",
 		  NULL, n12, 2 },

@@ -3,7 +3,8 @@
  * Dequantizes W from the packed bytes with the element -> byte formulas written
  * out in docs/layout-marlin.md §"Where element (n, k) lives" (the packer in
  * quant/layout_marlin.c goes the other way, from lane slots to elements, so the
- * two are independent), then a plain matmul. Non-goals: speed.
+ * two are independent), then a plain matmul. marlin_i6 is read the same way from
+ * its own section of that page (weight_i6). Non-goals: speed.
  */
 #include "marlin_gemm.h"
 
@@ -21,14 +22,15 @@ int qc_marlin_gemm_check(const struct qc_marlin_gemm_args *a, struct qc_err *err
 		return qc_err_set(err, QC_EUNSUPPORTED, NULL, NULL, -1,
 				  "marlin_gemm: layout %s does not hold encoding id %d", qc_layout_name(a->layout),
 				  (int)a->type);
-	int64_t stripe = qc_marlin_stripe(a->layout);
+	int64_t stripe = qc_marlin_stripe(a->layout), kb = qc_type_get(a->type)->block_elems;
 	uint64_t row;
 	if (a->m < 1 || a->k < 32 || a->k % 32 || a->n < stripe || a->n % stripe || a->m > (1 << 24) ||
 	    a->k > (1 << 24) || a->n > (1 << 24) || qc_marlin_row_bytes(a->layout, a->type, a->k, &row))
 		return qc_err_set(err, QC_EUNSUPPORTED, NULL, NULL, -1,
-				  "marlin_gemm: shape m=%lld n=%lld k=%lld not supported (%s needs k %% 32 == 0, n %% %lld == 0)",
+				  "marlin_gemm: shape m=%lld n=%lld k=%lld not supported (%s of %s needs k %% %lld == 0, "
+				  "n %% %lld == 0)",
 				  (long long)a->m, (long long)a->n, (long long)a->k, qc_layout_name(a->layout),
-				  (long long)stripe);
+				  qc_type_get(a->type)->name, (long long)(kb > 32 ? kb : 32), (long long)stripe);
 	if (!a->a || !a->w)
 		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "marlin_gemm: NULL input");
 	if (a->expert && a->mat_stride < (uint64_t)a->n * row)
@@ -37,9 +39,32 @@ int qc_marlin_gemm_check(const struct qc_marlin_gemm_args *a, struct qc_err *err
 	return QC_OK;
 }
 
+/* marlin_i6 (q6_K): element (n, k) from docs/layout-marlin.md §marlin_i6. Per stripe
+ * a 1536-byte unit per 32 k (tiles 2g, 2g+1 of low nibbles placed as marlin_i4's,
+ * then the high bits), the int8 scales at CB = G·1536, the fp16 d at DB = CB + G·128. */
+static float weight_i6(const struct qc_marlin_gemm_args *a, uint64_t row, const uint8_t *w, int64_t n, int64_t k)
+{
+	const int64_t S = 64, G = a->k / 32;
+	int64_t nt = n / S, nn = n % S, j = nn / 8, r = nn % 8;
+	int64_t kt = k / 16, kk = k % 16, reg = kk / 8, c = (kk % 8) / 2, second = kk % 2;
+	int64_t lane = 4 * r + c, wd = j / 2, p = 2 * (j % 2) + reg + 4 * second;
+	int64_t byte = p / 2, half = p % 2, m = 2 * (wd % 2) + half;
+	uint64_t stripe = (uint64_t)nt * row * (uint64_t)S, unit = stripe + (uint64_t)(k / 32) * 1536;
+	uint64_t cb = stripe + (uint64_t)G * 1536, db = cb + (uint64_t)G * 128;
+	uint8_t lo = w[unit + 512 * (uint64_t)(kt % 2) + 16 * (uint64_t)lane + 4 * (uint64_t)wd + (uint64_t)byte];
+	uint8_t hi = w[unit + 1024 + 16 * (uint64_t)lane + 4 * (uint64_t)(2 * (kt % 2) + wd / 2) + (uint64_t)byte];
+	int q = ((lo >> (4 * half)) & 15) | ((hi >> (2 * m)) & 3) << 4;
+	int8_t sc = (int8_t)w[cb + (uint64_t)(k / 32) * 128 + 16 * (uint64_t)r + 8 * (uint64_t)(kt % 2) + (uint64_t)j];
+	uint16_t d;
+	memcpy(&d, w + db + (uint64_t)(k / 256) * 128 + 16 * (uint64_t)r + 2 * (uint64_t)j, 2);
+	return (qc_fp16_to_f32(d) * (float)sc) * (float)(q - 32); /* ggml's order: d·sc exact, one rounding */
+}
+
 /* value of element (n, k), from the documented byte positions */
 static float weight(const struct qc_marlin_gemm_args *a, uint64_t row, const uint8_t *w, int64_t n, int64_t k)
 {
+	if (a->layout == QC_LAYOUT_MARLIN_I6)
+		return weight_i6(a, row, w, n, k);
 	const int bits = qc_marlin_bits(a->layout);
 	const bool zp = qc_marlin_has_offsets(a->layout);
 	int64_t S = bits == 4 ? 64 : 32, KT = a->k / 16, G = a->k / 32;

@@ -5,7 +5,8 @@
  * row-major activations; W is one packed slice (k = ggml ne[0], n = ne[1]); C is
  * (m, n) row-major. Value of a weight: i4: d·(code − 8) (q4_0), i8: d·code (q8_0),
  * i4z: code·s + o (q4_1, q4_K, hq4; fp16 s and o per group), i8z: the same with
- * a signed int8 code (q5_K: code = q − 16).
+ * a signed int8 code (q5_K: code = q − 16), i6: q6_K's own (d·sc)·(q − 32) (fp16 d
+ * per 256, int8 sc per 16, 6-bit q).
  * The reference dequantizes straight from the packed bytes with the formulas of
  * docs/layout-marlin.md (not the packer's tables), so it also checks the layout.
  * Plain C; the CUDA side includes it too.
@@ -31,9 +32,10 @@ enum qc_marlin_split {
 };
 
 struct qc_marlin_gemm_args {
-	enum qc_layout layout;        /* QC_LAYOUT_MARLIN_I4, _I8, _I4Z or _I8Z */
+	enum qc_layout layout;        /* QC_LAYOUT_MARLIN_I4, _I8, _I4Z, _I8Z or _I6 */
 	enum qc_type type;            /* the packed encoding (fixes the stripe size: i4z keeps headers) */
-	int64_t m, n, k;              /* tokens; output columns; input length (multiple of 32) */
+	int64_t m, n, k;              /* tokens; output columns; input length (multiple of 32; 256 for
+					 the K-quants) */
 	const void *a;                /* (m, k) fp16 bits, row-major, 16-byte aligned */
 	const void *w;                /* one packed slice, n * qc_marlin_row_bytes bytes, 16-byte aligned */
 	void *c;                      /* (m, ldc) row-major, c_type; columns >= n untouched */

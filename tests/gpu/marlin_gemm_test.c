@@ -56,6 +56,8 @@ static enum qc_type type_of(enum qc_layout l)
 	static const enum qc_type z[3] = { QC_TYPE_Q4_K, QC_TYPE_Q4_1, QC_TYPE_HQ4 };
 	if (l == QC_LAYOUT_MARLIN_I8Z)
 		return i8z_hq8 ? QC_TYPE_HQ8 : QC_TYPE_Q5_K;
+	if (l == QC_LAYOUT_MARLIN_I6)
+		return QC_TYPE_Q6_K;
 	return l == QC_LAYOUT_MARLIN_I4 ? QC_TYPE_Q4_0 : l == QC_LAYOUT_MARLIN_I8 ? QC_TYPE_Q8_0 : z[z_turn % 3];
 }
 
@@ -311,7 +313,10 @@ static void check_table_entry(enum qc_layout l, int64_t rows, int64_t n, int64_t
 	QC_ASSERT(qc_marlin_gemm_ref(&ar, QC_MARLIN_PREC_F64, truth, &err) == QC_OK);
 	QC_ASSERT(qc_marlin_gemm_ref(&ar, QC_MARLIN_PREC_F16, base, &err) == QC_OK);
 	const struct qc_kernel_rows kr = QC_KERNEL_ROWS_DEFAULT;
-	uint64_t wsb = qc_cuda_marlin_mm_ws(k, n, rows, &kr);
+	/* the layout's own scratch rule (matmul_layouts.def): marlin_i6 takes the fp16
+	 * path from 9 rows on */
+	const struct qc_cuda_mm_tuning tu = { .rows = kr, .gemv_kt = QC_CUDA_GEMV_STREAM };
+	uint64_t wsb = l == QC_LAYOUT_MARLIN_I6 ? qc_cuda_marlin6_ws(k, n, rows, &tu) : qc_cuda_marlin_mm_ws(k, n, rows, &kr);
 	void *d_w, *d_x, *d_y, *d_ws;
 	CU(cudaMalloc(&d_w, wb));
 	CU(cudaMalloc(&d_x, (size_t)(xr * ldx) * 4));
@@ -360,6 +365,76 @@ static void check_table_entry(enum qc_layout l, int64_t rows, int64_t n, int64_t
 	free(y);
 }
 
+/* |w| of every weight (n, k) of one packed slice (n x k floats), from the encoding's
+ * own decoder on the unpacked ggml rows (the i4z / i8z kernels' values differ from
+ * these by the fp16 rounding of scale and offset: callers allow 0.1% for it). */
+static float *abs_weights(enum qc_layout l, int64_t n, int64_t k, const uint8_t *w)
+{
+	const enum qc_type t = type_of(l);
+	const int64_t ne[4] = { k, n, 1, 1 };
+	uint64_t rb;
+	struct qc_err err = { 0 };
+	QC_ASSERT(qc_type_row_bytes(t, (uint64_t)k, &rb) == QC_OK);
+	uint8_t *g = malloc(rb * (uint64_t)n);
+	float *f = malloc((size_t)(n * k) * 4);
+	QC_ASSERT(qc_layout_unpack_rows(l, t, ne, w, 0, (uint64_t)n, g, &err) == QC_OK);
+	for (int64_t r = 0; r < n; r++)
+		qc_type_get(t)->dequant_row(g + (uint64_t)r * rb, f + r * k, k);
+	for (int64_t i = 0; i < n * k; i++)
+		f[i] = fabsf(f[i]);
+	free(g);
+	return f;
+}
+
+/* How far the norm-fused GEMV with xq-bit activation codes (8, 16) may be from the
+ * rms_norm kernel + the GEMV at output (t, c): the two sum a row's squares in
+ * different orders, so each normalized element and each 32-block's amax may differ
+ * in their last bits: DELTA = 2^-17 relative covers two float sums of up to ~60
+ * terms a thread (k <= 14336 over 256 threads) plus the shuffle trees, the square
+ * root and the products, for each path. A code can then round the other
+ * way only where x·(qmax/amax) lies within 3·DELTA of its magnitude of a rounding
+ * boundary, and moves one step d of its block; every other product moves by at
+ * most 4·DELTA of itself. xn: the rms_norm kernel's rows (ldx apart), aw: |w|.
+ * Whether every output is within that, plus 1e-6 of the largest (float sums). */
+static int norm_fused_within(const float *ya, const float *yb, int64_t ldy, const float *xn, int64_t ldx,
+			     const float *aw, int64_t rows, int64_t n, int64_t k, int xq, double *worst)
+{
+	const double DELTA = 1.0 / 131072.0, qmax = xq == 8 ? 127.0 : 32767.0;
+	double *step = malloc((size_t)k * sizeof(double)); /* per element: d if it may flip, else 0 */
+	double mx = 0;
+	for (int64_t r = 0; r < rows; r++)
+		for (int64_t c = 0; c < n; c++)
+			mx = fmax(mx, fabs(yb[r * ldy + c]));
+	int ok = 1;
+	*worst = 0;
+	for (int64_t r = 0; r < rows; r++) {
+		const float *x = xn + r * ldx;
+		for (int64_t b = 0; b + 32 <= k; b += 32) {
+			float amax = 0.0f;
+			for (int j = 0; j < 32; j++)
+				amax = fmaxf(amax, fabsf(x[b + j]));
+			const double d = xq == 8 ? qc_fp16_to_f32(qc_f32_to_fp16(amax / 127.0f)) : amax / 32767.0;
+			for (int j = 0; j < 32; j++) {
+				const double v = amax > 0 ? fabs((double)x[b + j]) * (qmax / amax) : 0.0;
+				const double dist = fabs(v - floor(v) - 0.5);
+				step[b + j] = dist <= 3 * DELTA * v + 1e-9 ? d : 0.0;
+			}
+		}
+		for (int64_t c = 0; c < n; c++) {
+			double bound = 1e-6 * mx;
+			const float *wr = aw + c * k;
+			for (int64_t i = 0; i < k; i++)
+				bound += 1.001 * wr[i] * (step[i] + 4 * DELTA * fabs((double)x[i]));
+			const double diff = fabs((double)ya[r * ldy + c] - (double)yb[r * ldy + c]);
+			if (!(diff <= bound))
+				ok = 0;
+			*worst = fmax(*worst, isnan(diff) ? INFINITY : diff / bound);
+		}
+	}
+	free(step);
+	return ok;
+}
+
 /* The decode GEMV (runtime/cuda/kernels/marlin_gemv.cu, the table's gemv entry): float
  * rows (on the fp16 grid, so the reference's fp16 A is the same numbers) with
  * a row stride, strided y, E > 1: an expert per row. Error against the F64
@@ -404,7 +479,11 @@ static void check_gemv(enum qc_layout l, int64_t rows, int64_t n, int64_t k, int
 	struct qc_err err = { 0 };
 	/* integer activations (streaming rows without experts): the truth of that
 	 * rounding, and a float sum of it as the yardstick */
-	const int xq = gemv_mode == QC_CUDA_GEMV_STREAM && E == 1 ? gemv_xq : 0;
+	/* marlin_i6 always streams float activations through the register ring:
+	 * the xq, ring and persist knobs set the int4 and int8 rows only */
+	const bool i6 = l == QC_LAYOUT_MARLIN_I6;
+	const int xq = gemv_mode == QC_CUDA_GEMV_STREAM && E == 1 && !i6 ? gemv_xq : 0;
+	const int persist = gemv_persist && !i6;
 	QC_ASSERT(qc_cuda_marlin_gemv_stream_xq(gemv_xq) == QC_OK);
 	qc_cuda_marlin_gemv_stream_ring(gemv_ring);
 	qc_cuda_marlin_gemv_stream_persist(gemv_persist);
@@ -559,7 +638,7 @@ static void check_gemv(enum qc_layout l, int64_t rows, int64_t n, int64_t k, int
 					fl_differ += memcmp(y2, y, (size_t)(rows * ldy) * 4) != 0;
 					continue;
 				}
-				if (o == 0 || gemv_persist) {
+				if (o == 0 || persist) {
 					if (o == 0)
 						memcpy(y30, y2, (size_t)(rows * ldy) * 4);
 					double e3 = 0, n3 = 0;
@@ -653,12 +732,13 @@ static void check_gemv(enum qc_layout l, int64_t rows, int64_t n, int64_t k, int
 	}
 	/* RMSNorm in the loads (whole-row sums in each block) against the rms_norm kernel
 	 * then the plain GEMV: within 1e-5 of the largest output (the two sum the squares
-	 * in different orders); with 8-bit codes within 1e-3 (an ulp of difference
-	 * may round a code the other way: one product off by d_x |w|, ~2.5e-4 of the
-	 * largest output at k = 4096 on these inputs); without experts each row alone
-	 * gives the batched bits */
-	double nm_err = 0;
+	 * in different orders); with 8- or 16-bit codes within norm_fused_within's bound
+	 * (an ulp of difference may round a code the other way: one product off by
+	 * d_x |w|, which at small k or on an outlier weight passed any fixed share of the
+	 * largest output); without experts each row alone gives the batched bits */
+	double nm_err = 0, nm_bound = 0; /* nm_bound: the worst |diff| / bound with codes */
 	int64_t nm_differ = 0;
+	int nm_ok = 1;
 	if (!rc && E == 1) {
 		const size_t nx = (size_t)(rows * ldx), ny = (size_t)(rows * ldy);
 		float *nw = malloc((size_t)k * 4), *ya = malloc(ny * 4), *yb = malloc(ny * 4), *y1r = malloc((size_t)ldy * 4);
@@ -716,6 +796,15 @@ static void check_gemv(enum qc_layout l, int64_t rows, int64_t n, int64_t k, int
 				nm_err = isnan(a) || fabs(a - b) > nm_err ? (isnan(a) ? INFINITY : fabs(a - b)) : nm_err;
 			}
 		nm_err /= mx > 0 ? mx : 1;
+		if (xq) { /* with codes: the bound of norm_fused_within, from the rms_norm kernel's x */
+			float *xn = malloc(nx * 4), *aw = abs_weights(l, n, k, w);
+			CU(cudaMemcpy(xn, d_xn, nx * 4, cudaMemcpyDeviceToHost));
+			nm_ok = norm_fused_within(ya, yb, ldy, xn, ldx, aw, rows, n, k, xq, &nm_bound);
+			free(xn);
+			free(aw);
+		} else { /* floats: only the row scale's last bits differ */
+			nm_ok = nm_err <= 1e-5;
+		}
 		for (int64_t r = 0; r < rows && rows > 1 && !rc; r++) {
 			struct qc_cuda_mm_args m1 = mn;
 			m1.d_x = (const float *)d_x + r * ldx;
@@ -738,16 +827,16 @@ static void check_gemv(enum qc_layout l, int64_t rows, int64_t n, int64_t k, int
 	}
 	double rg = sqrt(eg / nrm), rb = sqrt(eb / nrm);
 	int ok = rc == QC_OK && bad == 0 && touched == 0 && differ == 0 && fl_differ == 0 && fl_left == 0 &&
-		 cl_differ == 0 && hint_differ == 0 && fu_differ == 0 && nm_err <= (xq == 8 ? 1e-3 : 1e-5) && nm_differ == 0 &&
+		 cl_differ == 0 && hint_differ == 0 && fu_differ == 0 && nm_ok && nm_differ == 0 &&
 		 rg <= 2 * rb + 1e-6;
 	printf("%s gemv %-6s %-9s rows=%lld n=%lld k=%lld experts=%lld ws=%llu rel_err %.3e (fp16 plain %.3e) nan %lld "
 	       "written past n %lld rows differing alone %lld in-kernel sum differing %lld counters left %lld "
-	       "fused rows differing %lld norm-fused err %.2e rows differing (alone, two-pass prologue) %lld cluster differs %lld "
+	       "fused rows differing %lld norm-fused err %.2e (of bound %.2f) rows differing (alone, two-pass prologue) %lld cluster differs %lld "
 	       "L2 hint differs %lld%s%s\n",
 	       ok ? "PASS" : "FAIL", gemv_persist ? "persist" : mode_name(gemv_mode), qc_layout_name(l), (long long)rows, (long long)n,
 	       (long long)k, (long long)E,
 	       (unsigned long long)wsb, rg, rb, (long long)bad, (long long)touched, (long long)differ,
-	       (long long)fl_differ, (long long)fl_left, (long long)fu_differ, nm_err, (long long)nm_differ,
+	       (long long)fl_differ, (long long)fl_left, (long long)fu_differ, nm_err, nm_bound, (long long)nm_differ,
 	       (long long)cl_differ, (long long)hint_differ,
 	       rc ? " err: " : "", rc ? err.msg : "");
 	ok ? n_pass++ : n_fail++;
@@ -794,6 +883,12 @@ static void check_refusals(void)
 	a.k = 288;
 	rc = qc_cuda_marlin_gemm(&a, 0, &err);
 	printf("%s refuses q5_K with k=288: %s\n", rc == QC_EUNSUPPORTED ? "PASS" : "FAIL", err.msg);
+	rc == QC_EUNSUPPORTED ? n_pass++ : n_fail++;
+	a.layout = QC_LAYOUT_MARLIN_I6; /* a valid q6_K shape, but no tensor-core GEMM reads it */
+	a.type = QC_TYPE_Q6_K;
+	a.k = 256;
+	rc = qc_cuda_marlin_gemm(&a, 0, &err);
+	printf("%s refuses marlin_i6 on the tensor-core GEMM: %s\n", rc == QC_EUNSUPPORTED ? "PASS" : "FAIL", err.msg);
 	rc == QC_EUNSUPPORTED ? n_pass++ : n_fail++;
 }
 
@@ -1193,6 +1288,10 @@ int main(int argc, char **argv)
 				i8z_hq8 = 1;
 				check_table_entry(QC_LAYOUT_MARLIN_I8Z, 150, 96, 544, h); /* hq8 */
 				i8z_hq8 = 0;
+				/* marlin_i6 (q6_K) takes this path from 9 rows on */
+				check_table_entry(QC_LAYOUT_MARLIN_I6, 9, 64, 256, h);
+				check_table_entry(QC_LAYOUT_MARLIN_I6, 140, 192, 1024, h);
+				check_table_entry(QC_LAYOUT_MARLIN_I6, 37, 128, 4096, h);
 				cublasDestroy(h);
 			} else {
 				printf("FAIL cublasCreate\n");
@@ -1234,6 +1333,12 @@ int main(int argc, char **argv)
 		/* i8z (q5_K): several rows of 3 stripes (batch invariance), MoE rows of 4 experts */
 		check_gemv(QC_LAYOUT_MARLIN_I8Z, 5, 96, 768, 1);
 		check_gemv(QC_LAYOUT_MARLIN_I8Z, 9, 160, 512, 4);
+		/* i6 (q6_K): one row, ROWS rows and a ragged chunk, long K, MoE rows */
+		check_gemv(QC_LAYOUT_MARLIN_I6, 1, 256, 256, 1);
+		check_gemv(QC_LAYOUT_MARLIN_I6, 1, 1024, 4096, 1);
+		check_gemv(QC_LAYOUT_MARLIN_I6, 6, 192, 1536, 1);
+		check_gemv(QC_LAYOUT_MARLIN_I6, 1, 512, 14336, 1);
+		check_gemv(QC_LAYOUT_MARLIN_I6, 5, 128, 768, 3);
 	}
 	qc_cuda_marlin_gemv_stream_tune(0, 0);
 	gemv_ring = 0;
@@ -1256,6 +1361,8 @@ int main(int argc, char **argv)
 			check_gemv(QC_LAYOUT_MARLIN_I4Z, 1, 28672, 4096, 1);
 			check_gemv(QC_LAYOUT_MARLIN_I8, 1, 4096, 4096, 1);
 			check_gemv(QC_LAYOUT_MARLIN_I8Z, 3, 2048, 4096, 1);
+			check_gemv(QC_LAYOUT_MARLIN_I6, 1, 4096, 14336, 1); /* Q4_K_M's q6_K ffn_down */
+			check_gemv(QC_LAYOUT_MARLIN_I6, 4, 1024, 4096, 1);  /* its q6_K attn_v */
 			/* ROWS rows, one block along a 4096 K: the staged x and the epilogues'
 			 * static arrays pass the default 48 KB of shared memory */
 			check_gemv(QC_LAYOUT_MARLIN_I4, 4, 12288, 4096, 1);
@@ -1310,6 +1417,9 @@ checked:
 			{ QC_LAYOUT_MARLIN_I8, 6144, 4096, 1 },   { QC_LAYOUT_MARLIN_I8, 4096, 4096, 0 },
 			{ QC_LAYOUT_MARLIN_I8, 28672, 4096, 1 },  { QC_LAYOUT_MARLIN_I8, 4096, 14336, 2 },
 			{ QC_LAYOUT_MARLIN_I4Z, 28672, 4096, 1 }, { QC_LAYOUT_MARLIN_I8Z, 14336, 4096, 0 },
+			/* Q4_K_M's q6_K matrices: ffn_down, output, attn_v */
+			{ QC_LAYOUT_MARLIN_I6, 4096, 14336, 2 },  { QC_LAYOUT_MARLIN_I6, 128256, 4096, 0 },
+			{ QC_LAYOUT_MARLIN_I6, 1024, 4096, 1 },
 			/* SmolLM2-135M's (int8): latency, not bandwidth */
 			{ QC_LAYOUT_MARLIN_I8, 960, 576, 1 },     { QC_LAYOUT_MARLIN_I8, 576, 576, 0 },
 			{ QC_LAYOUT_MARLIN_I8, 3072, 576, 1 },    { QC_LAYOUT_MARLIN_I8, 576, 1536, 2 },

@@ -3,7 +3,8 @@
  * rows cuBLAS on fp16 weights (wgmma) beats the mma.sync marlin GEMM even after
  * paying this decode (H200, 14336x4096: marlin 244 us at 512 rows; decode ~40 us
  * + cuBLAS ~93 us).
- * Values are the marlin GEMM's: fp16(d·(q−8)), fp16(d·q), fp16(q·s + o) (i8z: q signed).
+ * Values are the marlin GEMM's: fp16(d·(q−8)), fp16(d·q), fp16(q·s + o) (i8z: q signed);
+ * marlin_i6: fp16((d·sc)·(q−32)).
  * One warp per (stripe, k16 tile): lane l decodes its 16 code bytes (8 or 4
  * columns x k = 2c, 2c+1, 2c+8, 2c+9) and writes two half2 per column.
  * Reference: the layout formulas (runtime/ops/marlin_gemm.c uses the same).
@@ -92,6 +93,47 @@ template <int BITS, bool ZP> __global__ void marlin_to_f16_kernel(const dparams 
 	}
 }
 
+/* marlin_i6 (q6_K): the same walk; a tile's low nibbles sit where marlin_i4's
+ * codes do, its high bits in the group's plane after the two tiles, and each
+ * tile has its own int8 scale per column under a fp16 d per 256 (docs/
+ * layout-marlin.md). Value fp16((d·sc)·(q − 32)): ggml's float order, d·sc
+ * exact, one float rounding of the product, then the one to fp16. */
+__global__ void marlin6_to_f16_kernel(const dparams p)
+{
+	const int64_t tile = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+	if (tile >= p.n_tiles)
+		return;
+	const int lane = threadIdx.x & 31, r = lane / 4, c = lane % 4;
+	const int64_t stripe = tile / p.kt_per_stripe;
+	const int kt = (int)(tile % p.kt_per_stripe), g = kt / 2, h = kt % 2;
+	const uint8_t *w = p.w + (uint64_t)stripe * p.stripe_bytes;
+	const uint8_t *unit = w + (size_t)g * 1536; /* tile 2g, tile 2g + 1, their high bits */
+	const uint8_t *sc = w + (size_t)p.groups * 1536;
+	const uint4 v = ((const uint4 *)(unit + 512 * h))[lane];
+	const uint2 hb = *(const uint2 *)(unit + 1024 + 16 * lane + 8 * h);
+	const uint2 s8 = *(const uint2 *)(sc + (size_t)g * 128 + 16 * r + 8 * h);
+	const uint4 d4 = *(const uint4 *)(sc + (size_t)p.groups * 128 + (size_t)(kt / 16) * 128 + 16 * r);
+	const uint32_t wd[4] = {v.x, v.y, v.z, v.w}, sw[2] = {s8.x, s8.y}, dw[4] = {d4.x, d4.y, d4.z, d4.w};
+#pragma unroll
+	for (int j = 0; j < 8; j++) {
+		/* nibbles of n8 tile j in word j/2, shifted by 8 (j % 2); each nibble's
+		 * two high bits at 2 (2 (word % 2) + half) in the same byte of high word word / 2 */
+		const int wi = j / 2;
+		const uint32_t word = wd[wi] >> (8 * (j % 2)), hw = (wi < 2 ? hb.x : hb.y) >> (8 * (j % 2));
+		const int sh = 4 * (wi % 2); /* bits of the low nibble's high part: sh, sh + 1; the high nibble's sh + 2, + 3 */
+		float q[4]; /* k = 2c, 2c+1, 2c+8, 2c+9: nibbles p = 0, 4 (low), 1, 5 (high) of the shifted word */
+		q[0] = (float)((int)((word & 15) | ((hw >> sh) & 3) << 4) - 32);
+		q[1] = (float)((int)(((word >> 16) & 15) | ((hw >> (sh + 16)) & 3) << 4) - 32);
+		q[2] = (float)((int)(((word >> 4) & 15) | ((hw >> (sh + 2)) & 3) << 4) - 32);
+		q[3] = (float)((int)(((word >> 20) & 15) | ((hw >> (sh + 18)) & 3) << 4) - 32);
+		const float ds = h2f(dw[j / 2], j % 2) * (float)(int8_t)((sw[j / 4] >> (8 * (j % 4))) & 0xff);
+		const int64_t n = stripe * 64 + 8 * j + r;
+		__half2 *o = (__half2 *)(p.out + n * p.k + (int64_t)kt * 16 + 2 * c);
+		o[0] = __floats2half2_rn(ds * q[0], ds * q[1]);
+		o[4] = __floats2half2_rn(ds * q[2], ds * q[3]); /* k + 8 */
+	}
+}
+
 template <int BITS, bool ZP> int launch(const dparams &p, cudaStream_t s, struct qc_err *err)
 {
 	const int64_t threads = p.n_tiles * 32;
@@ -122,6 +164,11 @@ extern "C" int qc_cuda_marlin_to_f16(enum qc_layout layout, enum qc_type type, c
 		return QC_OK;
 	/* (bits, offsets) picks the instantiation; qc_marlin_stripe refused other ids */
 	const bool zp = qc_marlin_has_offsets(layout);
+	if (qc_marlin_bits(layout) == 6) {
+		const int64_t threads = p.n_tiles * 32;
+		marlin6_to_f16_kernel<<<(unsigned)((threads + 255) / 256), 256, 0, s>>>(p);
+		return qc_cuda_check(cudaGetLastError(), "marlin6_to_f16_kernel", err);
+	}
 	if (qc_marlin_bits(layout) == 4)
 		return zp ? launch<4, true>(p, s, err) : launch<4, false>(p, s, err);
 	return zp ? launch<8, true>(p, s, err) : launch<8, false>(p, s, err);

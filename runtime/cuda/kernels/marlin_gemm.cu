@@ -409,6 +409,19 @@ int make_plan(const struct qc_marlin_gemm_args *a, struct plan *pl, struct qc_er
 
 } /* namespace */
 
+/* The tensor-core GEMM's own limit past qc_marlin_gemm_check (shared with the C
+ * reference, which reads every marlin layout): no 6-bit form. marlin_i6's table
+ * row runs its GEMV and the fp16 decode + cuBLAS instead (quant/layout.c). */
+static int mma_check(const struct qc_marlin_gemm_args *a, struct qc_err *err)
+{
+	int rc = qc_marlin_gemm_check(a, err);
+	if (!rc && qc_marlin_bits(a->layout) == 6)
+		rc = qc_err_set(err, QC_EUNSUPPORTED, NULL, NULL, -1,
+				"marlin_gemm: %s has no tensor-core GEMM (its GEMV or fp16 decode + cuBLAS run it)",
+				qc_layout_name(a->layout));
+	return rc;
+}
+
 static size_t ws_bytes(const struct qc_marlin_gemm_args *a, const struct plan *pl)
 {
 	return pl->splits > 1 ? (size_t)pl->splits * (size_t)a->m * (size_t)a->n * sizeof(float) : 0;
@@ -418,7 +431,7 @@ extern "C" int qc_cuda_marlin_gemm_workspace(const struct qc_marlin_gemm_args *a
 {
 	struct plan pl;
 	*bytes = 0;
-	int rc = qc_marlin_gemm_check(a, err);
+	int rc = mma_check(a, err);
 	if (!rc)
 		rc = make_plan(a, &pl, err);
 	if (!rc)
@@ -428,7 +441,7 @@ extern "C" int qc_cuda_marlin_gemm_workspace(const struct qc_marlin_gemm_args *a
 
 extern "C" int qc_cuda_marlin_gemm(const struct qc_marlin_gemm_args *a, cudaStream_t s, struct qc_err *err)
 {
-	int rc = qc_marlin_gemm_check(a, err);
+	int rc = mma_check(a, err);
 	if (rc)
 		return rc;
 	if (!a->c || ((uintptr_t)a->a | (uintptr_t)a->w | (a->expert ? a->mat_stride : 0)) % 16 ||

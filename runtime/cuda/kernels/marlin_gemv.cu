@@ -56,7 +56,7 @@ template <int BITS, bool ZP, int G, int KT_WARP>
 __global__ void __launch_bounds__(32 * WARPS) marlin_gemv_kernel(const gparams p)
 {
 	constexpr int KT_BLOCK = WARPS * KT_WARP;
-	constexpr int S = BITS == 4 ? 64 : 32; /* stripe width */
+	constexpr int S = stripe_of<BITS>(); /* stripe width */
 	constexpr int NJ = S / 8;              /* n8 tiles per stripe = columns per lane */
 	__shared__ __align__(16) float xs[G][KT_BLOCK * 16];
 	__shared__ float nscale[G];
@@ -75,18 +75,20 @@ __global__ void __launch_bounds__(32 * WARPS) marlin_gemv_kernel(const gparams p
 	qc_pdl_trigger();
 
 	const int wt0 = kt0 + warp * KT_WARP;
-	const uint8_t *sc = w + (size_t)KT * TILE; /* scales, then (i4z/i8z) offsets */
+	const uint8_t *sc = w + codes_bytes<BITS>(KT); /* scales, then (i4z/i8z) offsets */
 	/* the warp's code tiles and its groups' scales in flight before anything waits */
-	uint4 v[KT_WARP], sv[KT_WARP / 2], ov[KT_WARP / 2];
+	uint4 v[KT_WARP], sv[KT_WARP / 2], ov[KT_WARP / 2], hv[BITS == 6 ? KT_WARP / 2 : 1];
 #pragma unroll
 	for (int u = 0; u < KT_WARP; u++)
 		if (wt0 + u < kt_end)
-			v[u] = __ldg((const uint4 *)(w + (size_t)(wt0 + u) * TILE) + lane);
+			v[u] = __ldg((const uint4 *)(w + tile_off<BITS>(wt0 + u)) + lane);
 #pragma unroll
 	for (int gg = 0; gg < KT_WARP / 2; gg++) {
 		if (wt0 + 2 * gg >= kt_end)
 			break;
 		load_scales<BITS, ZP>(sc, G32, wt0 / 2 + gg, r, sv[gg], ov[gg]);
+		if constexpr (BITS == 6)
+			hv[gg] = __ldg((const uint4 *)(w + high_off(wt0 / 2 + gg)) + lane);
 	}
 	qc_pdl_wait(); /* everything below reads or writes what earlier kernels touch */
 	stage_block<G>(p, row0, nr, (int64_t)kt0 * 16, KT_BLOCK * 16, nscale, &xs[0][0], KT_BLOCK * 16);
@@ -102,8 +104,8 @@ __global__ void __launch_bounds__(32 * WARPS) marlin_gemv_kernel(const gparams p
 		const int kt = wt0 + 2 * gg;
 		if (kt >= kt_end)
 			break;
-		dot_group<BITS, ZP, G>(v[2 * gg], v[2 * gg + 1], sv[gg], ov[gg], &xs[0][0], KT_BLOCK * 16,
-				       (kt - kt0) * 16, c, acc);
+		dot_group<BITS, ZP, G>(v[2 * gg], v[2 * gg + 1], sv[gg], ov[gg], hv[BITS == 6 ? gg : 0], &xs[0][0],
+				       KT_BLOCK * 16, (kt - kt0) * 16, c, acc);
 	}
 	finish<S, G>(p, acc, mat, stripe, kb, rb, nr);
 }
@@ -140,7 +142,7 @@ int blocks_along_k(int64_t k, enum qc_cuda_gemv_kt kt)
 template <int BITS, bool ZP, int KTW>
 int launch(const gparams &p0, int64_t n_rows, uint64_t n_flags, cudaStream_t s, struct qc_err *err)
 {
-	constexpr int S = BITS == 4 ? 64 : 32;
+	constexpr int S = stripe_of<BITS>();
 	gparams p = p0;
 	const dim3 block(32 * WARPS);
 	for (int64_t r0 = 0; r0 < n_rows; r0 += ROWS) {
@@ -185,7 +187,7 @@ extern "C" uint64_t qc_cuda_marlin_gemv_ws(int64_t n_in, int64_t n_out, int64_t 
 {
 	int kb = blocks_along_k(n_in, kt == QC_CUDA_GEMV_STREAM ? QC_CUDA_GEMV_KT4 : kt);
 	if (kt == QC_CUDA_GEMV_STREAM) {
-		for (int bits = 4; bits <= 8; bits += 4) { /* the most of the two widths' */
+		for (int bits = 4; bits <= 8; bits += 2) { /* the most of the three widths' */
 			int skb, ktb;
 			qc_mgv_stream_partition(bits, n_in, n_out, &skb, &ktb);
 			kb = skb > kb ? skb : kb;
@@ -304,6 +306,8 @@ extern "C" int qc_cuda_marlin_gemv(const struct qc_cuda_mm_args *a, cudaStream_t
 		return qc_mgv_persist_launch(qc_marlin_bits(a->layout), zp, p, a->n_rows, nf, s, err);
 	if (stream)
 		return qc_mgv_stream_launch(qc_marlin_bits(a->layout), zp, p, a->n_rows, nf, s, err);
+	if (qc_marlin_bits(a->layout) == 6) /* q6_K: no offsets */
+		return k8 ? launch<6, false, 8>(p, a->n_rows, nf, s, err) : launch<6, false, 4>(p, a->n_rows, nf, s, err);
 	if (qc_marlin_bits(a->layout) == 4)
 		return zp ? (k8 ? launch<4, true, 8>(p, a->n_rows, nf, s, err) : launch<4, true, 4>(p, a->n_rows, nf, s, err))
 			  : (k8 ? launch<4, false, 8>(p, a->n_rows, nf, s, err) : launch<4, false, 4>(p, a->n_rows, nf, s, err));

@@ -25,7 +25,35 @@ namespace qc_mgv {
 
 constexpr int WARPS = 8;
 constexpr int ROWS = 4;   /* activation rows per launch (more: register spills) */
-constexpr int TILE = 512; /* bytes of one k16 tile of a stripe */
+constexpr int TILE = 512; /* bytes of one k16 tile of a stripe (marlin_i6: its low nibbles) */
+
+/* Columns of a stripe for `BITS`-wide codes: 64 for 4 and 6 bits (marlin_i6's
+ * low nibbles are a marlin_i4 tile), 32 for 8. */
+template <int BITS> __host__ __device__ constexpr int stripe_of()
+{
+	return BITS == 8 ? 32 : 64;
+}
+/* Bytes of one 32-k group of a stripe's codes: its two tiles, and for 6-bit codes
+ * the 512-byte plane of their high bits after them (docs/layout-marlin.md). */
+template <int BITS> __host__ __device__ constexpr int group_bytes()
+{
+	return BITS == 6 ? 3 * TILE : 2 * TILE;
+}
+/* Byte offset of k16 tile kt's 512 code bytes inside its stripe. */
+template <int BITS> __device__ __forceinline__ size_t tile_off(int kt)
+{
+	return (size_t)(kt >> 1) * group_bytes<BITS>() + (size_t)(kt & 1) * TILE;
+}
+/* Byte offset of group g's high-bit plane (6-bit codes). */
+__device__ __forceinline__ size_t high_off(int g)
+{
+	return (size_t)g * group_bytes<6>() + 2 * TILE;
+}
+/* Where a stripe's scales start: after its KT (even) tiles. */
+template <int BITS> __device__ __forceinline__ size_t codes_bytes(int KT)
+{
+	return (size_t)(KT / 2) * group_bytes<BITS>();
+}
 
 struct gparams {
 	uint64_t mat_stride, stripe_bytes;
@@ -129,12 +157,17 @@ __device__ __forceinline__ uint4 ld_stream(const void *ptr)
 }
 
 /* Lane (r = lane / 4)'s scales (and i4z/i8z offsets) of 32-k group g: NJ fp16
- * values each, 16 bytes (i4) or 8 (i8). sc: the stripe's scale array. */
+ * values each, 16 bytes (i4) or 8 (i8). sc: the stripe's scale array.
+ * marlin_i6: sv = the 16 int8 sub-block scales (tile 2g's NJ columns, then tile
+ * 2g + 1's), ov = the NJ fp16 super-block scales d of the group's 256-block. */
 template <int BITS, bool ZP>
 __device__ __forceinline__ void load_scales(const uint8_t *sc, int G32, int g, int r, uint4 &sv, uint4 &ov)
 {
-	constexpr int S = BITS == 4 ? 64 : 32, NJ = S / 8;
-	if constexpr (BITS == 4) {
+	constexpr int S = stripe_of<BITS>(), NJ = S / 8;
+	if constexpr (BITS == 6) {
+		sv = __ldg((const uint4 *)(sc + (size_t)g * 128 + 16 * r));
+		ov = __ldg((const uint4 *)(sc + (size_t)G32 * 128 + (size_t)(g / 8) * 128 + 16 * r));
+	} else if constexpr (BITS == 4) {
 		sv = __ldg((const uint4 *)(sc + 2 * ((size_t)g * S + NJ * r)));
 		if constexpr (ZP)
 			ov = __ldg((const uint4 *)(sc + 2 * ((size_t)G32 * S + (size_t)g * S + NJ * r)));
@@ -168,10 +201,11 @@ __device__ __forceinline__ void group_scales(const uint4 sv, const uint4 ov, flo
  * x) into acc: per column the group's sum Σ(q - z)·x, scaled once by d (and
  * o·Σx for offsets). xs: G rows of xstride floats. */
 template <int BITS, bool ZP, int G>
-__device__ __forceinline__ void dot_group(const uint4 v0, const uint4 v1, const uint4 sv, const uint4 ov,
-					  const float *xs, int xstride, int kl0, int c, float (&acc)[(BITS == 4 ? 64 : 32) / 8][G])
+__device__ __forceinline__ void dot_group48(const uint4 v0, const uint4 v1, const uint4 sv, const uint4 ov,
+					    const float *xs, int xstride, int kl0, int c,
+					    float (&acc)[stripe_of<BITS>() / 8][G])
 {
-	constexpr int NJ = (BITS == 4 ? 64 : 32) / 8;
+	constexpr int NJ = stripe_of<BITS>() / 8;
 	float d[NJ], o[NJ];
 	group_scales<NJ, ZP>(sv, ov, d, o);
 	float gs[NJ][G], xsum[G];
@@ -225,6 +259,85 @@ __device__ __forceinline__ void dot_group(const uint4 v0, const uint4 v1, const 
 			else
 				acc[j][t] = fmaf(d[j], gs[j][t], acc[j][t]);
 		}
+}
+
+/* The 6-bit codes of one lane's tile as marlin_i4's two nibble planes, each byte a
+ * whole code 0..63: nibble words wd[0..3] and the tile's two high-bit words (word
+ * h covers nibble words 2h and 2h + 1: per byte, bits 0-1 and 2-3 the low and high
+ * nibble of word 2h, bits 4-5 and 6-7 those of word 2h + 1). */
+__device__ __forceinline__ void planes6(const uint32_t wd[4], uint32_t h0, uint32_t h1, uint32_t lo[4],
+					uint32_t hi[4])
+{
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		const uint32_t hb = i < 2 ? h0 : h1;
+		const uint32_t l4 = wd[i] & 0x0f0f0f0fu, h4 = (wd[i] >> 4) & 0x0f0f0f0fu;
+		if (i % 2 == 0) {
+			lo[i] = l4 | ((hb << 4) & 0x30303030u);
+			hi[i] = h4 | ((hb << 2) & 0x30303030u);
+		} else {
+			lo[i] = l4 | (hb & 0x30303030u);
+			hi[i] = h4 | ((hb >> 2) & 0x30303030u);
+		}
+	}
+}
+
+/* marlin_i6 (q6_K): one 32-k group whose two k16 tiles have a scale each per
+ * column (d·sc, exact in float: an 11-bit times an 8-bit significand). Per tile
+ * and column the lane's sum Σ(q − 32)·x over its 4 k, then acc += (d·sc)·sum,
+ * tile 2g first. sv: the 16 int8 sub-block scales (load_scales), dv: the 8 fp16
+ * super-block scales, hv: the group's high-bit plane (words 0, 1: tile 2g). */
+template <int G>
+__device__ __forceinline__ void dot_group6(const uint4 v0, const uint4 v1, const uint4 sv, const uint4 dv,
+					   const uint4 hv, const float *xs, int xstride, int kl0, int c,
+					   float (&acc)[8][G])
+{
+	float d[8], o[8];
+	group_scales<8, false>(dv, dv, d, o);
+	const uint32_t sw[4] = {sv.x ^ 0x80808080u, sv.y ^ 0x80808080u, sv.z ^ 0x80808080u, sv.w ^ 0x80808080u};
+#pragma unroll
+	for (int h = 0; h < 2; h++) {
+		const int kl = kl0 + 16 * h;
+		const uint4 vv = h ? v1 : v0;
+		const uint32_t wd[4] = {vv.x, vv.y, vv.z, vv.w};
+		uint32_t lo[4], hi[4];
+		planes6(wd, h ? hv.z : hv.x, h ? hv.w : hv.y, lo, hi);
+		float2 xa[G], xb[G];
+#pragma unroll
+		for (int t = 0; t < G; t++) {
+			xa[t] = *(const float2 *)&xs[t * xstride + kl + 2 * c];
+			xb[t] = *(const float2 *)&xs[t * xstride + kl + 2 * c + 8];
+		}
+#pragma unroll
+		for (int j = 0; j < 8; j++) {
+			float f[4];
+			weights<4, 32>(lo, hi, j, f);
+			/* the int8 scale of (tile 2g + h, column j), sign bit flipped: byte - 128 */
+			const float ds = d[j] * (byte_f(sw[2 * h + j / 4], j % 4) - 8388736.0f);
+#pragma unroll
+			for (int t = 0; t < G; t++) {
+				float s = 0.0f;
+				s = fmaf(f[0], xa[t].x, s);
+				s = fmaf(f[1], xa[t].y, s);
+				s = fmaf(f[2], xb[t].x, s);
+				s = fmaf(f[3], xb[t].y, s);
+				acc[j][t] = fmaf(ds, s, acc[j][t]);
+			}
+		}
+	}
+}
+
+/* One 32-k group of any marlin code width into acc (hv: marlin_i6's high-bit
+ * plane, unused otherwise). */
+template <int BITS, bool ZP, int G>
+__device__ __forceinline__ void dot_group(const uint4 v0, const uint4 v1, const uint4 sv, const uint4 ov,
+					  const uint4 hv, const float *xs, int xstride, int kl0, int c,
+					  float (&acc)[stripe_of<BITS>() / 8][G])
+{
+	if constexpr (BITS == 6)
+		dot_group6<G>(v0, v1, sv, ov, hv, xs, xstride, kl0, c, acc);
+	else
+		dot_group48<BITS, ZP, G>(v0, v1, sv, ov, xs, xstride, kl0, c, acc);
 }
 
 /* x of one row, 4 consecutive elements from i (a multiple of 4): one 16-byte load
@@ -378,9 +491,9 @@ __device__ __forceinline__ float i2f_small(int v)
 template <int BITS, bool ZP, int G, int XB>
 __device__ __forceinline__ void dot_group_xq(const uint4 v0, const uint4 v1, const uint4 sv, const uint4 ov,
 					     const float *xs, int len, int g, int c,
-					     float (&acc)[(BITS == 4 ? 64 : 32) / 8][G])
+					     float (&acc)[stripe_of<BITS>() / 8][G])
 {
-	constexpr int NJ = (BITS == 4 ? 64 : 32) / 8;
+	constexpr int NJ = stripe_of<BITS>() / 8;
 	const int ng = len / 32;
 	const float *dx = xs + G * len * (XB / 8) / 4;
 	float d[NJ], o[NJ];

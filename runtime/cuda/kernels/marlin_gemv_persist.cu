@@ -217,8 +217,8 @@ __global__ void __launch_bounds__(32 * WARPS, 2) marlin_gemv_persist_kernel(cons
 					dot_group_xq<BITS, ZP, G, XB>(v[2 * u], v[2 * u + 1], sv[u], ov[u], xs, len, sg, c,
 								      acc);
 				else
-					dot_group<BITS, ZP, G>(v[2 * u], v[2 * u + 1], sv[u], ov[u], xs, len, sg * 32, c,
-							       acc);
+					dot_group<BITS, ZP, G>(v[2 * u], v[2 * u + 1], sv[u], ov[u], make_uint4(0, 0, 0, 0),
+							       xs, len, sg * 32, c, acc);
 				if (g + DG < g1) { /* refill the slot just summed */
 					v[2 * u] = ld_stream(lw + (size_t)(2 * lg) * TILE + 16 * lane);
 					v[2 * u + 1] = ld_stream(lw + (size_t)(2 * lg + 1) * TILE + 16 * lane);
@@ -427,6 +427,8 @@ uint64_t qc_mgv_persist_ws(int bits, int64_t n_in, int64_t n_out, int64_t n_rows
 int qc_mgv_persist_launch(int bits, bool zp, const gparams &p, int64_t n_rows, uint64_t n_flags, cudaStream_t s,
 			  struct qc_err *err)
 {
+	if (bits != 4 && bits != 8) /* marlin_i6 has no persistent form: its table row never asks */
+		return qc_err_set(err, QC_EUNSUPPORTED, NULL, NULL, -1, "marlin_gemv_persist: %d-bit codes", bits);
 	if (bits == 4)
 		return zp ? launch<4, true>(p, n_rows, n_flags, s, err) : launch<4, false>(p, n_rows, n_flags, s, err);
 	return zp ? launch<8, true>(p, n_rows, n_flags, s, err) : launch<8, false>(p, n_rows, n_flags, s, err);

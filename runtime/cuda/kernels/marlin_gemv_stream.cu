@@ -54,11 +54,17 @@ struct stream_cfg {
 			 fits one wave of `blocks` stays in it (the 8B Q|K|V: 192 blocks,
 			 not 288 = a second wave of 24) */
 };
-constexpr stream_cfg STREAM_DEFAULT[2] = {{264, 8, 16, false, false, true}, {132, 8, 0, false, false, true}};
-stream_cfg cfg[2] = {STREAM_DEFAULT[0], STREAM_DEFAULT[1]};
+/* Rows: int4, int8, then marlin_i6's 6-bit codes, which always take float
+ * activations and the register ring (no integer-code, shared-ring or persistent
+ * form: those knobs set the first two rows only). */
+constexpr int N_CFG = 3;
+constexpr stream_cfg STREAM_DEFAULT[N_CFG] = {
+	{264, 8, 16, false, false, true}, {132, 8, 0, false, false, true}, {264, 8, 0, false, false, true}};
+stream_cfg cfg[N_CFG] = {STREAM_DEFAULT[0], STREAM_DEFAULT[1], STREAM_DEFAULT[2]};
+constexpr int I6_CFG = 2;
 int cfg_of(int bits)
 {
-	return bits == 4 ? 0 : 1;
+	return bits == 4 ? 0 : bits == 8 ? 1 : I6_CFG;
 }
 /* split-K sums through a thread-block cluster (qc_cuda_marlin_gemv_stream_cluster;
  * off: measured slower on an H100, docs/perf-notes.md) */
@@ -138,12 +144,12 @@ __device__ __forceinline__ void ring_read(const uint8_t *slot, int lane, uint4 &
  * arithmetic whichever ring delivered the group). */
 template <int BITS, bool ZP, int G, int XB>
 __device__ __forceinline__ void sum_group(const uint4 v0, const uint4 v1, const uint4 sv, const uint4 ov, const float *xs,
-					  int ktb, int kt, int kt0, int c, float (&acc)[(BITS == 4 ? 64 : 32) / 8][G])
+					  const uint4 hv, int ktb, int kt, int kt0, int c, float (&acc)[stripe_of<BITS>() / 8][G])
 {
 	if constexpr (XB != 0)
 		dot_group_xq<BITS, ZP, G, XB>(v0, v1, sv, ov, xs, ktb * 16, (kt - kt0) / 2, c, acc);
 	else
-		dot_group<BITS, ZP, G>(v0, v1, sv, ov, xs, ktb * 16, (kt - kt0) * 16, c, acc);
+		dot_group<BITS, ZP, G>(v0, v1, sv, ov, hv, xs, ktb * 16, (kt - kt0) * 16, c, acc);
 }
 
 /* D: tiles in flight per warp in registers (even), when RING is false; RING: the
@@ -152,7 +158,8 @@ __device__ __forceinline__ void sum_group(const uint4 v0, const uint4 v1, const 
 template <int BITS, bool ZP, int G, int D, int XB, bool RING>
 __global__ void __launch_bounds__(32 * WARPS, 2) marlin_gemv_stream_kernel(const gparams p)
 {
-	constexpr int S = BITS == 4 ? 64 : 32;
+	static_assert(BITS != 6 || (!RING && XB == 0 && !ZP), "marlin_i6: float activations, register ring");
+	constexpr int S = stripe_of<BITS>();
 	constexpr int NJ = S / 8;
 	constexpr int DG = RING ? ring_groups<BITS, ZP>() : 1;
 	constexpr int SLOT = ring_slot_bytes<BITS, ZP>();
@@ -171,8 +178,8 @@ __global__ void __launch_bounds__(32 * WARPS, 2) marlin_gemv_stream_kernel(const
 	const int t0 = kt0 + warp * ktw, t1 = min(t0 + ktw, kt_end); /* this warp's tiles (none: t0 >= t1) */
 	qc_pdl_trigger();
 
-	const uint8_t *sc = w + (size_t)KT * TILE; /* scales, then (i4z/i8z) offsets */
-	uint4 v[RING ? 2 : D], sv[RING ? 1 : D / 2], ov[RING ? 1 : D / 2];
+	const uint8_t *sc = w + codes_bytes<BITS>(KT); /* scales, then (i4z/i8z) offsets */
+	uint4 v[RING ? 2 : D], sv[RING ? 1 : D / 2], ov[RING ? 1 : D / 2], hv[BITS == 6 ? D / 2 : 1];
 	uint8_t *ring = (uint8_t *)xs + x_bytes(G, ktb * 16, XB) + (size_t)warp * DG * SLOT;
 	/* the first D tiles (DG groups) and their scales in flight before anything waits */
 	if constexpr (RING) {
@@ -186,8 +193,10 @@ __global__ void __launch_bounds__(32 * WARPS, 2) marlin_gemv_stream_kernel(const
 #pragma unroll
 		for (int u = 0; u < D; u += 2)
 			if (t0 + u < t1) {
-				v[u] = ld_stream(w + (size_t)(t0 + u) * TILE + 16 * lane);
-				v[u + 1] = ld_stream(w + (size_t)(t0 + u + 1) * TILE + 16 * lane);
+				v[u] = ld_stream(w + tile_off<BITS>(t0 + u) + 16 * lane);
+				v[u + 1] = ld_stream(w + tile_off<BITS>(t0 + u + 1) + 16 * lane);
+				if constexpr (BITS == 6)
+					hv[u / 2] = ld_stream(w + high_off((t0 + u) / 2) + 16 * lane);
 				load_scales<BITS, ZP>(sc, G32, (t0 + u) / 2, r, sv[u / 2], ov[u / 2]);
 			}
 	}
@@ -207,7 +216,7 @@ __global__ void __launch_bounds__(32 * WARPS, 2) marlin_gemv_stream_kernel(const
 			cp_async_wait<DG - 1>(); /* this lane's oldest group has landed */
 			uint8_t *sl = ring + slot * SLOT;
 			ring_read<BITS, ZP>(sl, lane, v[0], v[1], sv[0], ov[0]);
-			sum_group<BITS, ZP, G, XB>(v[0], v[1], sv[0], ov[0], xs, ktb, kt, kt0, c, acc);
+			sum_group<BITS, ZP, G, XB>(v[0], v[1], sv[0], ov[0], xs, hv[0], ktb, kt, kt0, c, acc);
 			/* refill the slot just read (in-order issue: its reads came first) */
 			if (kt + 2 * DG < t1)
 				ring_issue<BITS, ZP>(sl, w, sc, G32, kt + 2 * DG, lane, r);
@@ -220,12 +229,14 @@ __global__ void __launch_bounds__(32 * WARPS, 2) marlin_gemv_stream_kernel(const
 			for (int gg = 0; gg < D / 2; gg++) {
 				const int kt = base + 2 * gg;
 				if (kt < t1) {
-					sum_group<BITS, ZP, G, XB>(v[2 * gg], v[2 * gg + 1], sv[gg], ov[gg], xs, ktb, kt, kt0,
-								   c, acc);
+					sum_group<BITS, ZP, G, XB>(v[2 * gg], v[2 * gg + 1], sv[gg], ov[gg], xs,
+								   hv[BITS == 6 ? gg : 0], ktb, kt, kt0, c, acc);
 					const int nk = kt + D;
 					if (nk < t1) { /* refill the slot just summed */
-						v[2 * gg] = ld_stream(w + (size_t)nk * TILE + 16 * lane);
-						v[2 * gg + 1] = ld_stream(w + (size_t)(nk + 1) * TILE + 16 * lane);
+						v[2 * gg] = ld_stream(w + tile_off<BITS>(nk) + 16 * lane);
+						v[2 * gg + 1] = ld_stream(w + tile_off<BITS>(nk + 1) + 16 * lane);
+						if constexpr (BITS == 6)
+							hv[gg] = ld_stream(w + high_off(nk / 2) + 16 * lane);
 						load_scales<BITS, ZP>(sc, G32, nk / 2, r, sv[gg], ov[gg]);
 					}
 				}
@@ -245,7 +256,7 @@ __global__ void __launch_bounds__(32 * WARPS, 2) marlin_gemv_stream_kernel(const
 template <int BITS, bool ZP, int G, int D, int XB, bool RING>
 cudaError_t launch_one(const gparams &p, cudaStream_t s)
 {
-	constexpr int S = BITS == 4 ? 64 : 32;
+	constexpr int S = stripe_of<BITS>();
 	auto *k = marlin_gemv_stream_kernel<BITS, ZP, G, D, XB, RING>;
 	const int len = p.kt_block * 16;
 	const size_t smem =
@@ -280,7 +291,7 @@ cudaError_t launch_one(const gparams &p, cudaStream_t s)
 template <int BITS, bool ZP>
 int launch(const gparams &p0, int64_t n_rows, uint64_t n_flags, cudaStream_t s, struct qc_err *err)
 {
-	constexpr int S = BITS == 4 ? 64 : 32;
+	constexpr int S = stripe_of<BITS>();
 	gparams p = p0;
 	for (int64_t r0 = 0; r0 < n_rows; r0 += ROWS) {
 		p.r0 = r0;
@@ -297,7 +308,9 @@ int launch(const gparams &p0, int64_t n_rows, uint64_t n_flags, cudaStream_t s, 
 		 * register ring (the staged x of 4 rows leaves no room for the other) */
 		const int xq = cfg[cfg_of(BITS)].xq;
 		const bool ring = cfg[cfg_of(BITS)].ring;
-		if (xq == 16)
+		if constexpr (BITS == 6) /* 24 bytes a tile and lane: 6 tiles in flight fit the registers */
+			e = p.nr > 1 ? launch_one<6, false, ROWS, 4, 0, false>(p, s) : launch_one<6, false, 1, 6, 0, false>(p, s);
+		else if (xq == 16)
 			e = p.nr > 1 ? launch_one<BITS, ZP, ROWS, 4, 16, false>(p, s)
 			    : ring   ? launch_one<BITS, ZP, 1, 8, 16, true>(p, s)
 				     : launch_one<BITS, ZP, 1, 8, 16, false>(p, s);
@@ -340,7 +353,7 @@ void qc_mgv_stream_partition(int bits, int64_t n_in, int64_t n_out, int *kb, int
 
 extern "C" void qc_cuda_marlin_gemv_stream_tune(int blocks, int min_warp_tiles)
 {
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < N_CFG; i++) {
 		cfg[i].blocks = blocks > 0 ? blocks : STREAM_DEFAULT[i].blocks;
 		cfg[i].min_wt = min_warp_tiles >= 2 ? min_warp_tiles & ~1 : STREAM_DEFAULT[i].min_wt;
 	}
@@ -359,7 +372,7 @@ extern "C" void qc_cuda_marlin_gemv_stream_ring(int on)
 
 extern "C" void qc_cuda_marlin_gemv_stream_wave(int on)
 {
-	for (int i = 0; i < 2; i++)
+	for (int i = 0; i < N_CFG; i++)
 		cfg[i].wave = on < 0 ? STREAM_DEFAULT[i].wave : on != 0;
 }
 
@@ -387,6 +400,8 @@ extern "C" int qc_cuda_marlin_gemv_stream_xq(int bits)
 int qc_mgv_stream_launch(int bits, bool zp, const gparams &p, int64_t n_rows, uint64_t n_flags, cudaStream_t s,
 			 struct qc_err *err)
 {
+	if (bits == 6) /* q6_K: no offsets */
+		return launch<6, false>(p, n_rows, n_flags, s, err);
 	if (bits == 4)
 		return zp ? launch<4, true>(p, n_rows, n_flags, s, err) : launch<4, false>(p, n_rows, n_flags, s, err);
 	return zp ? launch<8, true>(p, n_rows, n_flags, s, err) : launch<8, false>(p, n_rows, n_flags, s, err);
