@@ -362,15 +362,32 @@ static int norm_in(struct cu *c, const int32_t *d_rows, const float *d_w, float 
 }
 
 /* y[i] = w[i] RMSNorm(x) for the n matrices after a norm (Q, K, V; gate, up): the
- * norm inside their one GEMV launch where it can (no residual pending), else
- * norm_in into d_xn first. */
+ * norm inside their GEMV launches where they can (no residual pending), else
+ * norm_in into d_xn first. Matrices go in runs that share a launch (one run
+ * unless their layouts differ: Q4_K_M's q6_K V beside its q4_K Q and K), each
+ * launch with the norm folded in; all runs or none, so a step's matrices see
+ * one kind of normed x. */
 static int normed_mm(struct cu *c, const float *d_norm_w, const struct dmat *const *w, float *const *y,
 		     const int64_t *ld, int n, int64_t T, struct qc_err *err)
 {
 	const int64_t E = c->m->cfg.n_embd;
 	int rc;
-	if (c->env.fuse_norm && !c->d_pend && qc_cuda_be_mm_multi_can(c, w, n, T, QC_MM_FUSE_NORM))
-		return qc_cuda_be_mm_multi(c, w, y, ld, n, c->d_x, E, T, d_norm_w, err);
+	if (c->env.fuse_norm && !c->d_pend) {
+		int len[1 + QC_CUDA_MM_MORE], nrun = 0;
+		bool all = n <= 1 + QC_CUDA_MM_MORE;
+		for (int i = 0; all && i < n; i += len[nrun++]) {
+			int j = i + 1;
+			while (j < n && qc_cuda_be_mm_multi_can(c, w + i, j - i + 1, T, QC_MM_FUSE_NORM))
+				j++;
+			len[nrun] = j - i;
+			all = qc_cuda_be_mm_multi_can(c, w + i, j - i, T, QC_MM_FUSE_NORM);
+		}
+		for (int r = 0, i = 0; all && r < nrun; i += len[r++])
+			if ((rc = qc_cuda_be_mm_multi(c, w + i, y + i, ld + i, len[r], c->d_x, E, T, d_norm_w, err)))
+				return rc;
+		if (all)
+			return QC_OK;
+	}
 	if ((rc = norm_in(c, NULL, d_norm_w, c->d_xn, T, err)))
 		return rc;
 	return qc_cuda_be_mm_multi(c, w, y, ld, n, c->d_xn, E, T, NULL, err);
