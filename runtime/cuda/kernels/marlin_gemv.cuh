@@ -624,7 +624,8 @@ __device__ __forceinline__ bool x_vec(const gparams &p)
 }
 
 /* norm_scales then stage_x for one row whose whole length the block's threads load
- * in one pass (k <= 4 * STEP, k0 a multiple of STEP, no x2, no wrap): each thread's
+ * in one pass (k <= 4 * STEP, k0 a multiple of STEP, k0 + len <= 4 * STEP, len a
+ * multiple of 128, no x2, no wrap; stage_block says when): each thread's
  * four 16-byte pieces of x (elements 4t + STEP u) and of norm_w are loaded once,
  * before the row sum, and the staging takes them from registers instead of loading x
  * again after it (one memory round trip fewer on the critical path). The same sums
@@ -696,8 +697,12 @@ __device__ __forceinline__ void stage_block(const gparams &p, int64_t row0, int 
 {
 	constexpr int STEP = 4 * 32 * WARPS;
 	const bool vec = x_vec(p);
+	/* the staged range starts on a thread's first piece and ends on a warp's last
+	 * element (len a multiple of 128: the staging loop's break stays warp-uniform),
+	 * inside the four pieces a thread holds (SmolLM2's 576-long rows staged as 768
+	 * take it since the seventh session: +6.6% there, docs/perf-notes.md) */
 	if (G == 1 && p.norm_w && !p.x2 && !wrap && p.norm_once && p.k <= 4 * STEP && k0 % STEP == 0 &&
-	    len % STEP == 0) {
+	    len % 128 == 0 && k0 + len <= 4 * STEP) {
 		norm_stage_1row<XB>(p, row0, k0, len, vec, nscale, xs);
 		__syncthreads();
 		return;
