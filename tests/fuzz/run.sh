@@ -116,6 +116,15 @@ if [ -x "$BIN/qconvert" ]; then
 		[ -f "$b" ] || "$BIN/qconvert" "$FIX/$f" --target cpu -q -o "$b" ||
 			echo "fuzz: note: converting $f failed" >&2
 	done
+	# sm90 bundles: the marlin layouts' unpackers (q4_0 -> marlin_i4, Q4_K_M-mix ->
+	# marlin_i4z and marlin_i6, Q6_K -> marlin_i6)
+	for f in gguf-quant/tiny-llama-256-Q4_0.gguf gguf-quant/tiny-llama-256-Q4_K_M-mix.gguf \
+		 gguf-quant/tiny-llama-256-Q6_K.gguf; do
+		[ -f "$FIX/$f" ] || continue
+		b="$bs/$(basename "$f" .gguf)-sm90.qb"
+		[ -f "$b" ] || "$BIN/qconvert" "$FIX/$f" --target sm90 -q -o "$b" ||
+			echo "fuzz: note: converting $f for sm90 failed" >&2
+	done
 	if [ -f "$bs/stories260K.qb" ]; then
 		head -c 1024 "$bs/stories260K.qb" > "$bs/stories260K-prefix1024.qb"
 		head -c 8192 "$bs/stories260K.qb" > "$bs/stories260K-prefix8192.qb"
@@ -158,6 +167,9 @@ cat > "$OUT/fuzz_bundle.dict" <<'EOF'
 "\"rows\":"
 "\"tensors\":["
 "\"target\":"
+"\"marlin_i6\""
+"\"marlin_i4z\""
+"\"sm90\""
 "\"ggml\""
 "\"q4_K\""
 "\"iq2_xxs\""
