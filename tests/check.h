@@ -37,6 +37,16 @@ static int check_passed_, check_failed_;
 		} \
 	} while (0)
 
+/* xorshift64 step of *s, the tests' own reproducible generator (each test keeps its
+ * seed): the top 48 bits' low 32 */
+static inline uint32_t check_xorshift(uint64_t *s)
+{
+	*s ^= *s << 13;
+	*s ^= *s >> 7;
+	*s ^= *s << 17;
+	return (uint32_t)(*s >> 16);
+}
+
 static inline int check_report(const char *name)
 {
 	printf("%s: %d passed, %d failed\n", name, check_passed_, check_failed_);

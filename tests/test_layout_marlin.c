@@ -29,10 +29,7 @@
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static uint32_t rnd(void)
 {
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return (uint32_t)(rng >> 16);
+	return check_xorshift(&rng);
 }
 
 static uint64_t ggml_size(enum qc_type t, const int64_t ne[4])

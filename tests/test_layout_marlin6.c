@@ -29,10 +29,7 @@ enum { BB = 210 }; /* q6_K bytes per 256 elements: ql 128, qh 64, scales 16, d 2
 static uint64_t rng = 0x2545f4914f6cdd1dull;
 static uint32_t rnd(void)
 {
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return (uint32_t)(rng >> 16);
+	return check_xorshift(&rng);
 }
 
 /* Code q of element e of a q6_K block, where ggml keeps it: low nibble in

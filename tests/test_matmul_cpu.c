@@ -29,10 +29,7 @@ static uint64_t rng = 88172645463325252u;
 
 static uint32_t rnd(void)
 {
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return (uint32_t)(rng >> 16);
+	return check_xorshift(&rng);
 }
 
 static float frnd(void)
