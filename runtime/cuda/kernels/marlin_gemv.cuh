@@ -197,6 +197,19 @@ __device__ __forceinline__ void group_scales(const uint4 sv, const uint4 ov, flo
 	}
 }
 
+/* A lane's activations for k16 tile kl of the staged x, for each of G rows: k = 2c,
+ * 2c + 1 (xa) and 2c + 8, 2c + 9 (xb), the k of its fragment slot. */
+template <int G>
+__device__ __forceinline__ void load_xfrag(const float *xs, int xstride, int kl, int c, float2 (&xa)[G],
+					   float2 (&xb)[G])
+{
+#pragma unroll
+	for (int t = 0; t < G; t++) {
+		xa[t] = *(const float2 *)&xs[t * xstride + kl + 2 * c];
+		xb[t] = *(const float2 *)&xs[t * xstride + kl + 2 * c + 8];
+	}
+}
+
 /* One 32-k group (tiles v0, v1 at k16 tiles kl0/16 and kl0/16 + 1 of the staged
  * x) into acc: per column the group's sum Σ(q - z)·x, scaled once by d (and
  * o·Σx for offsets). xs: G rows of xstride floats. */
@@ -228,13 +241,11 @@ __device__ __forceinline__ void dot_group48(const uint4 v0, const uint4 v1, cons
 			hi[i] = BITS == 4 ? (wd[i] >> 4) & 0x0f0f0f0fu : 0u;
 		}
 		float2 xa[G], xb[G];
+		load_xfrag<G>(xs, xstride, kl, c, xa, xb);
+		if constexpr (ZP)
 #pragma unroll
-		for (int t = 0; t < G; t++) {
-			xa[t] = *(const float2 *)&xs[t * xstride + kl + 2 * c];
-			xb[t] = *(const float2 *)&xs[t * xstride + kl + 2 * c + 8];
-			if constexpr (ZP)
+			for (int t = 0; t < G; t++)
 				xsum[t] += (xa[t].x + xa[t].y) + (xb[t].x + xb[t].y);
-		}
 #pragma unroll
 		for (int j = 0; j < NJ; j++) {
 			float f[4];
@@ -303,11 +314,7 @@ __device__ __forceinline__ void dot_group6(const uint4 v0, const uint4 v1, const
 		uint32_t lo[4], hi[4];
 		planes6(wd, h ? hv.z : hv.x, h ? hv.w : hv.y, lo, hi);
 		float2 xa[G], xb[G];
-#pragma unroll
-		for (int t = 0; t < G; t++) {
-			xa[t] = *(const float2 *)&xs[t * xstride + kl + 2 * c];
-			xb[t] = *(const float2 *)&xs[t * xstride + kl + 2 * c + 8];
-		}
+		load_xfrag<G>(xs, xstride, kl, c, xa, xb);
 #pragma unroll
 		for (int j = 0; j < 8; j++) {
 			float f[4];
