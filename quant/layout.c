@@ -294,8 +294,8 @@ const struct qc_layout_traits qc_layouts[QC_LAYOUT_COUNT] = {
 				   { K_MMA, K_MMA, K_MMA, K_F16 }, K_GEMV },
 	/* its scale tiles span a whole slice: no row ranges, no fused halves */
 	[QC_LAYOUT_NVFP4_SWZ] = { "nvfp4_swz", 0, false, NVFP4_FNS, { K_GEMV, K_GEMV, K_F16, K_F16 }, K_GEMV },
-	/* no tensor-core GEMM reads it: the marlin GEMV up to 8 rows, past that its
-	 * blocks decoded to fp16 for cuBLAS, as ggml rows are */
+	/* q6_K: the same kinds as marlin_i4 (its tensor-core GEMM decodes the 6-bit
+	 * codes in registers; the vocabulary matrix keeps it past 128 rows) */
 	[QC_LAYOUT_MARLIN_I6] = { "marlin_i6", QC_MARLIN_STRIPE_I6, true, MARLIN_FNS,
-				  { K_GEMV, K_GEMV, K_F16, K_F16 }, K_GEMV },
+				  { K_GEMV, K_MMA, K_MMA, K_F16 }, K_GEMV },
 };

@@ -23,9 +23,9 @@
 static enum qc_kernel_kind old_rule(enum qc_layout l, int64_t n, bool experts, int64_t n_in, int64_t n_out,
 				    int64_t G, int64_t C, int64_t N)
 {
-	/* the marlin layouts those rules knew had a tensor-core GEMM; marlin_i6 came
-	 * after them without one and takes nvfp4_swz's rule (GEMV, then fp16 + cuBLAS) */
-	const bool marlin = qc_marlin_is(l) && l != QC_LAYOUT_MARLIN_I6;
+	/* the marlin layouts (marlin_i6, which came after these rules, has their
+	 * tensor-core GEMM too: it takes the 4-bit rule) */
+	const bool marlin = qc_marlin_is(l);
 	if (experts) {
 		if (n > G && l == QC_LAYOUT_GGML && n_in % 32 == 0)
 			return QC_KERNEL_MOE_GEMM;

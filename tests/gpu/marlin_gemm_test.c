@@ -313,10 +313,7 @@ static void check_table_entry(enum qc_layout l, int64_t rows, int64_t n, int64_t
 	QC_ASSERT(qc_marlin_gemm_ref(&ar, QC_MARLIN_PREC_F64, truth, &err) == QC_OK);
 	QC_ASSERT(qc_marlin_gemm_ref(&ar, QC_MARLIN_PREC_F16, base, &err) == QC_OK);
 	const struct qc_kernel_rows kr = QC_KERNEL_ROWS_DEFAULT;
-	/* the layout's own scratch rule (matmul_layouts.def): marlin_i6 takes the fp16
-	 * path from 9 rows on */
-	const struct qc_cuda_mm_tuning tu = { .rows = kr, .gemv_kt = QC_CUDA_GEMV_STREAM };
-	uint64_t wsb = l == QC_LAYOUT_MARLIN_I6 ? qc_cuda_marlin6_ws(k, n, rows, &tu) : qc_cuda_marlin_mm_ws(k, n, rows, &kr);
+	uint64_t wsb = qc_cuda_marlin_mm_ws(k, n, rows, &kr);
 	void *d_w, *d_x, *d_y, *d_ws;
 	CU(cudaMalloc(&d_w, wb));
 	CU(cudaMalloc(&d_x, (size_t)(xr * ldx) * 4));
@@ -884,11 +881,11 @@ static void check_refusals(void)
 	rc = qc_cuda_marlin_gemm(&a, 0, &err);
 	printf("%s refuses q5_K with k=288: %s\n", rc == QC_EUNSUPPORTED ? "PASS" : "FAIL", err.msg);
 	rc == QC_EUNSUPPORTED ? n_pass++ : n_fail++;
-	a.layout = QC_LAYOUT_MARLIN_I6; /* a valid q6_K shape, but no tensor-core GEMM reads it */
+	a.layout = QC_LAYOUT_MARLIN_I6; /* q6_K: whole 256-blocks only */
 	a.type = QC_TYPE_Q6_K;
-	a.k = 256;
+	a.k = 288;
 	rc = qc_cuda_marlin_gemm(&a, 0, &err);
-	printf("%s refuses marlin_i6 on the tensor-core GEMM: %s\n", rc == QC_EUNSUPPORTED ? "PASS" : "FAIL", err.msg);
+	printf("%s refuses q6_K with k=288: %s\n", rc == QC_EUNSUPPORTED ? "PASS" : "FAIL", err.msg);
 	rc == QC_EUNSUPPORTED ? n_pass++ : n_fail++;
 }
 
@@ -1277,6 +1274,21 @@ int main(int argc, char **argv)
 		z_turn = 1;
 		check_table_entry(QC_LAYOUT_MARLIN_I4Z, 20, 128, 256, NULL); /* q4_1 */
 		check_table_entry(QC_LAYOUT_MARLIN_I8Z, 19, 96, 512, NULL);  /* q5_K */
+		{ /* marlin_i6 (q6_K) on the tensor-core GEMM: k in whole 256-blocks; forced
+		   * splits of 11 and 7 groups put a stage's two groups in two 256-blocks */
+			static const struct { int64_t m, n, k; int split; } c6[] = {
+				{ 1, 256, 256, 0 },  { 3, 512, 4096, 0 },  { 16, 192, 512, 0 },   { 17, 256, 768, 3 },
+				{ 33, 768, 1024, 3 }, { 64, 256, 4096, 0 }, { 100, 512, 1280, 0 }, { 130, 320, 256, 0 },
+				{ 64, 128, 1792, 8 }, { 511, 1024, 1024, 0 },
+			};
+			for (size_t i = 0; i < sizeof c6 / sizeof c6[0]; i++)
+				check_case(QC_LAYOUT_MARLIN_I6, c6[i].m, c6[i].n, c6[i].k,
+					   i % 2 ? QC_MARLIN_C_F16 : QC_MARLIN_C_F32,
+					   c6[i].split ? QC_MARLIN_SPLIT_FIXED : QC_MARLIN_SPLIT_AUTO, c6[i].split);
+			check_experts(QC_LAYOUT_MARLIN_I6, 6, 192, 512, 3);
+			check_table_entry(QC_LAYOUT_MARLIN_I6, 20, 128, 512, NULL);
+			check_table_entry(QC_LAYOUT_MARLIN_I6, 70, 64, 4096, NULL);
+		}
 		{ /* 128+ rows: the weight decoded to fp16 (marlin_dequant.cu), then cuBLAS */
 			cublasHandle_t h;
 			if (cublasCreate(&h) == CUBLAS_STATUS_SUCCESS) {
@@ -1288,10 +1300,9 @@ int main(int argc, char **argv)
 				i8z_hq8 = 1;
 				check_table_entry(QC_LAYOUT_MARLIN_I8Z, 150, 96, 544, h); /* hq8 */
 				i8z_hq8 = 0;
-				/* marlin_i6 (q6_K) takes this path from 9 rows on */
-				check_table_entry(QC_LAYOUT_MARLIN_I6, 9, 64, 256, h);
+				check_table_entry(QC_LAYOUT_MARLIN_I6, 128, 64, 256, h); /* q6_K */
 				check_table_entry(QC_LAYOUT_MARLIN_I6, 140, 192, 1024, h);
-				check_table_entry(QC_LAYOUT_MARLIN_I6, 37, 128, 4096, h);
+				check_table_entry(QC_LAYOUT_MARLIN_I6, 129, 128, 4096, h);
 				cublasDestroy(h);
 			} else {
 				printf("FAIL cublasCreate\n");

@@ -5,7 +5,8 @@
  * the lane's whole B operand for 8 (i4) / 4 (i8) n8 tiles. A is staged once per block
  * (XOR-swizzled rows, ldmatrix.x4); 4 cp.async stages of 64 k. Small m splits K
  * (fp32 partials summed in a fixed order by a second kernel: deterministic).
- * Weights become fp16(d·(q−8)), fp16(d·q) or fp16(q·s + o) (i8z: q signed), sums fp32.
+ * Weights become fp16(d·(q−8)), fp16(d·q) or fp16(q·s + o) (i8z: q signed), sums fp32;
+ * marlin_i6 (q6_K, 6-bit codes): fp16(d·sc·(q−32)), the product exact in a float.
  * C reference: runtime/ops/marlin_gemm.c. Fragment-ordered weights: IST-DASLab Marlin's
  * idea (facts only). Index grammar: m tokens, n columns, k reduction, g a 32-k group,
  * st a stage, mt an m16 tile, j an n8 tile of the stripe, ks a k16 tile of a stage.
@@ -30,14 +31,21 @@ constexpr int KS_PER_STAGE = 4;     /* k16 tiles per stage */
 constexpr int TILE_BYTES = 512;     /* one k16 x stripe tile: 32 lanes x 16 bytes */
 
 template <int BITS> struct geo {
-	static constexpr int WN = BITS == 4 ? 64 : 32;
+	static constexpr int WN = BITS == 8 ? 32 : 64;
 	static constexpr int NF = WN / 8;
+	/* bytes of a stripe's 32-k group of codes: two tiles, and for 6 bits the
+	 * plane of their high bits after them (docs/layout-marlin.md §marlin_i6) */
+	static constexpr int GB = BITS == 6 ? 3 * TILE_BYTES : 2 * TILE_BYTES;
+	/* a warp's scales of one stage: fp16 per (group, column) (i4z/i8z: and the
+	 * offsets after them); i6: int8 per (k16 tile, column), then the fp16 d of
+	 * each group's 256-block (its own copy per group: a split may start mid-block) */
+	static constexpr int SG = BITS == 6 ? 256 : WN * 2;
 };
 
 template <int BITS, int MT, bool ZP> struct smem_plan {
 	static constexpr int A = 16 * MT * 128;                        /* (16·MT rows, 64 k) fp16 */
-	static constexpr int B = WARPS * KS_PER_STAGE * TILE_BYTES;     /* each warp's 4 tiles */
-	static constexpr int SW = GROUPS_PER_STAGE * geo<BITS>::WN * 2 * (ZP ? 2 : 1); /* a warp's scales (+offsets) */
+	static constexpr int B = WARPS * GROUPS_PER_STAGE * geo<BITS>::GB; /* each warp's 2 groups of codes */
+	static constexpr int SW = GROUPS_PER_STAGE * geo<BITS>::SG * (ZP ? 2 : 1); /* a warp's scales (+offsets) */
 	static constexpr int S = WARPS * SW;
 	static constexpr int STAGE = A + B + S;
 	static constexpr int TOTAL = STAGES * STAGE;
@@ -125,6 +133,25 @@ __device__ __forceinline__ void dq_i4u(uint32_t q, uint32_t b[4])
 	b[3] = u32(__hfma2(h2((q & 0x00f000f0u) | 0x64006400u), k1_16, km64));
 }
 
+/* marlin_i6: n8 tile j's fragment (b[0]: k = 2c, 2c+1; b[1]: 2c+8, 2c+9) from the
+ * word of low nibbles (marlin_i4's, shifted so tile j's byte pair is lowest) and
+ * the word of high bits (shifted alike; this word's pairs at sh, sh+2, sh+16, sh+18).
+ * The 6-bit code goes into the mantissa of 1024.0 as dq_i4 does (1024 + q, or
+ * 1024 + 16q for the second nibble), so q − 32 comes out exact in a half; then
+ * ds·(q − 32) is exact in a float (ds = d·sc: 11 + 7 bits, times 5 + 1) and one
+ * rounding makes the fp16 weight, the value of the layout's fp16 decode. */
+__device__ __forceinline__ void dq_i6(uint32_t lo, uint32_t hi, int sh, float ds, uint32_t b[2])
+{
+	const __half2 k1056 = h2(0x64206420u), k1_16 = h2(0x2c002c00u), km96 = h2(0xd600d600u);
+	const uint32_t h = hi >> sh;
+	const uint32_t p0 = (lo & 0x000f000fu) | ((h & 0x00030003u) << 4) | 0x64006400u;
+	const uint32_t p1 = (lo & 0x00f000f0u) | (((h >> 2) & 0x00030003u) << 8) | 0x64006400u;
+	const float2 q0 = __half22float2(__hsub2(h2(p0), k1056));
+	const float2 q1 = __half22float2(__hfma2(h2(p1), k1_16, km96));
+	b[0] = u32(__floats2half2_rn(ds * q0.x, ds * q0.y));
+	b[1] = u32(__floats2half2_rn(ds * q1.x, ds * q1.y));
+}
+
 /* One i8 word (signed bytes k, k+1, k+8, k+9) -> fragment b[0], b[1]: the bias
  * flip makes byte u = q + 128, and 0x64uu is the half 1024 + u. */
 __device__ __forceinline__ void dq_i8(uint32_t q, uint32_t b[2])
@@ -154,7 +181,7 @@ __global__ void __launch_bounds__(THREADS) marlin_gemm_kernel(const kparams p)
 	const int g_end = min(p.groups, g_begin + p.g_per_split);
 	const int iters = (g_end - g_begin + 1) / 2;
 	const uint8_t *wst = w + (size_t)stripe * p.stripe_bytes;      /* this warp's stripe */
-	const uint8_t *wsc = wst + (size_t)p.k / 16 * TILE_BYTES;       /* its scales */
+	const uint8_t *wsc = wst + (size_t)p.groups * G::GB;            /* its scales */
 
 	auto load = [&](int st, int it) {
 		uint8_t *sa = smem + st * SP::STAGE, *sb = sa + SP::A, *ss = sb + SP::B;
@@ -167,9 +194,23 @@ __global__ void __launch_bounds__(THREADS) marlin_gemm_kernel(const kparams p)
 		}
 		if (!has_w)
 			return;
-		for (int t = 0; t < 2 * n_g; t++)
-			cp_async16(sb + (warp * KS_PER_STAGE + t) * TILE_BYTES + lane * 16,
-				   wst + (2 * (size_t)g + t) * TILE_BYTES + lane * 16, true);
+		for (int t = 0; t < n_g * G::GB / TILE_BYTES; t++)
+			cp_async16(sb + warp * GROUPS_PER_STAGE * G::GB + t * TILE_BYTES + lane * 16,
+				   wst + (size_t)g * G::GB + t * TILE_BYTES + lane * 16, true);
+		if constexpr (BITS == 6) {
+			/* lanes 0-15: the int8 scales of both groups (128 bytes each, contiguous);
+			 * lanes 16-31: each group's 128 bytes of d (its 256-block's) */
+			uint8_t *dst = ss + warp * SP::SW + lane * 16;
+			if (lane < 16) {
+				if (lane < 8 * n_g)
+					cp_async16(dst, wsc + (size_t)g * 128 + lane * 16, true);
+			} else if ((lane - 16) / 8 < n_g) {
+				const int gg = (lane - 16) / 8;
+				cp_async16(dst, wsc + (size_t)p.groups * 128 + (size_t)((g + gg) / 8) * 128 + (lane % 8) * 16,
+					   true);
+			}
+			return;
+		}
 		/* scales of n_g groups (and, i4z/i8z, their offsets G groups further on) */
 		const int half = ZP ? lane / 16 : 0, l16 = ZP ? lane % 16 : lane;
 		if (l16 * 16 < n_g * G::WN * 2)
@@ -201,9 +242,48 @@ __global__ void __launch_bounds__(THREADS) marlin_gemm_kernel(const kparams p)
 			continue;
 		const uint8_t *sa = smem + (it % STAGES) * SP::STAGE, *sb = sa + SP::A, *ss = sb + SP::B;
 		const int n_g = min(GROUPS_PER_STAGE, g_end - (g_begin + 2 * it));
+		/* marlin_i6's group: the unit's two tiles and high-bit plane, this lane's
+		 * 8 int8 scales per tile and 8 fp16 d (one per n8 tile's column) */
+		auto group6 = [&](const int gg) {
+			const uint8_t *unit = sb + warp * GROUPS_PER_STAGE * G::GB + gg * G::GB;
+			const uint8_t *sp = ss + warp * SP::SW + 16 * (lane / 4);
+			const uint4 hb = *(const uint4 *)(unit + 2 * TILE_BYTES + lane * 16);
+			const uint4 d4 = *(const uint4 *)(sp + 256 + gg * 128);
+			const uint32_t dw[4] = { d4.x, d4.y, d4.z, d4.w };
+#pragma unroll
+			for (int ks2 = 0; ks2 < 2; ks2++) {
+				const int ks = 2 * gg + ks2;
+				uint32_t af[MT][4];
+#pragma unroll
+				for (int mt = 0; mt < MT; mt++) {
+					int row = mt * 16 + ((lane / 8) % 2) * 8 + lane % 8, ch = 2 * ks + lane / 16;
+					ldsm_x4(af[mt], sa + row * 128 + ((ch ^ (row % 8)) * 16));
+				}
+				const uint4 bw = *(const uint4 *)(unit + ks2 * TILE_BYTES + lane * 16);
+				const uint2 s8 = *(const uint2 *)(sp + gg * 128 + 8 * ks2);
+				const uint32_t words[4] = { bw.x, bw.y, bw.z, bw.w };
+				const uint32_t hw[2] = { ks2 ? hb.z : hb.x, ks2 ? hb.w : hb.y };
+#pragma unroll
+				for (int j = 0; j < G::NF; j++) {
+					const int wi = j / 2, t = j % 2;
+					const float d = __half2float(__ushort_as_half(
+						(unsigned short)(dw[j / 2] >> (16 * (j % 2)))));
+					const float ds = d * (float)(int8_t)(((j < 4 ? s8.x : s8.y) >> (8 * (j % 4))) & 0xff);
+					uint32_t b[2];
+					dq_i6(words[wi] >> (8 * t), hw[wi / 2] >> (8 * t), 4 * (wi % 2), ds, b);
+#pragma unroll
+					for (int mt = 0; mt < MT; mt++)
+						mma16816(acc[mt][j], af[mt], b[0], b[1]);
+				}
+			}
+		};
 		/* one 32-k group: 2 k16 tiles; a lambda so a full stage is straight-line
 		 * code the scheduler can interleave across both groups */
 		auto group = [&](const int gg) {
+			if constexpr (BITS == 6) {
+				group6(gg);
+				return;
+			}
 			/* this lane's NF scales, one per n8 tile, in one load */
 			__half sc[G::NF], of[G::NF];
 			const uint8_t *sp = ss + warp * SP::SW + gg * G::WN * 2 + (lane / 4) * G::NF * 2;
@@ -348,6 +428,7 @@ const struct config {
 	QC_MARLIN_CFG(8, 1, false), QC_MARLIN_CFG(8, 2, false), QC_MARLIN_CFG(8, 4, false),
 	QC_MARLIN_CFG(4, 1, true),  QC_MARLIN_CFG(4, 2, true),  QC_MARLIN_CFG(4, 4, true),
 	QC_MARLIN_CFG(8, 1, true),  QC_MARLIN_CFG(8, 2, true),  QC_MARLIN_CFG(8, 4, true),
+	QC_MARLIN_CFG(6, 1, false), QC_MARLIN_CFG(6, 2, false), QC_MARLIN_CFG(6, 4, false),
 #undef QC_MARLIN_CFG
 };
 
@@ -382,7 +463,7 @@ int make_plan(const struct qc_marlin_gemm_args *a, struct plan *pl, struct qc_er
 	if (per_sm < 1)
 		return qc_err_set(err, QC_ECUDA, NULL, NULL, -1, "marlin_gemm: no block of %d-bit x %d fits an SM",
 				  bits, 16 * mt);
-	const int groups = (int)(a->k / 32), wn = bits == 4 ? 64 : 32;
+	const int groups = (int)(a->k / 32), wn = bits == 8 ? 32 : 64;
 	pl->m_blocks = a->expert ? a->m : (a->m + 16 * mt - 1) / (16 * mt);
 	pl->n_blocks = (a->n + WARPS * wn - 1) / (WARPS * wn);
 	int s = 1;
@@ -409,19 +490,6 @@ int make_plan(const struct qc_marlin_gemm_args *a, struct plan *pl, struct qc_er
 
 } /* namespace */
 
-/* The tensor-core GEMM's own limit past qc_marlin_gemm_check (shared with the C
- * reference, which reads every marlin layout): no 6-bit form. marlin_i6's table
- * row runs its GEMV and the fp16 decode + cuBLAS instead (quant/layout.c). */
-static int mma_check(const struct qc_marlin_gemm_args *a, struct qc_err *err)
-{
-	int rc = qc_marlin_gemm_check(a, err);
-	if (!rc && qc_marlin_bits(a->layout) == 6)
-		rc = qc_err_set(err, QC_EUNSUPPORTED, NULL, NULL, -1,
-				"marlin_gemm: %s has no tensor-core GEMM (its GEMV or fp16 decode + cuBLAS run it)",
-				qc_layout_name(a->layout));
-	return rc;
-}
-
 static size_t ws_bytes(const struct qc_marlin_gemm_args *a, const struct plan *pl)
 {
 	return pl->splits > 1 ? (size_t)pl->splits * (size_t)a->m * (size_t)a->n * sizeof(float) : 0;
@@ -431,7 +499,7 @@ extern "C" int qc_cuda_marlin_gemm_workspace(const struct qc_marlin_gemm_args *a
 {
 	struct plan pl;
 	*bytes = 0;
-	int rc = mma_check(a, err);
+	int rc = qc_marlin_gemm_check(a, err);
 	if (!rc)
 		rc = make_plan(a, &pl, err);
 	if (!rc)
@@ -441,7 +509,7 @@ extern "C" int qc_cuda_marlin_gemm_workspace(const struct qc_marlin_gemm_args *a
 
 extern "C" int qc_cuda_marlin_gemm(const struct qc_marlin_gemm_args *a, cudaStream_t s, struct qc_err *err)
 {
-	int rc = mma_check(a, err);
+	int rc = qc_marlin_gemm_check(a, err);
 	if (rc)
 		return rc;
 	if (!a->c || ((uintptr_t)a->a | (uintptr_t)a->w | (a->expert ? a->mat_stride : 0)) % 16 ||

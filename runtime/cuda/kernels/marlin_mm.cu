@@ -73,7 +73,7 @@ extern "C" uint64_t qc_cuda_marlin_mm_ws(int64_t n_in, int64_t n_out, int64_t n_
 		enum qc_type t;
 	} forms[] = { { QC_LAYOUT_MARLIN_I4, QC_TYPE_Q4_0 }, { QC_LAYOUT_MARLIN_I8, QC_TYPE_Q8_0 },
 		      { QC_LAYOUT_MARLIN_I4Z, QC_TYPE_Q4_1 }, { QC_LAYOUT_MARLIN_I8Z, QC_TYPE_Q5_K },
-		      { QC_LAYOUT_MARLIN_I8Z, QC_TYPE_HQ8 } };
+		      { QC_LAYOUT_MARLIN_I8Z, QC_TYPE_HQ8 }, { QC_LAYOUT_MARLIN_I6, QC_TYPE_Q6_K } };
 	uint64_t most = 0;
 	for (size_t f = 0; f < sizeof forms / sizeof forms[0]; f++)
 		for (int e = 0; e < 2; e++) {
@@ -101,19 +101,6 @@ extern "C" uint64_t qc_cuda_marlin_mm_ws(int64_t n_in, int64_t n_out, int64_t n_
 		most = w16 > most ? w16 : most;
 	}
 	return act_bytes(n_rows, n_in) + most;
-}
-
-/* marlin_i6's scratch (its table row: the GEMV up to gemv_max_rows rows, then the
- * fp16 decode + cuBLAS, for every matrix: no tensor-core GEMM to fall back on for
- * the vocabulary matrix): the GEMV's partials, or past the GEMV rows fp16
- * activations and the fp16 weight. */
-extern "C" uint64_t qc_cuda_marlin6_ws(int64_t n_in, int64_t n_out, int64_t n_rows, const struct qc_cuda_mm_tuning *t)
-{
-	const uint64_t g = qc_cuda_marlin_gemv_ws(n_in, n_out, n_rows, t->gemv_kt);
-	const uint64_t f = n_rows > t->rows.gemv_max_rows
-				   ? act_bytes(n_rows, n_in) + (uint64_t)n_in * (uint64_t)n_out * 2
-				   : 0;
-	return g > f ? g : f;
 }
 
 /* The activation rows to fp16 at the scratch's start (both kinds). */
