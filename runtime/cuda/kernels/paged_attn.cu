@@ -44,6 +44,57 @@
 #define MAX_HD 256 /* head dims a lane-strided register row holds */
 #define FLASH_MIN_RUN 16 /* shorter runs (decode tokens) keep the kernels of this file */
 
+/* A build with -DQC_ATTN_STAMPS (a profiling aid, never the product's: see
+ * tools/attn_stamps.sh) has the split kernel's block (token 0, K/V head y, chunk z)
+ * record %globaltimer at its phases, per layer, for the last launch of each layer;
+ * the table goes to $QC_ATTN_STAMPS at exit. Phases: entry, before the wait, after
+ * it, q (and the own rows) staged, own row stored, scores, softmax, P V, partials
+ * out and counted, the merge done (the last block only). */
+#ifdef QC_ATTN_STAMPS
+#define STAMP_N 10
+#define STAMP_LAYERS 128
+#define STAMP_BLOCKS 256
+__device__ unsigned long long qc_attn_stamp[STAMP_LAYERS * STAMP_BLOCKS * STAMP_N];
+static __device__ __forceinline__ void stamp(const struct qc_cuda_paged_attn_args &a, int i)
+{
+	const int b = blockIdx.y * gridDim.z + blockIdx.z;
+	if (threadIdx.x || blockIdx.x || a.layer >= STAMP_LAYERS || b >= STAMP_BLOCKS)
+		return;
+	unsigned long long t;
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+	unsigned long long *s = qc_attn_stamp + ((size_t)a.layer * STAMP_BLOCKS + b) * STAMP_N;
+	if (i == 0) /* this launch's phases only: none left from an earlier one */
+		for (int k = 1; k < STAMP_N; k++)
+			s[k] = 0;
+	s[i] = t;
+}
+static void stamp_dump(void)
+{
+	static unsigned long long h[STAMP_LAYERS * STAMP_BLOCKS * STAMP_N];
+	const char *path = getenv("QC_ATTN_STAMPS");
+	FILE *f = path ? fopen(path, "w") : NULL;
+	if (!f || cudaMemcpyFromSymbol(h, qc_attn_stamp, sizeof h) != cudaSuccess) {
+		if (f)
+			fclose(f);
+		return;
+	}
+	for (int l = 0; l < STAMP_LAYERS; l++)
+		for (int b = 0; b < STAMP_BLOCKS; b++) {
+			const unsigned long long *s = h + ((size_t)l * STAMP_BLOCKS + b) * STAMP_N;
+			if (!s[0])
+				continue;
+			fprintf(f, "%d\t%d", l, b);
+			for (int i = 0; i < STAMP_N; i++)
+				fprintf(f, "\t%lld", s[i] ? (long long)(s[i] - s[0]) : -1LL);
+			fprintf(f, "\t%llu\n", s[0]);
+		}
+	fclose(f);
+}
+#define STAMP(i) stamp(a, i)
+#else
+#define STAMP(i) ((void)0)
+#endif
+
 template <typename KV>
 static __global__ void paged_attn_kernel(const struct qc_cuda_paged_attn_args a, const int32_t *skip)
 {
@@ -200,6 +251,7 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 							       float *part_ml, const int32_t *skip, uint32_t *flags)
 {
 	qc_pdl_trigger();
+	STAMP(0);
 	/* a.old_ctx: the rows of positions below the token's own, the step's positions and
 	   tables were written before the kernels this launch may overlap, so they load
 	   before the wait (skip is written by the flash path's kernels: wait first) */
@@ -304,8 +356,10 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 	const int32_t vlim = ROPE ? min(n, jc - j0) : n;
 	if constexpr (ROPE) {
 		load_v(rg, min(n, jlive - j0));
+		STAMP(1);
 		if (early)
 			qc_pdl_wait();
+		STAMP(2);
 		/* q of the G heads and, in the own block, the token's K and V rows as the
 		   Q|K|V GEMV left them (one round trip); RoPE and the store as rope_kv.cu
 		   does them (rope_pair.cuh: the same floats), q scaled after */
@@ -365,6 +419,7 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 			}
 		}
 		__syncthreads();
+		STAMP(3);
 		if (own) {
 			const int64_t slot = rk.d_slots[t], b = slot / a.block_tokens, o = slot % a.block_tokens;
 			const int64_t row = ((b * a.n_layer + a.layer) * 2) * a.block_tokens + o; /* K's; V's bt rows on */
@@ -391,6 +446,7 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 			own_k(jb0);
 			own_v(rg);
 		}
+		STAMP(4);
 	} else if (early) {
 		load_v(rg, min(n, jlive - j0));
 		qc_pdl_wait();
@@ -454,6 +510,7 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 		}
 	}
 	__syncthreads();
+	STAMP(5);
 	/* per head: chunk max and sum of exp; warp w takes heads w, w + 4, ... */
 	for (int g = warp; g < G; g += ST / 32) {
 		float *row = sc + g * chunk_max;
@@ -477,6 +534,7 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 		}
 	}
 	__syncthreads();
+	STAMP(6);
 	/* P V: a row of V is VP lanes of 16 bytes (VP: hd / 8 rounded up to a power of
 	 * two; lanes past hd / 8 idle), so a warp takes 32 / VP rows at once and the
 	 * block RG; row group rg sums rows rg, rg + RG, ... in order, PU of them in
@@ -527,6 +585,7 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 			}
 	}
 	__syncthreads();
+	STAMP(7);
 	for (int i = threadIdx.x; i < G * hd; i += ST) {
 		const int g = i / hd, d = i % hd;
 		float r = 0.0f;
@@ -545,6 +604,7 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 	if (threadIdx.x == 0)
 		last = atomicAdd(flag, 1u) == (uint32_t)ns - 1;
 	__syncthreads();
+	STAMP(8);
 	if (!last)
 		return;
 	__threadfence();
@@ -552,6 +612,10 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 		merge_head(a, t, kvh * G + g, ns, n_split, part_o, part_ml, lane);
 	if (threadIdx.x == 0)
 		*flag = 0u; /* ready for the next launch */
+#ifdef QC_ATTN_STAMPS
+	__syncthreads(); /* every warp's heads merged */
+#endif
+	STAMP(9);
 }
 
 /* out = merge of a token's chunks in chunk order (merge_head): block (t, y), warp w
@@ -616,6 +680,10 @@ static int paged_attn_split(const struct qc_cuda_paged_attn_args *a, const int32
 								      : attn_split_kernel<kv_fp8, false>)
 							 : (a->fuse_rope ? attn_split_kernel<kv_f16, true>
 								      : attn_split_kernel<kv_f16, false>);
+#ifdef QC_ATTN_STAMPS
+	static bool stamp_once = (atexit(stamp_dump), true);
+	(void)stamp_once;
+#endif
 	if (smem > 48 * 1024 &&
 	    (rc = qc_cuda_check(cudaFuncSetAttribute(split_k, cudaFuncAttributeMaxDynamicSharedMemorySize,
 						     (int)smem), "cudaFuncSetAttribute(attn_split)", err)))
