@@ -2,7 +2,8 @@
  * (group-32 fp16 scales, i4z/i8z offsets; docs/layout-marlin.md), fp32 or fp16 out.
  * A block = 4 warps × one stripe each × 16·MT tokens. A warp streams its stripe with
  * one 16-byte cp.async per lane per k16 tile and reads back one 16-byte shared load:
- * the lane's whole B operand for 8 (i4) / 4 (i8) n8 tiles. A is staged once per block
+ * the lane's whole B operand for 8 (i4) / 4 (i8) n8 tiles (i6: and once per 32 k the
+ * lane's 16 bytes of the high-bit plane, docs/layout-marlin.md). A is staged once per block
  * (XOR-swizzled rows, ldmatrix.x4); 4 cp.async stages of 64 k. Small m splits K
  * (fp32 partials summed in a fixed order by a second kernel: deterministic).
  * Weights become fp16(d·(q−8)), fp16(d·q) or fp16(q·s + o) (i8z: q signed), sums fp32;

@@ -1,5 +1,6 @@
 /* marlin_gemm.cuh — entry point of runtime/cuda/kernels/marlin_gemm.cu: C = A · Wᵀ, fp16
- * activations times marlin-packed int4/int8 weights (group-32 fp16 scales),
+ * activations times marlin-packed int4/int8 weights (group-32 fp16 scales; marlin_i6's
+ * 6-bit codes with their int8 and fp16 scales),
  * fp32 or fp16 out, any token count. Arguments and the C reference:
  * runtime/ops/marlin_gemm.h. Layout: docs/layout-marlin.md.
  */
