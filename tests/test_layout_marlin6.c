@@ -326,10 +326,17 @@ static void targets_and_table(void)
 		      qc_layout_fusable(QC_LAYOUT_MARLIN_I6),
 	      "table row: name, 64-row alignment, fusable");
 	const struct qc_layout_traits *t = &qc_layouts[QC_LAYOUT_MARLIN_I6];
-	CHECK(t->kernel[QC_ROWS_1] == QC_KERNEL_GEMV && t->kernel[QC_ROWS_2_8] == QC_KERNEL_GEMV &&
-		      t->kernel[QC_ROWS_9_127] == QC_KERNEL_F16_BLAS && t->kernel[QC_ROWS_128] == QC_KERNEL_F16_BLAS &&
+	CHECK(t->kernel[QC_ROWS_1] == QC_KERNEL_GEMV && t->kernel[QC_ROWS_2_8] == QC_KERNEL_MMA &&
+		      t->kernel[QC_ROWS_9_127] == QC_KERNEL_MMA && t->kernel[QC_ROWS_128] == QC_KERNEL_F16_BLAS &&
 		      t->experts == QC_KERNEL_GEMV,
-	      "kernel columns gemv, gemv, f16+cublas, f16+cublas; experts gemv");
+	      "kernel columns gemv, mma, mma, f16+cublas; experts gemv (marlin_i4's)");
+	{ /* the vocabulary matrix (over 2^27 elements) keeps the GEMM past 128 rows */
+		const struct qc_kernel_rows kr = QC_KERNEL_ROWS_DEFAULT;
+		CHECK(qc_layout_kernel(QC_LAYOUT_MARLIN_I6, 256, false, 4096, 128256, &kr) == QC_KERNEL_MMA &&
+			      qc_layout_kernel(QC_LAYOUT_MARLIN_I6, 256, false, 14336, 4096, &kr) == QC_KERNEL_F16_BLAS &&
+			      qc_layout_kernel(QC_LAYOUT_MARLIN_I6, 64, false, 4096, 128256, &kr) == QC_KERNEL_MMA,
+		      "i6 at 256 rows: the vocabulary matrix on the GEMM, ffn_down on fp16 + cuBLAS");
+	}
 	uint64_t rb;
 	CHECK(qc_layout_row_bytes(QC_LAYOUT_MARLIN_I6, QC_TYPE_Q6_K, 4096, &rb) == QC_OK && rb == 4096 / 256 * 210,
 	      "row bytes of K 4096: %llu", (unsigned long long)rb);
