@@ -243,6 +243,15 @@ __global__ void __launch_bounds__(THREADS) marlin_gemm_kernel(const kparams p)
 			continue;
 		const uint8_t *sa = smem + (it % STAGES) * SP::STAGE, *sb = sa + SP::A, *ss = sb + SP::B;
 		const int n_g = min(GROUPS_PER_STAGE, g_end - (g_begin + 2 * it));
+		/* this lane's A fragments of k16 tile ks, every m16 tile (ldmatrix.x4 of
+		 * the swizzled rows) */
+		auto load_a = [&](const int ks, uint32_t (&af)[MT][4]) {
+#pragma unroll
+			for (int mt = 0; mt < MT; mt++) {
+				int row = mt * 16 + ((lane / 8) % 2) * 8 + lane % 8, ch = 2 * ks + lane / 16;
+				ldsm_x4(af[mt], sa + row * 128 + ((ch ^ (row % 8)) * 16));
+			}
+		};
 		/* marlin_i6's group: the unit's two tiles and high-bit plane, this lane's
 		 * 8 int8 scales per tile and 8 fp16 d (one per n8 tile's column) */
 		auto group6 = [&](const int gg) {
@@ -255,11 +264,7 @@ __global__ void __launch_bounds__(THREADS) marlin_gemm_kernel(const kparams p)
 			for (int ks2 = 0; ks2 < 2; ks2++) {
 				const int ks = 2 * gg + ks2;
 				uint32_t af[MT][4];
-#pragma unroll
-				for (int mt = 0; mt < MT; mt++) {
-					int row = mt * 16 + ((lane / 8) % 2) * 8 + lane % 8, ch = 2 * ks + lane / 16;
-					ldsm_x4(af[mt], sa + row * 128 + ((ch ^ (row % 8)) * 16));
-				}
+				load_a(ks, af);
 				const uint4 bw = *(const uint4 *)(unit + ks2 * TILE_BYTES + lane * 16);
 				const uint2 s8 = *(const uint2 *)(sp + gg * 128 + 8 * ks2);
 				const uint32_t words[4] = { bw.x, bw.y, bw.z, bw.w };
@@ -300,11 +305,7 @@ __global__ void __launch_bounds__(THREADS) marlin_gemm_kernel(const kparams p)
 			for (int ks2 = 0; ks2 < 2; ks2++) {
 				const int ks = 2 * gg + ks2;
 				uint32_t af[MT][4];
-#pragma unroll
-				for (int mt = 0; mt < MT; mt++) {
-					int row = mt * 16 + ((lane / 8) % 2) * 8 + lane % 8, ch = 2 * ks + lane / 16;
-					ldsm_x4(af[mt], sa + row * 128 + ((ch ^ (row % 8)) * 16));
-				}
+				load_a(ks, af);
 				const uint4 bw = *(const uint4 *)(sb + (warp * KS_PER_STAGE + ks) * TILE_BYTES + lane * 16);
 				const uint32_t words[4] = { bw.x, bw.y, bw.z, bw.w };
 				uint32_t b[G::NF][2];
