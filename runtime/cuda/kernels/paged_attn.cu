@@ -47,7 +47,8 @@
 /* A build with -DQC_ATTN_STAMPS (a profiling aid, never the product's: see
  * tools/attn_stamps.sh) has the split kernel's block (token 0, K/V head y, chunk z)
  * record %globaltimer at its phases, per layer, for the last launch of each layer;
- * the table goes to $QC_ATTN_STAMPS at exit. Phases: entry, before the wait, after
+ * the table goes at exit to qc_attn_stamps_path, which the tool's own file
+ * (tools/attn_stamps_env.c) sets from $QC_ATTN_STAMPS: kernels read no environment. Phases: entry, before the wait, after
  * it, q (and the own rows) staged, own row stored, scores, softmax, P V, partials
  * out and counted, the merge done (the last block only). */
 #ifdef QC_ATTN_STAMPS
@@ -68,10 +69,13 @@ static __device__ __forceinline__ void stamp(const struct qc_cuda_paged_attn_arg
 			s[k] = 0;
 	s[i] = t;
 }
+extern "C" {
+const char *qc_attn_stamps_path; /* set before main by tools/attn_stamps_env.c */
+}
 static void stamp_dump(void)
 {
 	static unsigned long long h[STAMP_LAYERS * STAMP_BLOCKS * STAMP_N];
-	const char *path = getenv("QC_ATTN_STAMPS");
+	const char *path = qc_attn_stamps_path;
 	FILE *f = path ? fopen(path, "w") : NULL;
 	if (!f || cudaMemcpyFromSymbol(h, qc_attn_stamp, sizeof h) != cudaSuccess) {
 		if (f)
