@@ -309,7 +309,8 @@ static void rope_kv8_case(int H, int HKV, int hd, int nr, int mode, int xt, int 
 
 /* RoPE + the fp8 store + q's rotation in one launch (qc_cuda_rope_kv_e4m3): NORM
  * and NEOX, partial rotary, YaRN and llama3 divisors, GQA, heads of 8 (no
- * rotation), 80 (blocks of 16), 100 (none), 128, 256; one token to many (the 8B
+ * rotation), 80 (blocks of 16), 100 (none), 128, 256, 384 (blocks of 128 past the
+ * registers' 256 values: kv8_rotate's shared-memory stages); one token to many (the 8B
  * decode shape at 256 tokens); bad arguments refused, no tokens no launch. */
 void test_rope_kv_e4m3(void)
 {
@@ -320,6 +321,7 @@ void test_rope_kv_e4m3(void)
 		{28, 4, 80, 80, QC_ROPE_NEOX, 2, 16, 17},    {4, 2, 8, 8, QC_ROPE_NORM, 0, 16, 4},
 		{16, 1, 256, 256, QC_ROPE_NEOX, 0, 7, 3},    {12, 4, 96, 96, QC_ROPE_NORM, 1, 16, 6},
 		{32, 8, 128, 128, QC_ROPE_NEOX, 2, 16, 1},   {32, 8, 128, 128, QC_ROPE_NORM, 0, 16, quick ? 40 : 256},
+		{4, 2, 384, 128, QC_ROPE_NEOX, 0, 16, 3},
 	};
 	for (size_t i = 0; i < sizeof cfg / sizeof cfg[0]; i++)
 		rope_kv8_case(cfg[i][0], cfg[i][1], cfg[i][2], cfg[i][3], cfg[i][4], cfg[i][5], cfg[i][6], cfg[i][7]);

@@ -121,6 +121,7 @@ attention:
 		test_kv_store_e4m3(16, 8, 4, 2);
 		test_kv_store_e4m3(16, 96, 12, 4);
 		test_kv_store_e4m3(16, 256, 16, 1);
+		test_kv_store_e4m3(8, 384, 4, 2); /* past the registers' 256: kv8_rotate's shared-memory stages */
 		test_rope_kv_e4m3();
 		const struct fa_entry d1[] = {{quick ? 180 : 1400, 1}, {0, 20}, {17, 1}, {5, 1}};
 		const struct fa_entry d2[] = {{0, 12}, {30, 1}, {2, 1}};

@@ -92,13 +92,53 @@ static __device__ __forceinline__ int kv8_e4m3_exp(const float *y, int n)
 }
 
 /* y (hd floats of the warp's shared memory) <- H y: qc_ref_kv_rotate's butterfly,
- * each stage's pairs over the lanes (a pair's two sums in one lane, as the C
- * loop makes them), then the scale 1 / sqrt(block). No-op below a block of 16. */
+ * a pair's two sums made as the C loop makes them (u + v, u - v), then the scale
+ * 1 / sqrt(block). No-op below a block of 16. Heads of up to KV8_ROT_REGS * 32
+ * values run in registers: lane l holds y[l + 32 i], the stages of len < 32 pair
+ * it with lane l ^ len (shuffles), the longer ones pair registers i and i + len / 32
+ * of the same lane. The stages through shared memory (longer heads) were the fp8
+ * store's cost: per stage a division and three modulos per pair and a warp barrier
+ * (rope_kv8 took twice rope_kv's time, docs/perf-notes.md). Same sums either way. */
+#define KV8_ROT_REGS 8
 static __device__ void kv8_rotate(float *y, int hd)
 {
 	const int n = hd & -hd, lane = threadIdx.x & 31;
 	if (n < 16)
 		return;
+	const float s = __fdiv_rn(1.0f, __fsqrt_rn((float)n));
+	if (hd <= 32 * KV8_ROT_REGS) {
+		float v[KV8_ROT_REGS];
+#pragma unroll
+		for (int i = 0; i < KV8_ROT_REGS; i++)
+			v[i] = lane + 32 * i < hd ? y[lane + 32 * i] : 0.0f;
+		for (int len = 1; len < n && len < 32; len <<= 1) {
+			const bool hi = lane & len; /* this lane holds the pair's second value */
+#pragma unroll
+			for (int i = 0; i < KV8_ROT_REGS; i++) {
+				const float p = __shfl_xor_sync(0xffffffffu, v[i], len);
+				v[i] = hi ? __fsub_rn(p, v[i]) : __fadd_rn(v[i], p);
+			}
+		}
+#pragma unroll
+		for (int li = 1; li < KV8_ROT_REGS; li <<= 1) {
+			if (n <= 32 * li)
+				break;
+#pragma unroll
+			for (int i = 0; i < KV8_ROT_REGS; i++)
+				if (!(i & li)) {
+					const float u = v[i], w = v[i + li];
+					v[i] = __fadd_rn(u, w);
+					v[i + li] = __fsub_rn(u, w);
+				}
+		}
+		__syncwarp(); /* every lane's reads of y done before the writes */
+#pragma unroll
+		for (int i = 0; i < KV8_ROT_REGS; i++)
+			if (lane + 32 * i < hd)
+				y[lane + 32 * i] = __fmul_rn(v[i], s);
+		__syncwarp();
+		return;
+	}
 	const int half = n / 2;
 	for (int len = 1; len < n; len <<= 1) {
 		for (int p = lane; p < hd / 2; p += 32) {
@@ -110,7 +150,6 @@ static __device__ void kv8_rotate(float *y, int hd)
 		}
 		__syncwarp();
 	}
-	const float s = __fdiv_rn(1.0f, __fsqrt_rn((float)n));
 	for (int d = lane; d < hd; d += 32)
 		y[d] = __fmul_rn(y[d], s);
 	__syncwarp();
