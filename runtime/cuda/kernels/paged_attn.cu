@@ -249,8 +249,14 @@ static __device__ void merge_head(const struct qc_cuda_paged_attn_args &a, int64
 
 /* Scores, softmax and unnormalized P V of one (token, K/V head, chunk); with
  * counters (flags), the chunk that finishes last merges the (token, K/V head). */
-template <typename KV, bool ROPE>
-static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_cuda_paged_attn_args a,
+/* MINB: the blocks per SM a kernel is built for (0: the compiler's choice, 168
+ * registers, 3 blocks). Each split block is a chain of dependent memory round trips
+ * (docs/perf-notes.md), so a step with more blocks than the SMs hold at once runs at
+ * the rate of the blocks resident per SM: NV = 2 (heads of up to 128 values) frees
+ * the registers for 4 (128 registers, a few bytes spilled) and, for launches of many
+ * blocks, 5 (96 registers, 50-160 bytes spilled: slower per block, more at once). */
+template <typename KV, bool ROPE, int NV, int MINB>
+static __global__ void __launch_bounds__(ST, MINB) attn_split_kernel(const struct qc_cuda_paged_attn_args a,
 							       int32_t chunk_max, int32_t n_split, float *part_o,
 							       float *part_ml, const int32_t *skip, uint32_t *flags)
 {
@@ -308,7 +314,7 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 	 * per position the same lane sums and shuffle tree as one step at a time.
 	 * kv holds the step being summed; the next step's loads follow the sums. */
 	constexpr int SSTEP = (ST / 32) * (32 / TG), SU = 4;
-	typename KV::raw kv[SU][4]; /* hd <= 256: at most 32 vectors / 8 lanes */
+	typename KV::raw kv[SU][NV]; /* NV = ceil(nvec / TG): 2 up to hd 128, 4 up to 256 */
 	const int32_t jlive = early || ROPE ? jc : j1; /* rows below this one load now */
 	const int32_t klim = ROPE ? min(j1, jc) : j1;    /* ROPE: the own row comes from kcur */
 	auto load_k = [&](int32_t jb, int32_t lim) {
@@ -319,7 +325,7 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 			if (j < lim)
 				k = KV::at(a, table, j, 0, kvh);
 #pragma unroll
-			for (int v = 0; v < 4; v++)
+			for (int v = 0; v < NV; v++)
 				kv[u][v] = j < lim && sub + TG * v < nvec ? KV::load8(k, sub + TG * v) : KV::zero8();
 		}
 	};
@@ -329,7 +335,7 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 		for (int u = 0; u < SU; u++)
 			if (jb + u * SSTEP + lane / TG == jc)
 #pragma unroll
-				for (int v = 0; v < 4; v++)
+				for (int v = 0; v < NV; v++)
 					if (sub + TG * v < nvec)
 						kv[u][v] = KV::smem8(kcur, sub + TG * v, FP8 ? ecur[0] : 0);
 	};
@@ -463,7 +469,7 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 					continue;
 				const typename KV::row k = KV::at(a, table, jc, 0, kvh);
 #pragma unroll
-				for (int v = 0; v < 4; v++)
+				for (int v = 0; v < NV; v++)
 					if (sub + TG * v < nvec)
 						kv[u][v] = KV::load8(k, sub + TG * v);
 			}
@@ -483,14 +489,14 @@ static __global__ void __launch_bounds__(ST) attn_split_kernel(const struct qc_c
 #pragma unroll
 		for (int u = 0; u < SU; u++) {
 			const int32_t j = jb + u * SSTEP + lane / TG;
-			float f[4][8]; /* the row's values, decoded once for the G heads */
+			float f[NV][8]; /* the row's values, decoded once for the G heads */
 #pragma unroll
-			for (int v = 0; v < 4; v++)
+			for (int v = 0; v < NV; v++)
 				KV::unpack8_codes(kv[u][v], f[v]);
 			for (int g = 0; g < G; g++) {
 				float s = 0.0f;
 #pragma unroll
-				for (int v = 0; v < 4; v++) {
+				for (int v = 0; v < NV; v++) {
 					if (sub + TG * v >= nvec)
 						break;
 					const float *qv = qs + g * hd + (sub + TG * v) * 8;
@@ -653,6 +659,32 @@ extern "C" uint64_t qc_cuda_paged_attn_ws_bytes(int64_t n_tok, int32_t n_head, i
 	       sizeof(float);
 }
 
+/* The split kernels: pool x RoPE inside or not x build (NV, MINB). RoPE inside runs
+ * for steps of up to 8 rows only, which never take the 5-block build. */
+typedef void (*split_fn)(const struct qc_cuda_paged_attn_args, int32_t, int32_t, float *, float *, const int32_t *,
+			 uint32_t *);
+enum split_build { SPLIT_NV4, SPLIT_NV2_B4, SPLIT_NV2_B5, SPLIT_BUILDS };
+static const split_fn split_kernels[2][2][SPLIT_BUILDS] = {
+	{{attn_split_kernel<kv_f16, false, 4, 0>, attn_split_kernel<kv_f16, false, 2, 4>,
+	  attn_split_kernel<kv_f16, false, 2, 5>},
+	 {attn_split_kernel<kv_f16, true, 4, 0>, attn_split_kernel<kv_f16, true, 2, 4>,
+	  attn_split_kernel<kv_f16, true, 2, 4>}},
+	{{attn_split_kernel<kv_fp8, false, 4, 0>, attn_split_kernel<kv_fp8, false, 2, 4>,
+	  attn_split_kernel<kv_fp8, false, 2, 5>},
+	 {attn_split_kernel<kv_fp8, true, 4, 0>, attn_split_kernel<kv_fp8, true, 2, 4>,
+	  attn_split_kernel<kv_fp8, true, 2, 4>}},
+};
+
+/* Which build a launch takes: NV = 2 for heads of up to 128 values; 5 blocks per SM
+ * once the (token, K/V head) pairs alone fill the SMs at 4 (measured on an H200,
+ * 8B shape: 256 rows +1.5% against 4 blocks, 64 rows -1.5%, one row -7%). */
+static enum split_build split_build_for(const struct qc_cuda_paged_attn_args *a, int n_sm)
+{
+	if (a->hd > 8 * TG * 2)
+		return SPLIT_NV4;
+	return a->n_tok * a->n_head_kv > 4 * (int64_t)n_sm ? SPLIT_NV2_B5 : SPLIT_NV2_B4;
+}
+
 /* The split path, or QC_EUNSUPPORTED when this shape is outside its limits.
  * Tokens with skip[t] set (NULL: none) are left alone. */
 static int paged_attn_split(const struct qc_cuda_paged_attn_args *a, const int32_t *skip, cudaStream_t s,
@@ -679,11 +711,11 @@ static int paged_attn_split(const struct qc_cuda_paged_attn_args *a, const int32
 		return QC_EUNSUPPORTED;
 	if (!a->n_tok)
 		return QC_OK;
-	void (*const split_k)(const struct qc_cuda_paged_attn_args, int32_t, int32_t, float *, float *, const int32_t *,
-			      uint32_t *) = a->d_pool8 ? (a->fuse_rope ? attn_split_kernel<kv_fp8, true>
-								      : attn_split_kernel<kv_fp8, false>)
-							 : (a->fuse_rope ? attn_split_kernel<kv_f16, true>
-								      : attn_split_kernel<kv_f16, false>);
+	int n_sm;
+	if ((rc = qc_cuda_check(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev),
+				"cudaDeviceGetAttribute", err)))
+		return rc;
+	const split_fn split_k = split_kernels[a->d_pool8 != NULL][a->fuse_rope != 0][split_build_for(a, n_sm)];
 #ifdef QC_ATTN_STAMPS
 	static bool stamp_once = (atexit(stamp_dump), true);
 	(void)stamp_once;
