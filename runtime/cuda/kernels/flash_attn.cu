@@ -13,9 +13,10 @@
  * passes a row's position. Per row the result does not depend on the tile it
  * shares (fully masked key tiles leave it bit-identical), only on its q and keys.
  * Numerics: q * scale * log2(e) and P rounded to binary16; l sums the rounded P.
- * fp8 pool (d_pool8): a tile's values are decoded to binary16 by plain loads
- * (kv_pool.cuh kv8_half8, exact in binary16's range) where the f16 pool's are
- * copied by cp.async; q comes rotated as its K rows are (paged_attn.h).
+ * fp8 pool (d_pool8): a tile's values are decoded to binary16 by plain loads, four
+ * chunks in flight per thread (kv_pool.cuh kv8_half8_raw, exact in binary16's
+ * range) where the f16 pool's are copied by cp.async; q comes rotated as its K rows
+ * are (paged_attn.h).
  * Soft-capped scores and sliding windows (attn_window.cuh): the cap on the score
  * in natural units (log2 units divided out and back), then the causal and window
  * masks; a tile's keys start at its first row's window, and key tiles before a
@@ -221,16 +222,39 @@ static __device__ __forceinline__ void load_kv(const struct qc_cuda_paged_attn_a
 {
 	const int nch = a.hd >> 3; /* 16-byte chunks per row */
 	const int64_t kv_dim = (int64_t)a.n_head_kv * a.hd;
+	if (a.d_pool8) {
+		/* fp8 pool: decoded to binary16 in registers, plain stores (not cp.async);
+		   U chunks' loads in flight before any is decoded, so a tile costs
+		   BK * nch / (FT * U) round trips (8 when they went one at a time) */
+		constexpr int U = 4;
+		const int n = BK * nch;
+		for (int c0 = threadIdx.x; c0 < n; c0 += FT * U) {
+			kv_fp8::raw kr[U], vr[U];
+#pragma unroll
+			for (int u = 0; u < U; u++) {
+				const int c = c0 + u * FT, r = c / nch, ch = c - r * nch;
+				const int32_t j = k0 + r;
+				kr[u] = vr[u] = kv_fp8::zero8(); /* zero codes: binary16 zeros */
+				if (c < n && j >= k_lo && j < n_keys) {
+					kr[u] = kv_fp8::load8(kv_fp8::at(a, table, j, 0, kvh), ch);
+					vr[u] = kv_fp8::load8(kv_fp8::at(a, table, j, 1, kvh), ch);
+				}
+			}
+#pragma unroll
+			for (int u = 0; u < U; u++) {
+				const int c = c0 + u * FT, r = c / nch, ch = c - r * nch;
+				if (c < n) {
+					*(uint4 *)(ks + r * lds + ch * 8) = kv8_half8_raw(kr[u]);
+					*(uint4 *)(vs + r * lds + ch * 8) = kv8_half8_raw(vr[u]);
+				}
+			}
+		}
+		return;
+	}
 	for (int c = threadIdx.x; c < BK * nch; c += FT) {
 		const int r = c / nch, ch = c - r * nch;
 		const int32_t j = k0 + r;
 		const bool ok = j >= k_lo && j < n_keys;
-		if (a.d_pool8) { /* fp8 pool: decoded to binary16 in registers, plain stores (not cp.async) */
-			const uint4 z = make_uint4(0u, 0u, 0u, 0u);
-			*(uint4 *)(ks + r * lds + ch * 8) = ok ? kv8_half8(a, table, j, 0, kvh, ch) : z;
-			*(uint4 *)(vs + r * lds + ch * 8) = ok ? kv8_half8(a, table, j, 1, kvh, ch) : z;
-			continue;
-		}
 		const __half *kp = (const __half *)a.d_pool;
 		if (ok) {
 			const int64_t b = table[j / a.block_tokens], o = j % a.block_tokens;

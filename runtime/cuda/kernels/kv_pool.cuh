@@ -333,22 +333,27 @@ struct kv_fp8 {
 	}
 };
 
-/* An fp8 head's 8 values 8i .. 8i + 7 of position j as binary16 (flash_attn.cu's
+/* 8 values of an fp8 head (codes and the row's scale, as loaded) as binary16 (flash_attn.cu's
  * tiles): exact wherever the f16 pool holds the value exactly (|x| in binary16's
  * normal range, or its subnormals' grid), rounded as the f16 pool would be
  * elsewhere (past 65504: inf, as an f16 pool stores it). */
-static __device__ __forceinline__ uint4 kv8_half8(const struct qc_cuda_paged_attn_args &a, const int32_t *table,
-						  int32_t j, int which, int kvh, int i)
+static __device__ __forceinline__ uint4 kv8_half8_raw(const kv_fp8::raw &v)
 {
-	const kv_fp8::row r = kv_fp8::at(a, table, j, which, kvh);
 	float f[8];
-	kv_fp8::unpack8(kv_fp8::load8(r, i), f);
+	kv_fp8::unpack8(v, f);
 	uint4 out;
 	__half2 *h = (__half2 *)&out;
 #pragma unroll
 	for (int e = 0; e < 4; e++)
 		h[e] = __floats2half2_rn(f[2 * e], f[2 * e + 1]);
 	return out;
+}
+
+/* kv8_half8_raw of position j's vector i, loaded here. */
+static __device__ __forceinline__ uint4 kv8_half8(const struct qc_cuda_paged_attn_args &a, const int32_t *table,
+						  int32_t j, int which, int kvh, int i)
+{
+	return kv8_half8_raw(kv_fp8::load8(kv_fp8::at(a, table, j, which, kvh), i));
 }
 
 #endif
