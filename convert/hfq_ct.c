@@ -4,8 +4,10 @@
  * Owns: config_groups / ignore / format parsing, target matching (exact name, class
  * "Linear", "re:" = Python re.match through PCRE2, the library's precedence) and the
  * per-format tensor layouts (listed above load()).
- * Non-goals: activation / kv-cache schemes (input_scale is ignored: the runtime
- * computes activations in float), sparse formats, dynamic weights.
+ * Non-goals: activation schemes (a group with input_activations, W8A8 / W4A4, is
+ * refused: the runtime computes with float activations, so it would run the
+ * checkpoint weight-only, not as it was calibrated), kv-cache schemes (ignored: the
+ * runtime's K/V cache has its own), sparse formats, dynamic weights.
  * Behaviour matched: compressed-tensors compressors (pack_to_int32, pack_fp4_to_uint8),
  * apply_quantization_config, forward.py _dequantize (facts only).
  */
@@ -84,6 +86,25 @@ static int parse_group(const cJSON *g, const char *gname, int def_format, struct
 	if (dynamic)
 		return qc_err_set(err, QC_EUNSUPPORTED, path, NULL, -1, "config_groups.%.64s: dynamic weight quantization",
 				  gname);
+	/* W8A8 / W4A4: the checkpoint's activations are quantized too (a static
+	   input_scale or dynamic per-token scales). Converting only its weights would
+	   serve other numerics than the ones it was calibrated and evaluated with,
+	   without a word, so it is refused until a kernel runs its activation scheme. */
+	const cJSON *ia = cJSON_GetObjectItemCaseSensitive(g, "input_activations");
+	if (ia && !cJSON_IsNull(ia)) {
+		const cJSON *at = cJSON_GetObjectItemCaseSensitive(ia, "type");
+		const cJSON *ab = cJSON_GetObjectItemCaseSensitive(ia, "num_bits");
+		const cJSON *as = cJSON_GetObjectItemCaseSensitive(ia, "strategy");
+		const cJSON *ad = cJSON_GetObjectItemCaseSensitive(ia, "dynamic");
+		const bool dyn = cJSON_IsTrue(ad) || (cJSON_IsString(ad) && strcmp(ad->valuestring, "local") == 0);
+		return qc_err_set(err, QC_EUNSUPPORTED, path, NULL, -1,
+				  "config_groups.%.64s: its activations are quantized too (input_activations: %.16s %d-bit, "
+				  "%.16s, %s): this runtime computes with float activations and would run the checkpoint "
+				  "weight-only, not as it was calibrated; only weight-only compressed-tensors schemes convert",
+				  gname, cJSON_IsString(at) ? at->valuestring : "?",
+				  cJSON_IsNumber(ab) ? (int)ab->valuedouble : 0, cJSON_IsString(as) ? as->valuestring : "?",
+				  dyn ? "dynamic scales" : "static input_scale");
+	}
 	o->num_bits = (int)bits;
 	o->group_size = gs;
 	const cJSON *type = cJSON_GetObjectItemCaseSensitive(w, "type");

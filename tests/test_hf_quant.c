@@ -703,6 +703,38 @@ static void check_rules(void)
 		CHECK(rc == codes[i] && q == NULL && strcmp(err.path, "config.json") == 0, "bad config %zu: %d (%s)", i, rc, err.msg);
 		cJSON_Delete(c);
 	}
+
+	/* quantized activations (llm-compressor's FP8_DYNAMIC and W8A8 static per-tensor
+	   schemes): refused, naming the group and the scheme; "input_activations": null
+	   (weight-only, as every fixture) still parses */
+	const char *w8a8[] = {
+		("{\"quant_method\":\"compressed-tensors\",\"format\":\"float-quantized\",\"config_groups\":{\"group_0\":{"
+		 "\"targets\":[\"Linear\"],\"weights\":{\"num_bits\":8,\"type\":\"float\",\"strategy\":\"channel\"},"
+		 "\"input_activations\":{\"num_bits\":8,\"type\":\"float\",\"strategy\":\"token\",\"dynamic\":true}}}}"),
+		("{\"quant_method\":\"compressed-tensors\",\"format\":\"naive-quantized\",\"config_groups\":{\"g1\":{"
+		 "\"targets\":[\"Linear\"],\"weights\":{\"num_bits\":8,\"type\":\"int\",\"strategy\":\"tensor\"},"
+		 "\"input_activations\":{\"num_bits\":8,\"type\":\"int\",\"strategy\":\"tensor\",\"dynamic\":false}}}}"),
+	};
+	const char *want[] = {"config_groups.group_0: its activations are quantized too (input_activations: float 8-bit, "
+			      "token, dynamic scales)",
+			      "config_groups.g1: its activations are quantized too (input_activations: int 8-bit, tensor, "
+			      "static input_scale)"};
+	for (size_t i = 0; i < sizeof w8a8 / sizeof w8a8[0]; i++) {
+		c = cJSON_Parse(w8a8[i]);
+		q = NULL;
+		rc = qc_hfq_parse(c, NULL, &q, &err);
+		CHECK(rc == QC_EUNSUPPORTED && q == NULL && strstr(err.msg, want[i]) && strstr(err.msg, "weight-only"),
+		      "W8A8 config %zu: %d (%s)", i, rc, err.msg);
+		cJSON_Delete(c);
+	}
+	c = cJSON_Parse("{\"quant_method\":\"compressed-tensors\",\"format\":\"float-quantized\",\"config_groups\":{"
+			"\"group_0\":{\"targets\":[\"Linear\"],\"weights\":{\"num_bits\":8,\"type\":\"float\","
+			"\"strategy\":\"channel\"},\"input_activations\":null}}}");
+	q = NULL;
+	rc = qc_hfq_parse(c, NULL, &q, &err);
+	CHECK(rc == QC_OK && q != NULL, "weight-only FP8 with input_activations null: %d (%s)", rc, rc ? err.msg : "");
+	qc_hfq_close(q);
+	cJSON_Delete(c);
 }
 
 /* ---- through the CLI: qconvert DIR, then qconvert dump (act_perm undone, experts cut
