@@ -349,11 +349,4 @@ static __device__ __forceinline__ uint4 kv8_half8_raw(const kv_fp8::raw &v)
 	return out;
 }
 
-/* kv8_half8_raw of position j's vector i, loaded here. */
-static __device__ __forceinline__ uint4 kv8_half8(const struct qc_cuda_paged_attn_args &a, const int32_t *table,
-						  int32_t j, int which, int kvh, int i)
-{
-	return kv8_half8_raw(kv_fp8::load8(kv_fp8::at(a, table, j, which, kvh), i));
-}
-
 #endif

@@ -248,9 +248,10 @@ static __device__ void merge_head(const struct qc_cuda_paged_attn_args &a, int64
 }
 
 /* Scores, softmax and unnormalized P V of one (token, K/V head, chunk); with
- * counters (flags), the chunk that finishes last merges the (token, K/V head). */
-/* MINB: the blocks per SM a kernel is built for (0: the compiler's choice, 168
- * registers, 3 blocks). Each split block is a chain of dependent memory round trips
+ * counters (flags), the chunk that finishes last merges the (token, K/V head).
+ * NV: the 16-byte K vectors a lane of the score pass holds. MINB: the blocks per
+ * SM a kernel is built for (0: the compiler's choice, 168 registers, 3 blocks).
+ * Each split block is a chain of dependent memory round trips
  * (docs/perf-notes.md), so a step with more blocks than the SMs hold at once runs at
  * the rate of the blocks resident per SM: NV = 2 (heads of up to 128 values) frees
  * the registers for 4 (128 registers, a few bytes spilled) and, for launches of many
@@ -702,19 +703,17 @@ static int paged_attn_split(const struct qc_cuda_paged_attn_args *a, const int32
 	const size_t smem = sizeof(float) * ((size_t)G * (size_t)a->hd + (size_t)G * (size_t)chunk_max +
 					     (size_t)(ST / 32) * (size_t)G * (size_t)a->hd) +
 			    (a->fuse_rope ? 4 * (size_t)a->hd + sizeof(struct rope_cs) * (size_t)(a->rope_kv.rope.n_rot / 2) : 0);
-	int dev, max_smem, rc;
+	int dev, max_smem, n_sm, rc;
 	if ((rc = qc_cuda_check(cudaGetDevice(&dev), "cudaGetDevice", err)) ||
 	    (rc = qc_cuda_check(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
+				"cudaDeviceGetAttribute", err)) ||
+	    (rc = qc_cuda_check(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev),
 				"cudaDeviceGetAttribute", err)))
 		return rc;
 	if (smem > (size_t)max_smem)
 		return QC_EUNSUPPORTED;
 	if (!a->n_tok)
 		return QC_OK;
-	int n_sm;
-	if ((rc = qc_cuda_check(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev),
-				"cudaDeviceGetAttribute", err)))
-		return rc;
 	const split_fn split_k = split_kernels[a->d_pool8 != NULL][a->fuse_rope != 0][split_build_for(a, n_sm)];
 #ifdef QC_ATTN_STAMPS
 	static bool stamp_once = (atexit(stamp_dump), true);
