@@ -1,8 +1,9 @@
 #!/bin/sh
 # gpu_marlin.sh — build and run the marlin GEMM GPU check and timings
 # (tests/gpu/marlin_gemm_test.c) on a machine with nvcc and a GPU.
-#   sh tools/gpu_marlin.sh [--check | --gemv-bench | --build-only]
-#   (--check: correctness only; --gemv-bench: the decode GEMV's timings only)
+#   sh tools/gpu_marlin.sh [--check | --gemv-bench | --wg-bench | --build-only]
+#   (--check: correctness only; --gemv-bench: the decode GEMV's timings only;
+#   --wg-bench: the GEMM's mma.sync / wgmma / cuBLAS fp16 table on the 8B shapes)
 # Builds into $BUILD (default build-gpu-mrl) only what the test needs: the layout
 # packer, the type table and reference decoders, the C reference, the kernel.
 # cuBLAS fp16 timings are added when libcublas links; the script says which.
@@ -26,9 +27,12 @@ rm -f $BUILD/libmrl.a
 ar rcs $BUILD/libmrl.a $objs
 $NVCC $NVFLAGS -Xptxas -v -c runtime/cuda/kernels/marlin_gemm.cu -o $BUILD/obj/marlin_gemm_cu.o 2> $BUILD/ptxas.txt || { cat $BUILD/ptxas.txt; exit 1; }
 grep -E "registers|spill" $BUILD/ptxas.txt | sort | uniq -c | head -20
+# the Hopper kernel: registers, and whether ptxas serialized its wgmma (C7513/C7515)
+$NVCC $NVFLAGS -Xptxas -v -c runtime/cuda/kernels/marlin_wgmma.cu -o $BUILD/obj/marlin_wgmma_cu.o 2> $BUILD/ptxas_wg.txt || { cat $BUILD/ptxas_wg.txt; exit 1; }
+grep -E "registers|spill|C75" $BUILD/ptxas_wg.txt | sort | uniq -c | head -20
 # marlin_mm.cu: the backend's table entry; cuda_err.cu: qc_cuda_check; the
 # GEMV's two kernels and what its fusions are checked against
-cuobjs="$BUILD/obj/marlin_gemm_cu.o"
+cuobjs="$BUILD/obj/marlin_gemm_cu.o $BUILD/obj/marlin_wgmma_cu.o"
 # the persistent GEMV's registers and spills, for the log
 $NVCC $NVFLAGS -Xptxas -v -c runtime/cuda/kernels/marlin_gemv_persist.cu -o $BUILD/obj/marlin_gemv_persist_cu.o \
 	2> $BUILD/ptxas_persist.txt || { cat $BUILD/ptxas_persist.txt; exit 1; }

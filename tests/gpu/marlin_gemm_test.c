@@ -29,6 +29,9 @@
 #include "fp16.h"
 
 static int n_pass, n_fail;
+/* check_case's expectation of the kernel qc_cuda_marlin_gemm picks (the wgmma
+ * pass sets it and every case's rows to the wgmma kernel) */
+static bool want_wgmma;
 
 #define CU(x) \
 	do { \
@@ -158,7 +161,10 @@ static void check_case(enum qc_layout l, int64_t m, int64_t n, int64_t k, enum q
 	dr.c = d_c;
 	dr.workspace = d_ws;
 	dr.workspace_bytes = wsb;
-	int rc = qc_cuda_marlin_gemm(&dr, 0, &err);
+	bool wg = false;
+	int rc = qc_cuda_marlin_gemm_plan_wgmma(&dr, &wg, &err);
+	if (rc == QC_OK)
+		rc = qc_cuda_marlin_gemm(&dr, 0, &err);
 	if (rc == QC_OK)
 		rc = qc_cuda_check(cudaDeviceSynchronize(), "sync", &err);
 	void *hc = malloc(cb);
@@ -183,9 +189,11 @@ static void check_case(enum qc_layout l, int64_t m, int64_t n, int64_t k, enum q
 			first_bad = i;
 	}
 	double rel_gpu = sqrt(e_gpu / norm), rel_base = sqrt(e_base / norm);
-	int ok = rc == QC_OK && n_nan == 0 && rel_gpu <= 2 * rel_base + 1e-6;
-	printf("%s %-10s %-5s m=%-4lld n=%-5lld k=%-5lld c=%s split=%-5s ws=%-8zu rel_err %.3e (fp16 plain %.3e) max_abs %.3e nan %lld first_bad %lld%s%s\n",
-	       ok ? "PASS" : "FAIL", qc_layout_name(l), qc_type_get(type_of(l))->name, (long long)m, (long long)n,
+	/* the wgmma pass must run the wgmma kernel: a check of the other kernel
+	 * would pass without testing it */
+	int ok = rc == QC_OK && n_nan == 0 && rel_gpu <= 2 * rel_base + 1e-6 && wg == want_wgmma;
+	printf("%s %-10s %-5s %-5s m=%-4lld n=%-5lld k=%-5lld c=%s split=%-5s ws=%-8zu rel_err %.3e (fp16 plain %.3e) max_abs %.3e nan %lld first_bad %lld%s%s\n",
+	       ok ? "PASS" : "FAIL", qc_layout_name(l), qc_type_get(type_of(l))->name, wg ? "wgmma" : "mma", (long long)m, (long long)n,
 	       (long long)k, ct == QC_MARLIN_C_F16 ? "f16" : "f32", sp == QC_MARLIN_SPLIT_AUTO ? "auto" : "fixed", wsb, rel_gpu,
 	       rel_base, max_abs, (long long)n_nan, (long long)first_bad, rc ? " err: " : "", rc ? err.msg : "");
 	ok ? n_pass++ : n_fail++;
@@ -988,6 +996,7 @@ static int run_cublas(void *ctx, int i, cudaStream_t s)
 #endif
 
 static double copy_bw; /* bytes/s, read + write */
+static bool bench_wgmma; /* bench_shape also times the wgmma kernel (compute capability 9.0) */
 
 struct gv_ctx {
 	struct qc_cuda_mm_args a;
@@ -1123,7 +1132,9 @@ static void bench_shape(enum qc_layout l, int64_t n, int64_t k, const int *ms, i
 		CU(cudaMalloc(&c.d_w[i], wb));
 		CU(cudaMemcpy(c.d_w[i], w, wb, cudaMemcpyHostToDevice));
 	}
-	int64_t mmax = 512;
+	int64_t mmax = 1;
+	for (int mi = 0; mi < n_ms; mi++)
+		mmax = ms[mi] > mmax ? ms[mi] : mmax;
 	uint16_t *a = make_act(mmax, k);
 	void *d_a, *d_c, *d_ws = NULL;
 	size_t ws_max = 0;
@@ -1154,7 +1165,10 @@ static void bench_shape(enum qc_layout l, int64_t n, int64_t k, const int *ms, i
 #endif
 	for (int mi = 0; mi < n_ms; mi++) {
 		int64_t m = ms[mi];
-		for (int si = -1; si < (m == 1 ? n_splits : 0); si++) {
+		/* kernel 0: mma.sync; 1: wgmma (Hopper), auto splits only */
+		for (int kern = 0; kern < (bench_wgmma ? 2 : 1); kern++)
+		for (int si = -1; si < (m == 1 && !kern ? n_splits : 0); si++) {
+			qc_cuda_marlin_gemm_wgmma_rows(kern ? 1 : 0, INT64_MAX);
 			c.a = (struct qc_marlin_gemm_args){ .layout = l, .type = type_of(l), .m = m, .n = n, .k = k,
 							    .a = d_a, .c = d_c, .ldc = n, .c_type = QC_MARLIN_C_F32 };
 			c.a.w = c.d_w[0];
@@ -1179,8 +1193,8 @@ static void bench_shape(enum qc_layout l, int64_t n, int64_t k, const int *ms, i
 			double bytes = wread + (double)(m * k) * 2 + (double)(m * n) * 4;
 			double floor_us = bytes / copy_bw * 1e6;
 			double tflops = 2.0 * (double)m * (double)n * (double)k / (us * 1e-6) / 1e12;
-			printf("BENCH %-9s n=%-5lld k=%-5lld m=%-4lld split=%-5s(%3zu) %9.1f us  %7.1f GB/s  roofline %7.1f us (%5.1f%%)  %6.1f TFLOP/s\n",
-			       qc_layout_name(l), (long long)n, (long long)k, (long long)m,
+			printf("BENCH %-9s %-5s n=%-6lld k=%-5lld m=%-4lld split=%-5s(%3zu) %9.1f us  %7.1f GB/s  roofline %7.1f us (%5.1f%%)  %6.1f TFLOP/s\n",
+			       qc_layout_name(l), kern ? "wgmma" : "mma", (long long)n, (long long)k, (long long)m,
 			       si < 0 ? "auto" : "fixed", wsb ? wsb / ((size_t)m * (size_t)n * 4) : 1, us,
 			       bytes / (us * 1e-6) / 1e9, floor_us, 100.0 * floor_us / us, tflops);
 		}
@@ -1188,13 +1202,14 @@ static void bench_shape(enum qc_layout l, int64_t n, int64_t k, const int *ms, i
 		if (l == QC_LAYOUT_MARLIN_I4) {
 			float us = median_us(run_cublas, &c, 41);
 			double bytes = (double)(n * k) * 2 + (double)(m * k) * 2 + (double)(m * n) * 4;
-			printf("BENCH cublas-f16 n=%-5lld k=%-5lld m=%-4lld                %9.1f us  %7.1f GB/s  roofline %7.1f us (%5.1f%%)  %6.1f TFLOP/s\n",
+			printf("BENCH cublas-f16      n=%-6lld k=%-5lld m=%-4lld                %9.1f us  %7.1f GB/s  roofline %7.1f us (%5.1f%%)  %6.1f TFLOP/s\n",
 			       (long long)n, (long long)k, (long long)m, us, bytes / (us * 1e-6) / 1e9,
 			       bytes / copy_bw * 1e6, 100.0 * bytes / copy_bw * 1e6 / us,
 			       2.0 * (double)m * (double)n * (double)k / (us * 1e-6) / 1e12);
 		}
 #endif
 	}
+	qc_cuda_marlin_gemm_wgmma_rows(128, INT64_MAX);
 #ifdef QC_WITH_CUBLAS
 	cublasDestroy(c.h);
 	cudaFree(d_blas_ws);
@@ -1210,27 +1225,14 @@ static void bench_shape(enum qc_layout l, int64_t n, int64_t k, const int *ms, i
 	free(w);
 }
 
-int main(int argc, char **argv)
+/* The GEMM's cases on fresh random weights: every layout over odd token counts,
+ * group counts and splits; q5_K and hq8 on their own shapes; q6_K's. */
+static void check_gemm_cases(void)
 {
-	/* --check: every check, no timings; --gemv-check: the decode GEMV's checks only
-	 * (quick: the one compute-sanitizer runs); --gemv-bench: the GEMV's timings */
-	int gemv_check = argc > 1 && strcmp(argv[1], "--gemv-check") == 0;
-	int do_bench = !(argc > 1 && (strcmp(argv[1], "--check") == 0 || gemv_check));
-	int gemv_only = argc > 1 && strcmp(argv[1], "--gemv-bench") == 0;
-	bench_profile = gemv_only && getenv("QC_BENCH_PROFILE") && !strcmp(getenv("QC_BENCH_PROFILE"), "1");
-	/* the timings alone, when a check run of the same binary came first (a device
-	 * call's time limit): QC_BENCH_SKIP_CHECKS=1 with --gemv-bench */
-	const int skip_checks =
-		gemv_only && getenv("QC_BENCH_SKIP_CHECKS") && !strcmp(getenv("QC_BENCH_SKIP_CHECKS"), "1");
-	setvbuf(stdout, NULL, _IOLBF, 0); /* a log cut by a timeout still shows the last case */
-	struct cudaDeviceProp prop;
-	CU(cudaGetDeviceProperties(&prop, 0));
-	printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
-
 	static const enum qc_layout layouts[] = { QC_LAYOUT_MARLIN_I4, QC_LAYOUT_MARLIN_I8, QC_LAYOUT_MARLIN_I4Z,
 						  QC_LAYOUT_MARLIN_I8Z };
 	const int n_layouts = (int)(sizeof layouts / sizeof layouts[0]);
-	if (!gemv_check && !bench_profile && !skip_checks) {
+	{
 		static const struct { int64_t m, n, k; } cases[] = {
 			{ 1, 256, 256 },   { 1, 4096, 14336 }, { 3, 512, 4096 },  { 7, 1024, 2080 }, { 16, 192, 512 },
 			{ 17, 256, 96 },   { 33, 768, 1024 },  { 64, 256, 4096 }, { 100, 512, 800 }, { 130, 320, 96 },
@@ -1259,6 +1261,73 @@ int main(int argc, char **argv)
 		i8z_hq8 = 1;
 		check_case(QC_LAYOUT_MARLIN_I8Z, 7, 96, 160, QC_MARLIN_C_F16, QC_MARLIN_SPLIT_AUTO, 0);
 		check_case(QC_LAYOUT_MARLIN_I8Z, 33, 256, 1056, QC_MARLIN_C_F32, QC_MARLIN_SPLIT_FIXED, 3);
+		i8z_hq8 = 0;
+	}
+	{ /* marlin_i6 (q6_K) on the tensor-core GEMM: k in whole 256-blocks; forced
+	   * splits of 11 and 7 groups put a stage's two groups in two 256-blocks */
+		static const struct { int64_t m, n, k; int split; } c6[] = {
+			{ 1, 256, 256, 0 },  { 3, 512, 4096, 0 },  { 16, 192, 512, 0 },   { 17, 256, 768, 3 },
+			{ 33, 768, 1024, 3 }, { 64, 256, 4096, 0 }, { 100, 512, 1280, 0 }, { 130, 320, 256, 0 },
+			{ 64, 128, 1792, 8 }, { 511, 1024, 1024, 0 },
+		};
+		for (size_t i = 0; i < sizeof c6 / sizeof c6[0]; i++)
+			check_case(QC_LAYOUT_MARLIN_I6, c6[i].m, c6[i].n, c6[i].k, i % 2 ? QC_MARLIN_C_F16 : QC_MARLIN_C_F32,
+				   c6[i].split ? QC_MARLIN_SPLIT_FIXED : QC_MARLIN_SPLIT_AUTO, c6[i].split);
+	}
+	/* token counts around the wgmma kernel's 64-token blocks; 3 stripes of 4 (an idle warp) */
+	check_case(QC_LAYOUT_MARLIN_I4, 65, 192, 1024, QC_MARLIN_C_F16, QC_MARLIN_SPLIT_AUTO, 0);
+	check_case(QC_LAYOUT_MARLIN_I4, 300, 448, 2048, QC_MARLIN_C_F32, QC_MARLIN_SPLIT_FIXED, 5);
+	check_case(QC_LAYOUT_MARLIN_I8, 127, 96, 1024, QC_MARLIN_C_F32, QC_MARLIN_SPLIT_AUTO, 0);
+}
+
+int main(int argc, char **argv)
+{
+	/* --check: every check, no timings; --gemv-check: the decode GEMV's checks only
+	 * (quick: the one compute-sanitizer runs); --gemv-bench: the GEMV's timings */
+	int gemv_check = argc > 1 && strcmp(argv[1], "--gemv-check") == 0;
+	int do_bench = !(argc > 1 && (strcmp(argv[1], "--check") == 0 || strcmp(argv[1], "--gemm-check") == 0 ||
+				      gemv_check));
+	int gemv_only = argc > 1 && strcmp(argv[1], "--gemv-bench") == 0;
+	/* --wg-bench: the GEMM timings on the 8B shapes at 1-4096 tokens, no checks;
+	 * --gemm-check: the GEMM's cases alone (both kernels where the device has wgmma) */
+	const int wg_bench = argc > 1 && strcmp(argv[1], "--wg-bench") == 0;
+	const int gemm_check = argc > 1 && strcmp(argv[1], "--gemm-check") == 0;
+	bench_profile = (gemv_only || (argc > 1 && !strcmp(argv[1], "--wg-bench"))) && getenv("QC_BENCH_PROFILE") &&
+			!strcmp(getenv("QC_BENCH_PROFILE"), "1");
+	/* the timings alone, when a check run of the same binary came first (a device
+	 * call's time limit): QC_BENCH_SKIP_CHECKS=1 with --gemv-bench */
+	const int skip_checks =
+		gemv_only && getenv("QC_BENCH_SKIP_CHECKS") && !strcmp(getenv("QC_BENCH_SKIP_CHECKS"), "1");
+	setvbuf(stdout, NULL, _IOLBF, 0); /* a log cut by a timeout still shows the last case */
+	struct cudaDeviceProp prop;
+	CU(cudaGetDeviceProperties(&prop, 0));
+	printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
+
+	static const enum qc_layout layouts[] = { QC_LAYOUT_MARLIN_I4, QC_LAYOUT_MARLIN_I8, QC_LAYOUT_MARLIN_I4Z,
+						  QC_LAYOUT_MARLIN_I8Z };
+	const int n_layouts = (int)(sizeof layouts / sizeof layouts[0]);
+	const bool wgmma_dev = prop.major == 9 && prop.minor == 0;
+	if (!gemv_check && !bench_profile && !skip_checks && !wg_bench) {
+		qc_cuda_marlin_gemm_wgmma_rows(0, INT64_MAX); /* first every case on the mma.sync kernel */
+		check_gemm_cases();
+		if (wgmma_dev) { /* the same cases on the Hopper kernel: 2 warpgroups and 4
+				  * stages (the default), then 1 warpgroup and 6 stages */
+			static const int tunes[][3] = { { 6, 2, 1 }, { 4, 1, 0 } };
+			for (int t = 0; t < 2; t++) {
+				printf("wgmma pass: every case on marlin_wgmma.cu, %d stages, %d warpgroups, split_free %d\n",
+				       tunes[t][0], tunes[t][1], tunes[t][2]);
+				qc_cuda_marlin_gemm_wgmma_tune(tunes[t][0], tunes[t][1], tunes[t][2]);
+				qc_cuda_marlin_gemm_wgmma_rows(1, INT64_MAX);
+				want_wgmma = true;
+				check_gemm_cases();
+				want_wgmma = false;
+			}
+			qc_cuda_marlin_gemm_wgmma_tune(6, 2, 1); /* the backend's defaults */
+			qc_cuda_marlin_gemm_wgmma_rows(128, INT64_MAX);
+		}
+		if (gemm_check)
+			goto checked;
+		i8z_hq8 = 1;
 		check_experts(QC_LAYOUT_MARLIN_I8Z, 5, 128, 544, 3);
 		check_table_entry(QC_LAYOUT_MARLIN_I8Z, 3, 64, 320, NULL);
 		check_gemv(QC_LAYOUT_MARLIN_I8Z, 1, 256, 1056, 1);
@@ -1274,17 +1343,7 @@ int main(int argc, char **argv)
 		z_turn = 1;
 		check_table_entry(QC_LAYOUT_MARLIN_I4Z, 20, 128, 256, NULL); /* q4_1 */
 		check_table_entry(QC_LAYOUT_MARLIN_I8Z, 19, 96, 512, NULL);  /* q5_K */
-		{ /* marlin_i6 (q6_K) on the tensor-core GEMM: k in whole 256-blocks; forced
-		   * splits of 11 and 7 groups put a stage's two groups in two 256-blocks */
-			static const struct { int64_t m, n, k; int split; } c6[] = {
-				{ 1, 256, 256, 0 },  { 3, 512, 4096, 0 },  { 16, 192, 512, 0 },   { 17, 256, 768, 3 },
-				{ 33, 768, 1024, 3 }, { 64, 256, 4096, 0 }, { 100, 512, 1280, 0 }, { 130, 320, 256, 0 },
-				{ 64, 128, 1792, 8 }, { 511, 1024, 1024, 0 },
-			};
-			for (size_t i = 0; i < sizeof c6 / sizeof c6[0]; i++)
-				check_case(QC_LAYOUT_MARLIN_I6, c6[i].m, c6[i].n, c6[i].k,
-					   i % 2 ? QC_MARLIN_C_F16 : QC_MARLIN_C_F32,
-					   c6[i].split ? QC_MARLIN_SPLIT_FIXED : QC_MARLIN_SPLIT_AUTO, c6[i].split);
+		{
 			check_experts(QC_LAYOUT_MARLIN_I6, 6, 192, 512, 3);
 			check_table_entry(QC_LAYOUT_MARLIN_I6, 20, 128, 512, NULL);
 			check_table_entry(QC_LAYOUT_MARLIN_I6, 70, 64, 4096, NULL);
@@ -1310,7 +1369,7 @@ int main(int argc, char **argv)
 			}
 		}
 	}
-	if (bench_profile || skip_checks)
+	if (bench_profile || skip_checks || wg_bench)
 		goto checked;
 	static const struct { int64_t rows, n, k, e; } gv[] = {
 		{ 1, 256, 256, 1 }, { 1, 4096, 4096, 1 }, { 3, 512, 2080, 1 }, { 8, 192, 32, 1 },
@@ -1445,8 +1504,44 @@ checked:
 			}
 		return n_fail ? 1 : 0;
 	}
-	static const int ms[] = { 1, 16, 64, 512 };
+	bench_wgmma = wgmma_dev;
+	{ /* QC_MARLIN_WGMMA_TUNE="stages,warpgroups,split_free", as the backend reads it */
+		const char *wt = getenv("QC_MARLIN_WGMMA_TUNE");
+		if (wt && *wt) {
+			int v[3] = { 6, 2, 1 };
+			char *q = (char *)wt;
+			for (int i = 0; i < 3 && *q; i++) {
+				v[i] = (int)strtol(q, &q, 10);
+				if (*q == ',')
+					q++;
+			}
+			qc_cuda_marlin_gemm_wgmma_tune(v[0], v[1], v[2]);
+			printf("wgmma tune: %d stages, %d warpgroups, split_free %d\n", v[0], v[1], v[2]);
+		}
+	}
 	static const int splits[] = { 1, 4, 8, 16, 32 };
+	if (wg_bench) {
+		/* issue #18's table: the 8B shapes, mma.sync and wgmma against cuBLAS fp16 */
+		static const int wm[] = { 1, 16, 64, 256, 1024, 4096 };
+		if (getenv("QC_WG_BENCH_QUICK")) { /* A/B of the kernel's variants: two shapes, 64-1024 tokens */
+			bench_shape(QC_LAYOUT_MARLIN_I4, 4096, 4096, wm + 2, 3, splits, 0);
+			bench_shape(QC_LAYOUT_MARLIN_I4, 28672, 4096, wm + 2, 3, splits, 0);
+			return n_fail ? 1 : 0;
+		}
+		bench_shape(QC_LAYOUT_MARLIN_I4, 4096, 4096, wm, 6, splits, 0);    /* q / o */
+		bench_shape(QC_LAYOUT_MARLIN_I4, 6144, 4096, wm, 6, splits, 0);    /* q|k|v */
+		bench_shape(QC_LAYOUT_MARLIN_I4, 28672, 4096, wm, 6, splits, 0);   /* gate|up */
+		bench_shape(QC_LAYOUT_MARLIN_I4, 4096, 14336, wm, 6, splits, 0);   /* down */
+		bench_shape(QC_LAYOUT_MARLIN_I4, 128256, 4096, wm, 5, splits, 0);  /* vocabulary, to 1024 */
+		bench_shape(QC_LAYOUT_MARLIN_I8, 28672, 4096, wm, 6, splits, 0);
+		bench_shape(QC_LAYOUT_MARLIN_I8, 4096, 14336, wm, 6, splits, 0);
+		z_turn = 0;
+		bench_shape(QC_LAYOUT_MARLIN_I4Z, 28672, 4096, wm, 6, splits, 0); /* q4_K */
+		bench_shape(QC_LAYOUT_MARLIN_I6, 4096, 14336, wm, 6, splits, 0);  /* q6_K */
+		bench_shape(QC_LAYOUT_MARLIN_I8Z, 28672, 4096, wm, 6, splits, 0); /* q5_K */
+		return n_fail ? 1 : 0;
+	}
+	static const int ms[] = { 1, 16, 64, 512 };
 	bench_shape(QC_LAYOUT_MARLIN_I4, 14336, 4096, ms, 4, splits, 5); /* gate / up */
 	bench_shape(QC_LAYOUT_MARLIN_I4, 4096, 14336, ms, 4, splits, 5); /* down */
 	bench_shape(QC_LAYOUT_MARLIN_I4, 4096, 4096, ms, 4, splits, 0);  /* q / o */

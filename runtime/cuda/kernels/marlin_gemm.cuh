@@ -26,6 +26,15 @@ int qc_cuda_marlin_gemm_workspace(const struct qc_marlin_gemm_args *a, size_t *b
  * QC_ECUDA naming the kernel if a launch fails. */
 int qc_cuda_marlin_gemm(const struct qc_marlin_gemm_args *a, cudaStream_t s, struct qc_err *err);
 
+/* Workspace bytes the wgmma plan's K splits may need for some row count up to
+ * n_rows (its partials are capped at the fp16 weight's size: n_in · n_out · 2);
+ * 0 when the wgmma kernel does not run on this device or that many rows. */
+uint64_t qc_cuda_marlin_gemm_wgmma_ws(int64_t n_in, int64_t n_out, int64_t n_rows);
+
+/* *wgmma: whether qc_cuda_marlin_gemm runs these arguments on the wgmma kernel
+ * (tests, traces). The shape check's codes, or QC_ECUDA. */
+int qc_cuda_marlin_gemm_plan_wgmma(const struct qc_marlin_gemm_args *a, bool *wgmma, struct qc_err *err);
+
 /* Scratch of the backend's table entries (matmul_layouts.def): marlin_mm.cu
  * (fp16 rows + the GEMM's split-K partials, or the fp16 weight from
  * r->blas_min_rows rows on for matrices up to r->f16_max_elems), marlin_gemv.cu

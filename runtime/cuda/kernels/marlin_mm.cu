@@ -96,6 +96,10 @@ extern "C" uint64_t qc_cuda_marlin_mm_ws(int64_t n_in, int64_t n_out, int64_t n_
 				return 0;
 			most = b > most ? b : most;
 		}
+	{ /* the wgmma plan at fewer rows than n_rows may split K further */
+		const uint64_t wg = qc_cuda_marlin_gemm_wgmma_ws(n_in, n_out, n_rows);
+		most = wg > most ? wg : most;
+	}
 	if (f16_reachable(n_in, n_out, n_rows, r)) { /* the fp16 weight takes the partials' place */
 		const uint64_t w16 = (uint64_t)n_in * (uint64_t)n_out * 2;
 		most = w16 > most ? w16 : most;
