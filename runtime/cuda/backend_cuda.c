@@ -165,6 +165,34 @@ static int pdl_setup(struct cu *c, struct qc_err *err)
 	return QC_OK;
 }
 
+/* On compute capability 9.0 the marlin layouts' matmuls of 128-192 rows run the
+ * wgmma GEMM (marlin_wgmma.cu) instead of the weight decoded to fp16 + cuBLAS.
+ * Measured on an H200 (docs/perf-notes.md, 2026-11-29, 8B Q4_0 decode): 128
+ * requests +28%, 160 -1%, 192 +15%; at 256 fp16 + cuBLAS is still 9% faster, 224
+ * is unmeasured. So there the f16+cublas column starts at 193 rows and the wgmma
+ * kernel stops at 192 (the vocabulary matrix, which never takes the fp16 copy,
+ * keeps the mma.sync kernel past it as before), unless QC_MARLIN_CUBLAS_ROWS is
+ * given (then wgmma from QC_MARLIN_WGMMA_ROWS on, with no upper bound) or
+ * QC_MARLIN_WGMMA_ROWS turns the kernel off. Before any scratch is sized. */
+static int wgmma_setup(struct cu *c, struct qc_err *err)
+{
+	int dev = 0, major = 0, minor = 0, rc;
+	if ((rc = qc_cuda_be_ck(cudaGetDevice(&dev), "cudaGetDevice", err)) ||
+	    (rc = qc_cuda_be_ck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev),
+				"cudaDeviceGetAttribute", err)) ||
+	    (rc = qc_cuda_be_ck(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev),
+				"cudaDeviceGetAttribute", err)))
+		return rc;
+	int64_t max_rows = INT64_MAX;
+	if (major == 9 && minor == 0 && !c->env.cublas_rows_given && c->env.mm.wgmma_rows > 0 &&
+	    c->env.mm.wgmma_rows <= 128 && c->env.mm.rows.blas_min_rows == 128) {
+		c->env.mm.rows.blas_min_rows = 193;
+		max_rows = 192;
+	}
+	qc_cuda_marlin_gemm_wgmma_rows(c->env.mm.wgmma_rows, max_rows);
+	return QC_OK;
+}
+
 /* Everything of create but a tensor-parallel rank's communicator: *out is the
  * state, also when it fails part way (the caller destroys it), or NULL. */
 static int create_local(const struct qc_model *m, const struct qc_backend_params *p, struct cu **out,
@@ -200,6 +228,8 @@ static int create_local(const struct qc_model *m, const struct qc_backend_params
 	c->m = m;
 	c->p = *p;
 	qc_cuda_env_read(&c->env);
+	if ((rc = wgmma_setup(c, err)))
+		return rc;
 	qc_cuda_marlin_gemv_stream_tune(c->env.mm.stream_blocks, c->env.mm.stream_min_wt);
 	qc_cuda_marlin_gemv_stream_cluster(c->env.mm.stream_cluster);
 	qc_cuda_marlin_gemv_stream_xq(c->env.mm.stream_xq); /* -1, 0, 8 or 16: checked by env_read */
@@ -207,6 +237,7 @@ static int create_local(const struct qc_model *m, const struct qc_backend_params
 	qc_cuda_marlin_gemv_stream_persist(c->env.mm.stream_persist);
 	qc_cuda_marlin_gemv_stream_wave(c->env.mm.stream_wave);
 	qc_cuda_marlin_gemv_norm_once(c->env.mm.norm_once);
+	qc_cuda_marlin_gemm_wgmma_tune(c->env.mm.wgmma_stages, c->env.mm.wgmma_groups, c->env.mm.wgmma_split_free);
 	c->L = calloc((size_t)cfg->n_layer, sizeof *c->L);
 	if (!c->L)
 		return qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");

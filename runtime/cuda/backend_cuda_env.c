@@ -25,8 +25,27 @@ void qc_cuda_env_read(struct qc_cuda_env *e)
 	/* first row count of the >= 128 column (marlin: fp16 decode + cuBLAS); 0 or
 	 * less: never */
 	e->mm.rows.blas_min_rows = env_i64("QC_MARLIN_CUBLAS_ROWS", def.rows.blas_min_rows);
+	e->cublas_rows_given = getenv("QC_MARLIN_CUBLAS_ROWS") && *getenv("QC_MARLIN_CUBLAS_ROWS");
 	if (e->mm.rows.blas_min_rows <= 0)
 		e->mm.rows.blas_min_rows = INT64_MAX;
+	/* marlin matmuls of at least this many rows run on the Hopper wgmma GEMM
+	 * (compute capability 9.0); 0 or less: never (the mma.sync GEMM); with it the
+	 * backend starts the f16+cublas column at 193 rows (wgmma_setup) */
+	e->mm.wgmma_rows = env_i64("QC_MARLIN_WGMMA_ROWS", def.wgmma_rows);
+	/* "stages,warpgroups,split_free": the wgmma kernel's shape (A/B runs) */
+	const char *wt = getenv("QC_MARLIN_WGMMA_TUNE");
+	if (wt && *wt) {
+		int v[3] = { def.wgmma_stages, def.wgmma_groups, def.wgmma_split_free };
+		const char *q = wt;
+		for (int i = 0; i < 3 && *q; i++) {
+			char *end;
+			v[i] = (int)strtol(q, &end, 10);
+			q = *end == ',' ? end + 1 : end;
+		}
+		e->mm.wgmma_stages = v[0];
+		e->mm.wgmma_groups = v[1];
+		e->mm.wgmma_split_free = v[2];
+	}
 	/* N: marlin layouts run their GEMV up to N rows (batch-invariant runs) */
 	e->mm.rows.mma_gemv_rows = env_i64("QC_MARLIN_GEMV_ROWS", 0);
 	/* one row of a matrix of at most this many elements: the GEMV over the 1-row mma */

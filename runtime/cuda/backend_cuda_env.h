@@ -9,6 +9,7 @@
 #ifndef QC_BACKEND_CUDA_ENV_H
 #define QC_BACKEND_CUDA_ENV_H
 
+#include <stdbool.h>
 #include "kernels/matmul_dispatch.h"
 #include "kernels/paged_attn.h"
 
@@ -31,6 +32,8 @@ struct qc_cuda_env {
 	int tp_p2p;                    /* QC_CUDA_TP_P2P=1: tensor-parallel all-reduces of at most
 					  QC_CUDA_TP_P2P_BYTES through tp_allreduce.cu (peer to peer)
 					  instead of NCCL (backend_cuda_tp.c) */
+	bool cublas_rows_given;        /* QC_MARLIN_CUBLAS_ROWS was set (else the backend moves the
+					  f16+cublas column to 193 rows where the wgmma GEMM runs) */
 	const char *nccl_lib;          /* QC_NCCL_LIB: libnccl.so.2, or the folder holding it, for
 					  tensor parallelism (backend_cuda_nccl.h); NULL: the loader's
 					  search. Points into the environment. */
