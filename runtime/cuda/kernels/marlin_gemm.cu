@@ -221,13 +221,15 @@ struct plan {
 /* Token counts for which a matmul of one slice runs on wgmma where the device has
  * it (qc_cuda_marlin_gemm_wgmma_rows); MoE rows keep the mma.sync kernel. */
 int64_t wg_min_rows = 128, wg_max_rows = INT64_MAX;
-/* 1: the wgmma plan splits K to fill the SMs without the partials' cap (A/B runs) */
+/* 1 (default): the wgmma plan splits K to fill the SMs with partials up to the fp16
+ * weight's size; 0: under the mma.sync plan's cap (qc_cuda_marlin_gemm_wgmma_tune) */
 int wg_split_free = 1;
 
 /* Tokens per block from m (one row per block for MoE rows). K is split so the
  * grid fills whole waves of resident blocks (waves / splits, the time per unit of
  * work, smallest; ties to fewer splits), keeping >= 8 groups (4 pipeline stages)
- * per split and the fp32 partials no larger than the weights. */
+ * per split and the fp32 partials no larger than the weights (the wgmma plan: than
+ * the weight in fp16). */
 int make_plan(const struct qc_marlin_gemm_args *a, struct plan *pl, struct qc_err *err)
 {
 	const int bits = qc_marlin_bits(a->layout), zp = qc_marlin_has_offsets(a->layout);
@@ -253,8 +255,9 @@ int make_plan(const struct qc_marlin_gemm_args *a, struct plan *pl, struct qc_er
 	if (rc)
 		return rc;
 	if (per_sm < 1)
-		return qc_err_set(err, QC_ECUDA, NULL, NULL, -1, "marlin_gemm: no block of %d-bit x %d fits an SM",
-				  bits, 16 * mt);
+		return qc_err_set(err, QC_ECUDA, NULL, NULL, -1,
+				  "marlin_gemm: no block of %d-bit x %d tokens (%s) fits an SM", bits,
+				  pl->wg ? 64 * pl->wgs : 16 * mt, pl->wg ? "wgmma" : "mma.sync");
 	const int groups = (int)(a->k / 32), wn = bits == 8 ? 32 : 64;
 	const int bm = pl->wg ? 64 * pl->wgs : 16 * mt;
 	pl->m_blocks = a->expert ? a->m : (a->m + bm - 1) / bm;
