@@ -313,27 +313,26 @@ extern "C" uint64_t qc_cuda_marlin_gemm_wgmma_ws(int64_t n_in, int64_t n_out, in
 	return (uint64_t)n_in * (uint64_t)n_out * 2;
 }
 
+/* The shape check, then the plan: what the two queries below share. */
+static int checked_plan(const struct qc_marlin_gemm_args *a, struct plan *pl, struct qc_err *err)
+{
+	int rc = qc_marlin_gemm_check(a, err);
+	return rc ? rc : make_plan(a, pl, err);
+}
+
 extern "C" int qc_cuda_marlin_gemm_plan_wgmma(const struct qc_marlin_gemm_args *a, bool *wgmma, struct qc_err *err)
 {
 	struct plan pl;
-	*wgmma = false;
-	int rc = qc_marlin_gemm_check(a, err);
-	if (!rc)
-		rc = make_plan(a, &pl, err);
-	if (!rc)
-		*wgmma = pl.wg;
+	int rc = checked_plan(a, &pl, err);
+	*wgmma = !rc && pl.wg;
 	return rc;
 }
 
 extern "C" int qc_cuda_marlin_gemm_workspace(const struct qc_marlin_gemm_args *a, size_t *bytes, struct qc_err *err)
 {
 	struct plan pl;
-	*bytes = 0;
-	int rc = qc_marlin_gemm_check(a, err);
-	if (!rc)
-		rc = make_plan(a, &pl, err);
-	if (!rc)
-		*bytes = ws_bytes(a, &pl);
+	int rc = checked_plan(a, &pl, err);
+	*bytes = rc ? 0 : ws_bytes(a, &pl);
 	return rc;
 }
 
