@@ -21,6 +21,8 @@ void qc_quant_row_F16(const float *src, void *dst, int64_t n);
 void qc_quant_row_BF16(const float *src, void *dst, int64_t n);
 void qc_quant_row_Q8_0(const float *src, void *dst, int64_t n);
 void qc_quant_row_Q4_0(const float *src, void *dst, int64_t n);
+/* one whole row (per-row scale), activation scale 0 */
+void qc_quant_row_F8A8(const float *src, void *dst, int64_t n);
 /* quant_k.c: plain min/max K-quant encoders (not llama.cpp's search) */
 void qc_quant_row_Q4_K(const float *src, void *dst, int64_t n);
 void qc_quant_row_Q5_K(const float *src, void *dst, int64_t n);

@@ -97,6 +97,19 @@ void qc_dequant_row_F8E4M3(const void *src, float *dst, int64_t n)
 	}
 }
 
+/* f8_a8: the weights alone (the activation scale a is the matmul's business) */
+void qc_dequant_row_F8A8(const void *src, float *dst, int64_t n)
+{
+	const uint8_t *p = src;
+	for (int64_t ib = 0; ib < n / QC_QK32; ib++, p += sizeof(struct qc_block_F8A8), dst += QC_QK32) {
+		struct qc_block_F8A8 b;
+		memcpy(&b, p, sizeof b);
+		const float d = qc_hfq_get_f32(b.d);
+		for (int j = 0; j < 32; j++)
+			dst[j] = qc_e4m3_to_f32(b.qs[j]) * d;
+	}
+}
+
 void qc_dequant_row_NVFP4(const void *src, float *dst, int64_t n)
 {
 	const uint8_t *p = src;

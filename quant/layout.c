@@ -3,7 +3,7 @@
  * Owns: qc_layouts (one row per enum qc_layout: name, row alignment, fusing, the
  * size/pack/unpack functions and the kernel kind per activation-row column) and
  * qc_layout_kernel, the one place that turns (layout, rows, experts) into a kernel
- * kind. The per-layout work lives in layout_marlin.c and layout_nvfp4.c; this file
+ * kind. The per-layout work lives in layout_marlin.c, layout_nvfp4.c and layout_fp8.c; this file
  * only routes through the table, so a new layout is a row here plus its file.
  */
 #include "layout.h"
@@ -14,6 +14,7 @@
 #include "cursor.h"
 #include "layout_marlin.h"
 #include "layout_nvfp4.h"
+#include "layout_fp8.h"
 
 static const char *const target_names[QC_TARGET_COUNT] = {
 	[QC_TARGET_CPU] = "cpu", [QC_TARGET_SM80] = "sm80", [QC_TARGET_SM86] = "sm86",
@@ -55,6 +56,10 @@ enum qc_layout qc_target_layout(enum qc_target tgt, enum qc_type type, uint32_t 
 	/* sm100's block-scaled tensor cores read NVFP4 with CUTLASS's scale tiles */
 	if (tgt == QC_TARGET_SM100 && type == QC_TYPE_NVFP4)
 		return QC_LAYOUT_NVFP4_SWZ;
+	/* FP8 tensor cores exist from sm89 on; older targets keep W8A8 ggml (and the CUDA
+	   backend refuses it there rather than run it weight-only) */
+	if (type == QC_TYPE_F8A8)
+		return tgt >= QC_TARGET_SM89 ? QC_LAYOUT_FP8_ROWS : QC_LAYOUT_GGML;
 	return qc_marlin_layout_for(type);
 }
 
@@ -153,6 +158,8 @@ enum qc_kernel_kind qc_layout_kernel(enum qc_layout l, int64_t n_rows, bool expe
 		return QC_KERNEL_NONE;
 	const struct qc_layout_traits *t = &qc_layouts[l];
 	if (experts) {
+		if (t->experts == QC_KERNEL_NONE) /* the layout never holds stacked experts */
+			return QC_KERNEL_NONE;
 		if (n_rows <= r->gemv_max_rows)
 			return QC_KERNEL_GEMV;
 		/* the grouped GEMM decodes whole 32-element chunks of a row */
@@ -165,7 +172,8 @@ enum qc_kernel_kind qc_layout_kernel(enum qc_layout l, int64_t n_rows, bool expe
 		big = t->kernel[QC_ROWS_9_127];
 	if (n_rows > r->gemv_max_rows)
 		return big;
-	if (r->mma_gemv_rows != 0 && has_kind(t, QC_KERNEL_MMA))
+	if (r->mma_gemv_rows != 0 && has_kind(t, QC_KERNEL_MMA) &&
+	    (has_kind(t, QC_KERNEL_GEMV) || t->experts == QC_KERNEL_GEMV))
 		return n_rows <= r->mma_gemv_rows ? QC_KERNEL_GEMV : big;
 	/* H100, one decode row, marlin_i8 (docs/perf-notes.md): SmolLM2's 576-wide
 	 * matrices 431 -> 721 tok/s on the GEMV; Llama-3-8B's 14336 x 4096 ones 4% slower */
@@ -266,9 +274,43 @@ static int nvfp4_unpack(enum qc_layout l, enum qc_type type, const int64_t ne[4]
 	return qc_nvfp4_swz_unpack_rows(type, ne, packed, row0, n_rows, out, err);
 }
 
+/* fp8_rows has one layout id, like nvfp4_swz */
+static bool fp8_fits(enum qc_layout l, enum qc_type type, const int64_t ne[4], uint32_t n_dims, const char **why)
+{
+	(void)l;
+	return qc_fp8_rows_fits(type, ne, n_dims, why);
+}
+
+static int fp8_row_bytes(enum qc_layout l, enum qc_type type, int64_t ne0, uint64_t *bytes)
+{
+	(void)l;
+	return qc_fp8_rows_row_bytes(type, ne0, bytes);
+}
+
+static int fp8_bytes(enum qc_layout l, enum qc_type type, const int64_t ne[4], uint64_t *bytes)
+{
+	(void)l;
+	return qc_fp8_rows_bytes(type, ne, bytes);
+}
+
+static int fp8_pack(enum qc_layout l, enum qc_type type, const int64_t ne[4], const uint8_t *rows, uint8_t *out,
+		    struct qc_err *err)
+{
+	(void)l;
+	return qc_fp8_rows_pack(type, ne, rows, out, err);
+}
+
+static int fp8_unpack(enum qc_layout l, enum qc_type type, const int64_t ne[4], const uint8_t *packed,
+		      uint64_t row0, uint64_t n_rows, uint8_t *out, struct qc_err *err)
+{
+	(void)l;
+	return qc_fp8_rows_unpack_rows(type, ne, packed, row0, n_rows, out, err);
+}
+
 #define GGML_FNS ggml_fits, ggml_row_bytes, ggml_bytes, ggml_pack, ggml_unpack
 #define MARLIN_FNS qc_marlin_fits, qc_marlin_row_bytes, qc_marlin_bytes, marlin_pack, qc_marlin_unpack_rows
 #define NVFP4_FNS nvfp4_fits, nvfp4_row_bytes, nvfp4_bytes, nvfp4_pack, nvfp4_unpack
+#define FP8_FNS fp8_fits, fp8_row_bytes, fp8_bytes, fp8_pack, fp8_unpack
 #define K_GEMV QC_KERNEL_GEMV
 #define K_MMA QC_KERNEL_MMA
 #define K_F16 QC_KERNEL_F16_BLAS
@@ -298,4 +340,8 @@ const struct qc_layout_traits qc_layouts[QC_LAYOUT_COUNT] = {
 	 * codes in registers; the vocabulary matrix keeps it past 128 rows) */
 	[QC_LAYOUT_MARLIN_I6] = { "marlin_i6", QC_MARLIN_STRIPE_I6, true, MARLIN_FNS,
 				  { K_GEMV, K_MMA, K_MMA, K_F16 }, K_GEMV },
+	/* W8A8 FP8: every row count on the FP8 tensor-core GEMM (fp8_gemm.cu: the activations
+	 * rounded to e4m3 by the weights' scheme, then cuBLASLt), since a float GEMV would not
+	 * be the checkpoint's arithmetic; 2-D only: no stacked experts (none) */
+	[QC_LAYOUT_FP8_ROWS] = { "fp8_rows", 0, false, FP8_FNS, { K_MMA, K_MMA, K_MMA, K_MMA }, QC_KERNEL_NONE },
 };

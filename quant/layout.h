@@ -6,7 +6,8 @@
  * cpu stores ggml blocks as-is; sm80+ store q4_0/q8_0/q4_1/q4_K/hq4/q5_K/hq8/q6_K matrices in
  * the marlin tensor-core layouts (layout_marlin.h, docs/layout-marlin.md) when the shape fits.
  * sm100 also stores nvfp4 matrices with CUTLASS block-scale tiles (nvfp4_swz,
- * layout_nvfp4.h, docs/layout-nvfp4.md); sm80..sm90 keep nvfp4 ggml.
+ * layout_nvfp4.h, docs/layout-nvfp4.md); sm80..sm90 keep nvfp4 ggml. sm89+ store W8A8
+ * FP8 (f8_a8) matrices as fp8_rows for FP8 tensor cores (layout_fp8.h, docs/layout-fp8.md).
  * The layout table (qc_layouts, layout.c) is the one place per-layout facts live:
  * sizes, alignment, pack/unpack, fusing, and which kernel kind runs for how many
  * activation rows (qc_layout_kernel). Code elsewhere asks it instead of switching.
@@ -28,6 +29,7 @@ enum qc_layout {
 	QC_LAYOUT_MARLIN_I8Z = 4, /* 8-bit codes (i8 order) + fp16 scale and offset per group (+ exact headers) */
 	QC_LAYOUT_NVFP4_SWZ = 5, /* nvfp4: code rows + e4m3 scales in CUTLASS sm100 128x4 tiles + global scales */
 	QC_LAYOUT_MARLIN_I6 = 6, /* q6_K, lossless: low nibbles as i4 tiles + a plane of high bits, int8 and fp16 scales */
+	QC_LAYOUT_FP8_ROWS = 7,  /* f8_a8 (W8A8 FP8): e4m3 code rows + a scale per row + the activation scale */
 	QC_LAYOUT_COUNT,
 };
 
@@ -48,7 +50,8 @@ enum qc_target {
 enum qc_kernel_kind {
 	QC_KERNEL_NONE = 0,        /* no kernel (the table says so; never chosen for a matmul) */
 	QC_KERNEL_GEMV,            /* float activations on CUDA cores, the layout read directly; experts allowed */
-	QC_KERNEL_MMA,             /* tensor-core GEMM on the layout itself (activations rounded to fp16) */
+	QC_KERNEL_MMA,             /* tensor-core GEMM on the layout itself (activations rounded to fp16;
+				      fp8_rows: to e4m3 by the weights' W8A8 scheme) */
 	QC_KERNEL_F16_BLAS,        /* weights decoded to fp16 (every call) + cuBLAS GemmEx, fp32 accumulation */
 	QC_KERNEL_MOE_GEMM,        /* grouped GEMM over rows sorted by expert (moe_gemm.cu) */
 	QC_KERNEL_COUNT,
@@ -80,7 +83,8 @@ struct qc_layout_traits {
 			   uint64_t row0, uint64_t n_rows, uint8_t *out, struct qc_err *err);
 	enum qc_kernel_kind kernel[QC_ROWS_COUNT]; /* one matrix, by activation rows */
 	enum qc_kernel_kind experts;               /* stacked experts (a matrix per row) past gemv_max_rows
-						      rows; up to there, the GEMV */
+						      rows; up to there, the GEMV; QC_KERNEL_NONE: the
+						      layout never holds experts (fits refuses them) */
 };
 
 extern const struct qc_layout_traits qc_layouts[QC_LAYOUT_COUNT];

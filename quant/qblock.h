@@ -326,6 +326,7 @@ QC_STATIC_ASSERT(sizeof(struct qc_block_MXFP4) == 1 + 16, "mxfp4 block");
 #define QC_BLOCK_ELEMS_BNB_FP4 QC_QK32
 #define QC_BLOCK_ELEMS_F8E4M3 QC_QK32
 #define QC_BLOCK_ELEMS_NVFP4 QC_QK32
+#define QC_BLOCK_ELEMS_F8A8 QC_QK32
 
 /* x = d*(q - z), q 4-bit unsigned (GPTQ/AWQ/compressed-tensors 2/3/4-bit codes),
  * z int16 (GPTQ v1's stored zero + 1 reaches 2^bits); 4 + 2 + 16 = 22 B = 5.5 bpw */
@@ -373,6 +374,17 @@ struct qc_block_NVFP4 {
 	uint8_t qs[16];  /* (16) byte j: element 2j low nibble, 2j+1 high */
 };
 QC_STATIC_ASSERT(sizeof(struct qc_block_NVFP4) == 8 + 16, "nvfp4 block");
+
+/* W8A8 FP8: weights x = e4m3(q)*d as f8_e4m3; a is the activation scale of the
+ * whole matrix: > 0 a static input_scale, 0 dynamic per token (quant/act_fp8.h).
+ * Every block of a matrix carries the same a. 4 + 4 + 32 = 40 B = 10 bpw (the sm89+
+ * layout fp8_rows keeps the codes, one d per row and one a: 8 bpw) */
+struct qc_block_F8A8 {
+	uint16_t d[2];   /* f32 weight scale bits */
+	uint16_t a[2];   /* f32 activation scale bits (0: dynamic per token) */
+	uint8_t qs[32];  /* (32) e4m3fn codes */
+};
+QC_STATIC_ASSERT(sizeof(struct qc_block_F8A8) == 8 + 32, "f8_a8 block");
 
 /* Every qtype.def row has a struct of exactly block_bytes and agreeing elems. */
 #define QC_TYPE(E, id, name, be, bb, fam, q, tol) \

@@ -41,6 +41,8 @@ enum qc_family {
 	QC_FAMILY_TERNARY,
 	QC_FAMILY_FP4,
 	QC_FAMILY_FP8,       /* e4m3 codes with a per-block scale */
+	QC_FAMILY_W8A8,      /* e4m3 weights whose activations are rounded to e4m3 too (f8_a8):
+			        a matmul that multiplies float activations would change the model */
 };
 
 /* Decode n_elems (a multiple of block_elems) values from src blocks to dst. */

@@ -1,7 +1,7 @@
 /* quant_ref.c — reference float -> block encoders (round to nearest).
  *
- * Owns: qc_quant_row_{F32,F16,BF16,Q8_0,Q4_0}, used to make test data and
- * samples. Q8_0/Q4_0 reproduce llama.cpp's quantize_row_q8_0_ref /
+ * Owns: qc_quant_row_{F32,F16,BF16,Q8_0,Q4_0,F8A8}, used to make test data and
+ * samples (F8A8: the W8A8 FP8 models mkgguf writes for benchmarks). Q8_0/Q4_0 reproduce llama.cpp's quantize_row_q8_0_ref /
  * quantize_row_q4_0_ref bit for bit: the scale is computed in float, the
  * quants use the unrounded scale's reciprocal, and only then is the scale
  * stored as fp16. Keep the float expressions in this order and this file
@@ -12,7 +12,9 @@
 #include <math.h>
 #include <string.h>
 
+#include "act_fp8.h"
 #include "dequant.h"
+#include "dequant_hfq.h"
 #include "fp16.h"
 
 void qc_quant_row_F32(const float *src, void *dst, int64_t n)
@@ -86,6 +88,26 @@ void qc_quant_row_Q4_0(const float *src, void *dst, int64_t n)
 			q1 = q1 < 15 ? q1 : 15;
 			b.qs[j] = (uint8_t)((unsigned)q0 | ((unsigned)q1 << 4));
 		}
+		memcpy(p, &b, sizeof b);
+	}
+}
+
+/* W8A8 FP8 as llm-compressor's FP8_DYNAMIC scheme writes it: one scale per row (the call
+ * is one row), d = max|x| / 448 (1 for a zero row), codes e4m3(x / d) rounded to nearest
+ * even; activation scale 0 (dynamic per token). */
+void qc_quant_row_F8A8(const float *src, void *dst, int64_t n)
+{
+	float amax = 0.0f;
+	for (int64_t i = 0; i < n; i++)
+		amax = fmaxf(amax, fabsf(src[i]));
+	const float d = amax > 0.0f ? amax / QC_FP8_MAX : 1.0f;
+	uint8_t *p = dst;
+	for (int64_t ib = 0; ib < n / QC_QK32; ib++, p += sizeof(struct qc_block_F8A8)) {
+		struct qc_block_F8A8 b;
+		qc_hfq_put_f32(b.d, d);
+		qc_hfq_put_f32(b.a, 0.0f);
+		for (int j = 0; j < QC_QK32; j++)
+			b.qs[j] = qc_act_fp8_code(src[ib * QC_QK32 + j], d);
 		memcpy(p, &b, sizeof b);
 	}
 }

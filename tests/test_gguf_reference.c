@@ -198,9 +198,9 @@ int main(void)
 	/* every weight type in the table is covered by one of the two sources, except the
 	 * Hugging Face scheme encodings: no GGUF holds them; tests/test_hf_quant.c compares
 	 * each one, row by row, with the dequantization of the library that wrote it
-	 * (auto-gptq, autoawq, bitsandbytes, compressed-tensors) and checks it saw all six */
+	 * (auto-gptq, autoawq, bitsandbytes, compressed-tensors) and checks it saw all seven */
 	const enum qc_type hf_only[] = { QC_TYPE_HQ4, QC_TYPE_HQ8, QC_TYPE_BNB_NF4, QC_TYPE_BNB_FP4,
-					 QC_TYPE_F8E4M3, QC_TYPE_NVFP4 };
+					 QC_TYPE_F8E4M3, QC_TYPE_NVFP4, QC_TYPE_F8A8 };
 	for (size_t i = 0; i < sizeof hf_only / sizeof hf_only[0]; i++)
 		types_seen[hf_only[i]] += !types_seen[hf_only[i]];
 	for (int t = 0; have_fx && t < QC_TYPE_COUNT; t++) /* coverage is the fixtures' */

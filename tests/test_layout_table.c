@@ -26,6 +26,9 @@ static enum qc_kernel_kind old_rule(enum qc_layout l, int64_t n, bool experts, i
 	/* the marlin layouts (marlin_i6, which came after these rules, has their
 	 * tensor-core GEMM too: it takes the 4-bit rule) */
 	const bool marlin = qc_marlin_is(l);
+	/* fp8_rows (W8A8 FP8, after the table): its FP8 GEMM for every row count, no experts */
+	if (l == QC_LAYOUT_FP8_ROWS)
+		return experts ? QC_KERNEL_NONE : QC_KERNEL_MMA;
 	if (experts) {
 		if (n > G && l == QC_LAYOUT_GGML && n_in % 32 == 0)
 			return QC_KERNEL_MOE_GEMM;
@@ -52,7 +55,9 @@ static void table_rows_sane(void)
 			CHECK(t->kernel[c] > QC_KERNEL_NONE && t->kernel[c] < QC_KERNEL_COUNT &&
 				      t->kernel[c] != QC_KERNEL_MOE_GEMM,
 			      "%s: column %d", t->name, c);
-		CHECK(t->experts == QC_KERNEL_GEMV || t->experts == QC_KERNEL_MOE_GEMM, "%s: experts", t->name);
+		CHECK(t->experts == QC_KERNEL_GEMV || t->experts == QC_KERNEL_MOE_GEMM ||
+			      (t->experts == QC_KERNEL_NONE && t->row_align == 0),
+		      "%s: experts", t->name);
 	}
 	CHECK(qc_layout_kernel(QC_LAYOUT_COUNT, 1, false, 32, 32, &(struct qc_kernel_rows)QC_KERNEL_ROWS_DEFAULT) ==
 		      QC_KERNEL_NONE,
@@ -103,7 +108,10 @@ static void small_matrix_rule(void)
 	int64_t bad = 0;
 	for (int l = 0; l < QC_LAYOUT_COUNT; l++) {
 		const struct qc_layout_traits *t = &qc_layouts[l];
-		const bool takes = t->kernel[QC_ROWS_1] == QC_KERNEL_MMA;
+		bool gemv = t->experts == QC_KERNEL_GEMV; /* the rule needs a GEMV to move to */
+		for (int k = 0; k < QC_ROWS_COUNT; k++)
+			gemv |= t->kernel[k] == QC_KERNEL_GEMV;
+		const bool takes = t->kernel[QC_ROWS_1] == QC_KERNEL_MMA && gemv;
 		struct qc_kernel_rows off = def;
 		off.gemv_small_elems = 0;
 		/* at the limit, one past it, a 1-row call of 0 rows, and 2 rows (never moved) */

@@ -258,7 +258,20 @@ static void bound_q6_k(const float *x, int64_t k, double *tol)
 		tol[i] = 0.5 * (need[i / 16] + d) + ldexp(amax, -18);
 }
 
+/* f8_a8: one scale for the whole call (a row), d = amax/448: e4m3 keeps 3 mantissa bits,
+ * so normal values are within 2^-4 relative (half a step), subnormals (below 2^-6 d)
+ * within half their step 2^-9 d; plus the float product e4m3 * d (2^-24). row_amax is
+ * the call's, set by the caller (the bound sees one block). */
+static double row_amax;
+static void bound_f8a8(const float *x, int64_t k, double *tol)
+{
+	const double d = row_amax / 448.0;
+	for (int64_t i = 0; i < k; i++)
+		tol[i] = fmax(fabs(x[i]) * 0x1p-4, 0x1p-10 * d) * (1.0 + 0x1p-20) + fabs(x[i]) * 0x1p-23;
+}
+
 static const bound_fn round_trip_bound[QC_TYPE_COUNT] = {
+	[QC_TYPE_F8A8] = bound_f8a8,
 	[QC_TYPE_F32] = bound_exact,
 	[QC_TYPE_F16] = bound_f16,
 	[QC_TYPE_BF16] = bound_bf16,
@@ -329,6 +342,9 @@ static void test_round_trip_within_format_bound(void)
 		}
 		for (int rep = 0; rep < 4; rep++) {
 			fill_round_trip_input(x, RT_N);
+			row_amax = 0.0;
+			for (int64_t i = 0; i < RT_N; i++)
+				row_amax = fmax(row_amax, fabs(x[i]));
 			tt->quant_row(x, q, RT_N);
 			tt->dequant_row(q, y, RT_N);
 			const int64_t bad = count_outside(t, x, y, RT_N, 1);

@@ -245,6 +245,19 @@ enum qc_ref_prec {
  * tensor-parallel all-reduce's sum, tp_allreduce.cu); n_ranks >= 1, y may be x[0]. */
 void qc_ref_tp_sum(const float *const *x, int n_ranks, int64_t n, float *y);
 
+/* W8A8 FP8 (runtime/cuda/kernels/fp8_gemm.cu): rows t < n_rows of x (stride ldx) rounded
+ * to e4m3 by quant/act_fp8.h under activation scale a (> 0 static, else dynamic per
+ * row): codes (n_rows, k) and each row's scale. */
+void qc_ref_fp8_act_quant(const float *x, int64_t ldx, int64_t n_rows, int64_t k, float a, uint8_t *codes,
+			  float *scales);
+/* The activation scale a stored in an fp8_rows matrix (quant/layout_fp8.h). */
+float qc_ref_fp8_rows_act_scale(const uint8_t *w, int64_t n_in, int64_t n_out);
+/* y[t * ldy + o] = d[o] * s[t] * sum_i e4m3(w[o][i]) * e4m3(xc[t][i]) in double, for W
+ * in the fp8_rows layout (one matrix) and x rounded as qc_ref_fp8_act_quant does.
+ * QC_ENOMEM when its buffers cannot be had. */
+int qc_ref_fp8_gemm(const uint8_t *w, int64_t n_in, int64_t n_out, const float *x, int64_t ldx, int64_t n_rows,
+		    float *y, int64_t ldy);
+
 /* As qc_ref_gemv_q for nvfp4 weights in the nvfp4_swz layout (quant/layout_nvfp4.h):
  * w = matrix 0's slice, n_in = K, n_out = N rows, matrices mat_stride bytes apart;
  * weights decoded from the packed bytes by docs/layout-nvfp4.md's formulas. */
