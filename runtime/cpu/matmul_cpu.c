@@ -12,7 +12,9 @@
  *    own float order, bit for bit: matmul_q8_1.c;
  *  - K-quant (q4_K / q5_K / q6_K weights x q8_K activation codes, QC_ACT_ROUND_GGML),
  *    exact integer super-block sums summed in double: matmul_kq.c;
- *  - reference (every other case), decoded rows dotted in double: matmul_ref.c.
+ *  - reference (every other case), decoded rows dotted in double: matmul_ref.c; it also
+ *    runs W8A8 FP8 (f8_a8), whose activations are first rounded to e4m3 (the products of
+ *    two e4m3 values times two scales, summed in double).
  * Activation rounding (ggml's x86 quantize_row_q8_*): matmul_round.c. SIMD clones do
  * the same IEEE operations as the portable code, bit for bit (matmul_cpu.h's invariant).
  */
@@ -28,6 +30,11 @@
 
 bool qc_matmul_groupable(const struct qc_mat *a, const struct qc_mat *b)
 {
+	/* W8A8 matrices round x once for the group: only with one activation scale
+	   (Q, K and V calibrated on the same input usually have it) */
+	if (a->type == b->type && qc_types[a->type].family == QC_FAMILY_W8A8 && a->data && b->data &&
+	    qc_matmul_w8a8_scale(a, 0) != qc_matmul_w8a8_scale(b, 0))
+		return false;
 	return a->type == b->type && a->n_in == b->n_in && !a->act_perm && !b->act_perm;
 }
 

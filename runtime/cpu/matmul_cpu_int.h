@@ -225,6 +225,10 @@ void qc_matmul_rows_ref(struct qc_matmul *mm, const struct mm_part *p, struct sl
  * mode; false (and a warning once) for a type with no activation encoder. */
 bool qc_matmul_act_rounded(const struct qc_matmul *mm, enum qc_type wt);
 
+/* The activation scale a of W8A8 weights (matrix e's first block; every block of a
+ * matrix holds the same): > 0 static, 0 dynamic per token. */
+float qc_matmul_w8a8_scale(const struct qc_mat *w, int64_t e);
+
 /* Rounds rows t0..t1-1 of x (rows of n_in) for weights of type wt into mm->xr (and
  * the kernel's codes when codes is set), with qbuf (a slot's) as scratch. Each row
  * alone: any split of the rows over threads gives the same bits. */

@@ -6,10 +6,15 @@
  * q8_1 block-sum correction for the reference kernel. The AVX2 clone does the same
  * IEEE operations per element.
  * Reference: ggml-cpu quantize_row_q8_0 / q8_1 (x86), quantize_row_q8_K_ref.
+ * W8A8 weights (f8_a8) round their activations to e4m3 under every mode: that is the
+ * checkpoint's own arithmetic, not an emulation of ggml (quant/act_fp8.h).
  */
 #include "matmul_cpu_int.h"
 
 #include <math.h>
+
+#include "act_fp8.h"
+#include "dequant_hfq.h"
 
 /* ggml quantize_row_q8_K_ref: per 256 values, d = max / -127 with max the
  * signed value of largest magnitude, q = min(127, rint(x / d)). Kept here until
@@ -151,8 +156,17 @@ static enum qc_type act_type(const struct qc_matmul *mm, enum qc_type wt)
 	return QC_TYPE_COUNT;
 }
 
+float qc_matmul_w8a8_scale(const struct qc_mat *w, int64_t e)
+{
+	struct qc_block_F8A8 b;
+	memcpy(&b, qc_mat_row(w, e, 0), sizeof b);
+	return qc_hfq_get_f32(b.a);
+}
+
 bool qc_matmul_act_rounded(const struct qc_matmul *mm, enum qc_type wt)
 {
+	if (qc_types[wt].family == QC_FAMILY_W8A8) /* the model's own scheme, under every mode */
+		return true;
 	const enum qc_type at = act_type(mm, wt);
 	if (at == QC_TYPE_COUNT)
 		return false;
@@ -167,6 +181,12 @@ void qc_matmul_round_tokens(struct qc_matmul *mm, enum qc_type wt, const float *
 			    int64_t t1, bool codes, uint8_t *qbuf)
 {
 	const enum qc_type at = act_type(mm, wt);
+	if (qc_types[wt].family == QC_FAMILY_W8A8) {
+		const float a = qc_matmul_w8a8_scale(mm->parts[0].w, mm->e);
+		for (int64_t t = t0; t < t1; t++)
+			qc_act_fp8_row(x + t * n_in, n_in, a, NULL, mm->xr + t * n_in);
+		return;
+	}
 	for (int64_t t = t0; t < t1; t++) {
 		const float *src = x + t * n_in;
 		float *dst = mm->xr + t * n_in;
