@@ -4,10 +4,12 @@
  * Owns: config_groups / ignore / format parsing, target matching (exact name, class
  * "Linear", "re:" = Python re.match through PCRE2, the library's precedence) and the
  * per-format tensor layouts (listed above load()).
- * Non-goals: activation schemes (a group with input_activations, W8A8 / W4A4, is
- * refused: the runtime computes with float activations, so it would run the
- * checkpoint weight-only, not as it was calibrated), kv-cache schemes (ignored: the
- * runtime's K/V cache has its own), sparse formats, dynamic weights.
+ * W8A8 FP8 groups (float 8-bit weights per tensor or channel with float 8-bit
+ * input_activations, static per tensor or dynamic per token) become f8_a8 rows that
+ * carry the activation scale.
+ * Non-goals: other activation schemes (int8 W8A8, W4A4, per-group activations: refused,
+ * since running them weight-only is not the calibrated model), kv-cache schemes
+ * (ignored: the runtime's K/V cache has its own), sparse formats, dynamic weights.
  * Behaviour matched: compressed-tensors compressors (pack_to_int32, pack_fp4_to_uint8),
  * apply_quantization_config, forward.py _dequantize (facts only).
  */
@@ -86,25 +88,6 @@ static int parse_group(const cJSON *g, const char *gname, int def_format, struct
 	if (dynamic)
 		return qc_err_set(err, QC_EUNSUPPORTED, path, NULL, -1, "config_groups.%.64s: dynamic weight quantization",
 				  gname);
-	/* W8A8 / W4A4: the checkpoint's activations are quantized too (a static
-	   input_scale or dynamic per-token scales). Converting only its weights would
-	   serve other numerics than the ones it was calibrated and evaluated with,
-	   without a word, so it is refused until a kernel runs its activation scheme. */
-	const cJSON *ia = cJSON_GetObjectItemCaseSensitive(g, "input_activations");
-	if (ia && !cJSON_IsNull(ia)) {
-		const cJSON *at = cJSON_GetObjectItemCaseSensitive(ia, "type");
-		const cJSON *ab = cJSON_GetObjectItemCaseSensitive(ia, "num_bits");
-		const cJSON *as = cJSON_GetObjectItemCaseSensitive(ia, "strategy");
-		const cJSON *ad = cJSON_GetObjectItemCaseSensitive(ia, "dynamic");
-		const bool dyn = cJSON_IsTrue(ad) || (cJSON_IsString(ad) && strcmp(ad->valuestring, "local") == 0);
-		return qc_err_set(err, QC_EUNSUPPORTED, path, NULL, -1,
-				  "config_groups.%.64s: its activations are quantized too (input_activations: %.16s %d-bit, "
-				  "%.16s, %s): this runtime computes with float activations and would run the checkpoint "
-				  "weight-only, not as it was calibrated; only weight-only compressed-tensors schemes convert",
-				  gname, cJSON_IsString(at) ? at->valuestring : "?",
-				  cJSON_IsNumber(ab) ? (int)ab->valuedouble : 0, cJSON_IsString(as) ? as->valuestring : "?",
-				  dyn ? "dynamic scales" : "static input_scale");
-	}
 	o->num_bits = (int)bits;
 	o->group_size = gs;
 	const cJSON *type = cJSON_GetObjectItemCaseSensitive(w, "type");
@@ -155,6 +138,39 @@ static int parse_group(const cJSON *g, const char *gname, int def_format, struct
 		return qc_err_set(err, QC_EUNSUPPORTED, path, NULL, -1,
 				  "config_groups.%.64s: %s %lld-bit %s weights in format %s", gname, o->is_float ? "float" : "int",
 				  (long long)bits, strategy_names[o->strategy], format_name(o->format));
+	/* Quantized activations: W8A8 FP8 (float 8-bit weights per tensor or channel, float
+	   8-bit activations with a static per-tensor input_scale or dynamic per-token
+	   scales) becomes f8_a8, whose every matmul rounds its activations the same way
+	   (quant/act_fp8.h). Any other activation scheme would run weight-only, not as the
+	   checkpoint was calibrated, so it is refused. */
+	const cJSON *ia = cJSON_GetObjectItemCaseSensitive(g, "input_activations");
+	o->act = 0;
+	if (ia && !cJSON_IsNull(ia)) {
+		const cJSON *at = cJSON_GetObjectItemCaseSensitive(ia, "type");
+		const cJSON *ab = cJSON_GetObjectItemCaseSensitive(ia, "num_bits");
+		const cJSON *as = cJSON_GetObjectItemCaseSensitive(ia, "strategy");
+		const cJSON *ad = cJSON_GetObjectItemCaseSensitive(ia, "dynamic");
+		const bool dyn = cJSON_IsTrue(ad) || (cJSON_IsString(ad) && strcmp(ad->valuestring, "local") == 0);
+		const bool a_fp8 = cJSON_IsString(at) && strcmp(at->valuestring, "float") == 0 && cJSON_IsNumber(ab) &&
+				   ab->valuedouble == 8 && cJSON_IsString(as);
+		const bool w_fp8 = o->is_float && bits == 8 && o->format != CT_NVFP4 && o->format != CT_DENSE &&
+				   (o->strategy == CT_TENSOR || o->strategy == CT_CHANNEL);
+		if (a_fp8 && w_fp8 && !dyn && strcmp(as->valuestring, "tensor") == 0 && !cJSON_IsTrue(ad))
+			o->act = 1;
+		else if (a_fp8 && w_fp8 && cJSON_IsTrue(ad) && strcmp(as->valuestring, "token") == 0)
+			o->act = 2;
+		else
+			return qc_err_set(err, QC_EUNSUPPORTED, path, NULL, -1,
+					  "config_groups.%.64s: quantized activations (input_activations: %.16s %d-bit, "
+					  "%.16s, %s) with %s %lld-bit %s weights: of the activation schemes only W8A8 FP8 "
+					  "runs (float 8-bit weights per tensor or channel, float 8-bit activations static "
+					  "per tensor or dynamic per token); running this one weight-only would not be the "
+					  "model it was calibrated as",
+					  gname, cJSON_IsString(at) ? at->valuestring : "?",
+					  cJSON_IsNumber(ab) ? (int)ab->valuedouble : 0, cJSON_IsString(as) ? as->valuestring : "?",
+					  dyn ? "dynamic scales" : "static input_scale", o->is_float ? "float" : "int",
+					  (long long)bits, strategy_names[o->strategy]);
+	}
 	return QC_OK;
 }
 
@@ -292,7 +308,7 @@ static int need_param(const struct qc_hf_source *src, const char *module, const 
  *     same way along N ([ceil(N/per), G]) or plain int8; weight_g_idx I32 [K] (actorder)
  *   naive-quantized / int-quantized: weight I8 [N, K] (signed q), plain zero points
  *   float-quantized: weight F8_E4M3 [N, K]; weight_scale per tensor [1], channel [N, 1],
- *     group [N, K/g] or block [ceil(N/bn), ceil(K/bk)]
+ *     group [N, K/g] or block [ceil(N/bn), ceil(K/bk)]; W8A8 static: input_scale [1]
  *   nvfp4-pack-quantized: weight_packed U8 [N, K/2] (element 2j low nibble),
  *     weight_scale F8_E4M3 [N, K/16], weight_global_scale F32 [1];
  *     W = e2m1(q) * (f32(scale) / global_scale), the per-16 quotient kept in the block.
@@ -359,6 +375,15 @@ static int load(const struct qc_hfq *q, const struct qc_hf_source *src, const ch
 		if (!rc && g->strategy != CT_GROUP)
 			rc = qc_err_set(err, QC_EUNSUPPORTED, file, gi->name, (int64_t)gi->t->hdr_off,
 					"weight_g_idx with strategy %s", strategy_names[g->strategy]);
+	}
+	const struct qc_hf_tensor *isc = NULL;
+	float a = 0.0f;
+	if (!rc && g->act == 1) {
+		rc = need_param(src, module, "input_scale", QC_HFQ_DT_FLOAT, 1, 1, &isc, err);
+		a = rc ? 0.0f : qc_hfq_f32_at(isc, 0);
+		if (!rc && !(a > 0.0f && a < 3.0e38f)) /* also refuses NaN */
+			rc = qc_err_set(err, QC_EFORMAT, qc_hfq_file(src, isc), isc->name, (int64_t)isc->t->data_off,
+					"input_scale %g is not a positive finite number", (double)a);
 	}
 	if (rc)
 		return rc;
@@ -431,7 +456,9 @@ static int load(const struct qc_hfq *q, const struct qc_hf_source *src, const ch
 			dn.z[r * nb + b] = (int16_t)z;
 		}
 	}
-	rc = qc_hfq_emit(&dn, fp ? QC_TYPE_NVFP4 : g->is_float ? QC_TYPE_F8E4M3 : bits <= 4 ? QC_TYPE_HQ4 : QC_TYPE_HQ8,
+	dn.a = a;
+	rc = qc_hfq_emit(&dn, fp ? QC_TYPE_NVFP4 : g->act ? QC_TYPE_F8A8 : g->is_float ? QC_TYPE_F8E4M3
+							     : bits <= 4 ? QC_TYPE_HQ4 : QC_TYPE_HQ8,
 			 out, err);
 out:
 	free(bgroup);

@@ -89,6 +89,15 @@ static void emit_f8(const struct qc_hfq_dense *dn, uint64_t b, uint8_t *dst)
 	memcpy(dst, &blk, sizeof blk);
 }
 
+static void emit_f8a8(const struct qc_hfq_dense *dn, uint64_t b, uint8_t *dst)
+{
+	struct qc_block_F8A8 blk;
+	qc_hfq_put_f32(blk.d, dn->d[b]);
+	qc_hfq_put_f32(blk.a, dn->a);
+	memcpy(blk.qs, dn->codes + 32 * b, 32);
+	memcpy(dst, &blk, sizeof blk);
+}
+
 static void emit_nvfp4(const struct qc_hfq_dense *dn, uint64_t b, uint8_t *dst)
 {
 	struct qc_block_NVFP4 blk;
@@ -110,6 +119,7 @@ static const struct {
 	{ QC_TYPE_HQ4, emit_hq4, 15 },       { QC_TYPE_HQ8, emit_hq8, 255 },
 	{ QC_TYPE_BNB_NF4, emit_bnb4, 15 },  { QC_TYPE_BNB_FP4, emit_bnb4, 15 },
 	{ QC_TYPE_F8E4M3, emit_f8, 255 },    { QC_TYPE_NVFP4, emit_nvfp4, 15 },
+	{ QC_TYPE_F8A8, emit_f8a8, 255 },
 };
 
 int qc_hfq_emit(struct qc_hfq_dense *dn, enum qc_type type, struct qc_hfq_tensor *out, struct qc_err *err)

@@ -27,6 +27,8 @@ struct qc_hfq_ct_group {
 	const cJSON *targets;      /* borrowed array of strings */
 	int num_bits;
 	bool is_float;             /* "type": "float" */
+	int act;                   /* input_activations: 0 none, 1 float 8-bit static per tensor
+				      (input_scale), 2 float 8-bit dynamic per token (W8A8 FP8) */
 	bool symmetric;
 	int strategy;              /* enum qc_hfq_ct_strategy (hfq_ct.c) */
 	int64_t group_size;        /* group / tensor_group */
@@ -107,6 +109,7 @@ struct qc_hfq_dense {
 	float *d;                  /* (n*k/32, or n*k/16 for nvfp4) block scales */
 	int16_t *z;                /* (n*k/32) block zeros, NULL where the type has none */
 	int32_t *perm;             /* (k) act_perm or NULL; moves into the output tensor */
+	float a;                   /* f8_a8: activation scale (> 0 static, 0 dynamic per token) */
 };
 
 /* Allocate codes, d (per 'per' elements) and optionally z for n x k; checks k % 32
@@ -115,7 +118,7 @@ int qc_hfq_dense_new(struct qc_hfq_dense *dn, int64_t n, int64_t k, int per, boo
 		     const char *file, const char *tensor, struct qc_err *err);
 void qc_hfq_dense_free(struct qc_hfq_dense *dn);
 
-/* Emit dn as rows of type: hq4 (codes < 16), hq8, bnb_nf4/bnb_fp4, f8_e4m3, nvfp4. */
+/* Emit dn as rows of type: hq4 (codes < 16), hq8, bnb_nf4/bnb_fp4, f8_e4m3, f8_a8, nvfp4. */
 int qc_hfq_emit(struct qc_hfq_dense *dn, enum qc_type type, struct qc_hfq_tensor *out, struct qc_err *err);
 
 /* Act-order: from g_idx (k entries, each < n_groups) build the stable column order

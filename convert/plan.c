@@ -4,6 +4,7 @@
 #include "gguf_meta.h"
 #include "layout_marlin.h"
 #include "layout_nvfp4.h"
+#include "layout_fp8.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -76,14 +77,18 @@ void qc_plan_gather_slice(const struct qc_gguf_model *m, const struct qc_plan_te
 	}
 }
 
-/* nvfp4_swz keeps e4m3 codes over a global scale per row: the blocks' f32 scales must
- * be exactly that (hfq_ct.c writes fl(e4m3/global)); a shard's rows are gathered to
- * check them as they will be stored. */
-static bool nvfp4_fits(const struct qc_gguf_model *m, const struct qc_plan_tensor *t, const char **why)
+/* Layouts that keep a scale structure the blocks must have exactly (nothing is
+ * re-quantized): nvfp4_swz keeps e4m3 codes over a global scale per row (hfq_ct.c writes
+ * fl(e4m3/global)), fp8_rows one weight scale per row and one activation scale. A
+ * shard's rows are gathered to check them as they will be stored. */
+typedef bool (*data_fits_fn)(enum qc_type type, const int64_t ne[4], const uint8_t *rows, const char **why);
+
+static bool data_fits(const struct qc_gguf_model *m, const struct qc_plan_tensor *t, data_fits_fn fits,
+		      const char **why)
 {
 	const struct qc_gguf_tensor *s = t->parts[0].src;
 	if (qc_plan_tensor_whole(t)) {
-		bool ok = qc_nvfp4_swz_data_fits(t->type, t->ne, qc_gguf_model_data(m, s), why);
+		bool ok = fits(t->type, t->ne, qc_gguf_model_data(m, s), why);
 		qc_map_release(&m->files[s->file_idx]->file, s->data_off, s->n_bytes);
 		return ok;
 	}
@@ -94,7 +99,7 @@ static bool nvfp4_fits(const struct qc_gguf_model *m, const struct qc_plan_tenso
 	bool ok = buf != NULL;
 	for (uint64_t sl = 0; ok && sl < (uint64_t)(t->ne[2] * t->ne[3]); sl++) {
 		qc_plan_gather_slice(m, t, sl, buf);
-		ok = qc_nvfp4_swz_data_fits(t->type, ne, buf, why);
+		ok = fits(t->type, ne, buf, why);
 	}
 	if (!buf)
 		*why = "out of memory checking its scales";
@@ -128,14 +133,15 @@ int qc_plan_finish_tensor(const struct qc_gguf_model *m, struct qc_plan *p, stru
 		off_stripe |= t->parts[k].row0 % qc_layout_row_align(t->layout) != 0;
 	if (t->n_parts > 1 && !qc_layout_fusable(t->layout)) {
 		t->layout = QC_LAYOUT_GGML;
-		why = "fused halves (the nvfp4_swz kernels take whole matrices)"; /* the one such layout */
+		why = "fused halves (the nvfp4_swz and fp8_rows kernels take whole matrices)";
 	} else if (off_stripe) {
 		t->layout = QC_LAYOUT_GGML;
 		why = t->fused ? "the fused halves do not start on a stripe boundary"
 			       : "the sections of this shard do not start on a stripe boundary";
 	}
-	/* nothing is re-quantized: scales nvfp4_swz cannot keep exactly stay ggml */
-	if (t->layout == QC_LAYOUT_NVFP4_SWZ && !nvfp4_fits(m, t, &why))
+	/* nothing is re-quantized: scales nvfp4_swz or fp8_rows cannot keep exactly stay ggml */
+	if ((t->layout == QC_LAYOUT_NVFP4_SWZ && !data_fits(m, t, qc_nvfp4_swz_data_fits, &why)) ||
+	    (t->layout == QC_LAYOUT_FP8_ROWS && !data_fits(m, t, qc_fp8_rows_data_fits, &why)))
 		t->layout = QC_LAYOUT_GGML;
 	if (why && qc_plan_note(p, "%s (%s, [%lld, %lld]): kept in layout ggml instead of %s: %s", t->name,
 			qc_type_get(t->type)->name, (long long)t->ne[0], (long long)t->ne[1],

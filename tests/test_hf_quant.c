@@ -63,6 +63,9 @@ static const struct fixture fixtures[] = {
 	{ "ct_fp8_tensor", "compressed-tensors", 0, 0, "f8_e4m3", "f8_e4m3", NULL, NULL },
 	{ "ct_fp8_channel", "compressed-tensors", 0, 0, "f8_e4m3", "f8_e4m3", NULL, NULL },
 	{ "ct_fp8_block", "compressed-tensors", 0, 0, "f8_e4m3", "f8_e4m3", NULL, NULL },
+	/* W8A8 FP8: the greedy reference rounds every linear's input (make_hf_quant.act_fp8_hook) */
+	{ "ct_fp8_w8a8_static", "compressed-tensors", 0, 0, "f8_a8", "f8_a8", NULL, NULL },
+	{ "ct_fp8_w8a8_dynamic", "compressed-tensors", 0, 0, "f8_a8", "f8_a8", NULL, NULL },
 	{ "ct_naive_int8", "compressed-tensors", 0, 0, "hq8", "hq8", NULL, NULL },
 	{ "ct_nvfp4", "compressed-tensors", 0, 0, "nvfp4", "nvfp4", NULL, NULL },
 	{ "moe_ct_fp8_tensor", "compressed-tensors", 0, 0, "f8_e4m3", "f8_e4m3", "model.layers.0.block_sparse_moe.gate", NULL },
@@ -704,27 +707,51 @@ static void check_rules(void)
 		cJSON_Delete(c);
 	}
 
-	/* quantized activations (llm-compressor's FP8_DYNAMIC and W8A8 static per-tensor
-	   schemes): refused, naming the group and the scheme; "input_activations": null
-	   (weight-only, as every fixture) still parses */
-	const char *w8a8[] = {
-		("{\"quant_method\":\"compressed-tensors\",\"format\":\"float-quantized\",\"config_groups\":{\"group_0\":{"
-		 "\"targets\":[\"Linear\"],\"weights\":{\"num_bits\":8,\"type\":\"float\",\"strategy\":\"channel\"},"
-		 "\"input_activations\":{\"num_bits\":8,\"type\":\"float\",\"strategy\":\"token\",\"dynamic\":true}}}}"),
-		("{\"quant_method\":\"compressed-tensors\",\"format\":\"naive-quantized\",\"config_groups\":{\"g1\":{"
-		 "\"targets\":[\"Linear\"],\"weights\":{\"num_bits\":8,\"type\":\"int\",\"strategy\":\"tensor\"},"
-		 "\"input_activations\":{\"num_bits\":8,\"type\":\"int\",\"strategy\":\"tensor\",\"dynamic\":false}}}}"),
+	/* quantized activations: llm-compressor's FP8 (static per-tensor) and FP8_DYNAMIC
+	   (per-token) parse, as W8A8 groups; every other activation scheme (int8 W8A8, FP8
+	   block weights with per-group activations, FP8 static per token, W4A4) is refused,
+	   naming the group and the scheme; "input_activations": null (weight-only) parses */
+#define W8A8_CFG(FMT, W, A) \
+	("{\"quant_method\":\"compressed-tensors\",\"format\":\"" FMT "\",\"config_groups\":{\"g1\":{" \
+	 "\"targets\":[\"Linear\"],\"weights\":{" W "},\"input_activations\":{" A "}}}}")
+	const struct {
+		const char *cfg;
+		int act;                /* the group's scheme when it parses; -1 refused */
+		const char *want;       /* refused: part of the message */
+	} w8a8[] = {
+		{ W8A8_CFG("float-quantized", "\"num_bits\":8,\"type\":\"float\",\"strategy\":\"channel\"",
+			   "\"num_bits\":8,\"type\":\"float\",\"strategy\":\"token\",\"dynamic\":true"), 2, NULL },
+		{ W8A8_CFG("float-quantized", "\"num_bits\":8,\"type\":\"float\",\"strategy\":\"tensor\"",
+			   "\"num_bits\":8,\"type\":\"float\",\"strategy\":\"tensor\",\"dynamic\":false"), 1, NULL },
+		{ W8A8_CFG("naive-quantized", "\"num_bits\":8,\"type\":\"int\",\"strategy\":\"tensor\"",
+			   "\"num_bits\":8,\"type\":\"int\",\"strategy\":\"tensor\",\"dynamic\":false"), -1,
+		  "config_groups.g1: quantized activations (input_activations: int 8-bit, tensor, static input_scale) "
+		  "with int 8-bit tensor weights" },
+		{ W8A8_CFG("float-quantized",
+			   "\"num_bits\":8,\"type\":\"float\",\"strategy\":\"block\",\"block_structure\":[128,128]",
+			   "\"num_bits\":8,\"type\":\"float\",\"strategy\":\"group\",\"group_size\":128,\"dynamic\":true"),
+		  -1, "(input_activations: float 8-bit, group, dynamic scales) with float 8-bit block weights" },
+		{ W8A8_CFG("float-quantized", "\"num_bits\":8,\"type\":\"float\",\"strategy\":\"channel\"",
+			   "\"num_bits\":8,\"type\":\"float\",\"strategy\":\"token\",\"dynamic\":false"), -1,
+		  "(input_activations: float 8-bit, token, static input_scale)" },
+		{ W8A8_CFG("nvfp4-pack-quantized",
+			   "\"num_bits\":4,\"type\":\"float\",\"strategy\":\"tensor_group\",\"group_size\":16",
+			   "\"num_bits\":4,\"type\":\"float\",\"strategy\":\"tensor_group\",\"group_size\":16,"
+			   "\"dynamic\":\"local\""), -1, "(input_activations: float 4-bit, tensor_group, dynamic scales)" },
 	};
-	const char *want[] = {"config_groups.group_0: its activations are quantized too (input_activations: float 8-bit, "
-			      "token, dynamic scales)",
-			      "config_groups.g1: its activations are quantized too (input_activations: int 8-bit, tensor, "
-			      "static input_scale)"};
+#undef W8A8_CFG
 	for (size_t i = 0; i < sizeof w8a8 / sizeof w8a8[0]; i++) {
-		c = cJSON_Parse(w8a8[i]);
+		c = cJSON_Parse(w8a8[i].cfg);
 		q = NULL;
 		rc = qc_hfq_parse(c, NULL, &q, &err);
-		CHECK(rc == QC_EUNSUPPORTED && q == NULL && strstr(err.msg, want[i]) && strstr(err.msg, "weight-only"),
-		      "W8A8 config %zu: %d (%s)", i, rc, err.msg);
+		if (w8a8[i].act < 0)
+			CHECK(rc == QC_EUNSUPPORTED && q == NULL && strstr(err.msg, w8a8[i].want) &&
+				      strstr(err.msg, "weight-only"),
+			      "W8A8 config %zu: %d (%s)", i, rc, err.msg);
+		else
+			CHECK(rc == QC_OK && q && q->n_groups == 1 && q->groups[0].act == w8a8[i].act,
+			      "W8A8 config %zu: %d (%s)", i, rc, rc ? err.msg : "");
+		qc_hfq_close(q);
 		cJSON_Delete(c);
 	}
 	c = cJSON_Parse("{\"quant_method\":\"compressed-tensors\",\"format\":\"float-quantized\",\"config_groups\":{"
@@ -961,6 +988,34 @@ static void check_gemma_packed_head(const char *tmp)
 	CHECK(run(cmd) == 0, "cleanup %s", dir);
 }
 
+/* W8A8 for the FP8 tensor cores: --target sm90 stores every linear as fp8_rows (inspect
+ * says so) and dump, undoing the layout, still returns the library's dequantization bit
+ * for bit. */
+static void check_w8a8_sm90(const struct fixture *f, const char *tmp, const struct qc_st *ref)
+{
+	char qb[600], cmd[2048];
+	snprintf(qb, sizeof qb, "%s/%s.sm90.qb", tmp, f->name);
+	snprintf(cmd, sizeof cmd, "'%s/qconvert' '%s/%s' --target sm90 -q -o '%s' 2>/dev/null", bin_dir(), DIR_HFQ,
+		 f->name, qb);
+	int rc = run(cmd);
+	CHECK(rc == 0, "%s: qconvert --target sm90 exit %d", f->name, rc);
+	if (rc)
+		return;
+	snprintf(cmd, sizeof cmd, "'%s/qconvert' inspect '%s' | grep -c 'f8_a8/fp8_rows' | grep -qx 15", bin_dir(), qb);
+	CHECK(run(cmd) == 0, "%s: the 14 linears (+ the total line) are not all f8_a8/fp8_rows", f->name);
+	for (size_t k = 0; k < sizeof cli_names / sizeof cli_names[0]; k++) {
+		char hf[256], gg[128];
+		snprintf(hf, sizeof hf, "model.layers.1.%s", cli_names[k].hf);
+		snprintf(gg, sizeof gg, "blk.1.%s.weight", cli_names[k].gguf);
+		const struct qc_st_tensor *rt = qc_st_find(ref, hf);
+		float *d = rt ? dump(qb, gg, (size_t)rt->n_elems) : NULL;
+		CHECK(d && memcmp(d, qc_st_data(ref, rt), (size_t)rt->n_bytes) == 0, "%s sm90: dump %s differs from %s",
+		      f->name, gg, hf);
+		free(d);
+	}
+	unlink(qb); /* the CPU backend refuses GPU layouts; tests/gpu/test_e2e runs this one */
+}
+
 static void check_cli(void)
 {
 	char tmp[256], qb[600], cmd[2048];
@@ -1027,6 +1082,8 @@ static void check_cli(void)
 		if (f->root)
 			check_gemma(f->name, f->root, qb, &n_gemma);
 		check_greedy(f->name, qb, ref, &n_greedy, &n_tie);
+		if (strcmp(f->q_type, "f8_a8") == 0)
+			check_w8a8_sm90(f, tmp, ref);
 		qc_st_close(ref);
 		unlink(qb);
 	}
@@ -1078,7 +1135,7 @@ int main(void)
 	for (size_t i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++)
 		check_fixture(&fixtures[i]);
 	const enum qc_type hf_types[] = { QC_TYPE_HQ4, QC_TYPE_HQ8, QC_TYPE_BNB_NF4, QC_TYPE_BNB_FP4,
-					  QC_TYPE_F8E4M3, QC_TYPE_NVFP4 };
+					  QC_TYPE_F8E4M3, QC_TYPE_NVFP4, QC_TYPE_F8A8 };
 	for (size_t i = 0; i < sizeof hf_types / sizeof hf_types[0]; i++)
 		CHECK(exact_seen[hf_types[i]] > 0, "%s never matched a library bit for bit", qc_types[hf_types[i]].name);
 	check_pairs();

@@ -33,6 +33,8 @@ def _bare_package(name):
     if name in sys.modules:
         return
     spec = importlib.util.find_spec(name)
+    if spec is None:  # not installed: only the fixtures that use it fail (at their import)
+        return
     m = types.ModuleType(name)
     m.__path__ = list(spec.submodule_search_locations)
     m.__spec__ = spec
@@ -490,13 +492,70 @@ def ct_layer(fmt, w, args, scale_dtype, actorder_perm=None):
     return out, ref
 
 
-def make_ct(name, model, fmt, groups, ignore=(), scale_dtype=torch.bfloat16, actorder=False, moe_shared=False):
-    """groups: list of (targets, QuantizationArgs); targets use HF module names or "re:"."""
+def act_fp8_hook(ia, static_scale):
+    """W8A8 FP8 activations of one linear, with compressed-tensors' own calculate_qparams and
+    fake_quantize: the static input_scale, or per token a scale from that token's row. Not the
+    library's forward_quantize for the token strategy: 0.10.2's compute_dynamic_scales_and_zp
+    reduces a [batch, seq, hidden] input over the batch only (a scale per element, so nothing is
+    rounded), while serving engines (vLLM's per-token FP8 quant) and the strategy's meaning take
+    one scale per token over its hidden row."""
+    from compressed_tensors.quantization.lifecycle.forward import fake_quantize
+    from compressed_tensors.quantization.utils import calculate_qparams
+
+    def hook(mod, inputs):
+        x = inputs[0]
+        if static_scale is not None:
+            s = static_scale
+        else:
+            s, _ = calculate_qparams(x.amin(-1, keepdim=True), x.amax(-1, keepdim=True), ia)
+        return (fake_quantize(x, s, None, ia),) + tuple(inputs[1:])
+    return hook
+
+
+def calibrate_inputs(model, mnames):
+    """min / max of every named linear's input over calibration prompts (llm-compressor's
+    MinMax observer over a calibration set: here PROMPTS and four random ones)."""
+    g = torch.Generator().manual_seed(5)
+    prompts = [list(p) for p in PROMPTS] + [torch.randint(0, 256, (12,), generator=g).tolist() for _ in range(4)]
+    seen, hooks = {}, []
+    mods = dict(model.named_modules())
+    for mname in mnames:
+        def rec(mod, inputs, mname=mname):
+            x = inputs[0].detach()
+            mn, mx = x.min().view(1), x.max().view(1)
+            if mname in seen:
+                mn, mx = torch.minimum(mn, seen[mname][0]), torch.maximum(mx, seen[mname][1])
+            seen[mname] = (mn, mx)
+        hooks.append(mods[mname].register_forward_pre_hook(rec))
+    with torch.no_grad():
+        for p in prompts:
+            model(torch.tensor([p]))
+    for h in hooks:
+        h.remove()
+    return seen
+
+
+def make_ct(name, model, fmt, groups, ignore=(), scale_dtype=torch.bfloat16, actorder=False, moe_shared=False,
+            input_args=None):
+    """groups: list of (targets, QuantizationArgs); targets use HF module names or "re:".
+    input_args: W8A8 FP8 input_activations (float 8-bit, static tensor or dynamic token) for
+    every group: static scales calibrated on the float model, stored as input_scale in
+    scale_dtype; the greedy reference runs with the activations rounded (act_fp8_hook)."""
     import re
     from compressed_tensors.quantization import QuantizationConfig, QuantizationScheme
+    from compressed_tensors.quantization.utils import calculate_qparams
     torch.manual_seed(99)
     tensors, ref = {}, {}
     hperm = {}
+    act_hooks = []
+    if input_args is not None:
+        # the checkpoint stores every float parameter as fp16 (save): rounded activations
+        # amplify a difference that small (a code flips), so the reference model is the
+        # stored one
+        with torch.no_grad():
+            for prm in model.parameters():
+                prm.copy_(prm.half().float())
+        cal = calibrate_inputs(model, [n for n, _ in linear_modules(model)])
 
     def matches(mname, pats):
         for p in pats:
@@ -529,13 +588,56 @@ def make_ct(name, model, fmt, groups, ignore=(), scale_dtype=torch.bfloat16, act
         for kk, vv in t.items():
             tensors[mname + "." + kk] = vv
         ref[mname] = r
-    cg = {f"group_{i}": QuantizationScheme(targets=list(t), weights=a) for i, (t, a) in enumerate(groups)}
+        if input_args is not None:
+            st = None
+            if not input_args.dynamic:
+                sc, _ = calculate_qparams(cal[mname][0], cal[mname][1], input_args)
+                tensors[mname + ".input_scale"] = sc.to(scale_dtype).reshape(1)
+                st = tensors[mname + ".input_scale"].float()
+            act_hooks.append((m, act_fp8_hook(input_args, st)))
+    for m, h in act_hooks:  # after calibration and quantization: the greedy reference only
+        m.register_forward_pre_hook(h)
+    cg = {f"group_{i}": QuantizationScheme(targets=list(t), weights=a, input_activations=input_args)
+          for i, (t, a) in enumerate(groups)}
     qc = QuantizationConfig(config_groups=cg, format=fmt, ignore=list(ignore) + ["lm_head"],
                             quantization_status="compressed")
     d = qc.model_dump(exclude_none=False)
     d["quant_method"] = "compressed-tensors"
     d = json.loads(json.dumps(d, default=str))
     save(name, model, d, tensors, ref)
+
+
+def make_act_fp8_ref():
+    """W8A8 FP8 activation rounding by compressed-tensors' calculate_qparams + fake_quantize
+    (act_fp8_hook's arithmetic) on rows built to hit its corners: e4m3 ties (odd multiples of
+    half an ulp in every binade), subnormals, values past 448 * s (saturated by the clamp),
+    zeros, an all-zero row (the eps scale), huge and tiny rows. tests/data/act_fp8_ref.safetensors:
+    x [R, 64]; static_scale [1]; static [R, 64] (rounded under static_scale); dynamic [R, 64]
+    (each row under its own scale), dyn_scale [R]."""
+    from compressed_tensors.quantization.lifecycle.forward import fake_quantize
+    from compressed_tensors.quantization.utils import calculate_qparams
+    g = torch.Generator().manual_seed(11)
+    rows = [torch.randn(64, generator=g) * m for m in (1.0, 1e-3, 37.0, 3e4, 1e-30)]
+    ties = []
+    for e in range(-9, 9):  # (2j+1)/16 * 2^e: halfway between two e4m3 values of binade e
+        ties += [(2 * j + 1) / 16 * 2.0 ** e * (1 if j % 2 else -1) for j in range(8, 16)]
+    t = torch.tensor(ties[:128], dtype=torch.float32)
+    rows += [t[i * 64:(i + 1) * 64] for i in range(2)]
+    rows.append(torch.zeros(64))
+    r = torch.randn(64, generator=g)
+    r[::5] = 0.0
+    r[7] = 900.0  # saturates under the static scale
+    rows.append(r)
+    x = torch.stack(rows).float()
+    sargs = ct_args(num_bits=8, type="float", symmetric=True, strategy="tensor", dynamic=False)
+    dargs = ct_args(num_bits=8, type="float", symmetric=True, strategy="token", dynamic=True)
+    ss = torch.tensor([1.0], dtype=torch.float32)  # the tie rows sit on ties at s = 1
+    st = fake_quantize(x, ss, None, sargs)
+    ds, _ = calculate_qparams(x.amin(-1, keepdim=True), x.amax(-1, keepdim=True), dargs)
+    dy = fake_quantize(x, ds, None, dargs)
+    save_file({"x": x.contiguous(), "static_scale": ss, "static": st.contiguous(), "dynamic": dy.contiguous(),
+               "dyn_scale": ds.reshape(-1).contiguous()}, os.path.join(OUT, "..", "act_fp8_ref.safetensors"))
+    print("act_fp8_ref rows", x.shape[0])
 
 
 # ---------------------------------------------------------------- main
@@ -547,6 +649,8 @@ def main():
         return not only or n in only
 
     os.makedirs(OUT, exist_ok=True)
+    if want("act_fp8_ref"):
+        make_act_fp8_ref()
     if want("gptq_b4_g32_sym"):
         make_gptq("gptq_b4_g32_sym", dense_model(1), 4, 32, True, False)
     if want("gptq_b4_g32_asym_act"):
@@ -590,6 +694,16 @@ def main():
         make_ct("ct_fp8_block", dense_model(15), "float-quantized",
                 [(["Linear"], ct_args(num_bits=8, type="float", symmetric=True, strategy="block",
                                       block_structure="128x128"))], scale_dtype=torch.float32)
+    # W8A8 FP8, llm-compressor's two recipes: "FP8" (tensor weights, static tensor
+    # activations) and "FP8_DYNAMIC" (channel weights, dynamic per-token activations)
+    if want("ct_fp8_w8a8_static"):
+        make_ct("ct_fp8_w8a8_static", dense_model(29), "float-quantized",
+                [(["Linear"], ct_args(num_bits=8, type="float", symmetric=True, strategy="tensor"))],
+                input_args=ct_args(num_bits=8, type="float", symmetric=True, strategy="tensor", dynamic=False))
+    if want("ct_fp8_w8a8_dynamic"):
+        make_ct("ct_fp8_w8a8_dynamic", dense_model(30), "float-quantized",
+                [(["Linear"], ct_args(num_bits=8, type="float", symmetric=True, strategy="channel"))],
+                input_args=ct_args(num_bits=8, type="float", symmetric=True, strategy="token", dynamic=True))
     if want("ct_naive_int8"):
         make_ct("ct_naive_int8", dense_model(16), "naive-quantized",
                 [(["Linear"], ct_args(num_bits=8, type="int", symmetric=False, strategy="channel"))],
