@@ -19,7 +19,7 @@
 
 #define PROG "mkgguf"
 #define MAX_SPLIT 65535                     /* split.count is a u16 */
-#define TYPE_CHOICES "f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k|q4_k_m"
+#define TYPE_CHOICES "f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k|q4_k_m|f8_a8"
 
 /* ---- command line -------------------------------------------------------------------------- */
 
@@ -49,7 +49,10 @@ static void usage(FILE *f)
 		"                   output Q6_K, attn_v and ffn_down Q6_K on the first and last\n"
 		"                   eighth of the layers and every third between (else Q4_K; attn_v\n"
 		"                   Q5_K on 80-layer GQA models, llama.cpp's 70B), the rest Q4_K;\n"
-		"                   rows must be multiples of 256 for K-quants\n"
+		"                   rows must be multiples of 256 for K-quants; f8_a8 is W8A8 FP8\n"
+		"                   (llm-compressor's FP8_DYNAMIC: a scale per row, dynamic per-token\n"
+		"                   activations), this project's own type id 134: qconvert and qrun read\n"
+		"                   such a file, llama.cpp does not (for benchmarks of the FP8 path)\n"
 		"  --seed N         weight seed, unsigned 64-bit (default 0)\n"
 		"  --split N        N shards OUT-00001-of-0000N.gguf ... (llama.cpp gguf-split\n"
 		"                   layout: all keys in the first, split.no/count/tensors.count\n"

@@ -10,7 +10,8 @@
  * rows; no ffn_gate), and its LongRoPE rope_factors_long/short.weight tables,
  * written first as convert_hf_to_gguf's generate_extra_tensors yields them.
  * Norms, biases and routers stay f32 (as llama.cpp's converter and quantizer keep
- * them); every other matrix has the chosen type, or a mix's (mkgguf_mix.c). Each tensor's seed comes from
+ * them); every other matrix has the chosen type, or a mix's (mkgguf_mix.c); with f8_a8
+ * (W8A8 FP8) token_embd and output are f16, as W8A8 checkpoints keep them. Each tensor's seed comes from
  * --seed and its name, so plans of any layer count agree on shared tensors.
  */
 #include "mkgguf.h"
@@ -37,6 +38,10 @@ static int plan_add(struct tensor_plan *p, size_t *n, size_t cap, const char *na
 	t->ne[1] = ne1;
 	t->ne[2] = ne2;
 	t->ne[3] = 1;
+	/* W8A8 checkpoints quantize the linear layers only: llm-compressor's recipes leave
+	   the embedding (not a Linear) and lm_head in float */
+	if (qc_types[type].family == QC_FAMILY_W8A8 && (!strcmp(name, "token_embd.weight") || !strcmp(name, "output.weight")))
+		type = QC_TYPE_F16;
 	t->type = type;
 	t->init = init;
 	t->seed = mix64(seed ^ fnv1a(name));
