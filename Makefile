@@ -52,7 +52,7 @@ $(BUILD)/obj/runtime/cuda/kernels/nvfp4_swz.o: NVFLAGS += $(NV_SM100)
 CUDA_ROOT := $(if $(NVCC),$(patsubst %/bin/nvcc,%,$(NVCC)),$(CUDA_HOME))
 ifneq ($(NVCC),)
 CUDA_LIB    := $(BUILD)/libqc_cuda.a
-CUDA_LDLIBS := -L$(CUDA_ROOT)/lib64 -Wl,-rpath,$(CUDA_ROOT)/lib64 -lcublas -lcudart_static -ldl -lrt -lstdc++
+CUDA_LDLIBS := -L$(CUDA_ROOT)/lib64 -Wl,-rpath,$(CUDA_ROOT)/lib64 -lcublas -lcublasLt -lcudart_static -ldl -lrt -lstdc++
 else
 CUDA_LIB    := $(BUILD)/libqc_nocuda.a
 CUDA_LDLIBS :=

@@ -2,7 +2,7 @@
 # tools/gpu_pack.sh — build here, pack what a GPU machine without this project's
 # Debian libraries needs into .gpu/payload.tar.xz (git-ignored; carried by the device
 # tool, unpacked by tools/gpu_check.sh): qrun, the tests/gpu binaries and
-# bench_gemv and bench_copy (stripped),
+# bench_gemv, bench_copy and bench_fp8 (stripped),
 # the shared libraries they load (all but glibc, libstdc++ and CUDA's: a CUDA image
 # lacks cJSON, xxHash, PCRE2, ICU 72, libarchive), and the fixtures (gguf,
 # gguf-quant); SmolLM2's GGUF, when cached, in parts beside it (below). BUILD defaults
@@ -11,11 +11,11 @@ set -eu
 B=${BUILD:-build-cuda}
 FX=${QC_FIXTURES:-../shared/fixtures}
 make BUILD="$B" -j"$(nproc)" "$B/bin/qrun" "$B/bin/qconvert" "$B/bin/mkgguf" "$B/tests/gpu/test_kernels" "$B/tests/gpu/test_e2e" \
-	"$B/tests/gpu/test_tp" "$B/tests/gpu/bench_gemv" "$B/tests/gpu/bench_copy" >/dev/null
+	"$B/tests/gpu/test_tp" "$B/tests/gpu/bench_gemv" "$B/tests/gpu/bench_copy" "$B/tests/gpu/bench_fp8" >/dev/null
 d=$(mktemp -d)
 mkdir -p "$d/bin" "$d/lib" "$d/fixtures"
 cp "$B/bin/qrun" "$B/tests/gpu/test_kernels" "$B/tests/gpu/test_e2e" "$B/tests/gpu/test_tp" "$B/tests/gpu/bench_gemv" \
-	"$B/tests/gpu/bench_copy" "$d/bin/"
+	"$B/tests/gpu/bench_copy" "$B/tests/gpu/bench_fp8" "$d/bin/"
 # extra binaries to carry (A/B comparisons): $QC_PACK_EXTRA, space-separated paths
 [ -z "${QC_PACK_EXTRA:-}" ] || cp $QC_PACK_EXTRA "$d/bin/"
 cp "$B/bin/mkgguf" "$B/bin/qconvert" "$d/bin/"

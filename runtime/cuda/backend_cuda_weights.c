@@ -113,13 +113,14 @@ out:
 
 /* Every kernel kind the layout table names for d's layout has a function in d's
  * kernels (matmul_layouts.def), so a matmul never finds a hole mid-forward.
- * moe_gemm has its own entry point; ggml is the only layout that names it. */
+ * moe_gemm has its own entry point; ggml is the only layout that names it; an experts
+ * column of none is a layout that holds no experts. */
 static int kinds_served(const struct qc_bundle *b, const char *what, const struct dmat *d, struct qc_err *err)
 {
 	const struct qc_layout_traits *t = &qc_layouts[d->layout];
 	for (int i = 0; i <= QC_ROWS_COUNT; i++) {
 		const enum qc_kernel_kind k = i < QC_ROWS_COUNT ? t->kernel[i] : t->experts;
-		if (k != QC_KERNEL_MOE_GEMM && !d->k->run[k])
+		if (k != QC_KERNEL_MOE_GEMM && k != QC_KERNEL_NONE && !d->k->run[k])
 			return qc_err_set(err, QC_EUNSUPPORTED, b->path, what, -1,
 					  "layout %s of %s: the layout table names a %s kernel, %s has none",
 					  qc_layout_name(d->layout), qc_types[d->type].name, qc_kernel_kind_name(k),
@@ -165,6 +166,14 @@ int qc_cuda_be_make_dmat(struct cu *c, const struct qc_mat *w, const char *what,
 	d->row_bytes = w->row_bytes;
 	d->mat_stride = w->mat_stride;
 	d->d_w = c->d_file + ((uint64_t)(w->data - b->map) - c->file_lo);
+	/* W8A8 weights anywhere but fp8_rows (decoded to f16, or a GEMV) would multiply float
+	   activations: another model than the checkpoint */
+	if (qc_types[d->type].family == QC_FAMILY_W8A8 && d->layout != QC_LAYOUT_FP8_ROWS)
+		return qc_err_set(err, QC_EUNSUPPORTED, b->path, what, -1,
+				  "%s (W8A8 FP8) weights in layout %s: the CUDA backend runs them only from the "
+				  "fp8_rows layout (a single matrix, one scale per row), which qconvert writes for "
+				  "--target sm89, sm90 or sm100; this bundle's target or this tensor's shape has none",
+				  qc_types[d->type].name, qc_layout_name(d->layout));
 	d->k = qc_cuda_mm_find(d->layout, d->type);
 	if (d->k)
 		return kinds_served(b, what, d, err);
@@ -172,6 +181,7 @@ int qc_cuda_be_make_dmat(struct cu *c, const struct qc_mat *w, const char *what,
 		return qc_err_set(err, QC_EUNSUPPORTED, b->path, what, -1,
 				  "no CUDA kernel for layout %s of %s", qc_layout_name(d->layout),
 				  qc_types[d->type].name);
+
 	if (!warned[d->type]) {
 		warned[d->type] = true;
 		qc_warn_prefix();

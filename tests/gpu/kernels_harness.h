@@ -166,6 +166,7 @@ struct fa_entry {
 void test_decoders(enum qc_type t);
 void test_matmul_type(enum qc_type t, cublasHandle_t blas);
 void test_nvfp4_swz(cublasHandle_t blas);
+void test_fp8_gemm(cublasHandle_t blas);  /* kernels_fp8.c: W8A8 FP8 on cuBLASLt */
 void test_moe_gemm(void);
 /* kernels_ops.c: norms, RoPE, the fused add + norm and RoPE + K/V store, elementwise,
  * gathers, argmax/top-k, MoE routing */

@@ -26,6 +26,8 @@
  * same bytes for the same K/V floats), CUDA against CPU fp8 under the looser
  * FP8_REL bound, which every step's largest logit difference on the shared
  * prefix must meet too; the batched check runs on fp8 as well (dense fixture).
+ * W8A8 FP8 checkpoints (f8_a8): the cpu bundle must be refused by CUDA (naming fp8_rows),
+ * the sm90 one (fp8_rows, fp8_gemm.cu) compared with the CPU's cpu bundle.
  * Gemma 2, Gemma 3 and Phi-3 (mkgguf models with windows shorter than the run,
  * LongRoPE tables, and the Hugging Face checkpoints of tests/data/hf) are compared
  * like every other fixture, and must have been (a count per architecture); gemma2
@@ -155,13 +157,18 @@ static bool divergence_ok(const struct trace *cpu, int k, float rel)
 /* Compare a CUDA run over gpu_bundle (K/V as kv) with the CPU trace (the same kv);
  * prints one line tagged tag. fp8: every step up to the first difference must
  * also have its largest logit difference within the bound. */
+static bool w8a8_run; /* the bundle being compared rounds its activations to e4m3 */
+
 static void compare_gpu(const char *name, const char *tag, const char *gpu_bundle, enum qc_kv_dtype kv,
 			const int32_t *prompt, int32_t n_prompt, const struct trace *cpu)
 {
 	struct qc_err err = {0};
 	struct trace gpu = {0};
 	char label[256];
-	const float rel = kv == QC_KV_FP8 ? FP8_REL : FP16_REL;
+	/* W8A8: the fp8 pool's argument (FP8_REL) applied to every linear's input: the two
+	   backends' activations differ by ~2^-11 before rounding, so a few land on
+	   neighbouring e4m3 codes */
+	const float rel = kv == QC_KV_FP8 || w8a8_run ? FP8_REL : FP16_REL;
 	snprintf(label, sizeof label, "%s%s", name, tag);
 	int rc = generate(gpu_bundle, &qc_backend_cuda, kv, prompt, n_prompt, &gpu, &err);
 	CHECK(rc == QC_OK, "%s: cuda: %s", label, err.msg);
@@ -207,6 +214,22 @@ static void compare_gpu(const char *name, const char *tag, const char *gpu_bundl
 }
 
 /* True when the bundle at path holds a tensor in a layout other than ggml blocks. */
+static int n_w8a8; /* W8A8 FP8 checkpoints compared on fp8_rows */
+
+/* Whether a tensor of the bundle at path has type t. */
+static bool has_type(const char *path, enum qc_type t)
+{
+	struct qc_bundle *b = NULL;
+	struct qc_err err = {0};
+	bool any = false;
+	if (qc_bundle_open(path, &b, &err))
+		return false;
+	for (uint64_t i = 0; i < b->n_tensors; i++)
+		any |= b->tensors[i].type == t;
+	qc_bundle_close(b);
+	return any;
+}
+
 static bool has_gpu_layout(const char *path)
 {
 	struct qc_bundle *b = NULL;
@@ -294,6 +317,25 @@ static void run_fixture(const char *dir, const char *name, const char *tmp, bool
 		CHECK(rc == QC_EUNSUPPORTED && strstr(err.msg, "not supported by the CUDA backend: missing "),
 		      "%s: cuda should refuse at create naming what it lacks (rc %d: %s)", name, rc, err.msg);
 		free(gpu.logits);
+	} else if (has_type(out, QC_TYPE_F8A8)) {
+		/* W8A8 FP8 in ggml blocks: CUDA runs it only from fp8_rows (a float GEMV would
+		   not round the activations), so the cpu bundle is refused by name */
+		rc = generate(out, &qc_backend_cuda, QC_KV_F16, prompt, n_prompt, &gpu, &err);
+		CHECK(rc == QC_EUNSUPPORTED && strstr(err.msg, "fp8_rows"), "%s: cuda on the cpu bundle: rc %d (%s)", name,
+		      rc, rc ? err.msg : "accepted");
+		free(gpu.logits);
+		struct qc_convert_opts c9 = co;
+		c9.out = out90;
+		c9.target = QC_TARGET_SM90;
+		if (qc_convert_hf(&c9, NULL, &err))
+			CHECK(0, "%s: convert --target sm90: %s", name, err.msg);
+		else {
+			w8a8_run = true;
+			compare_gpu(name, " [sm90 fp8_rows]", out90, QC_KV_F16, prompt, n_prompt, &cpu);
+			w8a8_run = false;
+		}
+		n_w8a8++;
+		unlink(out90);
 	} else {
 		compare_gpu(name, "", out, QC_KV_F16, prompt, n_prompt, &cpu);
 		count_extra_arch(out);
@@ -865,6 +907,7 @@ int main(void)
 			run_fixture(hdir, names[i], tmp, true, FX_F16);
 			free(names[i]);
 		}
+		CHECK(n_w8a8 >= 2 || getenv("QC_E2E_ONLY"), "only %d W8A8 FP8 checkpoints ran on fp8_rows", n_w8a8);
 	}
 	/* the Hugging Face Gemma 2, Gemma 3 (plain and with a vision tower) and Phi-3
 	 * (window; LongRoPE; a partial rotary factor) checkpoints the CPU tests use, from the repository */

@@ -55,6 +55,8 @@ int main(void)
 			test_matmul_type((enum qc_type)t, blas);
 	printf("nvfp4_swz (CUTLASS block-scale tiles) vs fp64 truth (same rule):\n");
 	test_nvfp4_swz(blas);
+	printf("W8A8 FP8 (fp8_rows, cuBLASLt) vs the reference's double sums:\n");
+	test_fp8_gemm(blas);
 	printf("grouped MoE GEMM vs fp64 truth (same rule, plain reference with fp16 operands):\n");
 	test_moe_gemm();
 	printf("other ops:\n");
