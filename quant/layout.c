@@ -340,8 +340,10 @@ const struct qc_layout_traits qc_layouts[QC_LAYOUT_COUNT] = {
 	 * codes in registers; the vocabulary matrix keeps it past 128 rows) */
 	[QC_LAYOUT_MARLIN_I6] = { "marlin_i6", QC_MARLIN_STRIPE_I6, true, MARLIN_FNS,
 				  { K_GEMV, K_MMA, K_MMA, K_F16 }, K_GEMV },
-	/* W8A8 FP8: every row count on the FP8 tensor-core GEMM (fp8_gemm.cu: the activations
-	 * rounded to e4m3 by the weights' scheme, then cuBLASLt), since a float GEMV would not
-	 * be the checkpoint's arithmetic; 2-D only: no stacked experts (none) */
-	[QC_LAYOUT_FP8_ROWS] = { "fp8_rows", 0, false, FP8_FNS, { K_MMA, K_MMA, K_MMA, K_MMA }, QC_KERNEL_NONE },
+	/* W8A8 FP8: the activations rounded to e4m3 by the weights' scheme for both kinds (a
+	 * float GEMV would not be the checkpoint's arithmetic): one row on the GEMV over the
+	 * rounded codes (fp8_gemv.cu; H200 4096x4096: 8.9 us against cuBLASLt's 16.2), more
+	 * on the FP8 tensor-core GEMM (fp8_gemm.cu, cuBLASLt; at 4 rows the GEMV is already
+	 * level or slower: its conversions outrun the bytes); 2-D only: no experts (none) */
+	[QC_LAYOUT_FP8_ROWS] = { "fp8_rows", 0, false, FP8_FNS, { K_GEMV, K_MMA, K_MMA, K_MMA }, QC_KERNEL_NONE },
 };

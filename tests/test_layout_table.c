@@ -26,9 +26,15 @@ static enum qc_kernel_kind old_rule(enum qc_layout l, int64_t n, bool experts, i
 	/* the marlin layouts (marlin_i6, which came after these rules, has their
 	 * tensor-core GEMM too: it takes the 4-bit rule) */
 	const bool marlin = qc_marlin_is(l);
-	/* fp8_rows (W8A8 FP8, after the table): its FP8 GEMM for every row count, no experts */
-	if (l == QC_LAYOUT_FP8_ROWS)
-		return experts ? QC_KERNEL_NONE : QC_KERNEL_MMA;
+	/* fp8_rows (W8A8 FP8, after the table): its GEMV for one row (N != 0: up to N rows, at
+	   most G), its FP8 GEMM otherwise; no experts */
+	if (l == QC_LAYOUT_FP8_ROWS) {
+		if (experts)
+			return QC_KERNEL_NONE;
+		if (n > G)
+			return QC_KERNEL_MMA;
+		return (N ? n <= N : n <= 1) ? QC_KERNEL_GEMV : QC_KERNEL_MMA;
+	}
 	if (experts) {
 		if (n > G && l == QC_LAYOUT_GGML && n_in % 32 == 0)
 			return QC_KERNEL_MOE_GEMM;

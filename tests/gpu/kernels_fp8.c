@@ -3,13 +3,14 @@
  * and saturating values), then whole GEMMs through the dispatch table on fresh random
  * fp8_rows weights with NaN-poisoned outputs (gaps between rows must stay NaN) against the
  * reference's double sums: |gpu - ref| <= (2^-10 + 2^-22 (n_in/32 + 4)) sum |w x|. The
- * first term is the hardware's: Hopper's FP8 MMA keeps ~14 bits of its running sum inside
+ * first term is the hardware's (for the GEMM; the GEMV up to 8 rows sums exact products
+ * in fp32, well inside it): Hopper's FP8 MMA keeps ~14 bits of its running sum inside
  * an instruction (fp8_gemm.cu's header; measured up to 2^-11.4 sum |w x| at K = 64, H200),
  * the second fp32 sums in any order. A wrong scale or row moves y by O(|y|), far past it;
  * the activation codes themselves are checked bit for bit first.
  */
 #include "kernels_harness.h"
-#include "kernels/fp8_gemm.h"
+#include "kernels/fp8_act.h"
 #include "kernels/matmul_dispatch.h"
 #include "act_fp8.h"
 #include "dequant_hfq.h"
@@ -95,8 +96,9 @@ static void gemm_case(int64_t k, int64_t n, int64_t n_rows, float a, int64_t pad
 	const struct qc_cuda_mm_kernels *kk = qc_cuda_mm_find(QC_LAYOUT_FP8_ROWS, QC_TYPE_F8A8);
 	const struct qc_kernel_rows kr = QC_KERNEL_ROWS_DEFAULT;
 	const struct qc_cuda_mm_tuning tun = QC_CUDA_MM_TUNING_DEFAULT;
-	const enum qc_kernel_kind kind = qc_layout_kernel(QC_LAYOUT_FP8_ROWS, n_rows, false, k, n, &kr);
-	CHECK(kk && kind == QC_KERNEL_MMA && kk->run[kind], "the table's kernel for fp8_rows");
+	enum qc_kernel_kind kind = qc_layout_kernel(QC_LAYOUT_FP8_ROWS, n_rows, false, k, n, &kr);
+	CHECK(kk && kind == (n_rows <= 1 ? QC_KERNEL_GEMV : QC_KERNEL_MMA) && kk->run[kind],
+	      "the table's kernel for fp8_rows, %lld rows", (long long)n_rows);
 	if (!kk || !kk->run[kind])
 		return;
 	const uint64_t wsb = kk->ws_bytes(k, n, n_rows, &tun);
@@ -145,6 +147,49 @@ static void gemm_case(int64_t k, int64_t n, int64_t n_rows, float a, int64_t pad
 	CHECK(e <= 1.0, "fp8_gemm %lld x %lld x %lld (a %g, ldy %lld): error %.3g x the bound", (long long)n_rows,
 	      (long long)n, (long long)k, (double)a, (long long)ldy, e);
 	CHECK(gaps, "fp8_gemm wrote between rows");
+	/* the GEMV takes any row count (the table gives it one; a row boundary may give it
+	   more, in launches of 8): up to 9 rows it runs too, against the same reference,
+	   and each row alone gives the batch's bits */
+	if (n_rows <= 9 && kk->run[QC_KERNEL_GEMV]) {
+		double e2 = 0;
+		for (size_t i = 0; i < ny; i++)
+			got[i] = NAN;
+		cudaMemset(d_y, 0xff, sizeof(float) * ny);
+		CHECK(kk->run[QC_KERNEL_GEMV](&ar, 0, &err) == QC_OK, "fp8_gemv: %s", err.msg);
+		down(got, d_y, sizeof(float) * ny);
+		for (int64_t t = 0; t < n_rows; t++) {
+			qc_act_fp8_row(x + t * ldx, k, a, NULL, xq);
+			for (int64_t o = 0; o < n; o++) {
+				qc_types[QC_TYPE_F8A8].dequant_row(
+					rows + (uint64_t)o * (uint64_t)(k / 32) * sizeof(struct qc_block_F8A8), wrow, k);
+				double mag = 0;
+				for (int64_t i = 0; i < k; i++)
+					mag += fabs((double)wrow[i] * (double)xq[i]);
+				/* exact products, fp32 sums: the float bound alone */
+				const double r = fabs((double)got[t * ldy + o] - (double)want[t * ldy + o]) /
+						 (0x1p-22 * ((double)k / 32.0 + 4.0) * mag + 1e-30);
+				e2 = !(r <= e2) ? (isnan(r) ? INFINITY : r) : e2;
+			}
+		}
+		CHECK(e2 <= 1.0, "fp8_gemv %lld x %lld x %lld: error %.3g x the float bound", (long long)n_rows,
+		      (long long)n, (long long)k, e2);
+		kind = QC_KERNEL_GEMV;
+	}
+	if (kind == QC_KERNEL_GEMV) {
+		bool alone = true;
+		float *one = malloc(sizeof(float) * (size_t)n);
+		for (int64_t t = 0; t < n_rows; t++) {
+			struct qc_cuda_mm_args a1 = ar;
+			a1.d_x = d_x + t * ldx;
+			a1.n_rows = 1;
+			CHECK(kk->run[kind](&a1, 0, &err) == QC_OK, "fp8_gemv alone: %s", err.msg);
+			down(one, d_y, sizeof(float) * (size_t)n);
+			alone &= memcmp(one, got + t * ldy, sizeof(float) * (size_t)n) == 0;
+		}
+		CHECK(alone, "fp8_gemv %lld x %lld x %lld: a row alone differs from the batch", (long long)n_rows,
+		      (long long)n, (long long)k);
+		free(one);
+	}
 	*worst = e > *worst ? e : *worst;
 	cudaFree(d_w);
 	cudaFree(d_x);
@@ -163,7 +208,7 @@ void test_fp8_gemm(cublasHandle_t blas)
 {
 	act_codes();
 	const int64_t shapes[][2] = {{64, 32}, {256, 96}, {4096, 1024}, {1024, 48}, {quick ? 2048 : 14336, 256}};
-	const int64_t rows[] = {1, 2, 7, 16, 33, 128, 300};
+	const int64_t rows[] = {1, 2, 3, 7, 8, 9, 16, 33, 128, 300};
 	double worst = 0;
 	int n = 0;
 	for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
@@ -173,7 +218,8 @@ void test_fp8_gemm(cublasHandle_t blas)
 					  blas, &worst);
 				n++;
 			}
-	printf("  fp8_gemm: %d cases (static and dynamic, 1..300 rows, ldy = n + 3 and n + 4), worst %.3f of the bound\n",
+	printf("  fp8_gemv (<= 8 rows) / fp8_gemm: %d cases (static and dynamic, 1..300 rows, ldy = n + 3 and n + 4), worst "
+	       "%.3f of the bound\n",
 	       n, worst);
 	CHECK(worst > 0.0, "the errors are measured (a bound never approached proves nothing about the check)");
 }

@@ -3,10 +3,9 @@
  * QC_LAYOUT_FP8_ROWS, for every row count.
  *
  * Two steps on the launch stream:
- *  1. act_quant: one block per activation row rounds it to e4m3 with quant/act_fp8.h's
- *     functions (the static scale a read from the weights' bytes, or the row's own
- *     amax / 448), writing the codes (n_rows, K) and the row scales into the scratch.
- *     Bit for bit the reference's codes: the same IEEE operations.
+ *  1. fp8_act.cu rounds the activations to e4m3 (the static scale a read from the
+ *     weights' bytes, or each row's amax / 448), codes (n_rows, K) and row scales into
+ *     the scratch (qc_cuda_fp8_ws_codes / _scales).
  *  2. cuBLASLt: D (n_out x n_rows, column-major = y row-major with ldy) =
  *     (A^T B) * d[o] * s[t], A = the weight codes (K-major, "T"), B = the activation
  *     codes, fp32 accumulation, fp32 out; the per-row scales of both operands as
@@ -26,14 +25,13 @@
  * Non-goals: experts (fp8_rows holds single matrices), fusions, sm < 8.9.
  * Reference: runtime/ops/fp8_gemm.c (same rounding, double sums).
  */
-#include "fp8_gemm.h"
+#include "fp8_act.h"
 #include "matmul_dispatch.h"
 
 extern "C" {
 #include "layout_fp8.h"
 #include "act_fp8.h"
 }
-#include "block_reduce.cuh"
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -45,7 +43,6 @@ extern "C" {
 
 namespace {
 
-constexpr int QT = 256;                       /* threads of act_quant */
 constexpr uint64_t LT_WS = (uint64_t)32 << 20; /* cuBLASLt workspace */
 
 uint64_t align256(uint64_t n)
@@ -61,36 +58,12 @@ struct ws_plan {
 ws_plan plan_ws(int64_t n_in, int64_t n_out, int64_t n_rows)
 {
 	ws_plan p;
-	p.codes = 0;
-	p.scales = align256((uint64_t)n_rows * (uint64_t)n_in);
+	p.codes = qc_cuda_fp8_ws_codes();
+	p.scales = qc_cuda_fp8_ws_scales(n_in, n_rows);
 	p.tmp = p.scales + align256((uint64_t)n_rows * 4);
 	p.lt = p.tmp + align256((uint64_t)n_rows * (uint64_t)((n_out + 3) & ~(int64_t)3) * 4);
 	p.bytes = p.lt + LT_WS;
 	return p;
-}
-
-/* Row r of x to e4m3 codes under a (from the weights: > 0 static, else dynamic). */
-__global__ void act_quant(const float *__restrict__ x, int64_t ldx, int k, const float *__restrict__ a_ptr,
-			  uint8_t *__restrict__ codes, float *__restrict__ scales)
-{
-	const int64_t r = blockIdx.x;
-	const float *xr = x + r * ldx;
-	const float a = *a_ptr;
-	float s = a;
-	if (!(a > 0.0f)) {
-		float m = 0.0f;
-		for (int i = threadIdx.x; i < k; i += QT)
-			m = fmaxf(m, fabsf(xr[i]));
-		m = block_reduce<QC_RED_MAX>(m);
-		s = qc_act_fp8_dyn_scale(m);
-	}
-	uint32_t *out = (uint32_t *)(codes + r * (int64_t)k); /* k % 32 == 0: 16-byte rows */
-	for (int i = threadIdx.x * 4; i < k; i += QT * 4)
-		out[i / 4] = (uint32_t)qc_act_fp8_code(xr[i], s) | (uint32_t)qc_act_fp8_code(xr[i + 1], s) << 8 |
-			     (uint32_t)qc_act_fp8_code(xr[i + 2], s) << 16 |
-			     (uint32_t)qc_act_fp8_code(xr[i + 3], s) << 24;
-	if (threadIdx.x == 0)
-		scales[r] = s;
 }
 
 /* y[t][o] = tmp[t][o] * d[o] * s[t] (the unit-scale result's scales) */
@@ -281,18 +254,6 @@ int lt_run(cublasLtHandle_t h, bool outer, const float *w_scales, const float *x
 std::atomic<bool> warned_unit{false};
 
 } // namespace
-
-extern "C" int qc_cuda_fp8_act_quant(const float *d_x, int64_t ldx, int64_t n_rows, int64_t k, const float *d_a,
-				     uint8_t *d_codes, float *d_scales, cudaStream_t s, struct qc_err *err)
-{
-	if (n_rows < 0 || n_rows > INT32_MAX || k <= 0 || k % 32 || k > ((int64_t)1 << 24) || ldx < k)
-		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "fp8_act_quant: %lld rows of %lld (ldx %lld)",
-				  (long long)n_rows, (long long)k, (long long)ldx);
-	if (n_rows == 0)
-		return QC_OK;
-	act_quant<<<(unsigned)n_rows, QT, 0, s>>>(d_x, ldx, (int)k, d_a, d_codes, d_scales);
-	return qc_cuda_check(cudaGetLastError(), "fp8_act_quant launch", err);
-}
 
 extern "C" uint64_t qc_cuda_fp8_gemm_ws(int64_t n_in, int64_t n_out, int64_t n_rows, const struct qc_cuda_mm_tuning *t)
 {

@@ -200,7 +200,7 @@ int qc_cuda_mm_check_fuse(const struct qc_cuda_mm_args *a, unsigned have, const 
 const struct qc_cuda_mm_kernels *qc_cuda_mm_find(enum qc_layout l, enum qc_type t);
 
 /* The functions matmul_layouts.def names (marlin_gemv.cu, marlin_mm.cu, nvfp4_swz.cu,
- * fp8_gemm.cu). */
+ * fp8_gemv.cu, fp8_gemm.cu). */
 int qc_cuda_marlin_gemv(const struct qc_cuda_mm_args *a, cudaStream_t s, struct qc_err *err);
 int qc_cuda_marlin_mm(const struct qc_cuda_mm_args *a, cudaStream_t s, struct qc_err *err);
 int qc_cuda_marlin_f16(const struct qc_cuda_mm_args *a, cudaStream_t s, struct qc_err *err);
@@ -209,6 +209,7 @@ int qc_cuda_nvfp4_swz_gemv(const struct qc_cuda_mm_args *a, cudaStream_t s, stru
 int qc_cuda_nvfp4_swz_gemm(const struct qc_cuda_mm_args *a, cudaStream_t s, struct qc_err *err);
 uint64_t qc_cuda_nvfp4_swz_ws(int64_t n_in, int64_t n_out, int64_t n_rows, const struct qc_cuda_mm_tuning *t);
 int qc_cuda_fp8_gemm(const struct qc_cuda_mm_args *a, cudaStream_t s, struct qc_err *err);
+int qc_cuda_fp8_gemv(const struct qc_cuda_mm_args *a, cudaStream_t s, struct qc_err *err);
 uint64_t qc_cuda_fp8_gemm_ws(int64_t n_in, int64_t n_out, int64_t n_rows, const struct qc_cuda_mm_tuning *t);
 
 #ifdef __cplusplus
