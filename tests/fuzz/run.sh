@@ -125,6 +125,10 @@ if [ -x "$BIN/qconvert" ]; then
 		[ -f "$b" ] || "$BIN/qconvert" "$FIX/$f" --target sm90 -q -o "$b" ||
 			echo "fuzz: note: converting $f for sm90 failed" >&2
 	done
+	# an sm90 bundle of W8A8 FP8: the fp8_rows unpacker
+	b="$bs/ct_fp8_w8a8_dynamic-sm90.qb"
+	[ -f "$b" ] || "$BIN/qconvert" tests/data/hfq/ct_fp8_w8a8_dynamic --target sm90 -q -o "$b" 2>/dev/null ||
+		echo "fuzz: note: converting ct_fp8_w8a8_dynamic for sm90 failed" >&2
 	if [ -f "$bs/stories260K.qb" ]; then
 		head -c 1024 "$bs/stories260K.qb" > "$bs/stories260K-prefix1024.qb"
 		head -c 8192 "$bs/stories260K.qb" > "$bs/stories260K-prefix8192.qb"
