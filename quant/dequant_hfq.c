@@ -9,6 +9,8 @@
  */
 #include "dequant_hfq.h"
 
+#include <stddef.h>
+
 #include "dequant.h"
 
 /* bitsandbytes get_4bit_type("nf4"): already in [-1, 1], as float32. */
@@ -85,29 +87,27 @@ void qc_dequant_row_BNB_FP4(const void *src, float *dst, int64_t n)
 	dequant_bnb4(src, dst, n, qc_bnb_fp4);
 }
 
-void qc_dequant_row_F8E4M3(const void *src, float *dst, int64_t n)
+/* e4m3 codes (32 at codes_off) times the block's f32 d (at offset 0), blocks of `block`
+ * bytes: f8_e4m3, and f8_a8 whose activation scale a the matmul applies, not this */
+static void dequant_e4m3(const uint8_t *p, float *dst, int64_t n, size_t block, size_t codes_off)
 {
-	const uint8_t *p = src;
-	for (int64_t ib = 0; ib < n / QC_QK32; ib++, p += sizeof(struct qc_block_F8E4M3), dst += QC_QK32) {
-		struct qc_block_F8E4M3 b;
-		memcpy(&b, p, sizeof b);
-		const float d = qc_hfq_get_f32(b.d);
+	for (int64_t ib = 0; ib < n / QC_QK32; ib++, p += block, dst += QC_QK32) {
+		uint16_t dh[2];
+		memcpy(dh, p, sizeof dh);
+		const float d = qc_hfq_get_f32(dh);
 		for (int j = 0; j < 32; j++)
-			dst[j] = qc_e4m3_to_f32(b.qs[j]) * d;
+			dst[j] = qc_e4m3_to_f32(p[codes_off + (size_t)j]) * d;
 	}
 }
 
-/* f8_a8: the weights alone (the activation scale a is the matmul's business) */
+void qc_dequant_row_F8E4M3(const void *src, float *dst, int64_t n)
+{
+	dequant_e4m3(src, dst, n, sizeof(struct qc_block_F8E4M3), offsetof(struct qc_block_F8E4M3, qs));
+}
+
 void qc_dequant_row_F8A8(const void *src, float *dst, int64_t n)
 {
-	const uint8_t *p = src;
-	for (int64_t ib = 0; ib < n / QC_QK32; ib++, p += sizeof(struct qc_block_F8A8), dst += QC_QK32) {
-		struct qc_block_F8A8 b;
-		memcpy(&b, p, sizeof b);
-		const float d = qc_hfq_get_f32(b.d);
-		for (int j = 0; j < 32; j++)
-			dst[j] = qc_e4m3_to_f32(b.qs[j]) * d;
-	}
+	dequant_e4m3(src, dst, n, sizeof(struct qc_block_F8A8), offsetof(struct qc_block_F8A8, qs));
 }
 
 void qc_dequant_row_NVFP4(const void *src, float *dst, int64_t n)

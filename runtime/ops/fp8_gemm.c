@@ -1,32 +1,17 @@
 /* fp8_gemm.c — reference of runtime/cuda/kernels/fp8_gemm.cu: y = W x for W8A8 FP8
  * weights in the fp8_rows layout, read straight from the packed bytes with the
  * offsets of docs/layout-fp8.md (written out here, not the packer's code, so it also
- * checks the layout). Each activation row is rounded to e4m3 by quant/act_fp8.h
- * (the codes and scale the CUDA kernel must reproduce bit for bit), then
+ * checks the layout). Each activation row is rounded to e4m3 by fp8_act.c (the codes
+ * and scale the CUDA kernels must reproduce bit for bit), then
  *   y[t][o] = d[o] * s[t] * sum_i e4m3(w[o][i]) * e4m3(xc[t][i]),
  * the products exact and summed in double: the truth the tensor cores' fp32 sums
- * are held to.
+ * are held to. Also the reference of fp8_gemv.cu (the same arithmetic, other sums).
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "act_fp8.h"
 #include "ops.h"
-
-void qc_ref_fp8_act_quant(const float *x, int64_t ldx, int64_t n_rows, int64_t k, float a, uint8_t *codes,
-			  float *scales)
-{
-	for (int64_t t = 0; t < n_rows; t++)
-		scales[t] = qc_act_fp8_row(x + t * ldx, k, a, codes + t * k, NULL);
-}
-
-float qc_ref_fp8_rows_act_scale(const uint8_t *w, int64_t n_in, int64_t n_out)
-{
-	const uint64_t act_off = (uint64_t)n_out * (uint64_t)n_in + (((uint64_t)n_out * 4 + 15) & ~(uint64_t)15);
-	float a;
-	memcpy(&a, w + act_off, 4);
-	return a;
-}
 
 int qc_ref_fp8_gemm(const uint8_t *w, int64_t n_in, int64_t n_out, const float *x, int64_t ldx, int64_t n_rows,
 		    float *y, int64_t ldy)

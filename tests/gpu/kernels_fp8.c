@@ -38,6 +38,17 @@ static uint8_t *fp8_weights(int64_t n, int64_t k, float a)
 	return rows;
 }
 
+/* sum_i |w[o][i] xq[i]| for row o of the f8_a8 blocks `rows` (k elements) and the rounded
+ * activations xq; wrow: k floats of room */
+static double row_mag(const uint8_t *rows, int64_t k, int64_t o, const float *xq, float *wrow)
+{
+	qc_types[QC_TYPE_F8A8].dequant_row(rows + (uint64_t)o * (uint64_t)(k / 32) * sizeof(struct qc_block_F8A8), wrow, k);
+	double mag = 0;
+	for (int64_t i = 0; i < k; i++)
+		mag += fabs((double)wrow[i] * (double)xq[i]);
+	return mag;
+}
+
 static void act_codes(void)
 {
 	const int64_t k = 4096 + 32, n_rows = 37, ldx = k + 7;
@@ -132,11 +143,7 @@ static void gemm_case(int64_t k, int64_t n, int64_t n_rows, float a, int64_t pad
 	for (int64_t t = 0; t < n_rows; t++) {
 		qc_act_fp8_row(x + t * ldx, k, a, NULL, xq);
 		for (int64_t o = 0; o < n; o++) {
-			qc_types[QC_TYPE_F8A8].dequant_row(rows + (uint64_t)o * (uint64_t)(k / 32) * sizeof(struct qc_block_F8A8),
-							  wrow, k);
-			double mag = 0;
-			for (int64_t i = 0; i < k; i++)
-				mag += fabs((double)wrow[i] * (double)xq[i]);
+			const double mag = row_mag(rows, k, o, xq, wrow);
 			const double bound = (0x1p-10 + 0x1p-22 * ((double)k / 32.0 + 4.0)) * mag + 1e-30;
 			const double r = fabs((double)got[t * ldy + o] - (double)want[t * ldy + o]) / bound;
 			e = !(r <= e) ? (isnan(r) ? INFINITY : r) : e;
@@ -160,11 +167,7 @@ static void gemm_case(int64_t k, int64_t n, int64_t n_rows, float a, int64_t pad
 		for (int64_t t = 0; t < n_rows; t++) {
 			qc_act_fp8_row(x + t * ldx, k, a, NULL, xq);
 			for (int64_t o = 0; o < n; o++) {
-				qc_types[QC_TYPE_F8A8].dequant_row(
-					rows + (uint64_t)o * (uint64_t)(k / 32) * sizeof(struct qc_block_F8A8), wrow, k);
-				double mag = 0;
-				for (int64_t i = 0; i < k; i++)
-					mag += fabs((double)wrow[i] * (double)xq[i]);
+				const double mag = row_mag(rows, k, o, xq, wrow);
 				/* exact products, fp32 sums: the float bound alone */
 				const double r = fabs((double)got[t * ldy + o] - (double)want[t * ldy + o]) /
 						 (0x1p-22 * ((double)k / 32.0 + 4.0) * mag + 1e-30);

@@ -214,11 +214,11 @@ static void compare_gpu(const char *name, const char *tag, const char *gpu_bundl
 	free(gpu.logits);
 }
 
-/* True when the bundle at path holds a tensor in a layout other than ggml blocks. */
 static int n_w8a8; /* W8A8 FP8 checkpoints compared on fp8_rows */
 
-/* Whether a tensor of the bundle at path has type t. */
-static bool has_type(const char *path, enum qc_type t)
+/* Whether a tensor of the bundle at path has type t (t < 0: any type) in a layout other
+ * than ggml blocks (gpu_layout), or in any layout. */
+static bool bundle_has(const char *path, int t, bool gpu_layout)
 {
 	struct qc_bundle *b = NULL;
 	struct qc_err err = {0};
@@ -226,20 +226,7 @@ static bool has_type(const char *path, enum qc_type t)
 	if (qc_bundle_open(path, &b, &err))
 		return false;
 	for (uint64_t i = 0; i < b->n_tensors; i++)
-		any |= b->tensors[i].type == t;
-	qc_bundle_close(b);
-	return any;
-}
-
-static bool has_gpu_layout(const char *path)
-{
-	struct qc_bundle *b = NULL;
-	struct qc_err err = {0};
-	bool any = false;
-	if (qc_bundle_open(path, &b, &err))
-		return false;
-	for (uint64_t i = 0; i < b->n_tensors; i++)
-		any |= b->tensors[i].layout != QC_LAYOUT_GGML;
+		any |= (t < 0 || (int)b->tensors[i].type == t) && (!gpu_layout || b->tensors[i].layout != QC_LAYOUT_GGML);
 	qc_bundle_close(b);
 	return any;
 }
@@ -318,7 +305,7 @@ static void run_fixture(const char *dir, const char *name, const char *tmp, bool
 		CHECK(rc == QC_EUNSUPPORTED && strstr(err.msg, "not supported by the CUDA backend: missing "),
 		      "%s: cuda should refuse at create naming what it lacks (rc %d: %s)", name, rc, err.msg);
 		free(gpu.logits);
-	} else if (has_type(out, QC_TYPE_F8A8)) {
+	} else if (bundle_has(out, QC_TYPE_F8A8, false)) {
 		/* W8A8 FP8 in ggml blocks: CUDA runs it only from fp8_rows (a float GEMV would
 		   not round the activations), so the cpu bundle is refused by name */
 		rc = generate(out, &qc_backend_cuda, QC_KV_F16, prompt, n_prompt, &gpu, &err);
@@ -358,7 +345,7 @@ static void run_fixture(const char *dir, const char *name, const char *tmp, bool
 		c9.target = QC_TARGET_SM90;
 		if (hf ? qc_convert_hf(&c9, NULL, &err) : qc_convert_gguf(&c9, NULL, &err))
 			CHECK(0, "%s: convert --target sm90: %s", name, err.msg);
-		else if (has_gpu_layout(out90))
+		else if (bundle_has(out90, -1, true))
 			compare_gpu(name, " [sm90 layouts]", out90, QC_KV_F16, prompt, n_prompt, &cpu);
 		unlink(out90);
 		/* NVFP4 checkpoints for sm100: nvfp4_swz matrices (runtime/cuda/kernels/nvfp4_swz.cu,
