@@ -9,7 +9,7 @@
  * re-reads the row, which the first left in L1/L2. Launched with programmatic dependent
  * launch (pdl.cuh) like the kernels around it, so the GEMV after it starts its weight
  * loads while this runs.
- * Reference: runtime/ops/fp8_gemm.c qc_ref_fp8_act_quant.
+ * Reference: runtime/ops/fp8_act.c.
  */
 #include "fp8_act.h"
 
