@@ -36,6 +36,7 @@
 #include "attn_window.cuh"
 #include "cp_async.cuh"
 #include "kv_pool.cuh"
+#include "mma_sync.cuh"
 
 #define FT 128    /* threads of an attention block: 4 warps x 16 query rows */
 #define FM 64     /* query rows (token, head) per block */
@@ -172,15 +173,6 @@ static __device__ __forceinline__ void ldsm_x4_t(uint32_t r[4], const __half *p)
 		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
 		     : "r"(smem_u32(p))
 		     : "memory");
-}
-
-/* c (16x8 fp32) += a (16x16 f16, row) * b (16x8 f16, col) */
-static __device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
-{
-	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-		     "{%8, %9}, {%0, %1, %2, %3};\n"
-		     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 /* binary16 pair of (x, y) as an mma operand register; *sum += the rounded values */

@@ -247,9 +247,9 @@ struct kv_f16 {
 	}
 	/* unscaled pool: the values themselves, scale 1 (see kv_fp8) */
 	static constexpr bool SCALED = false;
-	static __device__ __forceinline__ void unpack8_codes(const raw &v, float f[8])
+	static __device__ __forceinline__ uint4 h8(const raw &v)
 	{
-		unpack8(v, f);
+		return v;
 	}
 	static __device__ __forceinline__ float scale(const raw &)
 	{
@@ -310,22 +310,18 @@ struct kv_fp8 {
 			f[2 * e + 1] = __fmul_rn(x.y, v.s);
 		}
 	}
-	/* The codes' values without the row's power of two, which the caller applies
-	 * once per row: to a lane's q . k partial (before the shuffle sum) and to the
-	 * softmax weight p of a V row. Scaling by 2^e commutes with every float
-	 * rounding while the operands stay normal, so the sums are the same bits as
-	 * with unpack8's per-value products (they differ only where those would round
-	 * in the subnormal range): one multiply per row instead of one per value. */
+	/* The codes' values as binary16 (exact: E4M3 fits it) without the row's power
+	 * of two, which the caller applies once per row: to a position's q . k and to
+	 * the softmax weight p of a V row (paged_attn.cu's tensor-core passes). */
 	static constexpr bool SCALED = true;
-	static __device__ __forceinline__ void unpack8_codes(const raw &v, float f[8])
+	static __device__ __forceinline__ uint32_t h2(uint32_t two)
 	{
-		const uint32_t w[2] = {v.c.x, v.c.y};
-#pragma unroll
-		for (int e = 0; e < 4; e++) {
-			const float2 x = dec2((w[e >> 1] >> (16 * (e & 1))) & 0xffffu);
-			f[2 * e] = x.x;
-			f[2 * e + 1] = x.y;
-		}
+		const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)two, __NV_E4M3);
+		return (uint32_t)h.x | (uint32_t)h.y << 16;
+	}
+	static __device__ __forceinline__ uint4 h8(const raw &v)
+	{
+		return make_uint4(h2(v.c.x & 0xffffu), h2(v.c.x >> 16), h2(v.c.y & 0xffffu), h2(v.c.y >> 16));
 	}
 	static __device__ __forceinline__ float scale(const raw &v)
 	{

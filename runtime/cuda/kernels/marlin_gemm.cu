@@ -16,6 +16,7 @@
 #include "pdl.cuh"
 #include "marlin_gemm_frag.cuh"
 #include "marlin_wgmma.cuh"
+#include "mma_sync.cuh"
 
 extern "C" {
 #include "layout_marlin.h"
@@ -34,14 +35,6 @@ __device__ __forceinline__ void ldsm_x4(uint32_t r[4], const void *p)
 	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
 		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
 		     : "r"(s));
-}
-
-__device__ __forceinline__ void mma16816(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
-{
-	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-		     "{%0,%1,%2,%3};\n"
-		     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 template <int BITS, int MT, bool ZP>

@@ -36,6 +36,7 @@
 #include "block_reduce.cuh"
 #include "flash_attn.h"
 #include "kv_pool.cuh"
+#include "mma_sync.cuh"
 #include "paged_attn_split.cuh"
 #include "rope_pair.cuh"
 
@@ -194,7 +195,6 @@ static __global__ void paged_attn_kernel(const struct qc_cuda_paged_attn_args a,
 
 
 #define ST 128 /* threads of a split block */
-#define TG 8   /* lanes per position in the score pass */
 
 /* out[h] of token t = merge of its ns chunks in chunk order: sum_s e^(m_s - M) o_s /
  * sum_s e^(m_s - M) l_s, by one warp (all 32 lanes call it). Lane s holds chunk s's
@@ -249,14 +249,12 @@ static __device__ void merge_head(const struct qc_cuda_paged_attn_args &a, int64
 
 /* Scores, softmax and unnormalized P V of one (token, K/V head, chunk); with
  * counters (flags), the chunk that finishes last merges the (token, K/V head).
- * NV: the 16-byte K vectors a lane of the score pass holds. MINB: the blocks per
- * SM a kernel is built for (0: the compiler's choice, 168 registers, 3 blocks).
- * Each split block is a chain of dependent memory round trips
- * (docs/perf-notes.md), so a step with more blocks than the SMs hold at once runs at
- * the rate of the blocks resident per SM: NV = 2 (heads of up to 128 values) frees
- * the registers for 4 (128 registers, a few bytes spilled) and, for launches of many
- * blocks, 5 (96 registers, 50-160 bytes spilled: slower per block, more at once). */
-template <typename KV, bool ROPE, int NV, int MINB>
+ * BIG: heads of up to MAX_HD values and up to 16 query heads per K/V head; else up
+ * to 128 and 8 (the fragments' registers are sized for them). MINB: the blocks
+ * per SM a build is made for (0: the compiler's choice). Each split block is a
+ * chain of dependent memory round trips (docs/perf-notes.md), so a step with more
+ * blocks than the SMs hold at once runs at the rate of the blocks resident per SM. */
+template <typename KV, bool ROPE, bool BIG, int MINB>
 static __global__ void __launch_bounds__(ST, MINB) attn_split_kernel(const struct qc_cuda_paged_attn_args a,
 							       int32_t chunk_max, int32_t n_split, float *part_o,
 							       float *part_ml, const int32_t *skip, uint32_t *flags)
@@ -300,7 +298,7 @@ static __global__ void __launch_bounds__(ST, MINB) attn_split_kernel(const struc
 		return; /* the merge reads only the chunks a token has (and NaNs a broken one) */
 	const int32_t *table = a.d_tables + (int64_t)a.d_tok_seq[t] * a.table_stride;
 	const int64_t q_dim = (int64_t)a.n_head * hd;
-	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = lane & (TG - 1);
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	/* ROPE: the token's angles now (its position is known), and whether this block
 	   holds the token's own row (it rotates and stores it; never read from the pool) */
 	const int32_t jc = n_ctx - 1;
@@ -310,63 +308,86 @@ static __global__ void __launch_bounds__(ST, MINB) attn_split_kernel(const struc
 		for (int p = threadIdx.x; p < half_rot; p += ST)
 			ang[p] = rope_pair_cs(a.rope_kv.rope, jc, p);
 	const int nvec = hd / 8; /* 16-byte vectors per row */
-	/* SU block steps of SSTEP positions with all their K loads in flight before
-	 * any is summed (one memory round trip per 64 positions instead of four);
-	 * per position the same lane sums and shuffle tree as one step at a time.
-	 * kv holds the step being summed; the next step's loads follow the sums. */
-	constexpr int SSTEP = (ST / 32) * (32 / TG), SU = 4;
-	typename KV::raw kv[SU][NV]; /* NV = ceil(nvec / TG): 2 up to hd 128, 4 up to 256 */
+	/* The two passes run on the tensor cores (mma.sync m16n8k16, fp32 sums).
+	 * Scores S = Q K^T: the G heads are the MMA's M (padded to 16), 8 positions an N
+	 * tile. P V as O^T = V^T P^T: 16 dims an M tile, the heads N. q and P are fp32:
+	 * each goes in as two binary16 terms (hi + lo of the value times a power of two
+	 * that keeps both inside binary16's range: ~22 significant bits), and K and V are
+	 * exact in binary16 (fp8: the codes; the row's power of two is applied in fp32),
+	 * so the products are exact and the sums fp32, in the tensor core's order.
+	 * K needs no shared memory: a head's sum over dims is order-free, so lane
+	 * (g, t) loads position g's dims 32s + 8t .. + 7 (one 16-byte load) and q's
+	 * fragments follow the same permuted order. V's fragments pair two positions of
+	 * one dim in a register: lane (g, t) loads positions 2t, 2t + 1, 2t + 8, 2t + 9
+	 * of a 16-position step at dims 64h + 8g .. + 7 and pairs them by byte permutes;
+	 * its M rows are dims 64h + 8g + 2i (row g) and + 1 (row g + 8) of tile i.
+	 * A block's warps meet only in the score row (shared memory) and in the final
+	 * sum of their P V partials, in warp order: one fixed order (deterministic). */
+	const int g8 = lane >> 2, t4 = lane & 3;
+	constexpr int NT = 2;                     /* N tiles of 8 positions a warp scores at once */
+	constexpr int SEGS = BIG ? MAX_HD / 32 : 4; /* 32-dim segments a head has at most */
+	constexpr int HG = BIG ? MAX_HD / 64 : 2;   /* 64-dim groups a head has at most */
+	constexpr int NG = BIG ? 2 : 1;             /* 8-head N tiles of P V */
+	constexpr int GSTEP = (ST / 32) * NT * 8;   /* positions a block scores per round */
+	constexpr int VSTEP = (ST / 32) * 16;       /* positions a block's P V takes per round */
+	const int nseg = (hd + 31) / 32, nhg = (hd + 63) / 64, VB0 = 16 * warp;
+	typename KV::raw kr[NT][SEGS];
 	const int32_t jlive = early || ROPE ? jc : j1; /* rows below this one load now */
 	const int32_t klim = ROPE ? min(j1, jc) : j1;    /* ROPE: the own row comes from kcur */
-	auto load_k = [&](int32_t jb, int32_t lim) {
+	auto kpos = [&](int32_t jb, int nt) { return jb + warp * NT * 8 + nt * 8 + g8; };
+	auto kseg = [&](int s) { return s < nseg && 32 * s + 8 * t4 < hd; };
+	auto load_k = [&](int32_t jb, int32_t lim) { /* jb: the round's first position */
 #pragma unroll
-		for (int u = 0; u < SU; u++) {
-			const int32_t j = jb + u * SSTEP + lane / TG;
+		for (int nt = 0; nt < NT; nt++) {
+			const int32_t j = kpos(jb, nt);
 			typename KV::row k = {};
 			if (j < lim)
 				k = KV::at(a, table, j, 0, kvh);
 #pragma unroll
-			for (int v = 0; v < NV; v++)
-				kv[u][v] = j < lim && sub + TG * v < nvec ? KV::load8(k, sub + TG * v) : KV::zero8();
+			for (int s = 0; s < SEGS; s++)
+				kr[nt][s] = j < lim && kseg(s) ? KV::load8(k, 4 * s + t4) : KV::zero8();
 		}
 	};
-	/* ROPE: the own row's vectors from kcur / vcur (after they are written) */
+	/* ROPE: the own row's vectors from kcur (after it is written) */
 	auto own_k = [&](int32_t jb) {
 #pragma unroll
-		for (int u = 0; u < SU; u++)
-			if (jb + u * SSTEP + lane / TG == jc)
+		for (int nt = 0; nt < NT; nt++)
+			if (kpos(jb, nt) == jc)
 #pragma unroll
-				for (int v = 0; v < NV; v++)
-					if (sub + TG * v < nvec)
-						kv[u][v] = KV::smem8(kcur, sub + TG * v, FP8 ? ecur[0] : 0);
+				for (int s = 0; s < SEGS; s++)
+					if (kseg(s))
+						kr[nt][s] = KV::smem8(kcur, 4 * s + t4, FP8 ? ecur[0] : 0);
 	};
-	const int32_t jb0 = j0 + warp * (32 / TG);
-	load_k(jb0, min(j1, jlive));
-	/* P V's layout (below) and, when early, its first PU rows in flight now too */
-	constexpr int PU = 8;
-	int VP = 1;
-	while (VP < nvec)
-		VP *= 2;
-	const int RG = (ST / 32) * (32 / VP), rg = warp * (32 / VP) + lane / VP, vl = lane % VP;
-	const bool act = vl < nvec;
+	load_k(j0, min(j1, jlive));
+	/* P V's first step in flight now too */
 	const int32_t n = j1 - j0;
-	typename KV::raw vv[PU];
-	auto load_v = [&](int32_t jb, int32_t lim) {
+	typename KV::raw vr[4][HG];
+	auto vpos = [&](int r) { return 2 * t4 + (r & 1) + 8 * (r >> 1); };
+	auto vgrp = [&](int h) { return h < nhg && 64 * h + 8 * g8 < hd; };
+	auto load_v = [&](int32_t jb, int32_t lim) { /* jb: the step's first position, from j0 */
 #pragma unroll
-		for (int u = 0; u < PU; u++) {
-			const int32_t j = jb + u * RG;
-			vv[u] = act && j < lim ? KV::load8(KV::at(a, table, j0 + j, 1, kvh), vl) : KV::zero8();
+		for (int r = 0; r < 4; r++) {
+			const int32_t j = jb + vpos(r);
+			typename KV::row v = {};
+			if (j < lim)
+				v = KV::at(a, table, j0 + j, 1, kvh);
+#pragma unroll
+			for (int h = 0; h < HG; h++)
+				vr[r][h] = j < lim && vgrp(h) ? KV::load8(v, 8 * h + g8) : KV::zero8();
 		}
 	};
 	auto own_v = [&](int32_t jb) {
 #pragma unroll
-		for (int u = 0; u < PU; u++)
-			if (act && j0 + jb + u * RG == jc)
-				vv[u] = KV::smem8(vcur, vl, FP8 ? ecur[1] : 0);
+		for (int r = 0; r < 4; r++)
+			if (j0 + jb + vpos(r) == jc)
+#pragma unroll
+				for (int h = 0; h < HG; h++)
+					if (vgrp(h))
+						vr[r][h] = KV::smem8(vcur, 8 * h + g8, FP8 ? ecur[1] : 0);
 	};
 	const int32_t vlim = ROPE ? min(n, jc - j0) : n;
 	if constexpr (ROPE) {
-		load_v(rg, min(n, jlive - j0));
+		load_v(VB0, min(n, jlive - j0));
 		STAMP(1);
 		if (early)
 			qc_pdl_wait();
@@ -454,30 +475,32 @@ static __global__ void __launch_bounds__(ST, MINB) attn_split_kernel(const struc
 					vp[i] = ((const uint4 *)vcur)[i];
 				}
 			}
-			own_k(jb0);
-			own_v(rg);
+			own_k(j0);
+			own_v(VB0);
 		}
 		STAMP(4);
 	} else if (early) {
-		load_v(rg, min(n, jlive - j0));
+		load_v(VB0, min(n, jlive - j0));
 		qc_pdl_wait();
 		/* the token's own row, stored by the kernel just before */
-		const int32_t jc = n_ctx - 1;
 		if (jc < j1) {
 #pragma unroll
-			for (int u = 0; u < SU; u++) {
-				if (jb0 + u * SSTEP + lane / TG != jc)
+			for (int nt = 0; nt < NT; nt++) {
+				if (kpos(j0, nt) != jc)
 					continue;
 				const typename KV::row k = KV::at(a, table, jc, 0, kvh);
 #pragma unroll
-				for (int v = 0; v < NV; v++)
-					if (sub + TG * v < nvec)
-						kv[u][v] = KV::load8(k, sub + TG * v);
+				for (int s = 0; s < SEGS; s++)
+					if (kseg(s))
+						kr[nt][s] = KV::load8(k, 4 * s + t4);
 			}
 #pragma unroll
-			for (int u = 0; u < PU; u++)
-				if (act && j0 + rg + u * RG == jc)
-					vv[u] = KV::load8(KV::at(a, table, jc, 1, kvh), vl);
+			for (int r = 0; r < 4; r++)
+				if (j0 + VB0 + vpos(r) == jc)
+#pragma unroll
+					for (int h = 0; h < HG; h++)
+						if (vgrp(h))
+							vr[r][h] = KV::load8(KV::at(a, table, jc, 1, kvh), 8 * h + g8);
 		}
 	}
 	if constexpr (!ROPE) {
@@ -486,39 +509,93 @@ static __global__ void __launch_bounds__(ST, MINB) attn_split_kernel(const struc
 		__syncthreads();
 	}
 
-	for (int32_t jb = jb0; jb < j1; jb += SSTEP * SU) {
+	/* q's two binary16 terms, in place: head g's hd floats become its hd hi halves
+	   then hd lo halves (a warp rewrites only its own heads), scaled by 2^sg so the
+	   largest |q| of the head is in [2^14, 2^15); 2^-sg goes to red[g] (P V's
+	   partials are not written until after the softmax) */
+	for (int g = warp; g < G; g += ST / 32) {
+		float *y = qs + g * hd;
+		const uint32_t m = kv8_amax_bits(y, hd, false);
+		bool le;
+		int sg = m ? 15 - kv8_frexp(__uint_as_float(m), &le) : 0;
+		sg = sg > 149 ? 149 : sg;
+		float v[MAX_HD / 32];
 #pragma unroll
-		for (int u = 0; u < SU; u++) {
-			const int32_t j = jb + u * SSTEP + lane / TG;
-			float f[NV][8]; /* the row's values, decoded once for the G heads */
+		for (int i = 0; i < MAX_HD / 32; i++)
+			v[i] = lane + 32 * i < hd ? y[lane + 32 * i] : 0.0f;
+		__syncwarp();
+		__half *hi = (__half *)y, *lo = hi + hd;
 #pragma unroll
-			for (int v = 0; v < NV; v++)
-				KV::unpack8_codes(kv[u][v], f[v]);
-			for (int g = 0; g < G; g++) {
-				float s = 0.0f;
+		for (int i = 0; i < MAX_HD / 32; i++)
+			if (lane + 32 * i < hd) {
+				const float x = kv8_ldexp(v[i], sg);
+				const __half h = __float2half_rn(x);
+				hi[lane + 32 * i] = h;
+				lo[lane + 32 * i] = __float2half_rn(__fsub_rn(x, __half2float(h)));
+			}
+		if (lane == 0)
+			red[g] = kv8_pow2(-sg);
+	}
+	__syncthreads();
+	const float qu0 = g8 < G ? red[g8] : 0.0f, qu1 = NG > 1 && g8 + 8 < G ? red[g8 + 8] : 0.0f;
+	for (int32_t jb = j0; jb < j1; jb += GSTEP) {
+		float acc[NT][4];
 #pragma unroll
-				for (int v = 0; v < NV; v++) {
-					if (sub + TG * v >= nvec)
-						break;
-					const float *qv = qs + g * hd + (sub + TG * v) * 8;
+		for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-					for (int e = 0; e < 8; e++)
-						s = fmaf(qv[e], f[v][e], s);
+			for (int e = 0; e < 4; e++)
+				acc[nt][e] = 0.0f;
+#pragma unroll
+		for (int s = 0; s < SEGS; s++) {
+			if (s >= nseg)
+				break;
+			const int d = 32 * s + 8 * t4;
+			uint4 qh[2] = {}, ql[2] = {};
+#pragma unroll
+			for (int ng = 0; ng < NG; ng++)
+				if (d < hd && g8 + 8 * ng < G) {
+					const __half *p = (const __half *)(qs + (g8 + 8 * ng) * hd);
+					qh[ng] = *(const uint4 *)(p + d);
+					ql[ng] = *(const uint4 *)(p + hd + d);
 				}
-				if (KV::SCALED) /* the row's power of two, once (kv_pool.cuh) */
-					s = __fmul_rn(s, KV::scale(kv[u][0]));
-				s += __shfl_xor_sync(0xffffffffu, s, 4);
-				s += __shfl_xor_sync(0xffffffffu, s, 2);
-				s += __shfl_xor_sync(0xffffffffu, s, 1);
-				if (j < j1 && sub == 0)
-					sc[g * chunk_max + (j - j0)] = qc_attn_cap(a, s);
+#pragma unroll
+			for (int nt = 0; nt < NT; nt++) {
+				const uint4 kb = KV::h8(kr[nt][s]);
+				const uint32_t a0[4] = {qh[0].x, qh[1].x, qh[0].y, qh[1].y};
+				const uint32_t a1[4] = {ql[0].x, ql[1].x, ql[0].y, ql[1].y};
+				const uint32_t a2[4] = {qh[0].z, qh[1].z, qh[0].w, qh[1].w};
+				const uint32_t a3[4] = {ql[0].z, ql[1].z, ql[0].w, ql[1].w};
+				mma16816(acc[nt], a0, kb.x, kb.y);
+				mma16816(acc[nt], a1, kb.x, kb.y);
+				mma16816(acc[nt], a2, kb.z, kb.w);
+				mma16816(acc[nt], a3, kb.z, kb.w);
 			}
 		}
-		if (jb + SSTEP * SU < j1) {
-			load_k(jb + SSTEP * SU, klim);
+		/* the powers of two of positions 2t and 2t + 1 (loaded by lanes 8t, 8t + 4) */
+		float ks[NT][2];
+#pragma unroll
+		for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+			for (int e = 0; e < 2; e++)
+				ks[nt][e] = KV::SCALED ? __shfl_sync(0xffffffffu, KV::scale(kr[nt][0]), 4 * (2 * t4 + e)) : 1.0f;
+		if (jb + GSTEP < j1) {
+			load_k(jb + GSTEP, klim);
 			if (own)
-				own_k(jb + SSTEP * SU);
+				own_k(jb + GSTEP);
 		}
+#pragma unroll
+		for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				const int32_t j = jb + warp * NT * 8 + nt * 8 + 2 * t4 + (e & 1);
+				const int g = g8 + 8 * (e >> 1);
+				if (j >= j1 || g >= G || (NG == 1 && e >= 2))
+					continue;
+				float s = __fmul_rn(acc[nt][e], e < 2 ? qu0 : qu1);
+				if (KV::SCALED)
+					s = __fmul_rn(s, ks[nt][e & 1]);
+				sc[g * chunk_max + (j - j0)] = qc_attn_cap(a, s);
+			}
 	}
 	__syncthreads();
 	STAMP(5);
@@ -546,55 +623,106 @@ static __global__ void __launch_bounds__(ST, MINB) attn_split_kernel(const struc
 	}
 	__syncthreads();
 	STAMP(6);
-	/* P V: a row of V is VP lanes of 16 bytes (VP: hd / 8 rounded up to a power of
-	 * two; lanes past hd / 8 idle), so a warp takes 32 / VP rows at once and the
-	 * block RG; row group rg sums rows rg, rg + RG, ... in order, PU of them in
-	 * flight per thread, four heads of the group at a time (V rows re-read from
-	 * L1 for the next four). The row groups of a warp meet in a shuffle tree, the
-	 * warps in shared memory in warp order: one fixed order (deterministic). */
-	for (int g0 = 0; g0 < G; g0 += 4) {
-		float acc[4][8];
+	/* P V: warp w takes the 16-position steps w, w + 4, ... P (in (0, 1]) goes in as
+	 * two binary16 terms of p 2^14 (fp8: p 2^(e - E + 14), e the V row's exponent,
+	 * E the largest of the warp's steps so far: its sums are rescaled by an exact
+	 * power of two when a step brings a larger one), so o holds O 2^(14 - E). */
+	float o[HG][4][NG][4];
 #pragma unroll
-		for (int gg = 0; gg < 4; gg++)
+	for (int h = 0; h < HG; h++)
 #pragma unroll
-			for (int e = 0; e < 8; e++)
-				acc[gg][e] = 0.0f;
-		for (int32_t jb = rg; jb < n; jb += RG * PU) {
-			if (!(early || ROPE) || g0 || jb != rg) { /* else loaded before the wait */
-				load_v(jb, vlim);
-				if (own)
-					own_v(jb);
+		for (int i = 0; i < 4; i++)
+#pragma unroll
+			for (int ng = 0; ng < NG; ng++)
+#pragma unroll
+				for (int e = 0; e < 4; e++)
+					o[h][i][ng][e] = 0.0f;
+	int E = 0;
+	bool any = false;
+	for (int32_t jb = VB0; jb < n; jb += VSTEP) {
+		if (!(early || ROPE) || jb != VB0) { /* else loaded before the wait */
+			load_v(jb, vlim);
+			if (own)
+				own_v(jb);
+		}
+		int ev[4] = {0, 0, 0, 0};
+		if constexpr (FP8) {
+			/* the rows' exponents (lane t of group 0 loaded this lane's positions) */
+			int em = -1000;
+#pragma unroll
+			for (int r = 0; r < 4; r++) {
+				const uint32_t u = __float_as_uint(__shfl_sync(0xffffffffu, KV::scale(vr[r][0]), t4));
+				ev[r] = u >> 23 ? (int)(u >> 23) - 127 : -149 + 31 - __clz(u);
+				if (jb + vpos(r) < n)
+					em = max(em, ev[r]);
 			}
+			em = max(em, __shfl_xor_sync(0xffffffffu, em, 1));
+			em = max(em, __shfl_xor_sync(0xffffffffu, em, 2));
+			if (!any || em > E) { /* warp-uniform */
+				if (any)
 #pragma unroll
-			for (int u = 0; u < PU; u++) {
-				const int32_t j = jb + u * RG;
-				if (j >= n)
-					break;
-				float f[8];
-				KV::unpack8_codes(vv[u], f);
+					for (int h = 0; h < HG; h++)
 #pragma unroll
-				for (int gg = 0; gg < 4; gg++) {
-					if (g0 + gg >= G)
-						break;
-					const float p = KV::SCALED ? __fmul_rn(sc[(g0 + gg) * chunk_max + j], KV::scale(vv[u]))
-								   : sc[(g0 + gg) * chunk_max + j];
+						for (int i = 0; i < 4; i++)
 #pragma unroll
-					for (int e = 0; e < 8; e++)
-						acc[gg][e] = fmaf(p, f[e], acc[gg][e]);
+							for (int ng = 0; ng < NG; ng++)
+#pragma unroll
+								for (int e = 0; e < 4; e++)
+									o[h][i][ng][e] = kv8_ldexp(o[h][i][ng][e], E - em);
+				E = em;
+				any = true;
+			}
+		}
+		uint32_t bh[NG][2], bl[NG][2];
+#pragma unroll
+		for (int ng = 0; ng < NG; ng++) {
+			const int g = g8 + 8 * ng;
+			__half ph[4], pl[4];
+#pragma unroll
+			for (int r = 0; r < 4; r++) {
+				const int32_t j = jb + vpos(r);
+				const float p = j < n && g < G ? sc[g * chunk_max + j] : 0.0f;
+				const float x = kv8_ldexp(p, FP8 ? ev[r] - E + 14 : 14);
+				ph[r] = __float2half_rn(x);
+				pl[r] = __float2half_rn(__fsub_rn(x, __half2float(ph[r])));
+			}
+			bh[ng][0] = (uint32_t)__half_as_ushort(ph[0]) | (uint32_t)__half_as_ushort(ph[1]) << 16;
+			bh[ng][1] = (uint32_t)__half_as_ushort(ph[2]) | (uint32_t)__half_as_ushort(ph[3]) << 16;
+			bl[ng][0] = (uint32_t)__half_as_ushort(pl[0]) | (uint32_t)__half_as_ushort(pl[1]) << 16;
+			bl[ng][1] = (uint32_t)__half_as_ushort(pl[2]) | (uint32_t)__half_as_ushort(pl[3]) << 16;
+		}
+#pragma unroll
+		for (int h = 0; h < HG; h++) {
+			if (h >= nhg)
+				break;
+			const uint4 w0 = KV::h8(vr[0][h]), w1 = KV::h8(vr[1][h]), w2 = KV::h8(vr[2][h]), w3 = KV::h8(vr[3][h]);
+			const uint32_t x0[4] = {w0.x, w0.y, w0.z, w0.w}, x1[4] = {w1.x, w1.y, w1.z, w1.w};
+			const uint32_t x2[4] = {w2.x, w2.y, w2.z, w2.w}, x3[4] = {w3.x, w3.y, w3.z, w3.w};
+#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				const uint32_t av[4] = {__byte_perm(x0[i], x1[i], 0x5410), __byte_perm(x0[i], x1[i], 0x7632),
+							__byte_perm(x2[i], x3[i], 0x5410), __byte_perm(x2[i], x3[i], 0x7632)};
+#pragma unroll
+				for (int ng = 0; ng < NG; ng++) {
+					mma16816(o[h][i][ng], av, bh[ng][0], bh[ng][1]);
+					mma16816(o[h][i][ng], av, bl[ng][0], bl[ng][1]);
 				}
 			}
 		}
-#pragma unroll
-		for (int gg = 0; gg < 4; gg++)
-#pragma unroll
-			for (int e = 0; e < 8; e++) {
-				float v = acc[gg][e];
-				for (int off = VP; off < 32; off *= 2)
-					v += __shfl_xor_sync(0xffffffffu, v, off);
-				if (lane < VP && act && g0 + gg < G)
-					red[(warp * G + g0 + gg) * hd + 8 * vl + e] = v;
-			}
 	}
+	/* c0, c1: dim 64h + 8g + 2i, heads 2t, 2t + 1; c2, c3: the next dim */
+#pragma unroll
+	for (int h = 0; h < HG; h++)
+#pragma unroll
+		for (int i = 0; i < 4; i++)
+#pragma unroll
+			for (int ng = 0; ng < NG; ng++)
+#pragma unroll
+				for (int e = 0; e < 4; e++) {
+					const int g = 2 * t4 + (e & 1) + 8 * ng, d = 64 * h + 8 * g8 + 2 * i + (e >> 1);
+					if (h < nhg && g < G && d < hd)
+						red[(warp * G + g) * hd + d] = kv8_ldexp(o[h][i][ng][e], E - 14);
+				}
 	__syncthreads();
 	STAMP(7);
 	for (int i = threadIdx.x; i < G * hd; i += ST) {
@@ -660,30 +788,30 @@ extern "C" uint64_t qc_cuda_paged_attn_ws_bytes(int64_t n_tok, int32_t n_head, i
 	       sizeof(float);
 }
 
-/* The split kernels: pool x RoPE inside or not x build (NV, MINB). RoPE inside runs
- * for steps of up to 8 rows only, which never take the 5-block build. */
+/* The split kernels: pool x RoPE inside or not x build (size, MINB). RoPE inside
+ * runs for steps of up to 8 rows only, which never take the 5-block build. */
 typedef void (*split_fn)(const struct qc_cuda_paged_attn_args, int32_t, int32_t, float *, float *, const int32_t *,
 			 uint32_t *);
-enum split_build { SPLIT_NV4, SPLIT_NV2_B4, SPLIT_NV2_B5, SPLIT_BUILDS };
+enum split_build { SPLIT_BIG, SPLIT_B4, SPLIT_B5, SPLIT_BUILDS };
 static const split_fn split_kernels[2][2][SPLIT_BUILDS] = {
-	{{attn_split_kernel<kv_f16, false, 4, 0>, attn_split_kernel<kv_f16, false, 2, 4>,
-	  attn_split_kernel<kv_f16, false, 2, 5>},
-	 {attn_split_kernel<kv_f16, true, 4, 0>, attn_split_kernel<kv_f16, true, 2, 4>,
-	  attn_split_kernel<kv_f16, true, 2, 4>}},
-	{{attn_split_kernel<kv_fp8, false, 4, 0>, attn_split_kernel<kv_fp8, false, 2, 4>,
-	  attn_split_kernel<kv_fp8, false, 2, 5>},
-	 {attn_split_kernel<kv_fp8, true, 4, 0>, attn_split_kernel<kv_fp8, true, 2, 4>,
-	  attn_split_kernel<kv_fp8, true, 2, 4>}},
+	{{attn_split_kernel<kv_f16, false, true, 0>, attn_split_kernel<kv_f16, false, false, 4>,
+	  attn_split_kernel<kv_f16, false, false, 5>},
+	 {attn_split_kernel<kv_f16, true, true, 0>, attn_split_kernel<kv_f16, true, false, 4>,
+	  attn_split_kernel<kv_f16, true, false, 4>}},
+	{{attn_split_kernel<kv_fp8, false, true, 0>, attn_split_kernel<kv_fp8, false, false, 4>,
+	  attn_split_kernel<kv_fp8, false, false, 5>},
+	 {attn_split_kernel<kv_fp8, true, true, 0>, attn_split_kernel<kv_fp8, true, false, 4>,
+	  attn_split_kernel<kv_fp8, true, false, 4>}},
 };
 
-/* Which build a launch takes: NV = 2 for heads of up to 128 values; 5 blocks per SM
- * once the (token, K/V head) pairs alone fill the SMs at 4 (measured on an H200,
- * 8B shape: 256 rows +1.5% against 4 blocks, 64 rows -1.5%, one row -7%). */
+/* Which build a launch takes: the small one for heads of up to 128 values and up to
+ * 8 query heads per K/V head; 5 blocks per SM once the (token, K/V head) pairs alone
+ * fill the SMs at 4. */
 static enum split_build split_build_for(const struct qc_cuda_paged_attn_args *a, int n_sm)
 {
-	if (a->hd > 8 * TG * 2)
-		return SPLIT_NV4;
-	return a->n_tok * a->n_head_kv > 4 * (int64_t)n_sm ? SPLIT_NV2_B5 : SPLIT_NV2_B4;
+	if (a->hd > 128 || a->n_head / a->n_head_kv > 8)
+		return SPLIT_BIG;
+	return a->n_tok * a->n_head_kv > 4 * (int64_t)n_sm ? SPLIT_B5 : SPLIT_B4;
 }
 
 /* The split path, or QC_EUNSUPPORTED when this shape is outside its limits.
