@@ -15,6 +15,6 @@ cp "$B/libqc_cuda.a" "$d/libqc_cuda.a"
 ar rcs "$d/libqc_cuda.a" "$d/paged_attn.o"
 cc -O2 "$B/obj/runtime/qrun_main.o" "$B/obj/runtime/engine_cli.o" "$d/attn_stamps_env.o" "$d/libqc_cuda.a" "$B/libqc.a" -o "$B/bin/qrun_stamps" \
 	-lcjson -lxxhash -larchive -lpcre2-8 -licuuc -lmicrohttpd -lm -lpthread -L/usr/local/cuda/lib64 \
-	-Wl,-rpath,/usr/local/cuda/lib64 -lcublas -lcudart_static -ldl -lrt -lstdc++
+	-Wl,-rpath,/usr/local/cuda/lib64 -lcublas -lcublasLt -lcudart_static -ldl -lrt -lstdc++
 rm -rf "$d"
 echo "$B/bin/qrun_stamps"

@@ -17,7 +17,7 @@ CFLAGS="-O2 -g -std=c11 -D_GNU_SOURCE -Wall -Wextra -Ibase -Iquant -Iruntime/ops
 NVFLAGS="-O2 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_80,code=sm_80 -Ibase -Iquant -Iruntime/ops -Iruntime/cuda/kernels"
 mkdir -p $BUILD/obj
 objs=""
-for f in quant/layout.c quant/layout_marlin.c quant/layout_marlin6.c quant/layout_nvfp4.c quant/qtype.c base/qc_err.c \
+for f in quant/layout.c quant/layout_marlin.c quant/layout_marlin6.c quant/layout_nvfp4.c quant/layout_fp8.c quant/qtype.c base/qc_err.c \
 	 quant/dequant_*.c quant/iq_tables.c quant/quant_ref.c quant/quant_k.c runtime/ops/dequant_f16.c runtime/ops/marlin_gemm.c; do
 	o=$BUILD/obj/$(echo $f | tr / _).o
 	$CC $CFLAGS -c $f -o $o

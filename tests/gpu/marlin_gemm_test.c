@@ -352,11 +352,54 @@ static void check_table_entry(enum qc_layout l, int64_t rows, int64_t n, int64_t
 			nrm += t * t;
 		}
 	double rg = sqrt(eg / nrm), rb = sqrt(eb / nrm);
-	int ok = rc == QC_OK && bad == 0 && rg <= 2 * rb + 1e-6;
-	printf("%s table entry %s %-9s rows=%lld n=%lld k=%lld (x_div 2, strided x and y%s) rel_err %.3e (fp16 plain %.3e) nan %lld%s%s\n",
+	/* the SwiGLU fusion (QC_MM_FUSE_SILU: silu(x) * x2 in the rounding to fp16)
+	   against silu_mul then the plain entry: the same bits in every written y */
+	int64_t fu_differ = -1;
+	if (!rc) {
+		const size_t nx = (size_t)(xr * ldx), ny = (size_t)(rows * ldy);
+		float *x2 = malloc(nx * 4), *ya = malloc(ny * 4), *yb = malloc(ny * 4);
+		for (size_t i = 0; i < nx; i++)
+			x2[i] = (float)urand() * 3.0f;
+		void *d_x2, *d_xs, *d_ya, *d_yb;
+		CU(cudaMalloc(&d_x2, nx * 4));
+		CU(cudaMalloc(&d_xs, nx * 4));
+		CU(cudaMalloc(&d_ya, ny * 4));
+		CU(cudaMalloc(&d_yb, ny * 4));
+		CU(cudaMemcpy(d_x2, x2, nx * 4, cudaMemcpyHostToDevice));
+		CU(cudaMemset(d_ya, 0xff, ny * 4));
+		CU(cudaMemset(d_yb, 0xff, ny * 4));
+		const struct qc_cuda_silu_mul_args sa = {d_x, d_x2, d_xs, (int64_t)nx};
+		struct qc_cuda_mm_args mu = m, mf = m;
+		mu.d_x = d_xs;
+		mu.d_y = d_yb;
+		mf.d_x2 = d_x2;
+		mf.d_y = d_ya;
+		rc = qc_cuda_silu_mul(&sa, 0, &err);
+		if (!rc)
+			rc = blas ? qc_cuda_marlin_f16(&mu, 0, &err) : qc_cuda_marlin_mm(&mu, 0, &err);
+		if (!rc)
+			rc = blas ? qc_cuda_marlin_f16(&mf, 0, &err) : qc_cuda_marlin_mm(&mf, 0, &err);
+		if (!rc)
+			rc = qc_cuda_check(cudaDeviceSynchronize(), "sync", &err);
+		CU(cudaMemcpy(ya, d_ya, ny * 4, cudaMemcpyDeviceToHost));
+		CU(cudaMemcpy(yb, d_yb, ny * 4, cudaMemcpyDeviceToHost));
+		fu_differ = 0;
+		for (int64_t r = 0; r < rows; r++)
+			fu_differ += memcmp(ya + r * ldy, yb + r * ldy, (size_t)n * 4) != 0;
+		cudaFree(d_x2);
+		cudaFree(d_xs);
+		cudaFree(d_ya);
+		cudaFree(d_yb);
+		free(x2);
+		free(ya);
+		free(yb);
+	}
+	int ok = rc == QC_OK && bad == 0 && rg <= 2 * rb + 1e-6 && fu_differ == 0;
+	printf("%s table entry %s %-9s rows=%lld n=%lld k=%lld (x_div 2, strided x and y%s) rel_err %.3e (fp16 plain %.3e) nan %lld, "
+	       "silu fused: %lld rows differ%s%s\n",
 	       ok ? "PASS" : "FAIL", blas ? "qc_cuda_marlin_f16" : "qc_cuda_marlin_mm", qc_layout_name(l), (long long)rows, (long long)n, (long long)k,
 	       blas ? ", fp16 decode + cuBLAS" : "", rg, rb,
-	       (long long)bad, rc ? " err: " : "", rc ? err.msg : "");
+	       (long long)bad, (long long)fu_differ, rc ? " err: " : "", rc ? err.msg : "");
 	ok ? n_pass++ : n_fail++;
 	cudaFree(d_w);
 	cudaFree(d_x);

@@ -6,12 +6,12 @@
  * positions; a second kernel merges the chunks' (max, sum, unnormalized P V) in
  * chunk order. The chunk length is a function of the token's own context length,
  * so its result never depends on the other tokens of the step (batch invariance).
- * Scores: 8 lanes per position, each reading 16-byte vectors of the K row, the
- * loads of 64 positions in flight at once; P V: a V row is hd / 8 lanes of 16
- * bytes, row groups sum their rows in order with 8 rows in flight per thread, and
- * the groups meet in a fixed shuffle tree and warp order (deterministic). Both
- * passes were latency chains of small loads before (22 us per layer for 576
- * positions of an 8B model on an H100, docs/perf-notes.md).
+ * Scores and P V run on the tensor cores (mma.sync, the G query heads as the
+ * MMA's M for the scores and its N for P V; q and P as two binary16 terms, so
+ * the sums are fp32-level, paged_attn.cu), K and V loaded straight into the
+ * fragments' registers, 64 positions' loads in flight at once; the warps' P V
+ * partials meet in warp order (deterministic). The CUDA-core passes before them
+ * were most of a block's time at 256 rows (docs/perf-notes.md, twelfth session).
  * Limits (else the caller uses the one-block-per-head kernel): hd a multiple of
  * 8 and at most 256, at most 16 query heads per K/V head.
  */
