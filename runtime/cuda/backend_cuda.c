@@ -165,15 +165,17 @@ static int pdl_setup(struct cu *c, struct qc_err *err)
 	return QC_OK;
 }
 
-/* On compute capability 9.0 the marlin layouts' matmuls of 128-192 rows run the
- * wgmma GEMM (marlin_wgmma.cu) instead of the weight decoded to fp16 + cuBLAS.
- * Measured on an H200 (docs/perf-notes.md, 2026-11-29, 8B Q4_0 decode): 128
- * requests +28%, 160 -1%, 192 +15%; at 256 fp16 + cuBLAS is still 9% faster, 224
- * is unmeasured. So there the f16+cublas column starts at 193 rows and the wgmma
- * kernel stops at 192 (the vocabulary matrix, which never takes the fp16 copy,
- * keeps the mma.sync kernel past it as before), unless QC_MARLIN_CUBLAS_ROWS is
- * given (then wgmma from QC_MARLIN_WGMMA_ROWS on, with no upper bound) or
- * QC_MARLIN_WGMMA_ROWS turns the kernel off. Before any scratch is sized. */
+/* Hopper's row columns for the marlin layouts (compute capability 9.0). Since the
+ * fp16 decode writes whole rows (twelfth session, H200, 8B Q4_0, decode tok/s),
+ * the weight decoded to fp16 + cuBLAS beats the mma.sync GEMM from 96 rows (7,239
+ * against 5,618; at 64 rows 5,429 against 6,138: the mma.sync kernel's second
+ * 64-row tile starts at 65) and the wgmma GEMM at 128-192 (+6%, +38%, +16% at 128,
+ * 160, 192). So there the f16+cublas column starts at 65 rows and the wgmma kernel
+ * is off, unless QC_MARLIN_CUBLAS_ROWS is given. QC_MARLIN_WGMMA_ROWS (at most 128,
+ * without QC_MARLIN_CUBLAS_ROWS) brings back the tenth session's table: wgmma for
+ * up to 192 rows, the column from 193 (the vocabulary matrix, which never takes
+ * the fp16 copy, keeps the mma.sync kernel past it). Before any scratch is sized. */
+#define HOPPER_BLAS_MIN_ROWS 65
 static int wgmma_setup(struct cu *c, struct qc_err *err)
 {
 	int dev = 0, major = 0, minor = 0, rc;
@@ -184,10 +186,13 @@ static int wgmma_setup(struct cu *c, struct qc_err *err)
 				"cudaDeviceGetAttribute", err)))
 		return rc;
 	int64_t max_rows = INT64_MAX;
-	if (major == 9 && minor == 0 && !c->env.cublas_rows_given && c->env.mm.wgmma_rows > 0 &&
-	    c->env.mm.wgmma_rows <= 128 && c->env.mm.rows.blas_min_rows == 128) {
-		c->env.mm.rows.blas_min_rows = 193;
-		max_rows = 192;
+	if (major == 9 && minor == 0 && !c->env.cublas_rows_given) {
+		if (c->env.mm.wgmma_rows > 0 && c->env.mm.wgmma_rows <= 128) {
+			c->env.mm.rows.blas_min_rows = 193;
+			max_rows = 192;
+		} else if (c->env.mm.wgmma_rows <= 0) {
+			c->env.mm.rows.blas_min_rows = HOPPER_BLAS_MIN_ROWS;
+		}
 	}
 	qc_cuda_marlin_gemm_wgmma_rows(c->env.mm.wgmma_rows, max_rows);
 	return QC_OK;
