@@ -79,8 +79,10 @@ attention:
 	test_attention(32, 128, 4, 1, 0);
 	test_attention(16, 128, 8, 2, 1); /* long context: many chunks */
 	test_attention(16, 80, 28, 4, 1); /* 7 query heads per K/V head, hd 80 */
-	test_attention(16, 96, 12, 4, 1); /* hd 96 (Phi-3): 12 of a V row's 16 lanes busy */
-	test_attention(8, 256, 16, 1, 0); /* hd 256, 16 query heads per K/V head: four passes of four */
+	test_attention(16, 96, 12, 4, 1); /* hd 96 (Phi-3): three 32-dim segments, a half 64-dim group */
+	test_attention(8, 256, 16, 1, 0); /* hd 256, 16 query heads per K/V head: both 8-head MMA tiles */
+	test_attention(16, 128, 24, 2, 1); /* 12 query heads per K/V head: the second 8-head tile half used */
+	test_attention(16, 256, 4, 2, 0);  /* hd 256 with few query heads (Gemma): the big build, one tile */
 	for (int fp8 = 0; fp8 < 2; fp8++) { /* RoPE and the store inside decode attention */
 		test_attn_rope_fused(16, 128, 32, 8, 128, QC_ROPE_NORM, 5, 0, fp8); /* Llama-3-8B's heads */
 		test_attn_rope_fused(16, 128, 32, 8, 128, QC_ROPE_NORM, 3, 1, fp8); /* own rows past 64 */
