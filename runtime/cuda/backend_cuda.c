@@ -536,7 +536,8 @@ static int attention_block(struct cu *c, const struct qc_sched_plan *plan, const
 		.scale = cfg->q_scale > 0.0f ? cfg->q_scale : 1.0f / sqrtf((float)hd),
 		.softcap = cfg->attn_softcap, .window = qc_model_layer_windowed(cfg, il) ? cfg->sliding_window : 0,
 		.d_ws = c->d_ws, .ws_bytes = c->ws_bytes, .flash = c->env.flash,
-		.d_flags = c->env.attn_merge ? c->d_flags : NULL, .n_flags = c->env.attn_merge ? c->n_flags : 0,
+		.d_flags = T <= c->env.attn_merge_rows ? c->d_flags : NULL,
+		.n_flags = T <= c->env.attn_merge_rows ? c->n_flags : 0,
 		.d_pool8 = c->d_kv8, .d_pool8_exp = c->d_kv8_exp,
 		/* one token per sequence: its earlier positions are from earlier forwards
 		   (block copies run before the forward, upload_plan before its kernels) */

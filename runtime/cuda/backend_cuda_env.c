@@ -89,8 +89,10 @@ void qc_cuda_env_read(struct qc_cuda_env *e)
 	e->flash = fl && !strcmp(fl, "0") ? QC_CUDA_ATTN_FLASH_OFF : QC_CUDA_ATTN_FLASH_AUTO;
 	const char *pdl = getenv("QC_CUDA_PDL");
 	e->pdl = pdl && *pdl ? atoi(pdl) != 0 : -1;
+	/* the split attention's in-kernel merge for steps of up to this many rows
+	   (QC_CUDA_ATTN_MERGE=0: never, the merge kernel always) */
 	const char *am = getenv("QC_CUDA_ATTN_MERGE");
-	e->attn_merge = !(am && !strcmp(am, "0"));
+	e->attn_merge_rows = am && !strcmp(am, "0") ? 0 : env_i64("QC_CUDA_ATTN_MERGE_ROWS", QC_CUDA_ATTN_MERGE_ROWS);
 	/* 0: decode attention loads every K/V row after its PDL wait (the A/B of the
 	   early loads, docs/perf-notes.md) */
 	const char *ae = getenv("QC_CUDA_ATTN_EARLY");

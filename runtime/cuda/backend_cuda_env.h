@@ -13,14 +13,23 @@
 #include "kernels/matmul_dispatch.h"
 #include "kernels/paged_attn.h"
 
+/* Rows up to which a decode step's split attention merges its chunks in its last
+ * chunk block (a fence, an atomic and the merge's loads on that block's chain),
+ * past them in a kernel of its own: the in-kernel merge saves a launch where one
+ * launch's latency is the step, and lengthens every block's chain where blocks
+ * queue for the SMs (H200, 8B Q4_0: the merge kernel +1.5% at 8 rows, +0.9% at 64,
+ * +1.6% at 128, +3.0% at 256; docs/perf-notes.md, thirteenth session). */
+#define QC_CUDA_ATTN_MERGE_ROWS 1
+
 struct qc_cuda_env {
 	struct qc_cuda_mm_tuning mm;   /* QC_CUDA_GEMV_MAX_ROWS, QC_MARLIN_CUBLAS_ROWS,
 					  QC_MARLIN_GEMV_ROWS, QC_MARLIN_GEMV_KTW */
 	enum qc_cuda_attn_flash flash; /* QC_CUDA_FLASH=0: OFF */
 	int pdl;                       /* QC_CUDA_PDL: 1 or unset (-1) programmatic dependent launch
 					  (pdl.h) where the device has it, 0 plain launches */
-	int attn_merge;                /* the split attention's last block merges (QC_CUDA_ATTN_MERGE=0:
-					  the merge kernel instead; docs/perf-notes.md) */
+	int64_t attn_merge_rows;       /* steps of up to this many rows: the split attention's last
+					  chunk block merges (arrival counters); more rows: the merge
+					  kernel (QC_CUDA_ATTN_MERGE_ROWS; QC_CUDA_ATTN_MERGE=0: 0) */
 	int attn_rope;                 /* QC_CUDA_ATTN_ROPE=0: decode steps run rope_kv, not RoPE and the
 					  K/V store inside the attention (binary16 pool; on by default) */
 	int attn_early;                /* QC_CUDA_ATTN_EARLY=0: decode attention's old K/V rows load after
