@@ -394,12 +394,70 @@ static void check_table_entry(enum qc_layout l, int64_t rows, int64_t n, int64_t
 		free(ya);
 		free(yb);
 	}
-	int ok = rc == QC_OK && bad == 0 && rg <= 2 * rb + 1e-6 && fu_differ == 0;
+	/* several matrices on one x (QC_MM_FUSE_MULTI: Q, K, V): a second weight of
+	   another width, then the first again, each output the bits of its matrix
+	   run alone (the second's alone run into d_yb first); the scratch is the
+	   group's, as the backend sizes it */
+	int64_t mu_differ = -1;
+	if (!rc) {
+		const int64_t n2 = n >= 128 ? n / 2 / 64 * 64 : n;
+		uint64_t wb2;
+		uint8_t *w2 = make_weights(l, n2, k, &wb2);
+		const size_t ny = (size_t)(rows * ldy);
+		float *ya = malloc(ny * 4), *yb = malloc(ny * 4), *yc = malloc(ny * 4);
+		const uint64_t ws3 = qc_cuda_marlin_mm_ws(k, 2 * n + n2, rows, &kr);
+		void *d_w2, *d_ya, *d_yb, *d_yc, *d_ws3;
+		CU(cudaMalloc(&d_w2, wb2));
+		CU(cudaMalloc(&d_ya, ny * 4));
+		CU(cudaMalloc(&d_yb, ny * 4));
+		CU(cudaMalloc(&d_yc, ny * 4));
+		CU(cudaMalloc(&d_ws3, ws3));
+		CU(cudaMemcpy(d_w2, w2, wb2, cudaMemcpyHostToDevice));
+		CU(cudaMemset(d_ya, 0xff, ny * 4));
+		CU(cudaMemset(d_yb, 0xff, ny * 4));
+		CU(cudaMemset(d_yc, 0xff, ny * 4));
+		struct qc_cuda_mm_args m2 = m, m3 = m;
+		m2.d_w = d_w2;
+		m2.n_out = n2;
+		m2.d_y = d_yb;
+		m3.d_y = d_ya;
+		m3.d_ws = d_ws3;
+		m3.ws_bytes = ws3;
+		m3.n_more = 2;
+		m3.more[0] = (struct qc_cuda_mm_more){d_w2, n2, d_yc, ldy};
+		m3.more[1] = (struct qc_cuda_mm_more){d_w, n, d_y, ldy}; /* over y: the same bits */
+		rc = blas ? qc_cuda_marlin_f16(&m2, 0, &err) : qc_cuda_marlin_mm(&m2, 0, &err);
+		if (!rc)
+			rc = blas ? qc_cuda_marlin_f16(&m3, 0, &err) : qc_cuda_marlin_mm(&m3, 0, &err);
+		if (!rc)
+			rc = qc_cuda_check(cudaDeviceSynchronize(), "sync", &err);
+		float *y1 = malloc(ny * 4);
+		CU(cudaMemcpy(ya, d_ya, ny * 4, cudaMemcpyDeviceToHost));
+		CU(cudaMemcpy(yb, d_yb, ny * 4, cudaMemcpyDeviceToHost));
+		CU(cudaMemcpy(yc, d_yc, ny * 4, cudaMemcpyDeviceToHost));
+		CU(cudaMemcpy(y1, d_y, ny * 4, cudaMemcpyDeviceToHost));
+		mu_differ = 0;
+		for (int64_t r = 0; r < rows; r++)
+			mu_differ += (memcmp(ya + r * ldy, y + r * ldy, (size_t)n * 4) != 0) +
+				     (memcmp(y1 + r * ldy, y + r * ldy, (size_t)n * 4) != 0) +
+				     (memcmp(yc + r * ldy, yb + r * ldy, (size_t)n2 * 4) != 0);
+		free(y1);
+		cudaFree(d_w2);
+		cudaFree(d_ya);
+		cudaFree(d_yb);
+		cudaFree(d_yc);
+		cudaFree(d_ws3);
+		free(w2);
+		free(ya);
+		free(yb);
+		free(yc);
+	}
+	int ok = rc == QC_OK && bad == 0 && rg <= 2 * rb + 1e-6 && fu_differ == 0 && mu_differ == 0;
 	printf("%s table entry %s %-9s rows=%lld n=%lld k=%lld (x_div 2, strided x and y%s) rel_err %.3e (fp16 plain %.3e) nan %lld, "
-	       "silu fused: %lld rows differ%s%s\n",
+	       "silu fused: %lld rows differ, three matrices on one x: %lld rows differ%s%s\n",
 	       ok ? "PASS" : "FAIL", blas ? "qc_cuda_marlin_f16" : "qc_cuda_marlin_mm", qc_layout_name(l), (long long)rows, (long long)n, (long long)k,
 	       blas ? ", fp16 decode + cuBLAS" : "", rg, rb,
-	       (long long)bad, (long long)fu_differ, rc ? " err: " : "", rc ? err.msg : "");
+	       (long long)bad, (long long)fu_differ, (long long)mu_differ, rc ? " err: " : "", rc ? err.msg : "");
 	ok ? n_pass++ : n_fail++;
 	cudaFree(d_w);
 	cudaFree(d_x);
@@ -1328,8 +1386,11 @@ int main(int argc, char **argv)
 	/* --check: every check, no timings; --gemv-check: the decode GEMV's checks only
 	 * (quick: the one compute-sanitizer runs); --gemv-bench: the GEMV's timings */
 	int gemv_check = argc > 1 && strcmp(argv[1], "--gemv-check") == 0;
+	/* --table-check: the backend's table entries alone (marlin_mm.cu's kinds and
+	 * their fusions), with the experts and GEMV cases between them */
+	const int table_check = argc > 1 && strcmp(argv[1], "--table-check") == 0;
 	int do_bench = !(argc > 1 && (strcmp(argv[1], "--check") == 0 || strcmp(argv[1], "--gemm-check") == 0 ||
-				      gemv_check));
+				      gemv_check || table_check));
 	int gemv_only = argc > 1 && strcmp(argv[1], "--gemv-bench") == 0;
 	/* --wg-bench: the GEMM timings on the 8B shapes at 1-4096 tokens, no checks;
 	 * --gemm-check: the GEMM's cases alone (both kernels where the device has wgmma) */
@@ -1352,8 +1413,9 @@ int main(int argc, char **argv)
 	const bool wgmma_dev = prop.major == 9 && prop.minor == 0;
 	if (!gemv_check && !bench_profile && !skip_checks && !wg_bench) {
 		qc_cuda_marlin_gemm_wgmma_rows(0, INT64_MAX); /* first every case on the mma.sync kernel */
-		check_gemm_cases();
-		if (wgmma_dev) { /* the same cases on the Hopper kernel: 2 warpgroups and 4
+		if (!table_check)
+			check_gemm_cases();
+		if (wgmma_dev && !table_check) { /* the same cases on the Hopper kernel: 2 warpgroups and 4
 				  * stages (the default), then 1 warpgroup and 6 stages */
 			static const int tunes[][3] = { { 6, 2, 1 }, { 4, 1, 0 } };
 			for (int t = 0; t < 2; t++) {
@@ -1411,6 +1473,8 @@ int main(int argc, char **argv)
 				n_fail++;
 			}
 		}
+		if (table_check)
+			goto checked;
 	}
 	if (bench_profile || skip_checks || wg_bench)
 		goto checked;

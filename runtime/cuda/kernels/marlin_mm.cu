@@ -162,67 +162,102 @@ static int rows_in(const struct qc_cuda_mm_args *a, uint64_t ab, const char *wha
 	return qc_cuda_check(cudaGetLastError(), "marlin_mm: rows_to_f16", err);
 }
 
+/* Matrix i of a launch: the args' own (i = 0), then a->more[i - 1]. */
+struct mm_mat {
+	const uint8_t *d_w;
+	int64_t n_out;
+	float *d_y;
+	int64_t ldy;
+};
+static struct mm_mat mat_of(const struct qc_cuda_mm_args *a, int i)
+{
+	if (i == 0)
+		return {a->d_w, a->n_out, a->d_y, a->ldy};
+	return {a->more[i - 1].d_w, a->more[i - 1].n_out, a->more[i - 1].d_y, a->more[i - 1].ldy};
+}
+
 /* QC_KERNEL_F16_BLAS: y = W x with W decoded to fp16 after the activations in the
- * scratch, one cuBLAS GemmEx. No experts; the scratch must hold both. */
+ * scratch, one cuBLAS GemmEx; with n_more, each matrix in turn on the same fp16
+ * activations (the decoded weight's scratch reused: stream order). No experts; the
+ * scratch must hold the activations and the largest matrix. */
 extern "C" int qc_cuda_marlin_f16(const struct qc_cuda_mm_args *a, cudaStream_t s, struct qc_err *err)
 {
-	if (qc_cuda_mm_check_fuse(a, QC_MM_FUSE_SILU, "marlin_f16", err))
+	if (qc_cuda_mm_check_fuse(a, QC_MM_FUSE_SILU | QC_MM_FUSE_MULTI, "marlin_f16", err))
 		return QC_EUNSUPPORTED;
 	if (a->n_rows == 0)
 		return QC_OK;
-	const uint64_t ab = act_bytes(a->n_rows, a->n_in), wb = (uint64_t)a->n_in * (uint64_t)a->n_out * 2;
-	if (a->d_expert || !a->blas || a->n_rows > INT32_MAX || a->n_in > INT32_MAX || a->n_out > INT32_MAX ||
+	if (a->n_more < 0 || a->n_more > QC_CUDA_MM_MORE)
+		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "marlin_f16: %d more matrices (at most %d)",
+				  (int)a->n_more, QC_CUDA_MM_MORE);
+	int64_t most = 0;
+	for (int i = 0; i <= a->n_more; i++)
+		most = mat_of(a, i).n_out > most ? mat_of(a, i).n_out : most;
+	const uint64_t ab = act_bytes(a->n_rows, a->n_in), wb = (uint64_t)a->n_in * (uint64_t)most * 2;
+	if (a->d_expert || !a->blas || a->n_rows > INT32_MAX || a->n_in > INT32_MAX || most > INT32_MAX ||
 	    a->ws_bytes < ab + wb)
 		return qc_err_set(err, QC_EUNSUPPORTED, NULL, NULL, -1,
 				  "marlin_f16: %s %lld x %lld x %lld: experts, no cuBLAS handle or scratch %llu < %llu",
-				  qc_layout_name(a->layout), (long long)a->n_rows, (long long)a->n_out,
+				  qc_layout_name(a->layout), (long long)a->n_rows, (long long)most,
 				  (long long)a->n_in, (unsigned long long)a->ws_bytes, (unsigned long long)(ab + wb));
 	int rc = rows_in(a, ab, "marlin_f16", s, err);
 	if (rc)
 		return rc;
 	cublasHandle_t h = (cublasHandle_t)a->blas;
 	uint16_t *w16 = (uint16_t *)((uint8_t *)a->d_ws + ab);
-	if ((rc = qc_cuda_marlin_to_f16(a->layout, a->type, a->d_w, a->n_out, a->n_in, w16, s, err)))
-		return rc;
 	/* only when it differs: cublasSetStream drops a workspace set with cublasSetWorkspace */
 	cudaStream_t cur = NULL;
 	if ((rc = blas_check(cublasGetStream(h, &cur), "cublasGetStream", err)) ||
 	    (cur != s && (rc = blas_check(cublasSetStream(h, s), "cublasSetStream", err))))
 		return rc;
 	const float one = 1.0f, zero = 0.0f;
-	const int m = (int)a->n_out, n = (int)a->n_rows, k = (int)a->n_in;
-	return blas_check(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, w16, CUDA_R_16F, k, a->d_ws,
-				       CUDA_R_16F, k, &zero, a->d_y, CUDA_R_32F, (int)a->ldy, CUBLAS_COMPUTE_32F,
-				       CUBLAS_GEMM_DEFAULT),
-			  "marlin_mm: cublasGemmEx", err);
+	const int n = (int)a->n_rows, k = (int)a->n_in;
+	for (int i = 0; i <= a->n_more; i++) {
+		const struct mm_mat w = mat_of(a, i);
+		if ((rc = qc_cuda_marlin_to_f16(a->layout, a->type, w.d_w, w.n_out, a->n_in, w16, s, err)) ||
+		    (rc = blas_check(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)w.n_out, n, k, &one, w16, CUDA_R_16F,
+						  k, a->d_ws, CUDA_R_16F, k, &zero, w.d_y, CUDA_R_32F, (int)w.ldy,
+						  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+				     "marlin_mm: cublasGemmEx", err)))
+			return rc;
+	}
+	return QC_OK;
 }
 
-/* QC_KERNEL_MMA: y = W x through the marlin tensor-core GEMM (experts allowed). */
+/* QC_KERNEL_MMA: y = W x through the marlin tensor-core GEMM (experts allowed); with
+ * n_more, each matrix in turn on the same fp16 activations. */
 extern "C" int qc_cuda_marlin_mm(const struct qc_cuda_mm_args *a, cudaStream_t s, struct qc_err *err)
 {
-	if (qc_cuda_mm_check_fuse(a, QC_MM_FUSE_SILU, "marlin_mm", err))
+	if (qc_cuda_mm_check_fuse(a, QC_MM_FUSE_SILU | QC_MM_FUSE_MULTI, "marlin_mm", err))
 		return QC_EUNSUPPORTED;
 	if (a->n_rows == 0)
 		return QC_OK;
+	if (a->n_more < 0 || a->n_more > QC_CUDA_MM_MORE || (a->n_more && a->d_expert))
+		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "marlin_mm: %d more matrices%s (at most %d, no experts)",
+				  (int)a->n_more, a->d_expert ? " with experts" : "", QC_CUDA_MM_MORE);
 	const uint64_t ab = act_bytes(a->n_rows, a->n_in);
 	int rc = rows_in(a, ab, "marlin_mm", s, err);
 	if (rc)
 		return rc;
-	struct qc_marlin_gemm_args g = {};
-	g.layout = a->layout;
-	g.type = a->type;
-	g.m = a->n_rows;
-	g.n = a->n_out;
-	g.k = a->n_in;
-	g.a = a->d_ws;
-	g.w = a->d_w;
-	g.c = a->d_y;
-	g.ldc = a->ldy;
-	g.c_type = QC_MARLIN_C_F32;
-	g.split = QC_MARLIN_SPLIT_AUTO;
-	g.expert = a->d_expert;
-	g.mat_stride = a->mat_stride;
-	g.workspace = (uint8_t *)a->d_ws + ab;
-	g.workspace_bytes = a->ws_bytes - ab;
-	return qc_cuda_marlin_gemm(&g, s, err);
+	for (int i = 0; i <= a->n_more; i++) {
+		const struct mm_mat w = mat_of(a, i);
+		struct qc_marlin_gemm_args g = {};
+		g.layout = a->layout;
+		g.type = a->type;
+		g.m = a->n_rows;
+		g.n = w.n_out;
+		g.k = a->n_in;
+		g.a = a->d_ws;
+		g.w = w.d_w;
+		g.c = w.d_y;
+		g.ldc = w.ldy;
+		g.c_type = QC_MARLIN_C_F32;
+		g.split = QC_MARLIN_SPLIT_AUTO;
+		g.expert = a->d_expert;
+		g.mat_stride = a->mat_stride;
+		g.workspace = (uint8_t *)a->d_ws + ab;
+		g.workspace_bytes = a->ws_bytes - ab;
+		if ((rc = qc_cuda_marlin_gemm(&g, s, err)))
+			return rc;
+	}
+	return QC_OK;
 }

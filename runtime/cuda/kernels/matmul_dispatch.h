@@ -88,7 +88,8 @@ struct qc_cuda_mm_args {
 	int32_t accumulate;        /* QC_MM_FUSE_ACC: y += W x (the residual add; add.cu's bits) */
 	/* QC_MM_FUSE_MULTI: n_more more matrices of the same layout, type and n_in, each
 	 * with its own weights, n_out, y and ldy, times the same activations in the same
-	 * launch (Q, K and V; gate and up): one kernel instead of up to three. */
+	 * launch (Q, K and V; gate and up): one kernel instead of up to three (GEMV), or
+	 * the activations rounded to fp16 once for all of them (MMA, F16_BLAS). */
 	/* QC_MM_FUSE_NORM: x is RMSNorm(x) * norm_w first (norm over the whole row of n_in,
 	 * eps norm_eps; rms_norm.cu's formula, its own fixed summation order) */
 	const float *d_norm_w;
