@@ -6,16 +6,20 @@
 # the shared libraries they load (all but glibc, libstdc++ and CUDA's: a CUDA image
 # lacks cJSON, xxHash, PCRE2, ICU 72, libarchive), and the fixtures (gguf,
 # gguf-quant); SmolLM2's GGUF, when cached, in parts beside it (below). BUILD defaults
-# to build-cuda.
+# to build-cuda. QC_PACK_TESTS: the tests/gpu binaries to pack (default all: test_kernels
+# test_e2e test_tp bench_gemv bench_copy bench_fp8); a device call carries at most
+# 64 MiB with the tracked tree, so a benchmark call packs fewer (bench_copy alone for
+# tools/gpu_compare.sh), and the last line says what the payload leaves.
 set -eu
 B=${BUILD:-build-cuda}
 FX=${QC_FIXTURES:-../shared/fixtures}
-make BUILD="$B" -j"$(nproc)" "$B/bin/qrun" "$B/bin/qconvert" "$B/bin/mkgguf" "$B/tests/gpu/test_kernels" "$B/tests/gpu/test_e2e" \
-	"$B/tests/gpu/test_tp" "$B/tests/gpu/bench_gemv" "$B/tests/gpu/bench_copy" "$B/tests/gpu/bench_fp8" >/dev/null
+TESTS=${QC_PACK_TESTS-test_kernels test_e2e test_tp bench_gemv bench_copy bench_fp8}
+tb=""
+for t in $TESTS; do tb="$tb $B/tests/gpu/$t"; done
+make BUILD="$B" -j"$(nproc)" "$B/bin/qrun" "$B/bin/qconvert" "$B/bin/mkgguf" $tb >/dev/null
 d=$(mktemp -d)
 mkdir -p "$d/bin" "$d/lib" "$d/fixtures"
-cp "$B/bin/qrun" "$B/tests/gpu/test_kernels" "$B/tests/gpu/test_e2e" "$B/tests/gpu/test_tp" "$B/tests/gpu/bench_gemv" \
-	"$B/tests/gpu/bench_copy" "$B/tests/gpu/bench_fp8" "$d/bin/"
+cp "$B/bin/qrun" $tb "$d/bin/"
 # extra binaries to carry (A/B comparisons): $QC_PACK_EXTRA, space-separated paths
 [ -z "${QC_PACK_EXTRA:-}" ] || cp $QC_PACK_EXTRA "$d/bin/"
 cp "$B/bin/mkgguf" "$B/bin/qconvert" "$d/bin/"
@@ -65,3 +69,7 @@ if [ -n "${LLAMA_GIT:-}" ]; then
 	ls -la .gpu/llama.tgz
 fi
 ls -la .gpu/payload.tar.xz
+# what a call carrying the payload (and llama.tgz, when packed) leaves of its 64 MiB
+tree=$(git ls-files -z | xargs -0 cat 2>/dev/null | wc -c)
+pay=$(cat .gpu/payload.tar.xz $( [ -f .gpu/llama.tgz ] && [ -n "${LLAMA_GIT:-}" ] && echo .gpu/llama.tgz) | wc -c)
+echo "gpu_pack: tracked tree $((tree >> 20)) MiB + payload $((pay >> 20)) MiB: $(((67108864 - tree - pay) >> 20)) MiB left for a call's other carried files"
