@@ -312,7 +312,7 @@ struct kv_fp8 {
 	}
 	/* The codes' values as binary16 (exact: E4M3 fits it) without the row's power
 	 * of two, which the caller applies once per row: to a position's q . k and to
-	 * the softmax weight p of a V row (paged_attn.cu's tensor-core passes). */
+	 * the softmax weight p of a V row (paged_attn_split.cu's tensor-core passes). */
 	static constexpr bool SCALED = true;
 	static __device__ __forceinline__ uint32_t h2(uint32_t two)
 	{

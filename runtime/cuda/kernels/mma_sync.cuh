@@ -1,5 +1,5 @@
 /* mma_sync.cuh — the one warp-level tensor-core instruction the sm_80-era kernels
- * use (flash_attn.cu, marlin_gemm.cu, paged_attn.cu): c (16 x 8, fp32) += a (16 x 16
+ * use (flash_attn.cu, marlin_gemm.cu, paged_attn_split.cu): c (16 x 8, fp32) += a (16 x 16
  * binary16, row) * b (16 x 8 binary16, col), fragments as the PTX ISA lays them out
  * for mma.m16n8k16 (lane = 4 * group + t: a0 row group cols 2t, 2t + 1; a1 row
  * group + 8; a2, a3 cols + 8; b0 rows 2t, 2t + 1 col group, b1 rows + 8; c0, c1 row

@@ -8,7 +8,7 @@
  * so its result never depends on the other tokens of the step (batch invariance).
  * Scores and P V run on the tensor cores (mma.sync, the G query heads as the
  * MMA's M for the scores and its N for P V; q and P as two binary16 terms, so
- * the sums are fp32-level, paged_attn.cu), K and V loaded straight into the
+ * the sums are fp32-level, paged_attn_split.cu), K and V loaded straight into the
  * fragments' registers, 64 positions' loads in flight at once; the warps' P V
  * partials meet in warp order (deterministic). The CUDA-core passes before them
  * were most of a block's time at 256 rows (docs/perf-notes.md, twelfth session).
@@ -23,6 +23,7 @@
 #define QC_ATTN_SPLIT_MAX 32   /* chunks per token at most */
 #define QC_ATTN_CHUNK_MIN 64   /* positions per chunk at least */
 #define QC_ATTN_GROUP_MAX 16   /* query heads per K/V head */
+#define QC_ATTN_MAX_HD 256     /* head dims a lane-strided register row holds (both paths) */
 
 #ifdef __CUDACC__
 #define QC_ATTN_HD __host__ __device__
@@ -55,5 +56,17 @@ static inline int32_t qc_attn_splits(int32_t max_ctx)
 	const int32_t n = (max_ctx + QC_ATTN_CHUNK_MIN - 1) / QC_ATTN_CHUNK_MIN;
 	return n < QC_ATTN_SPLIT_MAX ? n : QC_ATTN_SPLIT_MAX;
 }
+
+#ifdef __CUDACC__
+#include <cuda_runtime.h>
+
+#include "paged_attn.h"
+
+/* The split path (paged_attn_split.cu) for a (the scratch a->d_ws its own), tokens
+ * with skip[t] set (NULL: none) left alone; QC_EUNSUPPORTED when the shape is
+ * outside its limits (the caller then runs the one-block kernel). */
+int qc_cuda_paged_attn_split(const struct qc_cuda_paged_attn_args *a, const int32_t *skip, cudaStream_t s,
+			     struct qc_err *err);
+#endif
 
 #endif

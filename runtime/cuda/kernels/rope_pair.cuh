@@ -62,7 +62,7 @@ static __device__ __forceinline__ float2 rope_pair_rotate(float x0, float x1, st
 
 /* The n_rot / 2 pairs of one head in shared memory y, rotated in place by the calling
  * warp (lane l takes pairs l, l + 32, ...), then __syncwarp: rope_kv8.cu's per-head
- * RoPE, and the attention's (paged_attn.cu) for its fp8 q heads and own K row. */
+ * RoPE, and the attention's (paged_attn_split.cu) for its fp8 q heads and own K row. */
 static __device__ __forceinline__ void rope_head_warp(float *y, int half, int32_t mode, const struct rope_cs *ang)
 {
 	const int stride = rope_pair_stride(mode, half);
