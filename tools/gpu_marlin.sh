@@ -32,7 +32,10 @@ $NVCC $NVFLAGS -Xptxas -v -c runtime/cuda/kernels/marlin_wgmma.cu -o $BUILD/obj/
 grep -E "registers|spill|C75" $BUILD/ptxas_wg.txt | sort | uniq -c | head -20
 # marlin_mm.cu: the backend's table entry; cuda_err.cu: qc_cuda_check; the
 # GEMV's two kernels and what its fusions are checked against
-cuobjs="$BUILD/obj/marlin_gemm_cu.o $BUILD/obj/marlin_wgmma_cu.o"
+# the warp-specialized form: the same check (a divergent-path wgmma is C7520)
+$NVCC $NVFLAGS -Xptxas -v -c runtime/cuda/kernels/marlin_wgmma_ws.cu -o $BUILD/obj/marlin_wgmma_ws_cu.o 2> $BUILD/ptxas_ws.txt || { cat $BUILD/ptxas_ws.txt; exit 1; }
+grep -E "registers|spill|C75" $BUILD/ptxas_ws.txt | sort | uniq -c | head -20
+cuobjs="$BUILD/obj/marlin_gemm_cu.o $BUILD/obj/marlin_wgmma_cu.o $BUILD/obj/marlin_wgmma_ws_cu.o"
 # the persistent GEMV's registers and spills, for the log
 $NVCC $NVFLAGS -Xptxas -v -c runtime/cuda/kernels/marlin_gemv_persist.cu -o $BUILD/obj/marlin_gemv_persist_cu.o \
 	2> $BUILD/ptxas_persist.txt || { cat $BUILD/ptxas_persist.txt; exit 1; }

@@ -242,7 +242,8 @@ static int create_local(const struct qc_model *m, const struct qc_backend_params
 	qc_cuda_marlin_gemv_stream_persist(c->env.mm.stream_persist);
 	qc_cuda_marlin_gemv_stream_wave(c->env.mm.stream_wave);
 	qc_cuda_marlin_gemv_norm_once(c->env.mm.norm_once);
-	qc_cuda_marlin_gemm_wgmma_tune(c->env.mm.wgmma_stages, c->env.mm.wgmma_groups, c->env.mm.wgmma_split_free);
+	qc_cuda_marlin_gemm_wgmma_tune(c->env.mm.wgmma_stages, c->env.mm.wgmma_groups, c->env.mm.wgmma_split_free,
+				       c->env.mm.wgmma_form);
 	c->L = calloc((size_t)cfg->n_layer, sizeof *c->L);
 	if (!c->L)
 		return qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");

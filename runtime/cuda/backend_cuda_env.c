@@ -32,12 +32,12 @@ void qc_cuda_env_read(struct qc_cuda_env *e)
 	 * (compute capability 9.0); 0 or less: never (the mma.sync GEMM); with it the
 	 * backend starts the f16+cublas column at 193 rows (wgmma_setup) */
 	e->mm.wgmma_rows = env_i64("QC_MARLIN_WGMMA_ROWS", def.wgmma_rows);
-	/* "stages,warpgroups,split_free": the wgmma kernel's shape (A/B runs) */
+	/* "stages,warpgroups,split_free,form": the wgmma kernel's shape (A/B runs) */
 	const char *wt = getenv("QC_MARLIN_WGMMA_TUNE");
 	if (wt && *wt) {
-		int v[3] = { def.wgmma_stages, def.wgmma_groups, def.wgmma_split_free };
+		int v[4] = { def.wgmma_stages, def.wgmma_groups, def.wgmma_split_free, def.wgmma_form };
 		const char *q = wt;
-		for (int i = 0; i < 3 && *q; i++) {
+		for (int i = 0; i < 4 && *q; i++) {
 			char *end;
 			v[i] = (int)strtol(q, &end, 10);
 			q = *end == ',' ? end + 1 : end;
@@ -45,6 +45,7 @@ void qc_cuda_env_read(struct qc_cuda_env *e)
 		e->mm.wgmma_stages = v[0];
 		e->mm.wgmma_groups = v[1];
 		e->mm.wgmma_split_free = v[2];
+		e->mm.wgmma_form = v[3];
 	}
 	/* N: marlin layouts run their GEMV up to N rows (batch-invariant runs) */
 	e->mm.rows.mma_gemv_rows = env_i64("QC_MARLIN_GEMV_ROWS", 0);

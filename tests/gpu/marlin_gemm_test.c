@@ -1098,6 +1098,9 @@ static int run_cublas(void *ctx, int i, cudaStream_t s)
 
 static double copy_bw; /* bytes/s, read + write */
 static bool bench_wgmma; /* bench_shape also times the wgmma kernel (compute capability 9.0) */
+/* the wgmma kernel's tune for kernel 1 of bench_shape (QC_MARLIN_WGMMA_TUNE); kernel 2
+ * is the warp-specialized form at the same stages and token width */
+static int bench_tune[4] = { 6, 2, 1, 0 };
 
 struct gv_ctx {
 	struct qc_cuda_mm_args a;
@@ -1266,16 +1269,21 @@ static void bench_shape(enum qc_layout l, int64_t n, int64_t k, const int *ms, i
 #endif
 	for (int mi = 0; mi < n_ms; mi++) {
 		int64_t m = ms[mi];
-		/* kernel 0: mma.sync; 1: wgmma (Hopper), auto splits only */
-		for (int kern = 0; kern < (bench_wgmma ? 2 : 1); kern++)
-		for (int si = -1; si < (m == 1 && !kern ? n_splits : 0); si++) {
+		/* kernel 0: mma.sync; 1: wgmma (Hopper), auto splits only; 2: its warp-specialized
+		 * form, auto and fixed splits 1-8 from 64 rows (the split model's check) */
+		static const int ws_splits[] = { 1, 2, 4, 8 };
+		for (int kern = 0; kern < (bench_wgmma ? 3 : 1); kern++)
+		for (int si = -1; si < (m == 1 && !kern ? n_splits : kern == 2 && m >= 64 ? 4 : 0); si++) {
 			qc_cuda_marlin_gemm_wgmma_rows(kern ? 1 : 0, INT64_MAX);
+			if (kern)
+				qc_cuda_marlin_gemm_wgmma_tune(bench_tune[0], bench_tune[1], bench_tune[2],
+							       kern == 2 ? 1 : bench_tune[3]);
 			c.a = (struct qc_marlin_gemm_args){ .layout = l, .type = type_of(l), .m = m, .n = n, .k = k,
 							    .a = d_a, .c = d_c, .ldc = n, .c_type = QC_MARLIN_C_F32 };
 			c.a.w = c.d_w[0];
 			if (si >= 0) {
 				c.a.split = QC_MARLIN_SPLIT_FIXED;
-				c.a.split_k = splits[si];
+				c.a.split_k = kern == 2 ? ws_splits[si] : splits[si];
 			}
 			size_t wsb;
 			struct qc_err err = { 0 };
@@ -1295,7 +1303,7 @@ static void bench_shape(enum qc_layout l, int64_t n, int64_t k, const int *ms, i
 			double floor_us = bytes / copy_bw * 1e6;
 			double tflops = 2.0 * (double)m * (double)n * (double)k / (us * 1e-6) / 1e12;
 			printf("BENCH %-9s %-5s n=%-6lld k=%-5lld m=%-4lld split=%-5s(%3zu) %9.1f us  %7.1f GB/s  roofline %7.1f us (%5.1f%%)  %6.1f TFLOP/s\n",
-			       qc_layout_name(l), kern ? "wgmma" : "mma", (long long)n, (long long)k, (long long)m,
+			       qc_layout_name(l), kern == 2 ? "wg-ws" : kern ? "wgmma" : "mma", (long long)n, (long long)k, (long long)m,
 			       si < 0 ? "auto" : "fixed", wsb ? wsb / ((size_t)m * (size_t)n * 4) : 1, us,
 			       bytes / (us * 1e-6) / 1e9, floor_us, 100.0 * floor_us / us, tflops);
 		}
@@ -1417,17 +1425,19 @@ int main(int argc, char **argv)
 			check_gemm_cases();
 		if (wgmma_dev && !table_check) { /* the same cases on the Hopper kernel: 2 warpgroups and 4
 				  * stages (the default), then 1 warpgroup and 6 stages */
-			static const int tunes[][3] = { { 6, 2, 1 }, { 4, 1, 0 } };
-			for (int t = 0; t < 2; t++) {
-				printf("wgmma pass: every case on marlin_wgmma.cu, %d stages, %d warpgroups, split_free %d\n",
-				       tunes[t][0], tunes[t][1], tunes[t][2]);
-				qc_cuda_marlin_gemm_wgmma_tune(tunes[t][0], tunes[t][1], tunes[t][2]);
+			/* then both token widths of the warp-specialized form (marlin_wgmma_ws.cu) */
+			static const int tunes[][4] = { { 6, 2, 1, 0 }, { 4, 1, 0, 0 }, { 6, 2, 1, 1 }, { 4, 1, 1, 1 } };
+			for (int t = 0; t < 4; t++) {
+				printf("wgmma pass: every case on %s, %d stages, %d warpgroups, split_free %d\n",
+				       tunes[t][3] ? "marlin_wgmma_ws.cu" : "marlin_wgmma.cu", tunes[t][0], tunes[t][1],
+				       tunes[t][2]);
+				qc_cuda_marlin_gemm_wgmma_tune(tunes[t][0], tunes[t][1], tunes[t][2], tunes[t][3]);
 				qc_cuda_marlin_gemm_wgmma_rows(1, INT64_MAX);
 				want_wgmma = true;
 				check_gemm_cases();
 				want_wgmma = false;
 			}
-			qc_cuda_marlin_gemm_wgmma_tune(6, 2, 1); /* the backend's defaults */
+			qc_cuda_marlin_gemm_wgmma_tune(6, 2, 1, 0); /* the backend's defaults */
 			qc_cuda_marlin_gemm_wgmma_rows(128, INT64_MAX);
 		}
 		if (gemm_check)
@@ -1612,19 +1622,19 @@ checked:
 		return n_fail ? 1 : 0;
 	}
 	bench_wgmma = wgmma_dev;
-	{ /* QC_MARLIN_WGMMA_TUNE="stages,warpgroups,split_free", as the backend reads it */
+	{ /* QC_MARLIN_WGMMA_TUNE="stages,warpgroups,split_free,form", as the backend reads it */
 		const char *wt = getenv("QC_MARLIN_WGMMA_TUNE");
 		if (wt && *wt) {
-			int v[3] = { 6, 2, 1 };
 			char *q = (char *)wt;
-			for (int i = 0; i < 3 && *q; i++) {
-				v[i] = (int)strtol(q, &q, 10);
+			for (int i = 0; i < 4 && *q; i++) {
+				bench_tune[i] = (int)strtol(q, &q, 10);
 				if (*q == ',')
 					q++;
 			}
-			qc_cuda_marlin_gemm_wgmma_tune(v[0], v[1], v[2]);
-			printf("wgmma tune: %d stages, %d warpgroups, split_free %d\n", v[0], v[1], v[2]);
+			printf("wgmma tune: %d stages, %d warpgroups, split_free %d, form %d\n", bench_tune[0],
+			       bench_tune[1], bench_tune[2], bench_tune[3]);
 		}
+		qc_cuda_marlin_gemm_wgmma_tune(bench_tune[0], bench_tune[1], bench_tune[2], bench_tune[3]);
 	}
 	static const int splits[] = { 1, 4, 8, 16, 32 };
 	if (wg_bench) {

@@ -206,7 +206,7 @@ const struct config {
 struct plan {
 	const struct config *cfg;
 	bool wg; /* marlin_wgmma.cu's kernel (Hopper) instead of cfg's */
-	int wgs; /* its warpgroups a block (64 tokens each) */
+	int wg_tokens; /* its tokens a block (wg_block_tokens) */
 	int splits, g_per_split;
 	int64_t m_blocks, n_blocks;
 };
@@ -217,6 +217,30 @@ int64_t wg_min_rows = 128, wg_max_rows = INT64_MAX;
 /* 1 (default): the wgmma plan splits K to fill the SMs with partials up to the fp16
  * weight's size; 0: under the mma.sync plan's cap (qc_cuda_marlin_gemm_wgmma_tune) */
 int wg_split_free = 1;
+
+/* K splits of the warp-specialized wgmma kernel (form 1) by a time model: each wave
+ * of blocks costs its share of the block's multiplies at ~5 TFLOP/s an SM (the
+ * ~660 TFLOP/s cuBLAS reaches on the 8B shapes, over 132 SMs) plus ~1.5 µs of
+ * pipeline fill and epilogue, and every split past the first writes and the sum
+ * re-reads m·n fp32 partials (~6 TB/s: they mostly stay in the L2). Form 0's
+ * wave-filling rule took ten splits of 28672 × 4096 at 256 rows, 1.7x slower
+ * than one (docs/perf-notes.md, tenth session). At least 4 stages a split. */
+static int ws_splits(const struct qc_marlin_gemm_args *a, int64_t blocks, int64_t slots, int bm, int bn, int groups)
+{
+	const double tile_us = 2.0 * bm * bn * (double)a->k / 5e12 * 1e6, fill_us = 1.5;
+	const double part_us = 2.0 * (double)a->m * (double)a->n * 4.0 / 6e12 * 1e6;
+	int best_s = 1;
+	double best = 1e30;
+	for (int c = 1; c <= (groups / 8 > 1 ? groups / 8 : 1) && c <= 32; c++) {
+		const double waves = (double)((blocks * c + slots - 1) / slots);
+		const double t = waves * (tile_us / c + fill_us) + (c > 1 ? c * part_us : 0.0);
+		if (t < best) {
+			best = t;
+			best_s = c;
+		}
+	}
+	return best_s;
+}
 
 /* Tokens per block from m (one row per block for MoE rows). K is split so the
  * grid fills whole waves of resident blocks (waves / splits, the time per unit of
@@ -242,24 +266,28 @@ int make_plan(const struct qc_marlin_gemm_args *a, struct plan *pl, struct qc_er
 	if (!rc && !a->expert && a->m >= wg_min_rows && a->m <= wg_max_rows)
 		rc = wg_supported(&wg_dev, err);
 	pl->wg = wg_dev;
-	pl->wgs = wg_dev ? wg_groups_for(a->m) : 0;
+	pl->wg_tokens = wg_dev ? wg_block_tokens(a->m) : 0;
 	if (!rc)
-		rc = pl->wg ? wg_occupancy(bits, zp, pl->wgs, &per_sm, err) : pl->cfg->occupancy(&per_sm, err);
+		rc = pl->wg ? wg_occupancy(bits, zp, pl->wg_tokens, &per_sm, err) : pl->cfg->occupancy(&per_sm, err);
 	if (rc)
 		return rc;
 	if (per_sm < 1)
 		return qc_err_set(err, QC_ECUDA, NULL, NULL, -1,
 				  "marlin_gemm: no block of %d-bit x %d tokens (%s) fits an SM", bits,
-				  pl->wg ? 64 * pl->wgs : 16 * mt, pl->wg ? "wgmma" : "mma.sync");
+				  pl->wg ? pl->wg_tokens : 16 * mt, pl->wg ? "wgmma" : "mma.sync");
 	const int groups = (int)(a->k / 32), wn = bits == 8 ? 32 : 64;
-	const int bm = pl->wg ? 64 * pl->wgs : 16 * mt;
+	const int bm = pl->wg ? pl->wg_tokens : 16 * mt, bn = pl->wg ? wg_block_cols(bits) : WARPS * wn;
 	pl->m_blocks = a->expert ? a->m : (a->m + bm - 1) / bm;
-	pl->n_blocks = (a->n + WARPS * wn - 1) / (WARPS * wn);
+	pl->n_blocks = (a->n + bn - 1) / bn;
 	int s = 1;
 	if (a->split == QC_MARLIN_SPLIT_FIXED) {
 		s = a->split_k < 1 ? 1 : a->split_k > groups ? groups : a->split_k;
 	} else {
 		const int64_t blocks = pl->m_blocks * pl->n_blocks, slots = (int64_t)n_sms * per_sm;
+		if (pl->wg && wg_form_now() == 1) {
+			s = ws_splits(a, blocks, slots, bm, bn, groups);
+			goto planned;
+		}
 		const double w_bytes = (double)a->n * (double)a->k * bits / 8;
 		int64_t cap = (int64_t)(w_bytes / ((double)a->m * (double)a->n * 8));
 		if (pl->wg && wg_split_free) /* partials up to the fp16 weight's size (k / 2m splits) */
@@ -274,6 +302,7 @@ int make_plan(const struct qc_marlin_gemm_args *a, struct plan *pl, struct qc_er
 			}
 		}
 	}
+planned:
 	pl->g_per_split = (groups + s - 1) / s;
 	pl->splits = (groups + pl->g_per_split - 1) / pl->g_per_split; /* no empty split */
 	return QC_OK;
@@ -292,9 +321,9 @@ extern "C" void qc_cuda_marlin_gemm_wgmma_rows(int64_t min_rows, int64_t max_row
 	wg_max_rows = max_rows;
 }
 
-extern "C" void qc_cuda_marlin_gemm_wgmma_tune(int stages, int warpgroups, int split_free)
+extern "C" void qc_cuda_marlin_gemm_wgmma_tune(int stages, int warpgroups, int split_free, int form)
 {
-	wg_tune(stages, warpgroups);
+	wg_tune(stages, warpgroups, form);
 	wg_split_free = split_free;
 }
 
@@ -366,7 +395,7 @@ extern "C" int qc_cuda_marlin_gemm(const struct qc_marlin_gemm_args *a, cudaStre
 	p.c_f16 = a->c_type == QC_MARLIN_C_F16;
 	p.stripe_bytes = (size_t)qc_marlin_stripe(a->layout) * row;
 	dim3 grid((unsigned)pl.m_blocks, (unsigned)pl.n_blocks, (unsigned)pl.splits);
-	if ((rc = pl.wg ? wg_launch(qc_marlin_bits(a->layout), qc_marlin_has_offsets(a->layout), pl.wgs, p, grid, s, err)
+	if ((rc = pl.wg ? wg_launch(qc_marlin_bits(a->layout), qc_marlin_has_offsets(a->layout), pl.wg_tokens, p, grid, s, err)
 			: pl.cfg->launch(p, grid, s, err)))
 		return rc;
 	if (pl.splits > 1) {

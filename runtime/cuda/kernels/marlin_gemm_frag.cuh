@@ -142,26 +142,16 @@ template <int N> __device__ __forceinline__ void cp_wait()
 	asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-/* Stage st of the pipeline: 64 k of the block's BM token rows (XOR-swizzled 128-byte
- * rows: 16-byte chunk ch of row r at chunk ch ^ (r % 8), which is also wgmma's 128-byte
- * swizzle when the region is 1024-byte aligned), then each warp's codes and scales of
- * the stage's (up to) 2 groups. `stage` is the stage's base, its size SP::STAGE-like:
- * A (BM·128 bytes), the codes (WARPS·2·GB) and the scales (WARPS·SW) in that order. */
-template <int BITS, bool ZP, int BM>
-__device__ __forceinline__ void load_stage(const kparams &p, uint8_t *stage, int m0, int m_end, bool has_w,
-					   const uint8_t *wst, const uint8_t *wsc, int g_begin, int g_end, int it)
+/* The weight half of stage st: each warp's codes and scales of the stage's (up to)
+ * 2 groups, loaded by that warp (the first 4 warps of the block) into sb (WARPS·2·GB
+ * bytes of codes) and ss (WARPS·SW of scales), which follow the stage's activations. */
+template <int BITS, bool ZP>
+__device__ __forceinline__ void load_stage_w(const kparams &p, uint8_t *sb, uint8_t *ss, bool has_w,
+					     const uint8_t *wst, const uint8_t *wsc, int g, int n_g)
 {
 	using G = geo<BITS>;
 	constexpr int SW = GROUPS_PER_STAGE * G::SG * (ZP ? 2 : 1);
-	uint8_t *sa = stage, *sb = sa + BM * 128, *ss = sb + WARPS * GROUPS_PER_STAGE * G::GB;
 	const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % WARPS;
-	const int g = g_begin + 2 * it, n_g = min(GROUPS_PER_STAGE, g_end - g);
-	for (int i = threadIdx.x; i < BM * 8; i += blockDim.x) {
-		int row = i / 8, ch = i % 8;
-		bool ok = m0 + row < m_end && ch < 4 * n_g;
-		const __half *src = ok ? p.a + (size_t)(m0 + row) * p.k + (size_t)g * 32 + ch * 8 : p.a;
-		cp_async16(sa + row * 128 + ((ch ^ (row % 8)) * 16), src, ok);
-	}
 	if (!has_w || threadIdx.x >= THREADS) /* codes and scales: the first 4 warps */
 		return;
 	for (int t = 0; t < n_g * G::GB / TILE_BYTES; t++)
@@ -185,6 +175,27 @@ __device__ __forceinline__ void load_stage(const kparams &p, uint8_t *stage, int
 	if (l16 * 16 < n_g * G::WN * 2)
 		cp_async16(ss + warp * SW + half * GROUPS_PER_STAGE * G::WN * 2 + l16 * 16,
 			   wsc + (size_t)half * p.groups * G::WN * 2 + (size_t)g * G::WN * 2 + l16 * 16, true);
+}
+
+/* Stage st of the pipeline: 64 k of the block's BM token rows (XOR-swizzled 128-byte
+ * rows: 16-byte chunk ch of row r at chunk ch ^ (r % 8), which is also wgmma's 128-byte
+ * swizzle when the region is 1024-byte aligned), then each warp's codes and scales of
+ * the stage's (up to) 2 groups. `stage` is the stage's base, its size SP::STAGE-like:
+ * A (BM·128 bytes), the codes (WARPS·2·GB) and the scales (WARPS·SW) in that order. */
+template <int BITS, bool ZP, int BM>
+__device__ __forceinline__ void load_stage(const kparams &p, uint8_t *stage, int m0, int m_end, bool has_w,
+					   const uint8_t *wst, const uint8_t *wsc, int g_begin, int g_end, int it)
+{
+	using G = geo<BITS>;
+	uint8_t *sa = stage, *sb = sa + BM * 128, *ss = sb + WARPS * GROUPS_PER_STAGE * G::GB;
+	const int g = g_begin + 2 * it, n_g = min(GROUPS_PER_STAGE, g_end - g);
+	for (int i = threadIdx.x; i < BM * 8; i += blockDim.x) {
+		int row = i / 8, ch = i % 8;
+		bool ok = m0 + row < m_end && ch < 4 * n_g;
+		const __half *src = ok ? p.a + (size_t)(m0 + row) * p.k + (size_t)g * 32 + ch * 8 : p.a;
+		cp_async16(sa + row * 128 + ((ch ^ (row % 8)) * 16), src, ok);
+	}
+	load_stage_w<BITS, ZP>(p, sb, ss, has_w, wst, wsc, g, n_g);
 }
 
 /* This lane's fp16 B fragments of n8 tiles J0 .. J0+NJ-1 of its warp's stripe for

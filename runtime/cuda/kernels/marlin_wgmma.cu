@@ -25,14 +25,11 @@
  */
 #include "marlin_wgmma.cuh"
 #include "marlin_gemm_frag.cuh"
+#include "wgmma.cuh"
 #include "pdl.cuh"
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
-
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define QC_WGMMA_BODY 1
-#endif
 
 namespace {
 
@@ -46,55 +43,6 @@ template <int BITS, bool ZP, int NST, int WGS> struct wg_plan {
 	static constexpr int STAGE = (A + B + S + 1023) / 1024 * 1024;
 	static constexpr int TOTAL = NST * STAGE + 1024; /* + the base's alignment */
 };
-
-#ifdef QC_WGMMA_BODY
-/* Shared-memory descriptor of a K-major, 128-byte-swizzled operand: start >> 4,
- * leading offset unused for this layout (1), stride 1024 bytes (8 rows of 128). */
-__device__ __forceinline__ uint64_t wg_desc(const void *p)
-{
-	const uint64_t a = (uint32_t)__cvta_generic_to_shared(p);
-	return ((a & 0x3ffff) >> 4) | (1ull << 16) | ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
-}
-
-__device__ __forceinline__ void wg_fence()
-{
-	asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-
-__device__ __forceinline__ void wg_commit()
-{
-	asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-
-template <int N> __device__ __forceinline__ void wg_wait()
-{
-	asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-
-/* Keeps the compiler from moving reads of an accumulator above the wait. */
-__device__ __forceinline__ void reg_fence(float &x)
-{
-	asm volatile("" : "+f"(x)::"memory");
-}
-
-/* d (64 × N, this thread's N/2) += A (registers, 64 × 16) · B (descriptor, 16 × N). */
-template <int N> __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc);
-template <> __device__ __forceinline__ void wgmma_rs<64>(float (&d)[32], const uint32_t (&a)[4], uint64_t desc)
-{
-	asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
-		     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, 1, 1, 1, 0;\n"
-		     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
-}
-
-template <> __device__ __forceinline__ void wgmma_rs<128>(float (&d)[64], const uint32_t (&a)[4], uint64_t desc)
-{
-	asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
-		     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, 1, 1, 1, 0;\n"
-		     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
-}
-#endif
 
 #ifdef QC_WGMMA_BODY
 /* Warpgroup WG's A fragments of group gg's two k16 tiles (the weights of n8 tiles
@@ -300,7 +248,7 @@ const struct wg_config {
 #undef QC_WG_CFG
 };
 
-int wg_stages = 6, wg_groups = 2; /* wg_tune; the backend's defaults */
+int wg_stages = 6, wg_groups = 2, wg_form = 0; /* wg_tune; the backend's defaults */
 
 const struct wg_config *wg_find(int bits, bool zp, int wgs)
 {
@@ -329,30 +277,46 @@ int wg_supported(bool *yes, struct qc_err *err)
 	return rc;
 }
 
-void wg_tune(int stages, int warpgroups)
+void wg_tune(int stages, int warpgroups, int form)
 {
 	wg_stages = stages == 6 ? 6 : 4;
 	wg_groups = warpgroups == 1 ? 1 : 2;
+	wg_form = form == 1 ? 1 : 0;
 }
 
-int wg_groups_for(int64_t m)
+int wg_form_now(void)
 {
-	/* two warpgroups (128 tokens a block) only where they waste no more tokens
-	 * than one: 192 rows measured 9,619 tok/s on 64-token blocks against 7,775 on
-	 * 128-token ones (H200, docs/perf-notes.md) */
-	return wg_groups == 2 && ((m + 63) / 64) % 2 == 0 ? 2 : 1;
+	return wg_form;
 }
 
-int wg_occupancy(int bits, bool zp, int wgs, int *per_sm, struct qc_err *err)
+int wg_block_tokens(int64_t m)
 {
-	const struct wg_config *c = wg_find(bits, zp, wgs);
+	/* the larger block only where it wastes no more tokens than the smaller: 192
+	 * rows measured 9,619 tok/s on 64-token blocks against 7,775 on 128-token ones
+	 * (H200, docs/perf-notes.md, tenth session) */
+	const int small = wg_form == 1 ? 128 : 64;
+	return wg_groups == 2 && ((m + small - 1) / small) % 2 == 0 ? 2 * small : small;
+}
+
+int wg_block_cols(int bits)
+{
+	return wg_form == 1 ? 128 : WARPS * (bits == 8 ? 32 : 64);
+}
+
+int wg_occupancy(int bits, bool zp, int tokens, int *per_sm, struct qc_err *err)
+{
+	if (wg_form == 1)
+		return ws_occupancy(bits, zp, wg_stages, tokens, per_sm, err);
+	const struct wg_config *c = wg_find(bits, zp, tokens / 64);
 	QC_ASSERT(c); /* every marlin (bits, offsets) is instantiated */
 	return c->occupancy(per_sm, err);
 }
 
-int wg_launch(int bits, bool zp, int wgs, const kparams &p, dim3 grid, cudaStream_t s, struct qc_err *err)
+int wg_launch(int bits, bool zp, int tokens, const kparams &p, dim3 grid, cudaStream_t s, struct qc_err *err)
 {
-	const struct wg_config *c = wg_find(bits, zp, wgs);
+	if (wg_form == 1)
+		return ws_launch(bits, zp, wg_stages, tokens, p, grid, s, err);
+	const struct wg_config *c = wg_find(bits, zp, tokens / 64);
 	QC_ASSERT(c);
 	return c->launch(p, grid, s, err);
 }

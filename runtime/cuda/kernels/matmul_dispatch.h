@@ -127,9 +127,9 @@ struct qc_cuda_mm_tuning {
 	int stream_wave;    /* qc_cuda_marlin_gemv_stream_wave; -1: each width's default */
 	int norm_once;      /* qc_cuda_marlin_gemv_norm_once */
 	int64_t wgmma_rows; /* qc_cuda_marlin_gemm_wgmma_rows */
-	int wgmma_stages, wgmma_groups, wgmma_split_free; /* qc_cuda_marlin_gemm_wgmma_tune */
+	int wgmma_stages, wgmma_groups, wgmma_split_free, wgmma_form; /* qc_cuda_marlin_gemm_wgmma_tune */
 };
-#define QC_CUDA_MM_TUNING_DEFAULT { QC_KERNEL_ROWS_DEFAULT, QC_CUDA_GEMV_STREAM, 0, 0, 0, -1, -1, -1, -1, 1, 0, 6, 2, 1 }
+#define QC_CUDA_MM_TUNING_DEFAULT { QC_KERNEL_ROWS_DEFAULT, QC_CUDA_GEMV_STREAM, 0, 0, 0, -1, -1, -1, -1, 1, 0, 6, 2, 1, 0 }
 
 /* Marlin GEMMs of one slice with min_rows .. max_rows tokens run on the Hopper
  * wgmma kernel (marlin_wgmma.cu) on compute capability 9.0, others on the mma.sync
@@ -137,10 +137,13 @@ struct qc_cuda_mm_tuning {
  * (QC_MARLIN_WGMMA_ROWS, wgmma_setup). */
 void qc_cuda_marlin_gemm_wgmma_rows(int64_t min_rows, int64_t max_rows);
 /* The wgmma kernel's pipeline stages (4 or 6), warpgroups per block (1: 64
- * tokens, 2: 128) and, split_free = 1, K splits that fill the SMs without capping
- * the partials at the weights' size (A/B runs;
- * QC_MARLIN_WGMMA_TUNE="stages,warpgroups,split_free"). */
-void qc_cuda_marlin_gemm_wgmma_tune(int stages, int warpgroups, int split_free);
+ * tokens, 2: 128), split_free = 1: K splits that fill the SMs without capping
+ * the partials at the weights' size, and its form: 0, the weights decoded into
+ * the multiplying warpgroups' registers (marlin_wgmma.cu); 1, a producer
+ * warpgroup decoding into shared memory for two that multiply
+ * (marlin_wgmma_ws.cu), split by a time model (A/B runs;
+ * QC_MARLIN_WGMMA_TUNE="stages,warpgroups,split_free,form"). */
+void qc_cuda_marlin_gemm_wgmma_tune(int stages, int warpgroups, int split_free, int form);
 /* The streaming GEMV's partition (marlin_gemv_stream.cu): about `blocks` blocks per
  * launch, at least min_warp_tiles k16 tiles per warp (even), for both weight widths;
  * out-of-range values take each width's default (int4 264,8; int8 132,8).

@@ -1,0 +1,354 @@
+/* marlin_wgmma_ws.cu — the marlin GEMM (C = A·Wᵀ) on Hopper's wgmma with the work split
+ * by warpgroup (sm_90a): one producer warpgroup loads and decodes, two consumer
+ * warpgroups only multiply. A block is 128 output columns (2 stripes of the 4- and
+ * 6-bit layouts, 4 of the 8-bit ones) × 128 or 256 tokens; K splits and their
+ * fixed-order sum are marlin_gemm.cu's, whose planner launches it (wg_tune's form 1).
+ *
+ * Why a second form: marlin_wgmma.cu decodes the weights into registers and feeds
+ * them to wgmma as its A operand, so each warpgroup decodes, then waits for its own
+ * tensor-core work (ptxas serializes a wgmma whose register input is written while an
+ * earlier one is in flight): it reached ~45-50% of cuBLAS fp16 on the 8B shapes
+ * (docs/perf-notes.md, tenth session). Here the producer decodes a stage's weights
+ * into shared memory, in the same K-major 128-byte swizzle the activations already
+ * have, and the consumers issue wgmma with both operands in shared memory
+ * (m64nBTk16: a consumer's 64 columns × all the block's tokens), so decoding runs
+ * beside the multiplies.
+ *
+ * Pipeline: ST raw stages (64 k of the block's tokens, each stripe's codes and
+ * scales: load_stage's layout) loaded AHEAD = ST − 2 ahead by cp.async, and DS = 3
+ * decoded stages (128 columns × 64 k fp16, row = output column). full[d]: the
+ * producer's 128 threads arrive once decoded stage d is written and its activations
+ * have landed (after fence.proxy.async: cp.async and the decode write through the
+ * generic proxy, wgmma reads through the async one). empty_dec[d], empty_raw[s]: the
+ * consumers' 256 threads arrive once their wgmma of that stage retired. The producer
+ * decodes stage i once stage i − 3 retired and refills raw stage i + AHEAD once
+ * stage i − 2 did, after publishing stage i: so from a retirement to the stage the
+ * tensor cores need next there are two stages' multiplies, not one (the first
+ * measured form, two decoded stages, left the tensor cores idle half the time).
+ *
+ * The decoded weights are frag_b's (marlin_gemm_frag.cuh), the fp16 values every
+ * marlin kernel multiplies with; C reference: runtime/ops/marlin_gemm.c.
+ */
+#include "marlin_wgmma.cuh"
+#include "marlin_gemm_frag.cuh"
+#include "wgmma.cuh"
+#include "pdl.cuh"
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+namespace {
+
+using namespace qc_mrl;
+
+constexpr int WS_THREADS = 3 * THREADS; /* producer, consumer 0, consumer 1 */
+constexpr int SMEM_MAX = 227 * 1024;    /* compute capability 9.0's per-block opt-in limit */
+constexpr int CB = 128;                 /* output columns a block: a consumer's m64 tile each */
+constexpr int DS = 3;                   /* decoded stages */
+
+template <int BITS, bool ZP, int BT> struct ws_geo {
+	using G = geo<BITS>;
+	static constexpr int SPB = CB / G::WN; /* stripes a block: 2, or 4 for the 8-bit layouts */
+	static constexpr int RAW_A = BT * 128; /* tokens × 64 k fp16 */
+	static constexpr int RAW_B = SPB * GROUPS_PER_STAGE * G::GB;
+	static constexpr int RAW_S = SPB * GROUPS_PER_STAGE * G::SG * (ZP ? 2 : 1);
+	static constexpr int RAW = (RAW_A + RAW_B + RAW_S + 1023) / 1024 * 1024;
+	static constexpr int DEC = CB * 128; /* the block's columns × 64 k fp16 */
+	static constexpr int bytes(int st) { return DS * DEC + st * RAW + (DS * 2 + st) * 8 + 1024; }
+	/* the raw stages asked for, fewer where they do not fit (at least 3) */
+	static constexpr int stages(int want) { return bytes(want) <= SMEM_MAX || want <= 3 ? want : stages(want - 1); }
+};
+
+template <int BITS, bool ZP, int NST, int BT> struct ws_plan {
+	using W = ws_geo<BITS, ZP, BT>;
+	static constexpr int ST = W::stages(NST);
+	static constexpr int TOTAL = W::bytes(ST);
+	static_assert(TOTAL <= SMEM_MAX, "a block's stages fit the shared memory");
+};
+
+#ifdef QC_WGMMA_BODY
+__device__ __forceinline__ uint32_t smem_u32(const void *p)
+{
+	return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void mbar_init(uint64_t *b, int count)
+{
+	asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(b)), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(uint64_t *b)
+{
+	asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(b)) : "memory");
+}
+
+/* Returns once the barrier's phase of this parity has completed. */
+__device__ __forceinline__ void mbar_wait(uint64_t *b, uint32_t parity)
+{
+	uint32_t done = 0;
+	while (!done)
+		asm volatile("{\n\t.reg .pred p;\n\t"
+			     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+			     "selp.u32 %0, 1, 0, p;\n\t}\n"
+			     : "=r"(done)
+			     : "r"(smem_u32(b)), "r"(parity)
+			     : "memory");
+}
+
+/* stmatrix .x4: four 8×8 fp16 matrices from the mma fragment layout (lane l holds
+ * row l/4, columns 2(l%4), +1 of each) to rows whose 16-byte addresses lanes
+ * 8i..8i+7 give for matrix i. */
+__device__ __forceinline__ void stsm_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3)
+{
+	asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1),
+		     "r"(r2), "r"(r3)
+		     : "memory");
+}
+
+/* The producer warp's share of one raw stage, decoded into the decoded stage at dec:
+ * stripe slot s = warp % SPB, its k16 tiles (warp / SPB)·SPB .. (all four where a
+ * block has 4 stripes, two where it has 2). Row s·WN + column, 64 k in 128 bytes,
+ * 16-byte chunk c of row r at c ^ (r % 8). A lane's frag_b values are the mma
+ * fragments of 8×8 blocks (8 columns × 8 k), so stmatrix writes two n8 tiles' two k
+ * halves at once; lane l addresses row l % 8 of block l / 8 (tile 2jp + l/16, k half
+ * (l/8) % 2), and the 8 rows of a block take 8 different chunks (no bank conflict).
+ * The tiles are decoded without a branch between them (the loads of one overlap the
+ * arithmetic of another). A stripe past the last writes zeros; so does a group past
+ * the split's end (n_g = 1): the consumers multiply every k16 tile of a stage (a wgmma
+ * under a data-dependent branch is serialized, ptxas C7520) and its activations are
+ * zero-filled, but stale codes and scales could decode to Inf. */
+template <int BITS, bool ZP, int SPB>
+__device__ __forceinline__ void ws_decode(const uint8_t *sb, const uint8_t *ss, uint8_t *dec, int warp, int lane,
+					  bool has_w, int n_g)
+{
+	using G = geo<BITS>;
+	constexpr int TPW = KS_PER_STAGE * SPB / WARPS; /* k16 tiles a warp */
+	const int slot = warp % SPB, kt0 = warp / SPB * TPW;
+	const int rr = lane % 8, blk = lane / 8;
+	const uint32_t row_addr = smem_u32(dec) + (uint32_t)(slot * G::WN + 8 * (blk / 2) + rr) * 128;
+	if (has_w) {
+#pragma unroll
+		for (int t = 0; t < TPW; t++) {
+			const int kt = kt0 + t;
+			uint32_t b[G::NF][2];
+			frag_b<BITS, ZP>(sb, ss, slot, lane, kt / 2, kt % 2, b);
+			const uint32_t a = row_addr + (uint32_t)(((2 * kt + blk % 2) ^ rr) * 16);
+#pragma unroll
+			for (int jp = 0; jp < G::NF / 2; jp++)
+				stsm_x4(a + jp * 16 * 128, b[2 * jp][0], b[2 * jp][1], b[2 * jp + 1][0], b[2 * jp + 1][1]);
+		}
+	}
+	if (!has_w || n_g < GROUPS_PER_STAGE) {
+#pragma unroll
+		for (int t = 0; t < TPW; t++) {
+			const int kt = kt0 + t;
+			if (has_w && kt / 2 < n_g)
+				continue;
+			const uint32_t a = row_addr + (uint32_t)(((2 * kt + blk % 2) ^ rr) * 16);
+#pragma unroll
+			for (int jp = 0; jp < G::NF / 2; jp++)
+				stsm_x4(a + jp * 16 * 128, 0, 0, 0, 0);
+		}
+	}
+}
+#endif
+
+/* NST raw stages (fewer where shared memory says), BT tokens a block. */
+template <int BITS, bool ZP, int NST, int BT>
+__global__ void __launch_bounds__(WS_THREADS, 1) marlin_ws_kernel(const kparams p)
+{
+#ifdef QC_WGMMA_BODY
+	qc_pdl_enter();
+	using G = geo<BITS>;
+	using W = ws_geo<BITS, ZP, BT>;
+	using SP = ws_plan<BITS, ZP, NST, BT>;
+	constexpr int ST = SP::ST, AHEAD = ST - 2;
+	extern __shared__ uint8_t smem_raw[];
+	uint8_t *smem = smem_raw + ((1024 - smem_u32(smem_raw) % 1024) % 1024);
+	uint8_t *dec = smem, *raw = smem + DS * W::DEC;
+	uint64_t *full = (uint64_t *)(raw + ST * W::RAW), *empty_dec = full + DS, *empty_raw = empty_dec + DS;
+	const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % WARPS, wgi = threadIdx.x / THREADS;
+	const int m0 = blockIdx.x * BT;
+	const int g_begin = blockIdx.z * p.g_per_split;
+	const int g_end = min(p.groups, g_begin + p.g_per_split);
+	const int iters = (g_end - g_begin + 1) / 2;
+	if (threadIdx.x == 0) {
+		for (int d = 0; d < DS; d++) {
+			mbar_init(&full[d], THREADS);
+			mbar_init(&empty_dec[d], 2 * THREADS);
+		}
+		for (int s = 0; s < ST; s++)
+			mbar_init(&empty_raw[s], 2 * THREADS);
+	}
+	__syncthreads();
+
+	if (wgi == 0) { /* the producer: loads, decodes, publishes */
+		/* warps 0 .. SPB-1 load stripe slot `warp` (load_stage_w) */
+		const int stripe = blockIdx.y * W::SPB + warp;
+		const bool loads_w = warp < W::SPB && stripe < p.n / G::WN;
+		const uint8_t *wst = p.w + (size_t)stripe * p.stripe_bytes;
+		const uint8_t *wsc = wst + (size_t)p.groups * G::GB;
+		/* the stripe this warp decodes */
+		const bool has_w = blockIdx.y * W::SPB + warp % W::SPB < p.n / G::WN;
+		/* this thread's activation chunks: chunk tid % 8 of rows tid / 8 + 16q, the same
+		 * smem offsets every stage (load_stage's swizzle), the source 64 k further on */
+		const int ch = threadIdx.x % 8, r0 = threadIdx.x / 8;
+		const uint32_t a_dst = (uint32_t)(r0 * 128 + ((ch ^ (r0 % 8)) * 16));
+		const __half *a_src = p.a + (size_t)(m0 + r0) * p.k + (size_t)g_begin * 32 + ch * 8;
+		const size_t a_step = (size_t)16 * p.k; /* halves from row r0 + 16q to + 16(q + 1) */
+		const int rows_left = p.m - m0 - r0;    /* row r0 + 16q exists while 16q < this */
+		auto load = [&](int st) {
+			uint8_t *sa = raw + (st % ST) * W::RAW;
+			const int n_g = min(GROUPS_PER_STAGE, g_end - (g_begin + 2 * st));
+			const bool ch_ok = ch < 4 * n_g;
+			const __half *src = a_src + (size_t)st * 64;
+#pragma unroll
+			for (int q = 0; q < BT / 16; q++) {
+				const bool ok = ch_ok && 16 * q < rows_left;
+				cp_async16(sa + a_dst + q * 16 * 128, ok ? src + q * a_step : p.a, ok);
+			}
+			if (warp < W::SPB)
+				load_stage_w<BITS, ZP>(p, sa + W::RAW_A, sa + W::RAW_A + W::RAW_B, loads_w, wst, wsc,
+						       g_begin + 2 * st, n_g);
+		};
+		for (int st = 0; st < AHEAD; st++) {
+			if (st < iters)
+				load(st);
+			cp_commit();
+		}
+		for (int it = 0; it < iters; it++) {
+			if (it >= DS) /* decoded stage it % DS: iteration it − DS retired */
+				mbar_wait(&empty_dec[it % DS], ((it - DS) / DS) & 1);
+			cp_wait<AHEAD - 1>(); /* this thread's copies of stage it have landed */
+			asm volatile("bar.sync 1, %0;\n" ::"n"(THREADS) : "memory"); /* and every producer thread's */
+			const uint8_t *sa = raw + (it % ST) * W::RAW, *sb = sa + W::RAW_A, *ss = sb + W::RAW_B;
+			const int n_g = min(GROUPS_PER_STAGE, g_end - (g_begin + 2 * it));
+			ws_decode<BITS, ZP, W::SPB>(sb, ss, dec + (it % DS) * W::DEC, warp, lane, has_w, n_g);
+			asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+			mbar_arrive(&full[it % DS]);
+			const int j = it + AHEAD; /* raw stage j % ST: iteration j − ST = it − 2 retired */
+			if (j < iters) {
+				if (j >= ST)
+					mbar_wait(&empty_raw[j % ST], ((j - ST) / ST) & 1);
+				load(j);
+			}
+			cp_commit();
+		}
+		cp_wait<0>();
+		return;
+	}
+
+	/* a consumer: columns 64·cw .. of the block, all BT tokens */
+	const int cw = wgi - 1;
+	float acc[BT / 2];
+#pragma unroll
+	for (int e = 0; e < BT / 2; e++)
+		acc[e] = 0.0f;
+	for (int it = 0; it < iters; it++) {
+		mbar_wait(&full[it % DS], (it / DS) & 1);
+		const uint8_t *sa = raw + (it % ST) * W::RAW;
+		const uint8_t *sw = dec + (it % DS) * W::DEC + (size_t)cw * 64 * 128;
+		wg_fence();
+#pragma unroll
+		for (int ks = 0; ks < KS_PER_STAGE; ks++)
+			wgmma_ss<BT>(acc, wg_desc(sw + ks * 32), wg_desc(sa + ks * 32));
+		wg_commit();
+		wg_wait<1>(); /* iteration it − 1's multiplies have read their stages */
+		if (it >= 1) {
+			mbar_arrive(&empty_dec[(it - 1) % DS]);
+			mbar_arrive(&empty_raw[(it - 1) % ST]);
+		}
+	}
+	wg_wait<0>();
+#pragma unroll
+	for (int e = 0; e < BT / 2; e++)
+		reg_fence(acc[e]);
+	/* acc[4t + e]: token 8t + 2c + (e & 1), block column 64·cw + 16·warp + 8(e >> 1) +
+	 * lane/4 (the m64 tile's rows 16·warp.. belong to this warp) */
+	const int c = lane % 4, r = lane / 4;
+	const size_t n_valid = (size_t)(p.n / G::WN * G::WN);
+#pragma unroll
+	for (int t = 0; t < BT / 8; t++)
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			const int tok = m0 + 8 * t + 2 * c + (e & 1);
+			const size_t col = (size_t)blockIdx.y * CB + 64 * cw + 16 * warp + 8 * (e >> 1) + r;
+			if (tok >= p.m || col >= n_valid)
+				continue;
+			const float v = acc[4 * t + e];
+			if (p.splits > 1)
+				p.ws[((size_t)blockIdx.z * p.m + tok) * p.n + col] = v;
+			else if (p.c_f16)
+				((__half *)p.c)[(size_t)tok * p.ldc + col] = __float2half_rn(v);
+			else
+				((float *)p.c)[(size_t)tok * p.ldc + col] = v;
+		}
+#else
+	(void)p;
+#endif
+}
+
+template <int BITS, bool ZP, int NST, int BT>
+int launch(const kparams &p, dim3 grid, cudaStream_t s, struct qc_err *err)
+{
+	(void)qc_launch(marlin_ws_kernel<BITS, ZP, NST, BT>, grid, dim3(WS_THREADS), ws_plan<BITS, ZP, NST, BT>::TOTAL, s,
+			p);
+	return qc_cuda_check(cudaGetLastError(), "marlin_ws_kernel", err);
+}
+
+template <int BITS, bool ZP, int NST, int BT> int occupancy(int *per_sm, struct qc_err *err)
+{
+	const int smem = ws_plan<BITS, ZP, NST, BT>::TOTAL;
+	int rc = qc_cuda_check(cudaFuncSetAttribute(marlin_ws_kernel<BITS, ZP, NST, BT>,
+						    cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+			       "marlin_wgmma_ws: raising the shared-memory limit", err);
+	if (!rc)
+		rc = qc_cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(per_sm, marlin_ws_kernel<BITS, ZP, NST, BT>,
+										  WS_THREADS, smem),
+				   "marlin_wgmma_ws: occupancy", err);
+	return rc;
+}
+
+/* The instantiated (bits, offsets, stages, tokens): every marlin layout. */
+const struct ws_config {
+	int bits, zp, nst, bt;
+	int (*launch)(const kparams &, dim3, cudaStream_t, struct qc_err *);
+	int (*occupancy)(int *, struct qc_err *);
+} ws_configs[] = {
+#define QC_WS_CFG(B, Z, S, T) { B, Z, S, T, launch<B, Z, S, T>, occupancy<B, Z, S, T> }
+#define QC_WS_ALL(S, T) QC_WS_CFG(4, false, S, T), QC_WS_CFG(8, false, S, T), QC_WS_CFG(4, true, S, T), \
+			QC_WS_CFG(8, true, S, T), QC_WS_CFG(6, false, S, T)
+	QC_WS_ALL(4, 128), QC_WS_ALL(6, 128), QC_WS_ALL(4, 256), QC_WS_ALL(6, 256),
+#undef QC_WS_ALL
+#undef QC_WS_CFG
+};
+
+const struct ws_config *ws_find(int bits, bool zp, int nst, int bt)
+{
+	for (size_t i = 0; i < sizeof ws_configs / sizeof ws_configs[0]; i++)
+		if (ws_configs[i].bits == bits && ws_configs[i].zp == (int)zp && ws_configs[i].nst == nst &&
+		    ws_configs[i].bt == bt)
+			return &ws_configs[i];
+	return NULL;
+}
+
+} /* namespace */
+
+namespace qc_mrl {
+
+int ws_occupancy(int bits, bool zp, int stages, int tokens, int *per_sm, struct qc_err *err)
+{
+	const struct ws_config *c = ws_find(bits, zp, stages, tokens);
+	QC_ASSERT(c); /* every marlin (bits, offsets) at 4 and 6 stages, 128 and 256 tokens */
+	return c->occupancy(per_sm, err);
+}
+
+int ws_launch(int bits, bool zp, int stages, int tokens, const kparams &p, dim3 grid, cudaStream_t s,
+	      struct qc_err *err)
+{
+	const struct ws_config *c = ws_find(bits, zp, stages, tokens);
+	QC_ASSERT(c);
+	return c->launch(p, grid, s, err);
+}
+
+} /* namespace qc_mrl */
