@@ -165,17 +165,22 @@ static int pdl_setup(struct cu *c, struct qc_err *err)
 	return QC_OK;
 }
 
-/* Hopper's row columns for the marlin layouts (compute capability 9.0). Since the
- * fp16 decode writes whole rows (twelfth session, H200, 8B Q4_0, decode tok/s),
- * the weight decoded to fp16 + cuBLAS beats the mma.sync GEMM from 96 rows (7,239
- * against 5,618; at 64 rows 5,429 against 6,138: the mma.sync kernel's second
- * 64-row tile starts at 65) and the wgmma GEMM at 128-192 (+6%, +38%, +16% at 128,
- * 160, 192). So there the f16+cublas column starts at 65 rows and the wgmma kernel
- * is off, unless QC_MARLIN_CUBLAS_ROWS is given. QC_MARLIN_WGMMA_ROWS (at most 128,
- * without QC_MARLIN_CUBLAS_ROWS) brings back the tenth session's table: wgmma for
- * up to 192 rows, the column from 193 (the vocabulary matrix, which never takes
- * the fp16 copy, keeps the mma.sync kernel past it). Before any scratch is sized. */
+/* Hopper's row columns for the marlin layouts (compute capability 9.0). The
+ * warp-specialized wgmma GEMM (marlin_wgmma_ws.cu, the tune's form 1) beats the
+ * weight decoded to fp16 + cuBLAS on decode steps (fourteenth session, H200, 8B
+ * Q4_0, decode tok/s: 128 rows 9,274 -> 11,028, 192: 11,816 -> 13,490, 256:
+ * 13,870 -> 15,998; 96: 7,366 -> 8,908) and loses from 384 rows (15,367 -> 11,981:
+ * three 128-token blocks) and on prefill steps of thousands of rows (pp512 x 8:
+ * 33.8k -> 26.5k; one 28672 x 4096 GEMM of 1024 rows 511 us against 394 + the
+ * decode). So by default it runs 65-256 rows (the mma.sync kernel's second 64-row
+ * tile starts at 65) and the f16+cublas column starts at 257. QC_MARLIN_CUBLAS_ROWS or QC_MARLIN_WGMMA_ROWS given: the twelfth
+ * session's rule, the column from 65 rows and wgmma off, or with QC_MARLIN_WGMMA_ROWS
+ * at most 128 the tenth session's table (wgmma to 192 rows, the column from 193;
+ * the vocabulary matrix, which never takes the fp16 copy, keeps the GEMM past it).
+ * Before any scratch is sized. */
 #define HOPPER_BLAS_MIN_ROWS 65
+#define HOPPER_WS_MIN_ROWS 65
+#define HOPPER_WS_BLAS_ROWS 257
 static int wgmma_setup(struct cu *c, struct qc_err *err)
 {
 	int dev = 0, major = 0, minor = 0, rc;
@@ -186,7 +191,11 @@ static int wgmma_setup(struct cu *c, struct qc_err *err)
 				"cudaDeviceGetAttribute", err)))
 		return rc;
 	int64_t max_rows = INT64_MAX;
-	if (major == 9 && minor == 0 && !c->env.cublas_rows_given) {
+	if (major == 9 && minor == 0 && !c->env.cublas_rows_given && !c->env.wgmma_rows_given &&
+	    c->env.mm.wgmma_form == 1) {
+		c->env.mm.wgmma_rows = HOPPER_WS_MIN_ROWS;
+		c->env.mm.rows.blas_min_rows = HOPPER_WS_BLAS_ROWS;
+	} else if (major == 9 && minor == 0 && !c->env.cublas_rows_given) {
 		if (c->env.mm.wgmma_rows > 0 && c->env.mm.wgmma_rows <= 128) {
 			c->env.mm.rows.blas_min_rows = 193;
 			max_rows = 192;

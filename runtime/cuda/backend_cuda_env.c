@@ -32,6 +32,7 @@ void qc_cuda_env_read(struct qc_cuda_env *e)
 	 * (compute capability 9.0); 0 or less: never (the mma.sync GEMM); with it the
 	 * backend starts the f16+cublas column at 193 rows (wgmma_setup) */
 	e->mm.wgmma_rows = env_i64("QC_MARLIN_WGMMA_ROWS", def.wgmma_rows);
+	e->wgmma_rows_given = getenv("QC_MARLIN_WGMMA_ROWS") && *getenv("QC_MARLIN_WGMMA_ROWS");
 	/* "stages,warpgroups,split_free,form": the wgmma kernel's shape (A/B runs) */
 	const char *wt = getenv("QC_MARLIN_WGMMA_TUNE");
 	if (wt && *wt) {

@@ -42,7 +42,9 @@ struct qc_cuda_env {
 					  QC_CUDA_TP_P2P_BYTES through tp_allreduce.cu (peer to peer)
 					  instead of NCCL (backend_cuda_tp.c) */
 	bool cublas_rows_given;        /* QC_MARLIN_CUBLAS_ROWS was set (else the backend moves the
-					  f16+cublas column to 193 rows where the wgmma GEMM runs) */
+					  f16+cublas column where the wgmma GEMM runs) */
+	bool wgmma_rows_given;         /* QC_MARLIN_WGMMA_ROWS was set (else compute capability 9.0
+					  runs the warp-specialized wgmma GEMM for 65-256 rows) */
 	const char *nccl_lib;          /* QC_NCCL_LIB: libnccl.so.2, or the folder holding it, for
 					  tensor parallelism (backend_cuda_nccl.h); NULL: the loader's
 					  search. Points into the environment. */

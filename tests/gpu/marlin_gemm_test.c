@@ -1437,7 +1437,7 @@ int main(int argc, char **argv)
 				check_gemm_cases();
 				want_wgmma = false;
 			}
-			qc_cuda_marlin_gemm_wgmma_tune(6, 2, 1, 0); /* the backend's defaults */
+			qc_cuda_marlin_gemm_wgmma_tune(6, 2, 1, 1); /* the backend's defaults */
 			qc_cuda_marlin_gemm_wgmma_rows(128, INT64_MAX);
 		}
 		if (gemm_check)

@@ -224,14 +224,17 @@ int wg_split_free = 1;
  * pipeline fill and epilogue, and every split past the first writes and the sum
  * re-reads m·n fp32 partials (~6 TB/s: they mostly stay in the L2). Form 0's
  * wave-filling rule took ten splits of 28672 × 4096 at 256 rows, 1.7x slower
- * than one (docs/perf-notes.md, tenth session). At least 4 stages a split. */
+ * than one (docs/perf-notes.md, tenth session). */
 static int ws_splits(const struct qc_marlin_gemm_args *a, int64_t blocks, int64_t slots, int bm, int bn, int groups)
 {
 	const double tile_us = 2.0 * bm * bn * (double)a->k / 5e12 * 1e6, fill_us = 1.5;
 	const double part_us = 2.0 * (double)a->m * (double)a->n * 4.0 / 6e12 * 1e6;
+	/* at least 4 stages a split; partials no larger than the fp16 weight, the
+	 * workspace the backend reserves for the wgmma path (qc_cuda_marlin_gemm_wgmma_ws) */
+	const int64_t cap = groups / 8 < a->k / (2 * a->m) ? groups / 8 : a->k / (2 * a->m);
 	int best_s = 1;
 	double best = 1e30;
-	for (int c = 1; c <= (groups / 8 > 1 ? groups / 8 : 1) && c <= 32; c++) {
+	for (int c = 1; c <= cap && c <= 32; c++) {
 		const double waves = (double)((blocks * c + slots - 1) / slots);
 		const double t = waves * (tile_us / c + fill_us) + (c > 1 ? c * part_us : 0.0);
 		if (t < best) {

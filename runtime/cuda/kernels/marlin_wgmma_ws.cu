@@ -15,11 +15,16 @@
  * beside the multiplies.
  *
  * Pipeline: ST raw stages (64 k of the block's tokens, each stripe's codes and
- * scales: load_stage's layout) loaded AHEAD = ST − 2 ahead by cp.async, and DS = 3
- * decoded stages (128 columns × 64 k fp16, row = output column). full[d]: the
- * producer's 128 threads arrive once decoded stage d is written and its activations
- * have landed (after fence.proxy.async: cp.async and the decode write through the
- * generic proxy, wgmma reads through the async one). empty_dec[d], empty_raw[s]: the
+ * scales: load_stage's layout) loaded AHEAD = ST − 2 ahead, and DS = 3
+ * decoded stages (128 columns × 64 k fp16, row = output column). The activations
+ * come by the copy engine (one cp.async.bulk.tensor of BT rows × 64 k a stage, the
+ * tensor map's 128-byte swizzle being wgmma's; rows past m read as zeros) and
+ * complete on acts[s]; codes and scales by cp.async of the first warps. Measured
+ * first with cp.async for the activations too: 16 copies a thread a stage and their
+ * addresses were ~40% of the producer's instructions, the producer the bottleneck.
+ * full[d]: the producer's 128 threads arrive once decoded stage d is written (after
+ * fence.proxy.async: the decode writes through the generic proxy, wgmma reads
+ * through the async one). empty_dec[d], empty_raw[s]: the
  * consumers' 256 threads arrive once their wgmma of that stage retired. The producer
  * decodes stage i once stage i − 3 retired and refills raw stage i + AHEAD once
  * stage i − 2 did, after publishing stage i: so from a retirement to the stage the
@@ -34,6 +39,7 @@
 #include "wgmma.cuh"
 #include "pdl.cuh"
 
+#include <cuda.h> /* CUtensorMap: the activations' tensor map (types only; the encoder is fetched at run time) */
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -54,7 +60,7 @@ template <int BITS, bool ZP, int BT> struct ws_geo {
 	static constexpr int RAW_S = SPB * GROUPS_PER_STAGE * G::SG * (ZP ? 2 : 1);
 	static constexpr int RAW = (RAW_A + RAW_B + RAW_S + 1023) / 1024 * 1024;
 	static constexpr int DEC = CB * 128; /* the block's columns × 64 k fp16 */
-	static constexpr int bytes(int st) { return DS * DEC + st * RAW + (DS * 2 + st) * 8 + 1024; }
+	static constexpr int bytes(int st) { return DS * DEC + st * RAW + (DS + st) * 2 * 8 + 1024; }
 	/* the raw stages asked for, fewer where they do not fit (at least 3) */
 	static constexpr int stages(int want) { return bytes(want) <= SMEM_MAX || want <= 3 ? want : stages(want - 1); }
 };
@@ -80,6 +86,23 @@ __device__ __forceinline__ void mbar_init(uint64_t *b, int count)
 __device__ __forceinline__ void mbar_arrive(uint64_t *b)
 {
 	asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(b)) : "memory");
+}
+
+/* Arrives, and tells the barrier to expect `bytes` more of asynchronous copies
+ * before its phase completes. */
+__device__ __forceinline__ void mbar_arrive_tx(uint64_t *b, uint32_t bytes)
+{
+	asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(b)), "r"(bytes)
+		     : "memory");
+}
+
+/* The copy engine: the box at (c0 along k, c1 along the rows) of the tensor map into
+ * dst (1024-byte aligned), completing `bytes` on bar. */
+__device__ __forceinline__ void tma_load_2d(void *dst, const CUtensorMap *map, uint64_t *bar, int c0, int c1)
+{
+	asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n"
+		     ::"r"(smem_u32(dst)), "l"((uint64_t)map), "r"(smem_u32(bar)), "r"(c0), "r"(c1)
+		     : "memory");
 }
 
 /* Returns once the barrier's phase of this parity has completed. */
@@ -155,7 +178,7 @@ __device__ __forceinline__ void ws_decode(const uint8_t *sb, const uint8_t *ss, 
 
 /* NST raw stages (fewer where shared memory says), BT tokens a block. */
 template <int BITS, bool ZP, int NST, int BT>
-__global__ void __launch_bounds__(WS_THREADS, 1) marlin_ws_kernel(const kparams p)
+__global__ void __launch_bounds__(WS_THREADS, 1) marlin_ws_kernel(const kparams p, const __grid_constant__ CUtensorMap amap)
 {
 #ifdef QC_WGMMA_BODY
 	qc_pdl_enter();
@@ -167,6 +190,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) marlin_ws_kernel(const kparams 
 	uint8_t *smem = smem_raw + ((1024 - smem_u32(smem_raw) % 1024) % 1024);
 	uint8_t *dec = smem, *raw = smem + DS * W::DEC;
 	uint64_t *full = (uint64_t *)(raw + ST * W::RAW), *empty_dec = full + DS, *empty_raw = empty_dec + DS;
+	uint64_t *acts = empty_raw + ST;
 	const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % WARPS, wgi = threadIdx.x / THREADS;
 	const int m0 = blockIdx.x * BT;
 	const int g_begin = blockIdx.z * p.g_per_split;
@@ -177,8 +201,10 @@ __global__ void __launch_bounds__(WS_THREADS, 1) marlin_ws_kernel(const kparams 
 			mbar_init(&full[d], THREADS);
 			mbar_init(&empty_dec[d], 2 * THREADS);
 		}
-		for (int s = 0; s < ST; s++)
+		for (int s = 0; s < ST; s++) {
 			mbar_init(&empty_raw[s], 2 * THREADS);
+			mbar_init(&acts[s], 1);
+		}
 	}
 	__syncthreads();
 
@@ -190,22 +216,12 @@ __global__ void __launch_bounds__(WS_THREADS, 1) marlin_ws_kernel(const kparams 
 		const uint8_t *wsc = wst + (size_t)p.groups * G::GB;
 		/* the stripe this warp decodes */
 		const bool has_w = blockIdx.y * W::SPB + warp % W::SPB < p.n / G::WN;
-		/* this thread's activation chunks: chunk tid % 8 of rows tid / 8 + 16q, the same
-		 * smem offsets every stage (load_stage's swizzle), the source 64 k further on */
-		const int ch = threadIdx.x % 8, r0 = threadIdx.x / 8;
-		const uint32_t a_dst = (uint32_t)(r0 * 128 + ((ch ^ (r0 % 8)) * 16));
-		const __half *a_src = p.a + (size_t)(m0 + r0) * p.k + (size_t)g_begin * 32 + ch * 8;
-		const size_t a_step = (size_t)16 * p.k; /* halves from row r0 + 16q to + 16(q + 1) */
-		const int rows_left = p.m - m0 - r0;    /* row r0 + 16q exists while 16q < this */
 		auto load = [&](int st) {
 			uint8_t *sa = raw + (st % ST) * W::RAW;
 			const int n_g = min(GROUPS_PER_STAGE, g_end - (g_begin + 2 * st));
-			const bool ch_ok = ch < 4 * n_g;
-			const __half *src = a_src + (size_t)st * 64;
-#pragma unroll
-			for (int q = 0; q < BT / 16; q++) {
-				const bool ok = ch_ok && 16 * q < rows_left;
-				cp_async16(sa + a_dst + q * 16 * 128, ok ? src + q * a_step : p.a, ok);
+			if (threadIdx.x == 0) {
+				mbar_arrive_tx(&acts[st % ST], W::RAW_A);
+				tma_load_2d(sa, &amap, &acts[st % ST], (g_begin + 2 * st) * 32, m0);
 			}
 			if (warp < W::SPB)
 				load_stage_w<BITS, ZP>(p, sa + W::RAW_A, sa + W::RAW_A + W::RAW_B, loads_w, wst, wsc,
@@ -219,8 +235,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) marlin_ws_kernel(const kparams 
 		for (int it = 0; it < iters; it++) {
 			if (it >= DS) /* decoded stage it % DS: iteration it − DS retired */
 				mbar_wait(&empty_dec[it % DS], ((it - DS) / DS) & 1);
-			cp_wait<AHEAD - 1>(); /* this thread's copies of stage it have landed */
-			asm volatile("bar.sync 1, %0;\n" ::"n"(THREADS) : "memory"); /* and every producer thread's */
+			cp_wait<AHEAD - 1>(); /* this thread's codes and scales of stage it have landed */
+			asm volatile("bar.sync 1, %0;\n" ::"n"(THREADS) : "memory"); /* and every loading warp's */
 			const uint8_t *sa = raw + (it % ST) * W::RAW, *sb = sa + W::RAW_A, *ss = sb + W::RAW_B;
 			const int n_g = min(GROUPS_PER_STAGE, g_end - (g_begin + 2 * it));
 			ws_decode<BITS, ZP, W::SPB>(sb, ss, dec + (it % DS) * W::DEC, warp, lane, has_w, n_g);
@@ -246,6 +262,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) marlin_ws_kernel(const kparams 
 		acc[e] = 0.0f;
 	for (int it = 0; it < iters; it++) {
 		mbar_wait(&full[it % DS], (it / DS) & 1);
+		mbar_wait(&acts[it % ST], (it / ST) & 1);
 		const uint8_t *sa = raw + (it % ST) * W::RAW;
 		const uint8_t *sw = dec + (it % DS) * W::DEC + (size_t)cw * 64 * 128;
 		wg_fence();
@@ -288,11 +305,58 @@ __global__ void __launch_bounds__(WS_THREADS, 1) marlin_ws_kernel(const kparams 
 #endif
 }
 
+typedef CUresult (*encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+				   const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
+				   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+/* cuTensorMapEncodeTiled from the driver the runtime loaded (no link to libcuda). */
+int encode_fn(encode_tiled_fn *fn, struct qc_err *err)
+{
+	static encode_tiled_fn f = [] {
+		void *p = NULL;
+		cudaDriverEntryPointQueryResult q;
+		if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) !=
+			    cudaSuccess ||
+		    q != cudaDriverEntryPointSuccess)
+			p = NULL;
+		return (encode_tiled_fn)p;
+	}();
+	*fn = f;
+	return f ? QC_OK
+		 : qc_err_set(err, QC_ECUDA, NULL, NULL, -1,
+			      "marlin_wgmma_ws: the driver has no cuTensorMapEncodeTiled (CUDA 12 or newer needed)");
+}
+
+/* The activations (m × k fp16, row-major) as BT rows × 64 k boxes in the 128-byte
+ * swizzle; rows past m read as zeros. */
+int acts_map(const kparams &p, int bt, CUtensorMap *map, struct qc_err *err)
+{
+	encode_tiled_fn enc;
+	int rc = encode_fn(&enc, err);
+	if (rc)
+		return rc;
+	const cuuint64_t dim[2] = { (cuuint64_t)p.k, (cuuint64_t)p.m };
+	const cuuint64_t stride[1] = { (cuuint64_t)p.k * 2 };
+	const cuuint32_t box[2] = { 64, (cuuint32_t)bt }, elem[2] = { 1, 1 };
+	const CUresult r = enc(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, (void *)p.a, dim, stride, box, elem,
+			       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+			       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+	if (r != CUDA_SUCCESS)
+		return qc_err_set(err, QC_ECUDA, NULL, NULL, -1,
+				  "marlin_wgmma_ws: cuTensorMapEncodeTiled of the activations (m=%d k=%d at %p) failed: %d",
+				  p.m, p.k, (const void *)p.a, (int)r);
+	return QC_OK;
+}
+
 template <int BITS, bool ZP, int NST, int BT>
 int launch(const kparams &p, dim3 grid, cudaStream_t s, struct qc_err *err)
 {
+	CUtensorMap map;
+	int rc = acts_map(p, BT, &map, err);
+	if (rc)
+		return rc;
 	(void)qc_launch(marlin_ws_kernel<BITS, ZP, NST, BT>, grid, dim3(WS_THREADS), ws_plan<BITS, ZP, NST, BT>::TOTAL, s,
-			p);
+			p, map);
 	return qc_cuda_check(cudaGetLastError(), "marlin_ws_kernel", err);
 }
 

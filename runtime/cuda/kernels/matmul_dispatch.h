@@ -129,7 +129,7 @@ struct qc_cuda_mm_tuning {
 	int64_t wgmma_rows; /* qc_cuda_marlin_gemm_wgmma_rows */
 	int wgmma_stages, wgmma_groups, wgmma_split_free, wgmma_form; /* qc_cuda_marlin_gemm_wgmma_tune */
 };
-#define QC_CUDA_MM_TUNING_DEFAULT { QC_KERNEL_ROWS_DEFAULT, QC_CUDA_GEMV_STREAM, 0, 0, 0, -1, -1, -1, -1, 1, 0, 6, 2, 1, 0 }
+#define QC_CUDA_MM_TUNING_DEFAULT { QC_KERNEL_ROWS_DEFAULT, QC_CUDA_GEMV_STREAM, 0, 0, 0, -1, -1, -1, -1, 1, 0, 6, 2, 1, 1 }
 
 /* Marlin GEMMs of one slice with min_rows .. max_rows tokens run on the Hopper
  * wgmma kernel (marlin_wgmma.cu) on compute capability 9.0, others on the mma.sync
