@@ -3,7 +3,9 @@
 # (tests/gpu/marlin_gemm_test.c) on a machine with nvcc and a GPU.
 #   sh tools/gpu_marlin.sh [--check | --gemv-bench | --wg-bench | --build-only]
 #   (--check: correctness only; --gemv-bench: the decode GEMV's timings only;
-#   --wg-bench: the GEMM's mma.sync / wgmma / cuBLAS fp16 table on the 8B shapes)
+#   --wg-bench: the GEMM's mma.sync / wgmma (form 0) / warp-specialized wgmma
+#   (marlin_wgmma_ws.cu) / cuBLAS fp16 table on the 8B shapes; QC_WG_BENCH_QUICK=1:
+#   two shapes at 64-1024 tokens, the warp-specialized form also at fixed splits 1-8)
 # Builds into $BUILD (default build-gpu-mrl) only what the test needs: the layout
 # packer, the type table and reference decoders, the C reference, the kernel.
 # cuBLAS fp16 timings are added when libcublas links; the script says which.
