@@ -174,15 +174,8 @@ int launch(const kparams &p, dim3 grid, cudaStream_t s, struct qc_err *err)
 template <int BITS, int MT, bool ZP>
 int occupancy(int *per_sm, struct qc_err *err)
 {
-	const int smem = smem_plan<BITS, MT, ZP>::TOTAL;
-	int rc = qc_cuda_check(cudaFuncSetAttribute(marlin_gemm_kernel<BITS, MT, ZP>,
-						    cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
-			       "marlin_gemm: raising the shared-memory limit", err);
-	if (!rc)
-		rc = qc_cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(per_sm, marlin_gemm_kernel<BITS, MT, ZP>,
-										 THREADS, smem),
-				   "marlin_gemm: occupancy", err);
-	return rc;
+	return kernel_occupancy(marlin_gemm_kernel<BITS, MT, ZP>, THREADS, smem_plan<BITS, MT, ZP>::TOTAL, "marlin_gemm",
+				per_sm, err);
 }
 
 typedef int (*launch_fn)(const kparams &, dim3, cudaStream_t, struct qc_err *);

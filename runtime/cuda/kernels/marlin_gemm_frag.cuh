@@ -13,8 +13,11 @@
 #define QC_MARLIN_GEMM_FRAG_CUH
 
 #include <cuda_fp16.h>
+#include <cuda_runtime.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "qc_cuda.h"
 
 namespace qc_mrl {
 
@@ -57,6 +60,35 @@ struct kparams {
 	int m, n, k, groups, g_per_split, splits, c_f16;
 	size_t stripe_bytes; /* codes (k/16 tiles) then scales of one stripe */
 };
+
+/* One output value of the GEMM at (token, column): the split's fp32 partial when K
+ * is split, else C in fp16 or fp32 (the wgmma kernels' epilogues). */
+__device__ __forceinline__ void store_c(const kparams &p, int tok, size_t col, float v)
+{
+	if (p.splits > 1)
+		p.ws[((size_t)blockIdx.z * p.m + tok) * p.n + col] = v;
+	else if (p.c_f16)
+		((__half *)p.c)[(size_t)tok * p.ldc + col] = __float2half_rn(v);
+	else
+		((float *)p.c)[(size_t)tok * p.ldc + col] = v;
+}
+
+/* Raises kernel's dynamic shared-memory limit to smem, then *per_sm = the blocks of
+ * `threads` one SM holds (every marlin GEMM kernel's occupancy query; `what` names it
+ * in errors). */
+template <typename K>
+int kernel_occupancy(K kernel, int threads, int smem, const char *what, int *per_sm, struct qc_err *err)
+{
+	cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+	if (e != cudaSuccess)
+		return qc_err_set(err, QC_ECUDA, NULL, NULL, -1, "%s: raising the shared-memory limit: %s (%s)", what,
+				  cudaGetErrorString(e), cudaGetErrorName(e));
+	e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(per_sm, kernel, threads, smem);
+	if (e != cudaSuccess)
+		return qc_err_set(err, QC_ECUDA, NULL, NULL, -1, "%s: occupancy: %s (%s)", what, cudaGetErrorString(e),
+				  cudaGetErrorName(e));
+	return QC_OK;
+}
 
 __device__ __forceinline__ __half2 h2(uint32_t u)
 {

@@ -200,13 +200,7 @@ __global__ void __launch_bounds__(THREADS * WGS) marlin_wgmma_kernel(const kpara
 				const size_t col = (size_t)stripe * G::WN + 16 * (NIW * wgi + i) + 8 * (e >> 1) + r;
 				if (tok >= p.m)
 					continue;
-				const float v = acc[i][4 * t + e];
-				if (p.splits > 1)
-					p.ws[((size_t)blockIdx.z * p.m + tok) * p.n + col] = v;
-				else if (p.c_f16)
-					((__half *)p.c)[(size_t)tok * p.ldc + col] = __float2half_rn(v);
-				else
-					((float *)p.c)[(size_t)tok * p.ldc + col] = v;
+				store_c(p, tok, col, acc[i][4 * t + e]);
 			}
 #else
 	(void)p;
@@ -223,15 +217,8 @@ int launch(const kparams &p, dim3 grid, cudaStream_t s, struct qc_err *err)
 
 template <int BITS, bool ZP, int NST, int WGS> int occupancy(int *per_sm, struct qc_err *err)
 {
-	const int smem = wg_plan<BITS, ZP, NST, WGS>::TOTAL;
-	int rc = qc_cuda_check(cudaFuncSetAttribute(marlin_wgmma_kernel<BITS, ZP, NST, WGS>,
-						    cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
-			       "marlin_wgmma: raising the shared-memory limit", err);
-	if (!rc)
-		rc = qc_cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-					   per_sm, marlin_wgmma_kernel<BITS, ZP, NST, WGS>, THREADS * WGS, smem),
-				   "marlin_wgmma: occupancy", err);
-	return rc;
+	return kernel_occupancy(marlin_wgmma_kernel<BITS, ZP, NST, WGS>, THREADS * WGS, wg_plan<BITS, ZP, NST, WGS>::TOTAL,
+				"marlin_wgmma", per_sm, err);
 }
 
 /* The instantiated (bits, offsets, stages, warpgroups): every marlin layout. */

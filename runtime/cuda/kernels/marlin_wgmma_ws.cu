@@ -292,13 +292,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) marlin_ws_kernel(const kparams 
 			const size_t col = (size_t)blockIdx.y * CB + 64 * cw + 16 * warp + 8 * (e >> 1) + r;
 			if (tok >= p.m || col >= n_valid)
 				continue;
-			const float v = acc[4 * t + e];
-			if (p.splits > 1)
-				p.ws[((size_t)blockIdx.z * p.m + tok) * p.n + col] = v;
-			else if (p.c_f16)
-				((__half *)p.c)[(size_t)tok * p.ldc + col] = __float2half_rn(v);
-			else
-				((float *)p.c)[(size_t)tok * p.ldc + col] = v;
+			store_c(p, tok, col, acc[4 * t + e]);
 		}
 #else
 	(void)p;
@@ -362,15 +356,8 @@ int launch(const kparams &p, dim3 grid, cudaStream_t s, struct qc_err *err)
 
 template <int BITS, bool ZP, int NST, int BT> int occupancy(int *per_sm, struct qc_err *err)
 {
-	const int smem = ws_plan<BITS, ZP, NST, BT>::TOTAL;
-	int rc = qc_cuda_check(cudaFuncSetAttribute(marlin_ws_kernel<BITS, ZP, NST, BT>,
-						    cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
-			       "marlin_wgmma_ws: raising the shared-memory limit", err);
-	if (!rc)
-		rc = qc_cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(per_sm, marlin_ws_kernel<BITS, ZP, NST, BT>,
-										  WS_THREADS, smem),
-				   "marlin_wgmma_ws: occupancy", err);
-	return rc;
+	return kernel_occupancy(marlin_ws_kernel<BITS, ZP, NST, BT>, WS_THREADS, ws_plan<BITS, ZP, NST, BT>::TOTAL,
+				"marlin_wgmma_ws", per_sm, err);
 }
 
 /* The instantiated (bits, offsets, stages, tokens): every marlin layout. */
