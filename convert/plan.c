@@ -117,13 +117,13 @@ int qc_plan_finish_tensor(const struct qc_gguf_model *m, struct qc_plan *p, stru
 		t->layout = QC_LAYOUT_GGML;
 		why = "rows are gathered by token id";
 	}
-	/* stacked experts: the grouped MoE GEMM (runtime/cuda/kernels/moe_gemm.cu) reads ggml
-	 * blocks; in a marlin layout they ran as per-row GEMV (H200, 4 Mixtral-shape
-	 * layers, Q4_0: prefill 2.6k vs 12.7k tok/s, decode at 64 2.6k vs 4.3k; batch-1
-	 * decode 1.2k vs 0.8k: docs/bench.md) */
-	if (qc_marlin_is(t->layout) && t->n_dims == 3 && t->ne[2] > 1) {
+	/* stacked experts: for sm90 a marlin layout (the grouped warp-specialized wgmma
+	 * GEMM, marlin_moe.cu); elsewhere ggml, for the wmma grouped GEMM (moe_gemm.cu)
+	 * that beat marlin experts on per-row GEMV (H200, 4 Mixtral-shape layers, Q4_0:
+	 * prefill 2.6k vs 12.7k tok/s, decode at 64 2.6k vs 4.3k; docs/bench.md) */
+	if (qc_marlin_is(t->layout) && t->n_dims == 3 && t->ne[2] > 1 && tgt != QC_TARGET_SM90) {
 		t->layout = QC_LAYOUT_GGML;
-		why = "stacked experts: the grouped MoE GEMM reads ggml blocks";
+		why = "stacked experts: the grouped MoE GEMM for this target reads ggml blocks";
 	}
 	/* a fused half (a shard's section) is addressed as rows row0.. of each slice: it must
 	 * start on a stripe (the layout table's row alignment); a layout without fused

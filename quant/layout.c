@@ -145,6 +145,13 @@ static bool has_kind(const struct qc_layout_traits *t, enum qc_kernel_kind k)
 	return false;
 }
 
+/* Whether the layout has a GEMV: a column names it, or it holds stacked experts (their
+ * rows up to gemv_max_rows always take the GEMV). */
+static bool has_gemv(const struct qc_layout_traits *t)
+{
+	return has_kind(t, QC_KERNEL_GEMV) || t->experts != QC_KERNEL_NONE;
+}
+
 /* The rules, in the order they were measured (docs/cuda.md "Which kernel runs"):
  * past gemv_max_rows the larger-batch columns; up to it the GEMV where the table
  * says so, else the larger-batch kernel for this row count (on the default
@@ -172,13 +179,11 @@ enum qc_kernel_kind qc_layout_kernel(enum qc_layout l, int64_t n_rows, bool expe
 		big = t->kernel[QC_ROWS_9_127];
 	if (n_rows > r->gemv_max_rows)
 		return big;
-	if (r->mma_gemv_rows != 0 && has_kind(t, QC_KERNEL_MMA) &&
-	    (has_kind(t, QC_KERNEL_GEMV) || t->experts == QC_KERNEL_GEMV))
+	if (r->mma_gemv_rows != 0 && has_kind(t, QC_KERNEL_MMA) && has_gemv(t))
 		return n_rows <= r->mma_gemv_rows ? QC_KERNEL_GEMV : big;
 	/* H100, one decode row, marlin_i8 (docs/perf-notes.md): SmolLM2's 576-wide
 	 * matrices 431 -> 721 tok/s on the GEMV; Llama-3-8B's 14336 x 4096 ones 4% slower */
-	if (n_rows <= 1 && t->kernel[QC_ROWS_1] == QC_KERNEL_MMA && n_in * n_out <= r->gemv_small_elems &&
-	    (has_kind(t, QC_KERNEL_GEMV) || t->experts == QC_KERNEL_GEMV))
+	if (n_rows <= 1 && t->kernel[QC_ROWS_1] == QC_KERNEL_MMA && n_in * n_out <= r->gemv_small_elems && has_gemv(t))
 		return QC_KERNEL_GEMV;
 	return t->kernel[n_rows <= 1 ? QC_ROWS_1 : QC_ROWS_2_8] == QC_KERNEL_GEMV ? QC_KERNEL_GEMV : big;
 }
@@ -322,24 +327,26 @@ static int fp8_unpack(enum qc_layout l, enum qc_type type, const int64_t ne[4], 
  * ~20 us), and at 1 row for int8 (GEMV 26 us, GEMM 21); from 128 rows fp16 decode +
  * cuBLAS (wgmma) beats mma.sync (512 rows: 244 us vs ~40 + 93 us). The ggml GEMV
  * (gemv_q.cu) takes up to 8 rows in row groups; past that its blocks are decoded to
- * fp16 for cuBLAS. Only ggml experts have a grouped GEMM (moe_gemm.cu); plan.c keeps
- * stacked experts ggml for that reason. */
+ * fp16 for cuBLAS. Stacked experts past the GEMV rows take a grouped GEMM (rows
+ * sorted by expert): moe_gemm.cu for ggml blocks, marlin_moe.cu for the marlin
+ * layouts (the marlin GEMM's tiles of one expert). plan.c writes marlin experts for
+ * --target sm90 only. */
 const struct qc_layout_traits qc_layouts[QC_LAYOUT_COUNT] = {
 	[QC_LAYOUT_GGML] = { "ggml", 1, true, GGML_FNS, { K_GEMV, K_GEMV, K_F16, K_F16 }, QC_KERNEL_MOE_GEMM },
 	[QC_LAYOUT_MARLIN_I4] = { "marlin_i4", QC_MARLIN_STRIPE_I4, true, MARLIN_FNS,
-				  { K_GEMV, K_MMA, K_MMA, K_F16 }, K_GEMV },
+				  { K_GEMV, K_MMA, K_MMA, K_F16 }, QC_KERNEL_MOE_GEMM },
 	[QC_LAYOUT_MARLIN_I8] = { "marlin_i8", QC_MARLIN_STRIPE_I8, true, MARLIN_FNS,
-				  { K_MMA, K_MMA, K_MMA, K_F16 }, K_GEMV },
+				  { K_MMA, K_MMA, K_MMA, K_F16 }, QC_KERNEL_MOE_GEMM },
 	[QC_LAYOUT_MARLIN_I4Z] = { "marlin_i4z", QC_MARLIN_STRIPE_I4, true, MARLIN_FNS,
-				   { K_GEMV, K_MMA, K_MMA, K_F16 }, K_GEMV },
+				   { K_GEMV, K_MMA, K_MMA, K_F16 }, QC_KERNEL_MOE_GEMM },
 	[QC_LAYOUT_MARLIN_I8Z] = { "marlin_i8z", QC_MARLIN_STRIPE_I8, true, MARLIN_FNS,
-				   { K_MMA, K_MMA, K_MMA, K_F16 }, K_GEMV },
+				   { K_MMA, K_MMA, K_MMA, K_F16 }, QC_KERNEL_MOE_GEMM },
 	/* its scale tiles span a whole slice: no row ranges, no fused halves */
 	[QC_LAYOUT_NVFP4_SWZ] = { "nvfp4_swz", 0, false, NVFP4_FNS, { K_GEMV, K_GEMV, K_F16, K_F16 }, K_GEMV },
 	/* q6_K: the same kinds as marlin_i4 (its tensor-core GEMM decodes the 6-bit
 	 * codes in registers; the vocabulary matrix keeps it past 128 rows) */
 	[QC_LAYOUT_MARLIN_I6] = { "marlin_i6", QC_MARLIN_STRIPE_I6, true, MARLIN_FNS,
-				  { K_GEMV, K_MMA, K_MMA, K_F16 }, K_GEMV },
+				  { K_GEMV, K_MMA, K_MMA, K_F16 }, QC_KERNEL_MOE_GEMM },
 	/* W8A8 FP8: the activations rounded to e4m3 by the weights' scheme for both kinds (a
 	 * float GEMV would not be the checkpoint's arithmetic): one row on the GEMV over the
 	 * rounded codes (fp8_gemv.cu; H200 4096x4096: 8.9 us against cuBLASLt's 16.2), more

@@ -35,8 +35,8 @@ static enum qc_kernel_kind old_rule(enum qc_layout l, int64_t n, bool experts, i
 			return QC_KERNEL_MMA;
 		return (N ? n <= N : n <= 1) ? QC_KERNEL_GEMV : QC_KERNEL_MMA;
 	}
-	if (experts) {
-		if (n > G && l == QC_LAYOUT_GGML && n_in % 32 == 0)
+	if (experts) { /* marlin experts: the grouped Hopper GEMM since the fifteenth session */
+		if (n > G && n_in % 32 == 0 && (l == QC_LAYOUT_GGML || marlin))
 			return QC_KERNEL_MOE_GEMM;
 		return QC_KERNEL_GEMV;
 	}
@@ -114,7 +114,8 @@ static void small_matrix_rule(void)
 	int64_t bad = 0;
 	for (int l = 0; l < QC_LAYOUT_COUNT; l++) {
 		const struct qc_layout_traits *t = &qc_layouts[l];
-		bool gemv = t->experts == QC_KERNEL_GEMV; /* the rule needs a GEMV to move to */
+		bool gemv = t->experts != QC_KERNEL_NONE; /* the rule needs a GEMV to move to (stacked experts
+						      * take one up to gemv_max_rows) */
 		for (int k = 0; k < QC_ROWS_COUNT; k++)
 			gemv |= t->kernel[k] == QC_KERNEL_GEMV;
 		const bool takes = t->kernel[QC_ROWS_1] == QC_KERNEL_MMA && gemv;

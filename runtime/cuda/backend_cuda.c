@@ -192,7 +192,7 @@ static int wgmma_setup(struct cu *c, struct qc_err *err)
 		return rc;
 	int64_t max_rows = INT64_MAX;
 	if (major == 9 && minor == 0 && !c->env.cublas_rows_given && !c->env.wgmma_rows_given &&
-	    c->env.mm.wgmma_form == 1) {
+	    c->env.mm.wgmma_form >= 1) {
 		c->env.mm.wgmma_rows = HOPPER_WS_MIN_ROWS;
 		c->env.mm.rows.blas_min_rows = HOPPER_WS_BLAS_ROWS;
 	} else if (major == 9 && minor == 0 && !c->env.cublas_rows_given) {
@@ -253,6 +253,7 @@ static int create_local(const struct qc_model *m, const struct qc_backend_params
 	qc_cuda_marlin_gemv_norm_once(c->env.mm.norm_once);
 	qc_cuda_marlin_gemm_wgmma_tune(c->env.mm.wgmma_stages, c->env.mm.wgmma_groups, c->env.mm.wgmma_split_free,
 				       c->env.mm.wgmma_form);
+	qc_cuda_marlin_moe_rows(c->env.mm.moe_rows);
 	c->L = calloc((size_t)cfg->n_layer, sizeof *c->L);
 	if (!c->L)
 		return qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");

@@ -48,6 +48,8 @@ void qc_cuda_env_read(struct qc_cuda_env *e)
 		e->mm.wgmma_split_free = v[2];
 		e->mm.wgmma_form = v[3];
 	}
+	/* the grouped marlin MoE GEMM's tile rows (16, 32, 64, 128; 0: by rows per expert) */
+	e->mm.moe_rows = (int)env_i64("QC_MARLIN_MOE_ROWS", def.moe_rows);
 	/* N: marlin layouts run their GEMV up to N rows (batch-invariant runs) */
 	e->mm.rows.mma_gemv_rows = env_i64("QC_MARLIN_GEMV_ROWS", 0);
 	/* one row of a matrix of at most this many elements: the GEMV over the 1-row mma */

@@ -43,21 +43,22 @@ static int mm_run(struct cu *c, const struct dmat *w, const float *d_x, int64_t 
 	struct qc_cuda_mm_args a = {
 		.d_w = w->d_w, .type = w->type, .layout = w->layout, .n_in = w->n_in, .n_out = w->n_out,
 		.row_bytes = w->row_bytes, .mat_stride = w->mat_stride, .d_x = d_x, .ldx = ldx,
-		.x_div = x_div, .d_expert = d_expert, .n_rows = n_rows, .d_y = d_y, .ldy = ldy,
+		.x_div = x_div, .d_expert = d_expert, .n_mat = w->n_mat, .n_rows = n_rows, .d_y = d_y, .ldy = ldy,
 		.d_ws = c->d_ws, .ws_bytes = c->ws_bytes, .blas = c->blas, .gemv_kt = c->env.mm.gemv_kt,
 		.d_flags = c->d_flags, .n_flags = c->n_flags, .d_x2 = d_x2, .accumulate = acc,
 	};
 	qc_cuda_be_l2_hint(c, &w, 1, &a.l2);
 	const struct qc_kernel_rows *r = &c->env.mm.rows;
 	const enum qc_kernel_kind kind = kind_of(c, w, n_rows, d_expert != NULL);
-	if (kind == QC_KERNEL_MOE_GEMM) {
+	if (kind == QC_KERNEL_MOE_GEMM && w->layout == QC_LAYOUT_GGML) {
 		const struct qc_cuda_moe_gemm_args g = {a, w->n_mat};
 		return qc_cuda_moe_gemm(&g, c->st, err);
 	}
-	if (d_expert && n_rows > r->gemv_max_rows)
+	if (d_expert && n_rows > r->gemv_max_rows && kind == QC_KERNEL_GEMV)
 		QC_WARN_ONCE("cuda: MoE experts in the %s layout (n_in %lld) run as per-row GEMV: the "
-			     "grouped GEMM (moe_gemm.cu) reads only GGML layouts with n_in a multiple of 32; "
-			     "prefill of this model is slow", qc_layout_name(w->layout), (long long)w->n_in);
+			     "grouped GEMMs read GGML layouts with n_in a multiple of 32 (moe_gemm.cu) and "
+			     "the marlin layouts (marlin_moe.cu); prefill of this model is slow",
+			     qc_layout_name(w->layout), (long long)w->n_in);
 	const qc_cuda_mm_fn fn = (unsigned)kind < QC_KERNEL_COUNT ? w->k->run[kind] : NULL;
 	if (!fn) /* make_dmat checked every kind the table names: a bug */
 		return qc_err_set(err, QC_EUNSUPPORTED, NULL, NULL, -1, "cuda: no %s kernel for %s %s",

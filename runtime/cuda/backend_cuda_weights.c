@@ -248,7 +248,9 @@ uint64_t qc_cuda_be_ws_need(const struct cu *c)
 		for (size_t i = 0; i < sizeof x / sizeof x[0]; i++) {
 			if (!x[i]->d_w || qc_layouts[x[i]->layout].experts != QC_KERNEL_MOE_GEMM)
 				continue;
-			const uint64_t b = qc_cuda_moe_gemm_ws_bytes(exp_rows, x[i]->n_mat);
+			const uint64_t b = x[i]->layout == QC_LAYOUT_GGML
+						   ? qc_cuda_moe_gemm_ws_bytes(exp_rows, x[i]->n_mat)
+						   : qc_cuda_marlin_moe_ws(x[i]->n_in, x[i]->n_out, exp_rows, x[i]->n_mat);
 			need = b > need ? b : need;
 		}
 	}

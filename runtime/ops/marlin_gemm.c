@@ -33,7 +33,12 @@ int qc_marlin_gemm_check(const struct qc_marlin_gemm_args *a, struct qc_err *err
 				  qc_type_get(a->type)->name, (long long)(kb > 32 ? kb : 32), (long long)stripe);
 	if (!a->a || !a->w)
 		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "marlin_gemm: NULL input");
-	if (a->expert && a->mat_stride < (uint64_t)a->n * row)
+	if (a->tiles && (a->expert || !a->n_tiles || !a->seg_end || !a->rows || !a->n_sorted || a->max_tiles < 1 ||
+			 (a->group_rows != 16 && a->group_rows != 32 && a->group_rows != 64 && a->group_rows != 128)))
+		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1,
+				  "marlin_gemm: grouped rows need n_tiles, seg_end, rows, n_sorted, max_tiles >= 1, group_rows 16, "
+				  "32, 64 or 128 and no expert (group_rows %lld)", (long long)a->group_rows);
+	if ((a->expert || a->tiles) && a->mat_stride < (uint64_t)a->n * row)
 		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "marlin_gemm: mat_stride %llu is shorter than a slice",
 				  (unsigned long long)a->mat_stride);
 	return QC_OK;

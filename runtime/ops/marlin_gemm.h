@@ -47,6 +47,17 @@ struct qc_marlin_gemm_args {
 	int split_k;                  /* parts when split == QC_MARLIN_SPLIT_FIXED */
 	void *workspace;              /* device only: fp32 partials, qc_cuda_marlin_gemm_workspace bytes */
 	size_t workspace_bytes;
+	/* Grouped rows (MoE, device only, never split): a's m rows are sorted by expert
+	 * (runtime/cuda/kernels/moe_sort.cuh); tile i < *n_tiles (at most max_tiles)
+	 * multiplies rows tiles[2i+1] .. (at most group_rows, ending before
+	 * seg_end[tiles[2i] + 1]) by slice tiles[2i] (mat_stride apart), and sorted row
+	 * s goes to c's row rows[s] (s < *n_sorted: the rows the tiles hold). group_rows
+	 * 16, 32 or 64: the mma.sync kernel's tiles (K may be split; the partials are
+	 * summed into the rows' own places); QC_MARLIN_GROUP_ROWS_WS (128): Hopper's
+	 * warp-specialized kernel, never split. NULL tiles: off (expert must then be
+	 * NULL). The reference ignores them. */
+	const int32_t *tiles, *n_tiles, *seg_end, *rows, *n_sorted;
+	int64_t max_tiles, group_rows;
 };
 
 /* Precision of the reference: F64 is the truth (exact weights, double sums);

@@ -297,6 +297,149 @@ static void check_experts(enum qc_layout l, int64_t m, int64_t n, int64_t k, int
 	free(base);
 }
 
+/* Stacked experts, many rows (the layout table's moe_gemm kind: marlin_moe.cu, the
+ * grouped warp-specialized GEMM): float x of n_rows / x_div tokens with ldx > k,
+ * row r reads token r / x_div and expert ex[r] by `pattern` (0 spread, 1 every
+ * row the last expert, 2 random with experts 0 and 2 empty, 3 an expert out of
+ * range on every 11th row: NaN there); y NaN-poisoned with ldy > n, columns past n
+ * must stay untouched. Against the reference on the fp16-rounded rows with an
+ * expert per row. */
+static void check_moe_grouped(enum qc_layout l, int64_t n_rows, int64_t n, int64_t k, int64_t E, int x_div,
+			      int pattern)
+{
+	uint64_t sb;
+	uint8_t *w = NULL;
+	for (int64_t e = 0; e < E; e++) {
+		uint8_t *we = make_weights(l, n, k, &sb);
+		if (!w)
+			w = malloc(sb * (uint64_t)E);
+		memcpy(w + (uint64_t)e * sb, we, sb);
+		free(we);
+	}
+	const int64_t n_tok = (n_rows + x_div - 1) / x_div, ldx = k + 8, ldy = n + 6;
+	float *x = malloc((size_t)(n_tok * ldx) * 4);
+	for (int64_t i = 0; i < n_tok * ldx; i++)
+		x[i] = (float)urand();
+	uint16_t *a = malloc((size_t)(n_rows * k) * 2); /* the reference's rows: fp16(x) */
+	int32_t *ex = malloc((size_t)n_rows * 4), *ex_ref = malloc((size_t)n_rows * 4);
+	for (int64_t r = 0; r < n_rows; r++) {
+		for (int64_t c = 0; c < k; c++)
+			a[r * k + c] = qc_f32_to_fp16(x[(r / x_div) * ldx + c]);
+		int32_t e = pattern == 0 ? (int32_t)((r * 7 + 2) % E) : pattern == 1 ? (int32_t)(E - 1)
+								       : (int32_t)((urand() + 1) * 0.5 * E);
+		if (pattern == 2 && E > 3 && (e == 0 || e == 2))
+			e = 1;
+		e = e < 0 ? 0 : e >= E ? (int32_t)(E - 1) : e;
+		ex_ref[r] = e;
+		ex[r] = pattern == 3 && r % 11 == 5 ? (int32_t)E : e;
+	}
+	double *truth = malloc((size_t)(n_rows * n) * sizeof(double)), *base = malloc((size_t)(n_rows * n) * sizeof(double));
+	struct qc_marlin_gemm_args ar = { .layout = l, .type = type_of(l), .m = n_rows, .n = n, .k = k, .a = a, .w = w,
+					  .ldc = n, .expert = ex_ref, .mat_stride = sb };
+	struct qc_err err = { 0 };
+	QC_ASSERT(qc_marlin_gemm_ref(&ar, QC_MARLIN_PREC_F64, truth, &err) == QC_OK);
+	QC_ASSERT(qc_marlin_gemm_ref(&ar, QC_MARLIN_PREC_F16, base, &err) == QC_OK);
+	const uint64_t wsb = qc_cuda_marlin_moe_ws(k, n, n_rows, E);
+	const size_t yb = (size_t)(n_rows * ldy) * 4;
+	void *d_x, *d_w, *d_y, *d_ws, *d_ex;
+	CU(cudaMalloc(&d_x, (size_t)(n_tok * ldx) * 4));
+	CU(cudaMalloc(&d_w, sb * (uint64_t)E + QC_CUDA_MM_PAD));
+	CU(cudaMalloc(&d_y, yb));
+	CU(cudaMalloc(&d_ex, (size_t)n_rows * 4));
+	CU(cudaMalloc(&d_ws, wsb));
+	CU(cudaMemcpy(d_x, x, (size_t)(n_tok * ldx) * 4, cudaMemcpyHostToDevice));
+	CU(cudaMemcpy(d_w, w, sb * (uint64_t)E, cudaMemcpyHostToDevice));
+	CU(cudaMemcpy(d_ex, ex, (size_t)n_rows * 4, cudaMemcpyHostToDevice));
+	CU(cudaMemset(d_y, 0xff, yb));
+	CU(cudaMemset(d_ws, 0xff, wsb)); /* stale sort arrays and rows must not matter */
+	uint64_t row;
+	QC_ASSERT(qc_marlin_row_bytes(l, type_of(l), k, &row) == QC_OK);
+	const struct qc_cuda_mm_args ma = { .d_w = d_w, .type = type_of(l), .layout = l, .n_in = k, .n_out = n,
+					    .row_bytes = row, .mat_stride = sb, .d_x = d_x, .ldx = ldx, .x_div = x_div,
+					    .d_expert = d_ex, .n_mat = E, .n_rows = n_rows, .d_y = d_y, .ldy = ldy,
+					    .d_ws = d_ws, .ws_bytes = wsb };
+	int rc = qc_cuda_marlin_moe(&ma, 0, &err);
+	if (rc == QC_OK)
+		rc = qc_cuda_check(cudaDeviceSynchronize(), "sync", &err);
+	float *hy = malloc(yb);
+	CU(cudaMemcpy(hy, d_y, yb, cudaMemcpyDeviceToHost));
+	double eg = 0, eb = 0, nrm = 0;
+	int64_t n_nan = 0, n_touched = 0, nan_rows_bad = 0;
+	for (int64_t r = 0; r < n_rows; r++) {
+		const bool out_of_range = ex[r] != ex_ref[r];
+		for (int64_t c = 0; c < ldy; c++) {
+			float g = hy[r * ldy + c];
+			uint32_t bits;
+			memcpy(&bits, &g, 4);
+			if (c >= n) {
+				n_touched += bits != 0xffffffffu;
+				continue;
+			}
+			if (out_of_range) { /* the sort's NaN, not the poison */
+				nan_rows_bad += !isnan(g) || bits == 0xffffffffu;
+				continue;
+			}
+			if (isnan(g)) {
+				n_nan++;
+				continue;
+			}
+			double t = truth[r * n + c];
+			eg += (g - t) * (g - t);
+			eb += (base[r * n + c] - t) * (base[r * n + c] - t);
+			nrm += t * t;
+		}
+	}
+	double rg = sqrt(eg / nrm), rb = sqrt(eb / nrm);
+	int ok = rc == QC_OK && n_nan == 0 && n_touched == 0 && nan_rows_bad == 0 && rg <= 2 * rb + 1e-6;
+	printf("%s grouped %-9s experts=%lld rows=%-4lld x_div=%d pattern=%d n=%-5lld k=%-5lld rel_err %.3e (fp16 plain "
+	       "%.3e) nan %lld written past n %lld bad out-of-range rows %lld%s%s\n",
+	       ok ? "PASS" : "FAIL", qc_layout_name(l), (long long)E, (long long)n_rows, x_div, pattern, (long long)n,
+	       (long long)k, rg, rb, (long long)n_nan, (long long)n_touched, (long long)nan_rows_bad, rc ? " err: " : "",
+	       rc ? err.msg : "");
+	ok ? n_pass++ : n_fail++;
+	cudaFree(d_x);
+	cudaFree(d_w);
+	cudaFree(d_y);
+	cudaFree(d_ex);
+	cudaFree(d_ws);
+	free(hy);
+	free(w);
+	free(x);
+	free(a);
+	free(ex);
+	free(ex_ref);
+	free(truth);
+	free(base);
+}
+
+/* The grouped cases, every layout: rows around the tiles, many experts with few
+ * rows, top-2 rows (x_div 2) as the MoE layers have them; once per tile height of
+ * `rows` (qc_cuda_marlin_moe_rows; 0: chosen by rows per expert). */
+static void check_moe_grouped_cases(const int *rows, int n_rows_list)
+{
+	static const struct { enum qc_layout l; int64_t rows, n, k, E; int x_div, pattern; } c[] = {
+		{ QC_LAYOUT_MARLIN_I4, 9, 256, 512, 4, 1, 0 },      { QC_LAYOUT_MARLIN_I4, 300, 512, 1024, 8, 2, 0 },
+		{ QC_LAYOUT_MARLIN_I4, 129, 192, 512, 3, 1, 1 },    { QC_LAYOUT_MARLIN_I4, 600, 256, 1024, 8, 2, 2 },
+		{ QC_LAYOUT_MARLIN_I4, 77, 128, 256, 5, 1, 3 },     { QC_LAYOUT_MARLIN_I8, 257, 384, 1024, 6, 2, 0 },
+		{ QC_LAYOUT_MARLIN_I8, 40, 96, 4096, 16, 1, 2 },    { QC_LAYOUT_MARLIN_I4Z, 200, 256, 1024, 4, 2, 0 },
+		{ QC_LAYOUT_MARLIN_I8Z, 150, 160, 1280, 3, 1, 2 },  { QC_LAYOUT_MARLIN_I6, 140, 192, 1024, 4, 2, 0 },
+		{ QC_LAYOUT_MARLIN_I6, 12, 128, 4096, 8, 2, 2 },    { QC_LAYOUT_MARLIN_I4, 128, 64, 14336, 2, 1, 1 },
+	};
+	for (int ri = 0; ri < n_rows_list; ri++) {
+		qc_cuda_marlin_moe_rows(rows[ri]);
+		printf("grouped tiles of %d rows (0: chosen)\n", rows[ri]);
+		for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+			z_turn = (int)i;
+			if (type_of(c[i].l) == QC_TYPE_Q4_K && c[i].k % 256)
+				z_turn++;
+			if (!fits_k(c[i].l, c[i].k))
+				continue;
+			check_moe_grouped(c[i].l, c[i].rows, c[i].n, c[i].k, c[i].E, c[i].x_div, c[i].pattern);
+		}
+	}
+	qc_cuda_marlin_moe_rows(0);
+}
+
 /* The backend's entry (the matmul_layouts.def row, runtime/cuda/kernels/marlin_mm.cu):
  * float rows with ldx and x_div, strided y; checked against the reference on
  * the fp16-rounded rows. (Called directly: the table itself links every
@@ -1098,9 +1241,10 @@ static int run_cublas(void *ctx, int i, cudaStream_t s)
 
 static double copy_bw; /* bytes/s, read + write */
 static bool bench_wgmma; /* bench_shape also times the wgmma kernel (compute capability 9.0) */
-/* the wgmma kernel's tune for kernel 1 of bench_shape (QC_MARLIN_WGMMA_TUNE); kernel 2
- * is the warp-specialized form at the same stages and token width */
-static int bench_tune[4] = { 6, 2, 1, 0 };
+/* the wgmma kernels' tune for bench_shape (QC_MARLIN_WGMMA_TUNE): kernel 1 is form 0 at
+ * these stages and warpgroups, kernel 2 the warp-specialized form (2 unless the form
+ * given is 0 or 1) */
+static int bench_tune[4] = { 6, 2, 1, 2 };
 
 struct gv_ctx {
 	struct qc_cuda_mm_args a;
@@ -1277,7 +1421,7 @@ static void bench_shape(enum qc_layout l, int64_t n, int64_t k, const int *ms, i
 			qc_cuda_marlin_gemm_wgmma_rows(kern ? 1 : 0, INT64_MAX);
 			if (kern)
 				qc_cuda_marlin_gemm_wgmma_tune(bench_tune[0], bench_tune[1], bench_tune[2],
-							       kern == 2 ? 1 : bench_tune[3]);
+							       kern == 2 ? (bench_tune[3] == 1 ? 1 : 2) : 0);
 			c.a = (struct qc_marlin_gemm_args){ .layout = l, .type = type_of(l), .m = m, .n = n, .k = k,
 							    .a = d_a, .c = d_c, .ldc = n, .c_type = QC_MARLIN_C_F32 };
 			c.a.w = c.d_w[0];
@@ -1421,23 +1565,34 @@ int main(int argc, char **argv)
 	const bool wgmma_dev = prop.major == 9 && prop.minor == 0;
 	if (!gemv_check && !bench_profile && !skip_checks && !wg_bench) {
 		qc_cuda_marlin_gemm_wgmma_rows(0, INT64_MAX); /* first every case on the mma.sync kernel */
-		if (!table_check)
+		if (!table_check) {
+			static const int mma_rows[] = { 16, 64, 0 }; /* grouped: mma.sync tiles, then the rule */
 			check_gemm_cases();
-		if (wgmma_dev && !table_check) { /* the same cases on the Hopper kernel: 2 warpgroups and 4
-				  * stages (the default), then 1 warpgroup and 6 stages */
-			/* then both token widths of the warp-specialized form (marlin_wgmma_ws.cu) */
-			static const int tunes[][4] = { { 6, 2, 1, 0 }, { 4, 1, 0, 0 }, { 6, 2, 1, 1 }, { 4, 1, 1, 1 } };
-			for (int t = 0; t < 4; t++) {
+			check_moe_grouped_cases(mma_rows, 3);
+		}
+		if (wgmma_dev && !table_check) { /* the same cases on the Hopper kernels: form 0
+				  * (marlin_wgmma.cu) at 2 warpgroups and 6 stages, then 1 and 4;
+				  * then both token widths of the warp-specialized forms 1 and 2
+				  * (marlin_wgmma_ws.cu; form 2 is the default, i4z and i6 take form 1) */
+			static const int tunes[][4] = { { 6, 2, 1, 0 }, { 4, 1, 0, 0 }, { 6, 2, 1, 1 }, { 4, 1, 1, 1 },
+							{ 6, 2, 1, 2 }, { 4, 1, 1, 2 } };
+			static const char *const form_file[] = { "marlin_wgmma.cu", "marlin_wgmma_ws.cu",
+								 "marlin_wgmma_ws.cu (form 2)" };
+			for (int t = 0; t < 6; t++) {
 				printf("wgmma pass: every case on %s, %d stages, %d warpgroups, split_free %d\n",
-				       tunes[t][3] ? "marlin_wgmma_ws.cu" : "marlin_wgmma.cu", tunes[t][0], tunes[t][1],
-				       tunes[t][2]);
+				       form_file[tunes[t][3]], tunes[t][0], tunes[t][1], tunes[t][2]);
 				qc_cuda_marlin_gemm_wgmma_tune(tunes[t][0], tunes[t][1], tunes[t][2], tunes[t][3]);
 				qc_cuda_marlin_gemm_wgmma_rows(1, INT64_MAX);
 				want_wgmma = true;
 				check_gemm_cases();
 				want_wgmma = false;
+				if (tunes[t][3] >= 1 && tunes[t][0] == 6) { /* 128-row grouped tiles: each
+									   * warp-specialized form */
+					static const int ws_rows[] = { 128 };
+					check_moe_grouped_cases(ws_rows, 1);
+				}
 			}
-			qc_cuda_marlin_gemm_wgmma_tune(6, 2, 1, 1); /* the backend's defaults */
+			qc_cuda_marlin_gemm_wgmma_tune(6, 2, 1, 2); /* the backend's defaults */
 			qc_cuda_marlin_gemm_wgmma_rows(128, INT64_MAX);
 		}
 		if (gemm_check)

@@ -46,10 +46,19 @@ __global__ void __launch_bounds__(THREADS) marlin_gemm_kernel(const kparams p)
 	constexpr int BM = 16 * MT;
 	extern __shared__ __align__(16) uint8_t smem[];
 	const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-	/* MoE rows may each use another slice: then a block takes one row */
-	const int m0 = p.expert ? blockIdx.x : blockIdx.x * BM;
-	const int m_end = p.expert ? m0 + 1 : p.m;
+	/* MoE rows may each use another slice: then a block takes one row; grouped rows
+	 * (sorted by expert): a block takes tile blockIdx.x, rows of one slice */
+	int m0 = p.expert ? blockIdx.x : blockIdx.x * BM;
+	int m_end = p.expert ? m0 + 1 : p.m;
 	const uint8_t *w = p.expert ? p.w + (size_t)p.expert[m0] * p.mat_stride : p.w;
+	if (p.tiles) {
+		if ((int)blockIdx.x >= *p.n_tiles)
+			return;
+		const int e = p.tiles[2 * blockIdx.x];
+		m0 = p.tiles[2 * blockIdx.x + 1];
+		m_end = min(p.seg_end[e + 1], m0 + BM);
+		w = p.w + (size_t)e * p.mat_stride;
+	}
 	const int stripe = blockIdx.y * WARPS + warp;
 	const bool has_w = stripe < p.n / G::WN; /* warp-uniform; idle warps still help load A */
 	const int g_begin = blockIdx.z * p.g_per_split;
@@ -127,10 +136,11 @@ __global__ void __launch_bounds__(THREADS) marlin_gemm_kernel(const kparams p)
 		for (int j = 0; j < G::NF; j++)
 #pragma unroll
 			for (int h = 0; h < 2; h++) {
-				const int r = m0 + mt * 16 + lane / 4 + 8 * h;
+				const int s = m0 + mt * 16 + lane / 4 + 8 * h;
 				const size_t col = (size_t)stripe * G::WN + 8 * j + 2 * (lane % 4);
-				if (r >= m_end)
+				if (s >= m_end)
 					continue;
+				const int r = p.rows ? p.rows[s] : s; /* grouped rows: the row's own place */
 				const float v0 = acc[mt][j][2 * h], v1 = acc[mt][j][2 * h + 1];
 				if (p.splits > 1)
 					*(float2 *)(p.ws + ((size_t)blockIdx.z * p.m + r) * p.n + col) = make_float2(v0, v1);
@@ -141,14 +151,22 @@ __global__ void __launch_bounds__(THREADS) marlin_gemm_kernel(const kparams p)
 			}
 }
 
-/* C = sum of the split partials, in split order (deterministic). */
+/* C = sum of the split partials, in split order (deterministic). Grouped rows: pair i
+ * is sorted row i / n's, whose partials and output are at its own row rows[i / n]
+ * (rows past *n_sorted are in no tile: left alone). */
 __global__ void marlin_reduce_kernel(const float *ws, void *c, int splits, size_t n, size_t mn, size_t ldc,
-				     int c_f16)
+				     int c_f16, const int32_t *rows, const int32_t *n_sorted)
 {
 	qc_pdl_enter();
 	size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 2;
 	if (i >= mn)
 		return;
+	if (rows) {
+		const size_t srow = i / n;
+		if (srow >= (size_t)*n_sorted)
+			return;
+		i = (size_t)rows[srow] * n + i % n;
+	}
 	const size_t o = i / n * ldc + i % n;
 	float2 s = make_float2(0.0f, 0.0f);
 	for (int z = 0; z < splits; z++) {
@@ -246,7 +264,9 @@ static int ws_splits(const struct qc_marlin_gemm_args *a, int64_t blocks, int64_
 int make_plan(const struct qc_marlin_gemm_args *a, struct plan *pl, struct qc_err *err)
 {
 	const int bits = qc_marlin_bits(a->layout), zp = qc_marlin_has_offsets(a->layout);
-	const int mt = a->expert || a->m <= 16 ? 1 : a->m <= 32 ? 2 : 4;
+	const bool ws_group = a->tiles && a->group_rows == QC_MARLIN_GROUP_ROWS_WS;
+	const int mt = a->tiles ? (ws_group ? 4 : (int)(a->group_rows / 16))
+		       : a->expert || a->m <= 16 ? 1 : a->m <= 32 ? 2 : 4;
 	pl->cfg = NULL;
 	for (size_t i = 0; i < sizeof configs / sizeof configs[0]; i++)
 		if (configs[i].bits == bits && configs[i].mt == mt && configs[i].zp == zp)
@@ -259,10 +279,14 @@ int make_plan(const struct qc_marlin_gemm_args *a, struct plan *pl, struct qc_er
 				   "marlin_gemm: SM count", err);
 	bool wg_dev = false;
 	pl->wg = false;
-	if (!rc && !a->expert && a->m >= wg_min_rows && a->m <= wg_max_rows)
+	if (!rc && (ws_group || (!a->tiles && !a->expert && a->m >= wg_min_rows && a->m <= wg_max_rows)))
 		rc = wg_supported(&wg_dev, err);
+	if (!rc && ws_group && (!wg_dev || wg_form_now() < 1))
+		return qc_err_set(err, QC_EUNSUPPORTED, NULL, NULL, -1,
+				  "marlin_gemm: grouped rows of %d run on the warp-specialized wgmma kernel only (compute "
+				  "capability 9.0, QC_MARLIN_WGMMA_TUNE form 1 or 2)", QC_MARLIN_GROUP_ROWS_WS);
 	pl->wg = wg_dev;
-	pl->wg_tokens = wg_dev ? wg_block_tokens(a->m) : 0;
+	pl->wg_tokens = ws_group ? QC_MARLIN_GROUP_ROWS_WS : wg_dev ? wg_block_tokens(a->m) : 0;
 	if (!rc)
 		rc = pl->wg ? wg_occupancy(bits, zp, pl->wg_tokens, &per_sm, err) : pl->cfg->occupancy(&per_sm, err);
 	if (rc)
@@ -273,14 +297,16 @@ int make_plan(const struct qc_marlin_gemm_args *a, struct plan *pl, struct qc_er
 				  pl->wg ? pl->wg_tokens : 16 * mt, pl->wg ? "wgmma" : "mma.sync");
 	const int groups = (int)(a->k / 32), wn = bits == 8 ? 32 : 64;
 	const int bm = pl->wg ? pl->wg_tokens : 16 * mt, bn = pl->wg ? wg_block_cols(bits) : WARPS * wn;
-	pl->m_blocks = a->expert ? a->m : (a->m + bm - 1) / bm;
+	pl->m_blocks = a->tiles ? a->max_tiles : a->expert ? a->m : (a->m + bm - 1) / bm;
 	pl->n_blocks = (a->n + bn - 1) / bn;
 	int s = 1;
-	if (a->split == QC_MARLIN_SPLIT_FIXED) {
+	if (ws_group) { /* its time model knows no tile list: never split */
+		s = 1;
+	} else if (a->split == QC_MARLIN_SPLIT_FIXED) {
 		s = a->split_k < 1 ? 1 : a->split_k > groups ? groups : a->split_k;
 	} else {
 		const int64_t blocks = pl->m_blocks * pl->n_blocks, slots = (int64_t)n_sms * per_sm;
-		if (pl->wg && wg_form_now() == 1) {
+		if (pl->wg && wg_form_now() >= 1) {
 			s = ws_splits(a, blocks, slots, bm, bn, groups);
 			goto planned;
 		}
@@ -338,6 +364,14 @@ static int checked_plan(const struct qc_marlin_gemm_args *a, struct plan *pl, st
 	return rc ? rc : make_plan(a, pl, err);
 }
 
+extern "C" int qc_cuda_marlin_gemm_grouped_ok(bool *yes, struct qc_err *err)
+{
+	bool dev = false;
+	const int rc = wg_supported(&dev, err);
+	*yes = !rc && dev && wg_form_now() >= 1;
+	return rc;
+}
+
 extern "C" int qc_cuda_marlin_gemm_plan_wgmma(const struct qc_marlin_gemm_args *a, bool *wgmma, struct qc_err *err)
 {
 	struct plan pl;
@@ -359,7 +393,7 @@ extern "C" int qc_cuda_marlin_gemm(const struct qc_marlin_gemm_args *a, cudaStre
 	int rc = qc_marlin_gemm_check(a, err);
 	if (rc)
 		return rc;
-	if (!a->c || ((uintptr_t)a->a | (uintptr_t)a->w | (a->expert ? a->mat_stride : 0)) % 16 ||
+	if (!a->c || ((uintptr_t)a->a | (uintptr_t)a->w | (a->expert || a->tiles ? a->mat_stride : 0)) % 16 ||
 	    (uintptr_t)a->c % 8 || a->ldc < a->n || a->ldc % 2)
 		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1,
 				  "marlin_gemm: a, w (and mat_stride) need 16-byte alignment, c 8-byte alignment, "
@@ -380,6 +414,10 @@ extern "C" int qc_cuda_marlin_gemm(const struct qc_marlin_gemm_args *a, cudaStre
 	p.c = a->c;
 	p.ws = (float *)a->workspace;
 	p.expert = a->expert;
+	p.tiles = a->tiles;
+	p.n_tiles = a->n_tiles;
+	p.seg_end = a->seg_end;
+	p.rows = a->rows;
 	p.mat_stride = a->mat_stride;
 	p.ldc = (size_t)a->ldc;
 	p.m = (int)a->m;
@@ -396,8 +434,9 @@ extern "C" int qc_cuda_marlin_gemm(const struct qc_marlin_gemm_args *a, cudaStre
 		return rc;
 	if (pl.splits > 1) {
 		size_t mn = (size_t)a->m * (size_t)a->n, pairs = mn / 2;
-		(void)qc_launch(marlin_reduce_kernel, dim3((unsigned)((pairs + 255) / 256)), dim3(256), 0, s, p.ws, a->c, pl.splits, (size_t)a->n,
-										      mn, p.ldc, p.c_f16);
+		(void)qc_launch(marlin_reduce_kernel, dim3((unsigned)((pairs + 255) / 256)), dim3(256), 0, s, p.ws, a->c,
+				pl.splits, (size_t)a->n, mn, p.ldc, p.c_f16, a->tiles ? a->rows : (const int32_t *)NULL,
+				a->n_sorted);
 		rc = qc_cuda_check(cudaGetLastError(), "marlin_reduce_kernel", err);
 	}
 	return rc;

@@ -26,6 +26,15 @@ int qc_cuda_marlin_gemm_workspace(const struct qc_marlin_gemm_args *a, size_t *b
  * QC_ECUDA naming the kernel if a launch fails. */
 int qc_cuda_marlin_gemm(const struct qc_marlin_gemm_args *a, cudaStream_t s, struct qc_err *err);
 
+/* group_rows of grouped rows (qc_marlin_gemm_args.tiles) that run on the
+ * warp-specialized kernel: its blocks' tokens (16, 32, 64: the mma.sync kernel's). */
+#define QC_MARLIN_GROUP_ROWS_WS 128
+
+/* *yes: whether grouped rows of QC_MARLIN_GROUP_ROWS_WS run on this device (compute
+ * capability 9.0 with the warp-specialized kernel's form). QC_ECUDA when the device
+ * cannot be asked. */
+int qc_cuda_marlin_gemm_grouped_ok(bool *yes, struct qc_err *err);
+
 /* Workspace bytes the wgmma plan's K splits may need for some row count up to
  * n_rows (its partials are capped at the fp16 weight's size: n_in · n_out · 2);
  * 0 when the wgmma kernel does not run on this device or that many rows. */

@@ -56,6 +56,9 @@ struct kparams {
 	void *c;           /* (m, ldc), f32 or f16 */
 	float *ws;         /* (splits, m, n) partials when splits > 1 */
 	const int32_t *expert; /* per-row slice (one row per block), or NULL */
+	/* grouped rows (the warp-specialized kernel; qc_marlin_gemm_args says what):
+	 * block x is tile x; NULL tiles: off */
+	const int32_t *tiles, *n_tiles, *seg_end, *rows;
 	size_t mat_stride, ldc;
 	int m, n, k, groups, g_per_split, splits, c_f16;
 	size_t stripe_bytes; /* codes (k/16 tiles) then scales of one stripe */

@@ -268,7 +268,8 @@ void wg_tune(int stages, int warpgroups, int form)
 {
 	wg_stages = stages == 6 ? 6 : 4;
 	wg_groups = warpgroups == 1 ? 1 : 2;
-	wg_form = form == 1 ? 1 : 0;
+	wg_form = form == 1 || form == 2 ? form : 0;
+	ws_set_form2(form == 2);
 }
 
 int wg_form_now(void)
@@ -281,18 +282,18 @@ int wg_block_tokens(int64_t m)
 	/* the larger block only where it wastes no more tokens than the smaller: 192
 	 * rows measured 9,619 tok/s on 64-token blocks against 7,775 on 128-token ones
 	 * (H200, docs/perf-notes.md, tenth session) */
-	const int small = wg_form == 1 ? 128 : 64;
+	const int small = wg_form >= 1 ? 128 : 64;
 	return wg_groups == 2 && ((m + small - 1) / small) % 2 == 0 ? 2 * small : small;
 }
 
 int wg_block_cols(int bits)
 {
-	return wg_form == 1 ? 128 : WARPS * (bits == 8 ? 32 : 64);
+	return wg_form >= 1 ? 128 : WARPS * (bits == 8 ? 32 : 64);
 }
 
 int wg_occupancy(int bits, bool zp, int tokens, int *per_sm, struct qc_err *err)
 {
-	if (wg_form == 1)
+	if (wg_form >= 1)
 		return ws_occupancy(bits, zp, wg_stages, tokens, per_sm, err);
 	const struct wg_config *c = wg_find(bits, zp, tokens / 64);
 	QC_ASSERT(c); /* every marlin (bits, offsets) is instantiated */
@@ -301,7 +302,7 @@ int wg_occupancy(int bits, bool zp, int tokens, int *per_sm, struct qc_err *err)
 
 int wg_launch(int bits, bool zp, int tokens, const kparams &p, dim3 grid, cudaStream_t s, struct qc_err *err)
 {
-	if (wg_form == 1)
+	if (wg_form >= 1)
 		return ws_launch(bits, zp, wg_stages, tokens, p, grid, s, err);
 	const struct wg_config *c = wg_find(bits, zp, tokens / 64);
 	QC_ASSERT(c);

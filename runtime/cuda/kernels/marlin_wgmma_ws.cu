@@ -174,7 +174,198 @@ __device__ __forceinline__ void ws_decode(const uint8_t *sb, const uint8_t *ss, 
 		}
 	}
 }
+
+/* The block's tokens m0 .. m_end − 1 and its weight slice: tile blockIdx.x of the
+ * sorted rows when grouped (false past the tiles in use: nothing to do; read after
+ * qc_pdl_enter, the sort wrote them), else blockIdx.x's BT tokens of slice 0. */
+__device__ __forceinline__ bool ws_rows(const kparams &p, int bt, int *m0, int *m_end, const uint8_t **w)
+{
+	if (!p.tiles) {
+		*m0 = blockIdx.x * bt;
+		*m_end = p.m;
+		*w = p.w;
+		return true;
+	}
+	if ((int)blockIdx.x >= *p.n_tiles)
+		return false;
+	const int e = p.tiles[2 * blockIdx.x];
+	*m0 = p.tiles[2 * blockIdx.x + 1];
+	*m_end = min(p.seg_end[e + 1], *m0 + bt);
+	*w = p.w + (size_t)e * p.mat_stride;
+	return true;
+}
+
+/* A consumer's accumulators to the output (either form): acc[4t + e] is token
+ * m0 + 8t + 2c + (e & 1), block column 64·cw + 16·warp + 8(e >> 1) + lane/4 (the m64
+ * tile's rows 16·warp.. belong to this warp); tokens from m_end on are not stored,
+ * and grouped rows go to their own row. */
+template <int BITS, int BT>
+__device__ __forceinline__ void ws_store(const kparams &p, const float *acc, int m0, int m_end, int cw, int warp,
+					 int lane)
+{
+	const int c = lane % 4, r = lane / 4;
+	const size_t n_valid = (size_t)(p.n / geo<BITS>::WN * geo<BITS>::WN);
+#pragma unroll
+	for (int t = 0; t < BT / 8; t++)
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			const int tok = m0 + 8 * t + 2 * c + (e & 1);
+			const size_t col = (size_t)blockIdx.y * CB + 64 * cw + 16 * warp + 8 * (e >> 1) + r;
+			if (tok >= m_end || col >= n_valid)
+				continue;
+			store_c(p, p.rows ? p.rows[tok] : tok, col, acc[4 * t + e]);
+		}
+}
+
+/* Form 2's decode: TPW k16 tiles kt0.. of stripe slot `slot`, by one warp, into dec
+ * (same rows, swizzle and zero rules as ws_decode). */
+template <int BITS, bool ZP, int TPW>
+__device__ __forceinline__ void ws_decode_tiles(const uint8_t *sb, const uint8_t *ss, uint8_t *dec, int slot, int kt0,
+						int lane, bool has_w, int n_g)
+{
+	using G = geo<BITS>;
+	const int rr = lane % 8, blk = lane / 8;
+	const uint32_t row_addr = smem_u32(dec) + (uint32_t)(slot * G::WN + 8 * (blk / 2) + rr) * 128;
+	/* four n8 tiles at a time: the consumers' 128 accumulators leave few registers */
+	constexpr int NH = G::NF / 4 > 0 ? G::NF / 4 : 1, NJ = G::NF / NH;
+#pragma unroll
+	for (int t = 0; t < TPW; t++) {
+		const int kt = kt0 + t;
+		const bool live = has_w && kt / 2 < n_g;
+		const uint32_t a = row_addr + (uint32_t)(((2 * kt + blk % 2) ^ rr) * 16);
+#pragma unroll
+		for (int h = 0; h < NH; h++) {
+			uint32_t b[NJ][2];
+			if (live) {
+				if (h == 0)
+					frag_b<BITS, ZP, 0, NJ>(sb, ss, slot, lane, kt / 2, kt % 2, b);
+				else
+					frag_b<BITS, ZP, (NH > 1 ? NJ : 0), NJ>(sb, ss, slot, lane, kt / 2, kt % 2, b);
+			} else {
+#pragma unroll
+				for (int j = 0; j < NJ; j++)
+					b[j][0] = b[j][1] = 0;
+			}
+#pragma unroll
+			for (int jp = 0; jp < NJ / 2; jp++)
+				stsm_x4(a + (h * NJ / 2 + jp) * 16 * 128, b[2 * jp][0], b[2 * jp][1], b[2 * jp + 1][0],
+					b[2 * jp + 1][1]);
+		}
+	}
+}
+
+/* cp.async completion as one of the barrier's expected arrivals (the thread's copies
+ * issued so far). */
+__device__ __forceinline__ void cp_mbar_arrive(uint64_t *b)
+{
+	asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(b)) : "memory");
+}
 #endif
+
+/* Form 2 (the default): the consumers decode their own 64 columns of stage i + 1 into
+ * shared memory while their wgmma of stage i runs (both operands in shared memory,
+ * so no register of an in-flight wgmma is written); the first warpgroup only loads
+ * (TMA for the activations, cp.async for codes and scales, completing on codes[s]),
+ * up to ST stages ahead, with 40 registers (setmaxnreg) so the consumers get 232. */
+template <int BITS, bool ZP, int NST, int BT>
+__global__ void __launch_bounds__(WS_THREADS, 1)
+	marlin_ws2_kernel(const kparams p, const __grid_constant__ CUtensorMap amap)
+{
+#ifdef QC_WGMMA_BODY
+	qc_pdl_enter();
+	using G = geo<BITS>;
+	using W = ws_geo<BITS, ZP, BT>;
+	using SP = ws_plan<BITS, ZP, NST, BT>;
+	constexpr int ST = SP::ST;
+	constexpr int SPC = 64 / G::WN; /* stripes a consumer: 1, or 2 for the 8-bit layouts */
+	extern __shared__ uint8_t smem_raw[];
+	uint8_t *smem = smem_raw + ((1024 - smem_u32(smem_raw) % 1024) % 1024);
+	uint8_t *dec = smem, *raw = smem + DS * W::DEC; /* two of the DS decoded stages used */
+	uint64_t *acts = (uint64_t *)(raw + ST * W::RAW), *codes = acts + ST, *empty_raw = codes + ST;
+	const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % WARPS, wgi = threadIdx.x / THREADS;
+	int m0, m_end;
+	const uint8_t *wbase;
+	if (!ws_rows(p, BT, &m0, &m_end, &wbase))
+		return;
+	const int g_begin = blockIdx.z * p.g_per_split;
+	const int g_end = min(p.groups, g_begin + p.g_per_split);
+	const int iters = (g_end - g_begin + 1) / 2;
+	if (threadIdx.x == 0)
+		for (int s = 0; s < ST; s++) {
+			mbar_init(&acts[s], 1);
+			mbar_init(&codes[s], THREADS);
+			mbar_init(&empty_raw[s], 2 * THREADS);
+		}
+	__syncthreads();
+
+	if (wgi == 0) { /* the loader */
+		asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+		const int stripe = blockIdx.y * W::SPB + warp;
+		const bool loads_w = warp < W::SPB && stripe < p.n / G::WN;
+		const uint8_t *wst = wbase + (size_t)stripe * p.stripe_bytes;
+		const uint8_t *wsc = wst + (size_t)p.groups * G::GB;
+		for (int j = 0; j < iters; j++) {
+			if (j >= ST)
+				mbar_wait(&empty_raw[j % ST], ((j - ST) / ST) & 1);
+			uint8_t *sa = raw + (j % ST) * W::RAW;
+			if (threadIdx.x == 0) {
+				mbar_arrive_tx(&acts[j % ST], W::RAW_A);
+				tma_load_2d(sa, &amap, &acts[j % ST], (g_begin + 2 * j) * 32, m0);
+			}
+			if (warp < W::SPB)
+				load_stage_w<BITS, ZP>(p, sa + W::RAW_A, sa + W::RAW_A + W::RAW_B, loads_w, wst, wsc,
+						       g_begin + 2 * j, min(GROUPS_PER_STAGE, g_end - (g_begin + 2 * j)));
+			cp_mbar_arrive(&codes[j % ST]);
+		}
+		cp_wait<0>();
+		return;
+	}
+
+	asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+	const int cw = wgi - 1;
+	/* this warp's share of the consumer's decode: stripe slot cw·SPC + warp % SPC,
+	 * k16 tiles (warp / SPC)·SPC .. (SPC of them) */
+	const int slot = cw * SPC + warp % SPC, kt0 = warp / SPC * SPC;
+	const bool has_w = blockIdx.y * W::SPB + slot < p.n / G::WN;
+	auto decode = [&](int st) {
+		const uint8_t *sb = raw + (st % ST) * W::RAW + W::RAW_A;
+		ws_decode_tiles<BITS, ZP, SPC>(sb, sb + W::RAW_B, dec + (st % 2) * W::DEC, slot, kt0, lane, has_w,
+					       min(GROUPS_PER_STAGE, g_end - (g_begin + 2 * st)));
+		asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+		asm volatile("bar.sync %0, %1;\n" ::"r"(2 + cw), "n"(THREADS) : "memory"); /* the warpgroup's rows */
+	};
+	float acc[BT / 2];
+#pragma unroll
+	for (int e = 0; e < BT / 2; e++)
+		acc[e] = 0.0f;
+	mbar_wait(&codes[0], 0);
+	decode(0);
+	for (int it = 0; it < iters; it++) {
+		mbar_wait(&acts[it % ST], (it / ST) & 1);
+		const uint8_t *sa = raw + (it % ST) * W::RAW;
+		const uint8_t *sw = dec + (it % 2) * W::DEC + (size_t)cw * 64 * 128;
+		wg_fence();
+#pragma unroll
+		for (int ks = 0; ks < KS_PER_STAGE; ks++)
+			wgmma_ss<BT>(acc, wg_desc(sw + ks * 32), wg_desc(sa + ks * 32));
+		wg_commit();
+		wg_wait<1>(); /* iteration it − 1 retired: its raw stage and decoded stage (it + 1) % 2 */
+		if (it >= 1)
+			mbar_arrive(&empty_raw[(it - 1) % ST]);
+		if (it + 1 < iters) {
+			mbar_wait(&codes[(it + 1) % ST], ((it + 1) / ST) & 1);
+			decode(it + 1);
+		}
+	}
+	wg_wait<0>();
+#pragma unroll
+	for (int e = 0; e < BT / 2; e++)
+		reg_fence(acc[e]);
+	ws_store<BITS, BT>(p, acc, m0, m_end, cw, warp, lane);
+#else
+	(void)p;
+#endif
+}
 
 /* NST raw stages (fewer where shared memory says), BT tokens a block. */
 template <int BITS, bool ZP, int NST, int BT>
@@ -192,7 +383,10 @@ __global__ void __launch_bounds__(WS_THREADS, 1) marlin_ws_kernel(const kparams 
 	uint64_t *full = (uint64_t *)(raw + ST * W::RAW), *empty_dec = full + DS, *empty_raw = empty_dec + DS;
 	uint64_t *acts = empty_raw + ST;
 	const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % WARPS, wgi = threadIdx.x / THREADS;
-	const int m0 = blockIdx.x * BT;
+	int m0, m_end;
+	const uint8_t *wbase;
+	if (!ws_rows(p, BT, &m0, &m_end, &wbase))
+		return;
 	const int g_begin = blockIdx.z * p.g_per_split;
 	const int g_end = min(p.groups, g_begin + p.g_per_split);
 	const int iters = (g_end - g_begin + 1) / 2;
@@ -212,7 +406,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) marlin_ws_kernel(const kparams 
 		/* warps 0 .. SPB-1 load stripe slot `warp` (load_stage_w) */
 		const int stripe = blockIdx.y * W::SPB + warp;
 		const bool loads_w = warp < W::SPB && stripe < p.n / G::WN;
-		const uint8_t *wst = p.w + (size_t)stripe * p.stripe_bytes;
+		const uint8_t *wst = wbase + (size_t)stripe * p.stripe_bytes;
 		const uint8_t *wsc = wst + (size_t)p.groups * G::GB;
 		/* the stripe this warp decodes */
 		const bool has_w = blockIdx.y * W::SPB + warp % W::SPB < p.n / G::WN;
@@ -280,20 +474,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) marlin_ws_kernel(const kparams 
 #pragma unroll
 	for (int e = 0; e < BT / 2; e++)
 		reg_fence(acc[e]);
-	/* acc[4t + e]: token 8t + 2c + (e & 1), block column 64·cw + 16·warp + 8(e >> 1) +
-	 * lane/4 (the m64 tile's rows 16·warp.. belong to this warp) */
-	const int c = lane % 4, r = lane / 4;
-	const size_t n_valid = (size_t)(p.n / G::WN * G::WN);
-#pragma unroll
-	for (int t = 0; t < BT / 8; t++)
-#pragma unroll
-		for (int e = 0; e < 4; e++) {
-			const int tok = m0 + 8 * t + 2 * c + (e & 1);
-			const size_t col = (size_t)blockIdx.y * CB + 64 * cw + 16 * warp + 8 * (e >> 1) + r;
-			if (tok >= p.m || col >= n_valid)
-				continue;
-			store_c(p, tok, col, acc[4 * t + e]);
-		}
+	ws_store<BITS, BT>(p, acc, m0, m_end, cw, warp, lane);
 #else
 	(void)p;
 #endif
@@ -342,6 +523,13 @@ int acts_map(const kparams &p, int bt, CUtensorMap *map, struct qc_err *err)
 	return QC_OK;
 }
 
+int ws_form2 = 0; /* wg_tune's form 2: ws_launch / ws_occupancy take marlin_ws2_kernel where it fits */
+
+/* Form 2 where ptxas keeps its wgmma asynchronous: for int4 with offsets (i4z) and
+ * q6_K (i6) it reports C7515 (wgmma serialized: the consumers' decode of those
+ * layouts needs the registers the accumulators hold), so they keep form 1. */
+template <int BITS, bool ZP> constexpr bool ws2_fits = !(BITS == 4 && ZP) && BITS != 6;
+
 template <int BITS, bool ZP, int NST, int BT>
 int launch(const kparams &p, dim3 grid, cudaStream_t s, struct qc_err *err)
 {
@@ -349,6 +537,12 @@ int launch(const kparams &p, dim3 grid, cudaStream_t s, struct qc_err *err)
 	int rc = acts_map(p, BT, &map, err);
 	if (rc)
 		return rc;
+	if constexpr (ws2_fits<BITS, ZP>)
+		if (ws_form2) {
+			(void)qc_launch(marlin_ws2_kernel<BITS, ZP, NST, BT>, grid, dim3(WS_THREADS),
+					ws_plan<BITS, ZP, NST, BT>::TOTAL, s, p, map);
+			return qc_cuda_check(cudaGetLastError(), "marlin_ws2_kernel", err);
+		}
 	(void)qc_launch(marlin_ws_kernel<BITS, ZP, NST, BT>, grid, dim3(WS_THREADS), ws_plan<BITS, ZP, NST, BT>::TOTAL, s,
 			p, map);
 	return qc_cuda_check(cudaGetLastError(), "marlin_ws_kernel", err);
@@ -356,6 +550,10 @@ int launch(const kparams &p, dim3 grid, cudaStream_t s, struct qc_err *err)
 
 template <int BITS, bool ZP, int NST, int BT> int occupancy(int *per_sm, struct qc_err *err)
 {
+	if constexpr (ws2_fits<BITS, ZP>)
+		if (ws_form2)
+			return kernel_occupancy(marlin_ws2_kernel<BITS, ZP, NST, BT>, WS_THREADS,
+						ws_plan<BITS, ZP, NST, BT>::TOTAL, "marlin_wgmma_ws (form 2)", per_sm, err);
 	return kernel_occupancy(marlin_ws_kernel<BITS, ZP, NST, BT>, WS_THREADS, ws_plan<BITS, ZP, NST, BT>::TOTAL,
 				"marlin_wgmma_ws", per_sm, err);
 }
@@ -386,6 +584,11 @@ const struct ws_config *ws_find(int bits, bool zp, int nst, int bt)
 } /* namespace */
 
 namespace qc_mrl {
+
+void ws_set_form2(int on)
+{
+	ws_form2 = on;
+}
 
 int ws_occupancy(int bits, bool zp, int stages, int tokens, int *per_sm, struct qc_err *err)
 {

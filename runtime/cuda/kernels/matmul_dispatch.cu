@@ -29,9 +29,9 @@ extern "C" const struct qc_cuda_mm_kernels *qc_cuda_mm_find(enum qc_layout l, en
 {
 	if (l == QC_LAYOUT_GGML)
 		return qc_cuda_gemv_q_supports(t) ? &ggml_kernels : NULL;
-#define QC_CUDA_MM(LAYOUT, TYPE, NAME, GEMV, MMA, F16, WS, GEMV_FUSE, GEMM_FUSE) \
+#define QC_CUDA_MM(LAYOUT, TYPE, NAME, GEMV, MMA, F16, MOE, WS, GEMV_FUSE, GEMM_FUSE) \
 	if (l == (LAYOUT) && t == (TYPE)) { \
-		static const struct qc_cuda_mm_kernels k = {NAME, {NULL, GEMV, MMA, F16, NULL}, WS, {0, GEMV_FUSE, GEMM_FUSE, GEMM_FUSE, 0}}; \
+		static const struct qc_cuda_mm_kernels k = {NAME, {NULL, GEMV, MMA, F16, MOE}, WS, {0, GEMV_FUSE, GEMM_FUSE, GEMM_FUSE, 0}}; \
 		return &k; \
 	}
 #include "matmul_layouts.def"

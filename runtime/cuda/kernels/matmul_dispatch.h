@@ -68,6 +68,7 @@ struct qc_cuda_mm_args {
 	int64_t ldx;               /* floats */
 	int32_t x_div;             /* >= 1; K for MoE rows (t, slot) reading token t */
 	const int32_t *d_expert;   /* (n_rows) matrix of each row, NULL: matrix 0 */
+	int64_t n_mat;             /* matrices in the stack (the grouped kinds sort rows by them) */
 	int64_t n_rows;
 	float *d_y;                /* (n_rows, ldy) */
 	int64_t ldy;               /* floats */
@@ -128,8 +129,9 @@ struct qc_cuda_mm_tuning {
 	int norm_once;      /* qc_cuda_marlin_gemv_norm_once */
 	int64_t wgmma_rows; /* qc_cuda_marlin_gemm_wgmma_rows */
 	int wgmma_stages, wgmma_groups, wgmma_split_free, wgmma_form; /* qc_cuda_marlin_gemm_wgmma_tune */
+	int moe_rows;       /* qc_cuda_marlin_moe_rows; 0: by the rows an expert gets */
 };
-#define QC_CUDA_MM_TUNING_DEFAULT { QC_KERNEL_ROWS_DEFAULT, QC_CUDA_GEMV_STREAM, 0, 0, 0, -1, -1, -1, -1, 1, 0, 6, 2, 1, 1 }
+#define QC_CUDA_MM_TUNING_DEFAULT { QC_KERNEL_ROWS_DEFAULT, QC_CUDA_GEMV_STREAM, 0, 0, 0, -1, -1, -1, -1, 1, 0, 6, 2, 1, 2, 0 }
 
 /* Marlin GEMMs of one slice with min_rows .. max_rows tokens run on the Hopper
  * wgmma kernel (marlin_wgmma.cu) on compute capability 9.0, others on the mma.sync
@@ -190,8 +192,8 @@ typedef uint64_t (*qc_cuda_mm_ws_fn)(int64_t n_in, int64_t n_out, int64_t n_rows
 
 struct qc_cuda_mm_kernels {
 	const char *name;                    /* for logs: "gemv_q/cublas" */
-	qc_cuda_mm_fn run[QC_KERNEL_COUNT];  /* by kind; NULL where the layout has none (moe_gemm has
-						its own entry point, moe_gemm.h) */
+	qc_cuda_mm_fn run[QC_KERNEL_COUNT];  /* by kind; NULL where the layout has none (ggml's
+						moe_gemm has its own entry point, moe_gemm.h) */
 	qc_cuda_mm_ws_fn ws_bytes;           /* never NULL */
 	unsigned fuse[QC_KERNEL_COUNT];      /* QC_MM_FUSE_* bits each kind takes */
 };
@@ -208,6 +210,13 @@ const struct qc_cuda_mm_kernels *qc_cuda_mm_find(enum qc_layout l, enum qc_type 
 int qc_cuda_marlin_gemv(const struct qc_cuda_mm_args *a, cudaStream_t s, struct qc_err *err);
 int qc_cuda_marlin_mm(const struct qc_cuda_mm_args *a, cudaStream_t s, struct qc_err *err);
 int qc_cuda_marlin_f16(const struct qc_cuda_mm_args *a, cudaStream_t s, struct qc_err *err);
+int qc_cuda_marlin_moe(const struct qc_cuda_mm_args *a, cudaStream_t s, struct qc_err *err);
+/* The grouped marlin GEMM's tile height: 16, 32, 64 (mma.sync) or 128 (Hopper's
+ * warp-specialized kernel, compute capability 9.0 only); anything else: chosen by
+ * the mean rows an expert gets (QC_MARLIN_MOE_ROWS). */
+void qc_cuda_marlin_moe_rows(int rows);
+/* Scratch of qc_cuda_marlin_moe for n_rows rows over n_mat matrices of n_out x n_in. */
+uint64_t qc_cuda_marlin_moe_ws(int64_t n_in, int64_t n_out, int64_t n_rows, int64_t n_mat);
 uint64_t qc_cuda_marlin_ws(int64_t n_in, int64_t n_out, int64_t n_rows, const struct qc_cuda_mm_tuning *t);
 int qc_cuda_nvfp4_swz_gemv(const struct qc_cuda_mm_args *a, cudaStream_t s, struct qc_err *err);
 int qc_cuda_nvfp4_swz_gemm(const struct qc_cuda_mm_args *a, cudaStream_t s, struct qc_err *err);
