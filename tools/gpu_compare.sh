@@ -10,6 +10,7 @@
 #   q4_0, q8_0  mkgguf --preset llama3-8b --type T (Llama-3-8B shape, random weights)
 #   q4_k_m      the same shape in F16, then llama-quantize Q4_K_M
 #   small       SmolLM2-135M's shape in Q8_0 (30 x 576, 9/3 heads, ff 1536, vocab 49152, tied)
+#   moe         4 layers of Mixtral-8x7B's shape in Q4_0 (8 experts, 2 used; issue #18 item 5)
 # converts it (qconvert --target $QC_CMP_TARGET, default sm90) and measures, on the
 # same GGUF, pp512 and tg128 (ours: qrun bench --requests 1 --in 512 --out 128;
 # llama.cpp: llama-bench -p 512 -n 128, best of -fa 0 and 1) and decode at each of
@@ -84,18 +85,23 @@ for m in ${QC_CMP_MODELS:-q4_0 q4_k_m q8_0 small}; do
 		r=$?; rm -f "$D/f16.gguf"; [ $r -eq 0 ] ;;
 	small)	"$BIN/mkgguf" --preset tiny --type q8_0 --n-embd 576 --n-layer 30 --n-head 9 --n-head-kv 3 \
 			--n-ff 1536 --n-vocab 49152 --tie-embeddings --ctx 8192 -o "$D/m.gguf" >>"$LOG" 2>&1 ;;
+	moe)	"$BIN/mkgguf" --preset tiny-moe --arch mixtral --type q4_0 --n-embd 4096 --n-layer 4 --n-ff 14336 \
+			--n-head 32 --n-head-kv 8 --n-vocab 32000 --n-expert 8 --n-expert-used 2 -o "$D/m.gguf" >>"$LOG" 2>&1 ;;
 	*)	say "unknown model $m"; false ;;
 	esac || { say "$m: generation failed"; rc=1; continue; }
 	"$BIN/qconvert" "$D/m.gguf" --target "$TARGET" -q -o "$D/m.qb" >>"$LOG" 2>&1 ||
 		{ say "$m: qconvert failed"; rc=1; rm -f "$D/m.gguf"; continue; }
 	say "generated and converted in $(( $(date +%s) - s )) s"
-	# weight bytes a decode step streams
+	# weight bytes a one-request decode step streams (stacked experts: the used share)
+	used=1; [ "$m" = moe ] && used=0.25
 	bytes=$("$BIN/qconvert" inspect "$D/m.qb" --json | python3 -c '
 import json, sys
 t = json.load(sys.stdin)["tensors"]
+used = float(sys.argv[1])
 names = {x["name"] for x in t}
 tied = "output.weight" not in names
-print(sum(x["size"] for x in t if x["name"] != "token_embd.weight" or tied))')
+print(int(sum(x["size"] * (used if "_exps" in x["name"] else 1) for x in t
+              if x["name"] != "token_embd.weight" or tied)))' "$used")
 	set -- $(ours "$D/m.qb" 1 512 128)
 	o_pp=$1; o_tg=$2
 	abrow="$m	$bytes	$o_tg"

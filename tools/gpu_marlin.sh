@@ -33,7 +33,8 @@ grep -E "registers|spill" $BUILD/ptxas.txt | sort | uniq -c | head -20
 $NVCC $NVFLAGS -Xptxas -v -c runtime/cuda/kernels/marlin_wgmma.cu -o $BUILD/obj/marlin_wgmma_cu.o 2> $BUILD/ptxas_wg.txt || { cat $BUILD/ptxas_wg.txt; exit 1; }
 grep -E "registers|spill|C75" $BUILD/ptxas_wg.txt | sort | uniq -c | head -20
 # marlin_mm.cu: the backend's table entry; cuda_err.cu: qc_cuda_check; the
-# GEMV's two kernels and what its fusions are checked against
+# GEMV's two kernels and what its fusions are checked against; moe_sort.cu and
+# marlin_moe.cu: stacked experts on the grouped warp-specialized GEMM
 # the warp-specialized form: the same check (a divergent-path wgmma is C7520)
 $NVCC $NVFLAGS -Xptxas -v -c runtime/cuda/kernels/marlin_wgmma_ws.cu -o $BUILD/obj/marlin_wgmma_ws_cu.o 2> $BUILD/ptxas_ws.txt || { cat $BUILD/ptxas_ws.txt; exit 1; }
 grep -E "registers|spill|C75" $BUILD/ptxas_ws.txt | sort | uniq -c | head -20
@@ -43,7 +44,7 @@ $NVCC $NVFLAGS -Xptxas -v -c runtime/cuda/kernels/marlin_gemv_persist.cu -o $BUI
 	2> $BUILD/ptxas_persist.txt || { cat $BUILD/ptxas_persist.txt; exit 1; }
 grep -E "registers|spill" $BUILD/ptxas_persist.txt | sort | uniq -c | head -20
 cuobjs="$cuobjs $BUILD/obj/marlin_gemv_persist_cu.o"
-for f in cuda_err marlin_mm marlin_gemv marlin_gemv_stream pdl mm_fuse silu_mul add rms_norm marlin_dequant; do
+for f in cuda_err marlin_mm marlin_gemv marlin_gemv_stream pdl mm_fuse silu_mul add rms_norm marlin_dequant moe_sort marlin_moe; do
 	$NVCC $NVFLAGS -c runtime/cuda/kernels/$f.cu -o $BUILD/obj/${f}_cu.o
 	cuobjs="$cuobjs $BUILD/obj/${f}_cu.o"
 done
