@@ -117,6 +117,20 @@ static uint8_t *make_weights(enum qc_layout l, int64_t n, int64_t k, uint64_t *b
 	return p;
 }
 
+/* E slices of make_weights, one after the other (*slice_bytes apart): stacked experts. */
+static uint8_t *make_stack(enum qc_layout l, int64_t n, int64_t k, int64_t E, uint64_t *slice_bytes)
+{
+	uint8_t *w = NULL;
+	for (int64_t e = 0; e < E; e++) {
+		uint8_t *we = make_weights(l, n, k, slice_bytes);
+		if (!w)
+			w = malloc(*slice_bytes * (uint64_t)E);
+		memcpy(w + (uint64_t)e * *slice_bytes, we, *slice_bytes);
+		free(we);
+	}
+	return w;
+}
+
 static uint16_t *make_act(int64_t m, int64_t k)
 {
 	uint16_t *a = malloc((size_t)(m * k) * 2);
@@ -208,20 +222,53 @@ static void check_case(enum qc_layout l, int64_t m, int64_t n, int64_t k, enum q
 	free(base);
 }
 
+/* fp32 outputs y (rows x ldy, NaN-poisoned with 0xff bytes before the call) against
+ * the reference truth and the plain fp16 GEMM base (rows x n): columns from n on must
+ * keep the poison's bits; a row with nan_row[r] (NULL: none) must hold a NaN other
+ * than the poison (the kernel's own); every other value is counted as a NaN or into
+ * the relative errors. */
+struct rows_cmp {
+	double rel_gpu, rel_base;
+	int64_t n_nan, n_touched, nan_rows_bad;
+};
+static struct rows_cmp compare_rows(const float *y, int64_t rows, int64_t n, int64_t ldy, const double *truth,
+				    const double *base, const bool *nan_row)
+{
+	struct rows_cmp o = { 0 };
+	double eg = 0, eb = 0, nrm = 0;
+	for (int64_t r = 0; r < rows; r++)
+		for (int64_t c = 0; c < ldy; c++) {
+			const float g = y[r * ldy + c];
+			uint32_t bits;
+			memcpy(&bits, &g, 4);
+			if (c >= n) {
+				o.n_touched += bits != 0xffffffffu;
+				continue;
+			}
+			if (nan_row && nan_row[r]) {
+				o.nan_rows_bad += !isnan(g) || bits == 0xffffffffu;
+				continue;
+			}
+			if (isnan(g)) {
+				o.n_nan++;
+				continue;
+			}
+			const double t = truth[r * n + c];
+			eg += (g - t) * (g - t);
+			eb += (base[r * n + c] - t) * (base[r * n + c] - t);
+			nrm += t * t;
+		}
+	o.rel_gpu = sqrt(eg / nrm);
+	o.rel_base = sqrt(eb / nrm);
+	return o;
+}
+
 /* MoE rows: each row picks one of E stacked slices; c has ldc > n and the
  * columns past n must stay untouched (still NaN bits). */
 static void check_experts(enum qc_layout l, int64_t m, int64_t n, int64_t k, int64_t E)
 {
 	uint64_t sb;
-	uint8_t *w0 = make_weights(l, n, k, &sb);
-	uint8_t *w = malloc(sb * (uint64_t)E);
-	memcpy(w, w0, sb);
-	free(w0);
-	for (int64_t e = 1; e < E; e++) {
-		uint8_t *we = make_weights(l, n, k, &sb);
-		memcpy(w + (uint64_t)e * sb, we, sb);
-		free(we);
-	}
+	uint8_t *w = make_stack(l, n, k, E, &sb);
 	uint16_t *a = make_act(m, k);
 	int32_t *ex = malloc((size_t)m * 4);
 	for (int64_t r = 0; r < m; r++)
@@ -258,27 +305,9 @@ static void check_experts(enum qc_layout l, int64_t m, int64_t n, int64_t k, int
 		rc = qc_cuda_check(cudaDeviceSynchronize(), "sync", &err);
 	float *hc = malloc(cb);
 	CU(cudaMemcpy(hc, d_c, cb, cudaMemcpyDeviceToHost));
-	double eg = 0, eb = 0, nrm = 0;
-	int64_t n_nan = 0, n_touched = 0;
-	for (int64_t r = 0; r < m; r++)
-		for (int64_t c = 0; c < ldc; c++) {
-			float g = hc[r * ldc + c];
-			uint32_t bits;
-			memcpy(&bits, &g, 4);
-			if (c >= n) {
-				n_touched += bits != 0xffffffffu;
-				continue;
-			}
-			if (isnan(g)) {
-				n_nan++;
-				continue;
-			}
-			double t = truth[r * n + c];
-			eg += (g - t) * (g - t);
-			eb += (base[r * n + c] - t) * (base[r * n + c] - t);
-			nrm += t * t;
-		}
-	double rg = sqrt(eg / nrm), rb = sqrt(eb / nrm);
+	const struct rows_cmp cm = compare_rows(hc, m, n, ldc, truth, base, NULL);
+	const double rg = cm.rel_gpu, rb = cm.rel_base;
+	const int64_t n_nan = cm.n_nan, n_touched = cm.n_touched;
 	int ok = rc == QC_OK && n_nan == 0 && n_touched == 0 && rg <= 2 * rb + 1e-6;
 	printf("%s %-9s experts=%lld m=%-4lld n=%-5lld k=%-5lld ldc=%lld rel_err %.3e (fp16 plain %.3e) nan %lld written past n %lld%s%s\n",
 	       ok ? "PASS" : "FAIL", qc_layout_name(l), (long long)E, (long long)m, (long long)n, (long long)k,
@@ -308,14 +337,7 @@ static void check_moe_grouped(enum qc_layout l, int64_t n_rows, int64_t n, int64
 			      int pattern)
 {
 	uint64_t sb;
-	uint8_t *w = NULL;
-	for (int64_t e = 0; e < E; e++) {
-		uint8_t *we = make_weights(l, n, k, &sb);
-		if (!w)
-			w = malloc(sb * (uint64_t)E);
-		memcpy(w + (uint64_t)e * sb, we, sb);
-		free(we);
-	}
+	uint8_t *w = make_stack(l, n, k, E, &sb);
 	const int64_t n_tok = (n_rows + x_div - 1) / x_div, ldx = k + 8, ldy = n + 6;
 	float *x = malloc((size_t)(n_tok * ldx) * 4);
 	for (int64_t i = 0; i < n_tok * ldx; i++)
@@ -363,33 +385,13 @@ static void check_moe_grouped(enum qc_layout l, int64_t n_rows, int64_t n, int64
 		rc = qc_cuda_check(cudaDeviceSynchronize(), "sync", &err);
 	float *hy = malloc(yb);
 	CU(cudaMemcpy(hy, d_y, yb, cudaMemcpyDeviceToHost));
-	double eg = 0, eb = 0, nrm = 0;
-	int64_t n_nan = 0, n_touched = 0, nan_rows_bad = 0;
-	for (int64_t r = 0; r < n_rows; r++) {
-		const bool out_of_range = ex[r] != ex_ref[r];
-		for (int64_t c = 0; c < ldy; c++) {
-			float g = hy[r * ldy + c];
-			uint32_t bits;
-			memcpy(&bits, &g, 4);
-			if (c >= n) {
-				n_touched += bits != 0xffffffffu;
-				continue;
-			}
-			if (out_of_range) { /* the sort's NaN, not the poison */
-				nan_rows_bad += !isnan(g) || bits == 0xffffffffu;
-				continue;
-			}
-			if (isnan(g)) {
-				n_nan++;
-				continue;
-			}
-			double t = truth[r * n + c];
-			eg += (g - t) * (g - t);
-			eb += (base[r * n + c] - t) * (base[r * n + c] - t);
-			nrm += t * t;
-		}
-	}
-	double rg = sqrt(eg / nrm), rb = sqrt(eb / nrm);
+	bool *nan_row = malloc((size_t)n_rows);
+	for (int64_t r = 0; r < n_rows; r++)
+		nan_row[r] = ex[r] != ex_ref[r]; /* the sort's NaN, not the poison */
+	const struct rows_cmp cm = compare_rows(hy, n_rows, n, ldy, truth, base, nan_row);
+	free(nan_row);
+	const double rg = cm.rel_gpu, rb = cm.rel_base;
+	const int64_t n_nan = cm.n_nan, n_touched = cm.n_touched, nan_rows_bad = cm.nan_rows_bad;
 	int ok = rc == QC_OK && n_nan == 0 && n_touched == 0 && nan_rows_bad == 0 && rg <= 2 * rb + 1e-6;
 	printf("%s grouped %-9s experts=%lld rows=%-4lld x_div=%d pattern=%d n=%-5lld k=%-5lld rel_err %.3e (fp16 plain "
 	       "%.3e) nan %lld written past n %lld bad out-of-range rows %lld%s%s\n",
@@ -705,14 +707,7 @@ static const char *mode_name(enum qc_cuda_gemv_kt m)
 static void check_gemv(enum qc_layout l, int64_t rows, int64_t n, int64_t k, int64_t E)
 {
 	uint64_t sb;
-	uint8_t *w = NULL;
-	for (int64_t e = 0; e < E; e++) {
-		uint8_t *we = make_weights(l, n, k, &sb);
-		if (!w)
-			w = malloc(sb * (uint64_t)E);
-		memcpy(w + (uint64_t)e * sb, we, sb);
-		free(we);
-	}
+	uint8_t *w = make_stack(l, n, k, E, &sb);
 	const int64_t ldx = k + 8, ldy = n + 4;
 	uint16_t *a16 = make_act(rows, k);
 	float *x = calloc((size_t)(rows * ldx), 4);

@@ -19,6 +19,7 @@
 #include "marlin_dequant.h"
 #include "matmul_dispatch.h"
 #include "silu.cuh"
+#include "f16_pack.cuh"
 
 extern "C" {
 #include "layout_marlin.h"
@@ -61,15 +62,7 @@ __global__ void rows_to_f16_x8(const float *x, const float *x2, int64_t ldx, int
 		u = make_float4(qc_silu_mul(u.x, u2.x), qc_silu_mul(u.y, u2.y), qc_silu_mul(u.z, u2.z), qc_silu_mul(u.w, u2.w));
 		v = make_float4(qc_silu_mul(v.x, v2.x), qc_silu_mul(v.y, v2.y), qc_silu_mul(v.z, v2.z), qc_silu_mul(v.w, v2.w));
 	}
-	union {
-		__half2 h[4];
-		uint4 q;
-	} o;
-	o.h[0] = __floats2half2_rn(u.x, u.y);
-	o.h[1] = __floats2half2_rn(u.z, u.w);
-	o.h[2] = __floats2half2_rn(v.x, v.y);
-	o.h[3] = __floats2half2_rn(v.z, v.w);
-	*(uint4 *)(a + i) = o.q;
+	qc_store_f16x8(a + i, u, v);
 }
 
 uint64_t act_bytes(int64_t n_rows, int64_t n_in)

@@ -18,6 +18,7 @@
  * whole matrix) and plan.c kept experts ggml for the wmma grouped GEMM (moe_gemm.cu).
  * Reference: runtime/ops/marlin_gemm.c with an expert per row (fp16 activations).
  */
+#include "f16_pack.cuh"
 #include "marlin_gemm.cuh"
 #include "moe_sort.cuh"
 #include "pdl.cuh"
@@ -49,16 +50,7 @@ __global__ void gather_f16(const float *x, int64_t ldx, int32_t x_div, int64_t n
 		return;
 	const float *src = x + (int64_t)(v.sorted[s] / x_div) * ldx + k;
 	if constexpr (X8) {
-		const float4 u = ((const float4 *)src)[0], w = ((const float4 *)src)[1];
-		union {
-			__half2 h[4];
-			uint4 q;
-		} o;
-		o.h[0] = __floats2half2_rn(u.x, u.y);
-		o.h[1] = __floats2half2_rn(u.z, u.w);
-		o.h[2] = __floats2half2_rn(w.x, w.y);
-		o.h[3] = __floats2half2_rn(w.z, w.w);
-		*(uint4 *)(xs + i) = o.q;
+		qc_store_f16x8(xs + i, ((const float4 *)src)[0], ((const float4 *)src)[1]);
 	} else {
 		xs[i] = __float2half_rn(*src);
 	}
