@@ -328,8 +328,8 @@ static void targets_and_table(void)
 	const struct qc_layout_traits *t = &qc_layouts[QC_LAYOUT_MARLIN_I6];
 	CHECK(t->kernel[QC_ROWS_1] == QC_KERNEL_GEMV && t->kernel[QC_ROWS_2_8] == QC_KERNEL_MMA &&
 		      t->kernel[QC_ROWS_9_127] == QC_KERNEL_MMA && t->kernel[QC_ROWS_128] == QC_KERNEL_F16_BLAS &&
-		      t->experts == QC_KERNEL_GEMV,
-	      "kernel columns gemv, mma, mma, f16+cublas; experts gemv (marlin_i4's)");
+		      t->experts == QC_KERNEL_MOE_GEMM,
+	      "kernel columns gemv, mma, mma, f16+cublas; experts the grouped marlin GEMM (marlin_i4's)");
 	{ /* the vocabulary matrix (over 2^27 elements) keeps the GEMM past 128 rows */
 		const struct qc_kernel_rows kr = QC_KERNEL_ROWS_DEFAULT;
 		CHECK(qc_layout_kernel(QC_LAYOUT_MARLIN_I6, 256, false, 4096, 128256, &kr) == QC_KERNEL_MMA &&
