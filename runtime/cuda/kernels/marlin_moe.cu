@@ -69,6 +69,9 @@ int group_rows(int64_t n_rows, int64_t nx, bool ws_ok)
 	if (forced_rows == 16 || forced_rows == 32 || forced_rows == 64 ||
 	    (forced_rows == QC_MARLIN_GROUP_ROWS_WS && ws_ok))
 		return forced_rows;
+	if (forced_rows != 0)
+		QC_WARN_ONCE("cuda: QC_MARLIN_MOE_ROWS=%d is no tile height here (16, 32, 64; 128 on compute "
+			     "capability 9.0): the rows per expert choose", forced_rows);
 	const int64_t mean = (n_rows + nx - 1) / nx;
 	if (ws_ok && mean > 64)
 		return QC_MARLIN_GROUP_ROWS_WS;
