@@ -117,9 +117,10 @@ if [ -x "$BIN/qconvert" ]; then
 			echo "fuzz: note: converting $f failed" >&2
 	done
 	# sm90 bundles: the marlin layouts' unpackers (q4_0 -> marlin_i4, Q4_K_M-mix ->
-	# marlin_i4z and marlin_i6, Q6_K -> marlin_i6)
+	# marlin_i4z and marlin_i6, Q6_K -> marlin_i6; the MoE model's stacked experts and
+	# fused gate|up halves in marlin_i4)
 	for f in gguf-quant/tiny-llama-256-Q4_0.gguf gguf-quant/tiny-llama-256-Q4_K_M-mix.gguf \
-		 gguf-quant/tiny-llama-256-Q6_K.gguf; do
+		 gguf-quant/tiny-llama-256-Q6_K.gguf gguf-quant/tiny-moe-256-Q4_0.gguf; do
 		[ -f "$FIX/$f" ] || continue
 		b="$bs/$(basename "$f" .gguf)-sm90.qb"
 		[ -f "$b" ] || "$BIN/qconvert" "$FIX/$f" --target sm90 -q -o "$b" ||
