@@ -13,7 +13,6 @@
 #include "backend_cuda_int.h"
 #include "kernels/act_gather.h"
 #include "kernels/add.h"
-#include "kernels/moe_gemm.h"
 #include "kernels/silu_mul.h"
 
 /* The kernel kind the layout table picks for this matmul. */
@@ -50,10 +49,6 @@ static int mm_run(struct cu *c, const struct dmat *w, const float *d_x, int64_t 
 	qc_cuda_be_l2_hint(c, &w, 1, &a.l2);
 	const struct qc_kernel_rows *r = &c->env.mm.rows;
 	const enum qc_kernel_kind kind = kind_of(c, w, n_rows, d_expert != NULL);
-	if (kind == QC_KERNEL_MOE_GEMM && w->layout == QC_LAYOUT_GGML) {
-		const struct qc_cuda_moe_gemm_args g = {a, w->n_mat};
-		return qc_cuda_moe_gemm(&g, c->st, err);
-	}
 	if (d_expert && n_rows > r->gemv_max_rows && kind == QC_KERNEL_GEMV)
 		QC_WARN_ONCE("cuda: MoE experts in the %s layout (n_in %lld) run as per-row GEMV: the "
 			     "grouped GEMMs read GGML layouts with n_in a multiple of 32 (moe_gemm.cu) and "

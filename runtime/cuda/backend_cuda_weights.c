@@ -10,7 +10,6 @@
 
 #include "backend_cuda_int.h"
 #include "fp16.h"
-#include "kernels/moe_gemm.h"
 
 int qc_cuda_be_ck(cudaError_t e, const char *what, struct qc_err *err)
 {
@@ -113,14 +112,13 @@ out:
 
 /* Every kernel kind the layout table names for d's layout has a function in d's
  * kernels (matmul_layouts.def), so a matmul never finds a hole mid-forward.
- * moe_gemm has its own entry point; ggml is the only layout that names it; an experts
- * column of none is a layout that holds no experts. */
+ * An experts column of none is a layout that holds no experts. */
 static int kinds_served(const struct qc_bundle *b, const char *what, const struct dmat *d, struct qc_err *err)
 {
 	const struct qc_layout_traits *t = &qc_layouts[d->layout];
 	for (int i = 0; i <= QC_ROWS_COUNT; i++) {
 		const enum qc_kernel_kind k = i < QC_ROWS_COUNT ? t->kernel[i] : t->experts;
-		if (k != QC_KERNEL_MOE_GEMM && k != QC_KERNEL_NONE && !d->k->run[k])
+		if (k != QC_KERNEL_NONE && (!d->k->run[k] || (k == QC_KERNEL_MOE_GEMM && !d->k->moe_ws)))
 			return qc_err_set(err, QC_EUNSUPPORTED, b->path, what, -1,
 					  "layout %s of %s: the layout table names a %s kernel, %s has none",
 					  qc_layout_name(d->layout), qc_types[d->type].name, qc_kernel_kind_name(k),
@@ -246,11 +244,9 @@ uint64_t qc_cuda_be_ws_need(const struct cu *c)
 	for (int il = 0; cfg->n_expert && il < cfg->n_layer; il++) {
 		const struct dmat *x[] = {&c->L[il].gate_exps, &c->L[il].up_exps, &c->L[il].down_exps};
 		for (size_t i = 0; i < sizeof x / sizeof x[0]; i++) {
-			if (!x[i]->d_w || qc_layouts[x[i]->layout].experts != QC_KERNEL_MOE_GEMM)
+			if (!x[i]->d_w || !x[i]->k || !x[i]->k->moe_ws)
 				continue;
-			const uint64_t b = x[i]->layout == QC_LAYOUT_GGML
-						   ? qc_cuda_moe_gemm_ws_bytes(exp_rows, x[i]->n_mat)
-						   : qc_cuda_marlin_moe_ws(x[i]->n_in, x[i]->n_out, exp_rows, x[i]->n_mat);
+			const uint64_t b = x[i]->k->moe_ws(x[i]->n_in, x[i]->n_out, exp_rows, x[i]->n_mat);
 			need = b > need ? b : need;
 		}
 	}

@@ -189,12 +189,15 @@ typedef int (*qc_cuda_mm_fn)(const struct qc_cuda_mm_args *a, cudaStream_t s, st
 /* Scratch bytes for n_rows rows: the most any kind the table can pick for up to
  * n_rows rows of an n_in x n_out matrix needs under t. */
 typedef uint64_t (*qc_cuda_mm_ws_fn)(int64_t n_in, int64_t n_out, int64_t n_rows, const struct qc_cuda_mm_tuning *t);
+/* Scratch bytes of the QC_KERNEL_MOE_GEMM kind for n_rows rows over a stack of n_mat
+ * matrices of n_out x n_in. */
+typedef uint64_t (*qc_cuda_mm_moe_ws_fn)(int64_t n_in, int64_t n_out, int64_t n_rows, int64_t n_mat);
 
 struct qc_cuda_mm_kernels {
 	const char *name;                    /* for logs: "gemv_q/cublas" */
-	qc_cuda_mm_fn run[QC_KERNEL_COUNT];  /* by kind; NULL where the layout has none (ggml's
-						moe_gemm has its own entry point, moe_gemm.h) */
+	qc_cuda_mm_fn run[QC_KERNEL_COUNT];  /* by kind; NULL where the layout has none */
 	qc_cuda_mm_ws_fn ws_bytes;           /* never NULL */
+	qc_cuda_mm_moe_ws_fn moe_ws;         /* with run[QC_KERNEL_MOE_GEMM]; NULL without */
 	unsigned fuse[QC_KERNEL_COUNT];      /* QC_MM_FUSE_* bits each kind takes */
 };
 
@@ -215,7 +218,6 @@ int qc_cuda_marlin_moe(const struct qc_cuda_mm_args *a, cudaStream_t s, struct q
  * warp-specialized kernel, compute capability 9.0 only); anything else: chosen by
  * the mean rows an expert gets (QC_MARLIN_MOE_ROWS). */
 void qc_cuda_marlin_moe_rows(int rows);
-/* Scratch of qc_cuda_marlin_moe for n_rows rows over n_mat matrices of n_out x n_in. */
 uint64_t qc_cuda_marlin_moe_ws(int64_t n_in, int64_t n_out, int64_t n_rows, int64_t n_mat);
 uint64_t qc_cuda_marlin_ws(int64_t n_in, int64_t n_out, int64_t n_rows, const struct qc_cuda_mm_tuning *t);
 int qc_cuda_nvfp4_swz_gemv(const struct qc_cuda_mm_args *a, cudaStream_t s, struct qc_err *err);

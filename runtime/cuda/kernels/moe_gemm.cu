@@ -216,3 +216,15 @@ extern "C" int qc_cuda_moe_gemm(const struct qc_cuda_moe_gemm_args *ga, cudaStre
 	f(a, &v, s);
 	return qc_cuda_check(cudaGetLastError(), "moe_gemm kernels", err);
 }
+
+extern "C" int qc_cuda_moe_gemm_mm(const struct qc_cuda_mm_args *a, cudaStream_t s, struct qc_err *err)
+{
+	const struct qc_cuda_moe_gemm_args g = {*a, a->n_mat};
+	return qc_cuda_moe_gemm(&g, s, err);
+}
+
+extern "C" uint64_t qc_cuda_moe_gemm_ws(int64_t n_in, int64_t n_out, int64_t n_rows, int64_t n_mat)
+{
+	(void)n_in, (void)n_out; /* the sort's arrays only */
+	return qc_cuda_moe_gemm_ws_bytes(n_rows, n_mat);
+}

@@ -34,6 +34,11 @@ uint64_t qc_cuda_moe_gemm_ws_bytes(int64_t n_rows, int64_t n_experts);
  * failure. n_rows 0 launches nothing. */
 int qc_cuda_moe_gemm(const struct qc_cuda_moe_gemm_args *a, cudaStream_t s, struct qc_err *err);
 
+/* The ggml layout's QC_KERNEL_MOE_GEMM entry (matmul_dispatch.cu): qc_cuda_moe_gemm
+ * over a->n_mat matrices, and its scratch in qc_cuda_mm_moe_ws_fn's form. */
+int qc_cuda_moe_gemm_mm(const struct qc_cuda_mm_args *a, cudaStream_t s, struct qc_err *err);
+uint64_t qc_cuda_moe_gemm_ws(int64_t n_in, int64_t n_out, int64_t n_rows, int64_t n_mat);
+
 #ifdef __cplusplus
 }
 #endif
