@@ -376,9 +376,10 @@ void qc_inspect_print(const cJSON *r, FILE *out)
 		fprintf(out, "  %-36s %-22s %-12s %12.0f\n", s_or(t, "name", "?"), shape, s_or(t, "encoding", "?"),
 			n_or(t, "size", 0));
 		const cJSON *pt;
+		const bool stacked = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(t, "ne")) > 2;
 		cJSON_ArrayForEach(pt, cJSON_GetObjectItemCaseSensitive(t, "parts"))
-			fprintf(out, "    part %-31s rows %.0f..%.0f of each expert\n", s_or(pt, "name", "?"), n_or(pt, "row0", 0),
-				n_or(pt, "row0", 0) + n_or(pt, "rows", 0));
+			fprintf(out, "    part %-31s rows %.0f..%.0f%s\n", s_or(pt, "name", "?"), n_or(pt, "row0", 0),
+				n_or(pt, "row0", 0) + n_or(pt, "rows", 0), stacked ? " of each expert" : "");
 		const cJSON *le = cJSON_GetObjectItemCaseSensitive(t, "layout_error");
 		if (le) /* marlin_i4z/_i8z: fp16 scale and offset, then fp16(q*s + o), vs the exact values */
 			fprintf(out, "    kernel values vs exact: max |err| %.3g, rms %.3g (weights rms %.3g)\n",

@@ -39,10 +39,172 @@ static long layer_of(const char *name, const char *what)
 	return n;
 }
 
-static bool fusable(const struct qc_gguf_tensor *g, const struct qc_gguf_tensor *u)
+/* Row-stacked fusions: source tensors of one layer written as one bundle tensor,
+ * its parts in this order (the runtime views each part by name: model.c mat_view;
+ * dump returns each). Stacked MoE experts fuse whole pairs of one shape (per
+ * expert gate rows, then up rows). Dense matrices on the same input fuse where the
+ * target's kernels read the fused tensor as one tensor-core matrix (a marlin
+ * layout, every part on a stripe): the longest run of parts from the first that
+ * share an encoding, so Q4_K_M's q6_K V leaves Q|K fused. */
+struct fuse_group {
+	unsigned flag;          /* QC_PLAN_FUSE_* that enables it */
+	uint32_t n_dims;        /* 3: stacked experts of one shape; 2: dense matrices of one K */
+	int n;                  /* its parts */
+	const char *part[QC_PLAN_MAX_PARTS];
+	const char *fused[QC_PLAN_MAX_PARTS + 1]; /* name of the first k parts fused (NULL: no such fusion) */
+};
+
+static const struct fuse_group fuse_groups[] = {
+	{ QC_PLAN_FUSE_MOE, 3, 2, { "ffn_gate_exps.weight", "ffn_up_exps.weight" },
+	  { NULL, NULL, "ffn_gate_up_exps.weight" } },
+	{ QC_PLAN_FUSE_DENSE, 2, 3, { "attn_q.weight", "attn_k.weight", "attn_v.weight" },
+	  { NULL, NULL, "attn_qk.weight", "attn_qkv.weight" } },
+	{ QC_PLAN_FUSE_DENSE, 2, 2, { "ffn_gate.weight", "ffn_up.weight" }, { NULL, NULL, "ffn_gate_up.weight" } },
+};
+#define N_FUSE_GROUPS ((int)(sizeof fuse_groups / sizeof fuse_groups[0]))
+
+/* What happens to a source tensor: alone (n < 2), or part of fused group g's
+ * first n parts src[0..n) of layer `layer`. why: the reason the group's whole set of
+ * parts did not fuse (set when the tensor is the group's first part). */
+struct fusion {
+	const struct fuse_group *g;
+	long layer;
+	int n;
+	const struct qc_gguf_tensor *src[QC_PLAN_MAX_PARTS];
+	const char *why;
+};
+
+/* src carries a GPTQ act-order permutation ("<base>.act_perm"): its K order is its own */
+static bool has_act_perm(const struct qc_gguf_model *m, const struct qc_gguf_tensor *src)
 {
-	return g->type == u->type && g->n_dims == 3 && u->n_dims == 3 && g->ne[0] == u->ne[0] &&
-	       g->ne[1] == u->ne[1] && g->ne[2] == u->ne[2] && g->ne[3] == 1;
+	char pn[QC_PLAN_NAME_MAX + 16];
+	const size_t l = strlen(src->name);
+	if (l < 7 || strcmp(src->name + l - 7, ".weight") != 0)
+		return false;
+	snprintf(pn, sizeof pn, "%.*s.act_perm", (int)(l - 7), src->name);
+	return qc_gguf_model_find(m, pn) != NULL;
+}
+
+/* Parts j of src that fuse with part 0 (same encoding and shape rules). */
+static bool part_fits(const struct fuse_group *g, const struct qc_gguf_tensor *a, const struct qc_gguf_tensor *b)
+{
+	if (a->type != b->type || a->n_dims != g->n_dims || b->n_dims != g->n_dims || a->ne[0] != b->ne[0] ||
+	    a->ne[2] != b->ne[2] || a->ne[3] != 1 || b->ne[3] != 1)
+		return false;
+	return g->n_dims == 3 ? a->ne[1] == b->ne[1] : a->ne[2] == 1;
+}
+
+static void fusion_of(const struct qc_gguf_model *m, const struct qc_gguf_tensor *s, enum qc_target tgt,
+		      unsigned flags, struct fusion *fu)
+{
+	memset(fu, 0, sizeof *fu);
+	int k = -1;
+	for (int gi = 0; gi < N_FUSE_GROUPS && k < 0; gi++) {
+		const struct fuse_group *g = &fuse_groups[gi];
+		for (int j = 0; (flags & g->flag) && j < g->n && k < 0; j++)
+			if ((fu->layer = layer_of(s->name, g->part[j])) >= 0) {
+				fu->g = g;
+				k = j;
+			}
+	}
+	if (k < 0)
+		return;
+	const struct fuse_group *g = fu->g;
+	char name[QC_PLAN_NAME_MAX];
+	for (int j = 0; j < g->n; j++) {
+		snprintf(name, sizeof name, "blk.%ld.%s", fu->layer, g->part[j]);
+		fu->src[j] = qc_gguf_model_find(m, name);
+	}
+	const struct qc_gguf_tensor *s0 = fu->src[0];
+	if (!s0)
+		return; /* no first part: nothing to fuse with */
+	const char *why = NULL;
+	int n = 1;
+	for (; n < g->n; n++) {
+		if (!fu->src[n])
+			break; /* a model without this part: nothing to say */
+		if (!part_fits(g, s0, fu->src[n])) {
+			why = g->n_dims == 3 ? "encodings or shapes differ" : "encodings differ";
+			break;
+		}
+		if (has_act_perm(m, fu->src[n])) {
+			why = "act-order permutations";
+			break;
+		}
+	}
+	if (has_act_perm(m, s0))
+		n = 1, why = "act-order permutations";
+	if (g->n_dims == 3 && n < g->n)
+		n = 1; /* experts fuse whole pairs or not at all */
+	while (n > 1 && !g->fused[n])
+		n--;
+	const enum qc_layout want = qc_target_layout(tgt, s0->type, g->n_dims);
+	if (!qc_layout_fusable(want)) {
+		n = 1;
+		why = "the target's layout takes whole matrices (nvfp4_swz, fp8_rows)";
+	}
+	if (g->n_dims == 2 && !qc_marlin_is(want)) {
+		n = 1; /* the GEMV launches take the separate matrices together already */
+		why = NULL;
+	} else if (g->n_dims == 2 && n > 1) { /* one tensor-core matrix: every part on a stripe */
+		int64_t ne[4] = { s0->ne[0], 0, 1, 1 };
+		const int align = qc_layout_row_align(want);
+		bool on_stripe = align > 0;
+		const char *lay_why = NULL;
+		for (int j = 0; j < n; j++) {
+			on_stripe = on_stripe && ne[1] % align == 0;
+			ne[1] += fu->src[j]->ne[1];
+		}
+		if (!on_stripe || qc_target_layout_for(tgt, s0->type, ne, 2, &lay_why) != want) {
+			n = 1;
+			why = "the parts do not fall on the tensor-core layout's stripes";
+		}
+	}
+	fu->why = k == 0 && n < g->n ? why : NULL;
+	fu->n = k < n ? n : 0;
+}
+
+/* Groups that did not fuse whole, counted over the layers for one note each. */
+struct fuse_miss {
+	const struct fuse_group *g;
+	const char *why;
+	int n, count;
+	long first;
+	enum qc_type types[QC_PLAN_MAX_PARTS];
+};
+#define FUSE_MISS_MAX 16
+
+static void miss_add(struct fuse_miss *ms, int *n_ms, const struct fusion *fu)
+{
+	for (int i = 0; i < *n_ms; i++)
+		if (ms[i].g == fu->g && ms[i].why == fu->why && ms[i].n == fu->n) {
+			ms[i].count++;
+			return;
+		}
+	if (*n_ms == FUSE_MISS_MAX)
+		return;
+	struct fuse_miss *x = &ms[(*n_ms)++];
+	*x = (struct fuse_miss){ fu->g, fu->why, fu->n, 1, fu->layer, { 0 } };
+	for (int j = 0; j < fu->g->n; j++)
+		x->types[j] = fu->src[j] ? fu->src[j]->type : QC_TYPE_F32;
+}
+
+static int miss_notes(struct qc_plan *p, const struct fuse_miss *ms, int n_ms)
+{
+	for (int i = 0; i < n_ms; i++) {
+		const struct fuse_miss *x = &ms[i];
+		char parts[256] = "", fused[96] = "";
+		size_t o = 0;
+		for (int j = x->n > 1 ? x->n : 0; j < x->g->n && o < sizeof parts; j++)
+			o += (size_t)snprintf(parts + o, sizeof parts - o, "%s%s (%s)", o ? ", " : "", x->g->part[j],
+					      qc_type_get(x->types[j])->name);
+		if (x->n > 1)
+			snprintf(fused, sizeof fused, "out of %s", x->g->fused[x->n]);
+		if (qc_plan_note(p, "%s kept %s in %d layer%s (first blk.%ld): %s", parts, x->n > 1 ? fused : "separate", x->count,
+				 x->count == 1 ? "" : "s", x->first, x->why))
+			return QC_ENOMEM;
+	}
+	return QC_OK;
 }
 
 bool qc_plan_tensor_whole(const struct qc_plan_tensor *t)
@@ -177,6 +339,8 @@ int qc_plan_build(const struct qc_gguf_model *m, enum qc_target tgt, unsigned fl
 		free(p);
 		return qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
 	}
+	struct fuse_miss miss[FUSE_MISS_MAX];
+	int n_miss = 0;
 	for (uint64_t i = 0; i < m->n_tensors; i++) {
 		const struct qc_gguf_tensor *s = m->tensors[i];
 		struct qc_plan_tensor *t = &p->t[p->n];
@@ -186,56 +350,38 @@ int qc_plan_build(const struct qc_gguf_model *m, enum qc_target tgt, unsigned fl
 					(unsigned long long)i);
 			goto fail;
 		}
-		long layer = layer_of(s->name, "ffn_up_exps.weight");
-		char gate[QC_PLAN_NAME_MAX];
-		if ((flags & QC_PLAN_FUSE_MOE) && layer >= 0) {
-			snprintf(gate, sizeof gate, "blk.%ld.ffn_gate_exps.weight", layer);
-			const struct qc_gguf_tensor *g = qc_gguf_model_find(m, gate);
-			if (g && fusable(g, s) && qc_layout_fusable(qc_target_layout(tgt, s->type, s->n_dims)))
-				continue; /* emitted together with its gate half */
-		}
-		layer = layer_of(s->name, "ffn_gate_exps.weight");
-		const struct qc_gguf_tensor *up = NULL;
-		if ((flags & QC_PLAN_FUSE_MOE) && layer >= 0) {
-			char upn[QC_PLAN_NAME_MAX];
-			snprintf(upn, sizeof upn, "blk.%ld.ffn_up_exps.weight", layer);
-			up = qc_gguf_model_find(m, upn);
-			if (up && !fusable(s, up)) {
-				if (qc_plan_note(p, "blk.%ld: ffn_gate_exps (%s) and ffn_up_exps (%s) differ in encoding or shape; kept separate",
-					 layer, qc_type_get(s->type)->name, qc_type_get(up->type)->name)) {
-					rc = qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
-					goto fail;
-				}
-				up = NULL;
-			} else if (up && !qc_layout_fusable(qc_target_layout(tgt, s->type, s->n_dims))) {
-				if (qc_plan_note(p, "blk.%ld: ffn_gate_exps and ffn_up_exps kept separate: nvfp4_swz matrices are not fused (their kernels take whole matrices)",
-					 layer)) {
-					rc = qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
-					goto fail;
-				}
-				up = NULL;
-			}
-		}
+		struct fusion fu;
+		fusion_of(m, s, tgt, flags, &fu);
+		if (fu.why)
+			miss_add(miss, &n_miss, &fu);
+		if (fu.n > 1 && fu.src[0] != s)
+			continue; /* emitted with the group's first part */
 		t->n_dims = s->n_dims;
 		memcpy(t->ne, s->ne, sizeof t->ne);
 		t->type = s->type;
 		t->parts[0] = (struct qc_plan_part){ s, 0, s->ne[1], 0, 0, s->ne[0] };
 		t->n_parts = 1;
 		t->rank = -1;
-		if (up) {
-			snprintf(t->name, sizeof t->name, "blk.%ld.ffn_gate_up_exps.weight", layer);
-			t->ne[1] = 2 * s->ne[1];
-			t->parts[1] = (struct qc_plan_part){ up, s->ne[1], up->ne[1], 0, 0, up->ne[0] };
-			t->n_parts = 2;
+		snprintf(t->name, sizeof t->name, "%s", s->name);
+		if (fu.n > 1) {
+			snprintf(t->name, sizeof t->name, "blk.%ld.%s", fu.layer, fu.g->fused[fu.n]);
+			for (int k = 1; k < fu.n; k++) {
+				t->parts[k] = (struct qc_plan_part){ fu.src[k], t->ne[1], fu.src[k]->ne[1], 0, 0,
+								     fu.src[k]->ne[0] };
+				t->ne[1] += fu.src[k]->ne[1];
+			}
+			t->n_parts = fu.n;
 			t->fused = true;
-		} else {
-			snprintf(t->name, sizeof t->name, "%s", s->name);
 		}
 		rc = qc_plan_finish_tensor(m, p, t, tgt, err);
 		if (rc)
 			goto fail;
 		p->total_bytes += t->size;
 		p->n++;
+	}
+	if (miss_notes(p, miss, n_miss)) {
+		rc = qc_err_set(err, QC_ENOMEM, NULL, NULL, -1, "out of memory");
+		goto fail;
 	}
 	*out = p;
 	return QC_OK;

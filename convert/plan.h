@@ -1,9 +1,13 @@
 /* plan.h — which tensors a bundle will hold, built from the source before any
  * byte is written: names, shapes, encodings, layouts, sizes, and fusions.
- * Fusion rule (MoE): per layer N, ffn_gate_exps and ffn_up_exps of the same
- * type and shape become one "blk.N.ffn_gate_up_exps.weight" ([H, 2I, E]; per
- * expert gate rows first, then up rows). Different encodings stay separate and
- * the reason is kept in the plan's notes (printed once by the CLI).
+ * Fusion rules (plan.c's table): per layer N, ffn_gate_exps and ffn_up_exps of
+ * the same type and shape become one "blk.N.ffn_gate_up_exps.weight" ([H, 2I, E];
+ * per expert gate rows first, then up rows) (QC_PLAN_FUSE_MOE); for a target whose
+ * tensor-core layouts take them, attn_q|attn_k|attn_v become "blk.N.attn_qkv.weight"
+ * (or attn_q|attn_k "attn_qk.weight" where V's encoding differs) and ffn_gate|ffn_up
+ * "blk.N.ffn_gate_up.weight", rows stacked in that order (QC_PLAN_FUSE_DENSE).
+ * What does not fuse stays separate and the reason is kept in the plan's notes
+ * (one per group and reason, printed once by the CLI).
  * Tensor parallelism (`--tp N`, docs/tp.md): qc_plan_shard turns the plain plan
  * into N ranks' shards "tp<r>.<name>" (plan_tp.c, by convert/tp_rules.h's table);
  * each shard is parts of source tensors (row ranges, and for a column split a
@@ -19,7 +23,7 @@
 #include "layout.h"
 #include "layout_marlin.h"
 
-#define QC_PLAN_MAX_PARTS 3         /* a --tp shard of Phi-3 attn_qkv: its Q, K and V rows */
+#define QC_PLAN_MAX_PARTS 3         /* attn_qkv (fused, or a --tp shard of one): its Q, K and V rows */
 #define QC_PLAN_NAME_MAX 96
 
 /* Rows [src_row0, src_row0 + n_rows) of each ne[2]*ne[3] slice of src, elements
@@ -43,7 +47,7 @@ struct qc_plan_tensor {
 	uint64_t size;             /* bytes in the bundle */
 	int n_parts;               /* 1 = plain copy, more = fused or a shard's sections */
 	struct qc_plan_part parts[QC_PLAN_MAX_PARTS];
-	bool fused;                /* parts are distinct source tensors (MoE gate|up), listed in the
+	bool fused;                /* parts are distinct source tensors (gate|up, q|k|v), listed in the
 				      manifest's "parts" (names prefixed "tp<r>." in a shard) */
 	int rank;                  /* -1, or the --tp rank whose shard this is */
 	int base_off;              /* name + base_off: the original name (after "tp<r>.") */
@@ -65,6 +69,8 @@ struct qc_plan {
 
 enum qc_plan_flags {
 	QC_PLAN_FUSE_MOE = 1 << 0,
+	QC_PLAN_FUSE_DENSE = 1 << 1,
+	QC_PLAN_FUSE_ALL = QC_PLAN_FUSE_MOE | QC_PLAN_FUSE_DENSE,
 };
 
 int qc_plan_build(const struct qc_gguf_model *m, enum qc_target tgt, unsigned flags, struct qc_plan **out,

@@ -41,7 +41,9 @@ static const char usage_main[] =
 	"                 also packs stacked MoE experts in the marlin layouts)\n"
 	"  -o, --out F    output bundle (default: MODEL.<target>.qb beside the input)\n"
 	"  --align N      tensor data alignment in bytes, a power of two >= 4096 (default 4096)\n"
-	"  --no-fuse      keep MoE gate and up experts as separate tensors\n"
+	"  --no-fuse      keep every tensor separate; by default MoE gate and up experts are\n"
+	"                 fused, and for sm80+ Q|K|V and gate|up where the tensor-core\n"
+	"                 layout takes them (docs/bundle.md, \"Fusion\")\n"
 	"  --tp N         shard for N-way tensor parallelism (1 to 8): rank r's members\n"
 	"                 'tp<r>.<name>' hold its heads, FFN rows/columns and vocabulary\n"
 	"                 range, each rank's in one byte range (docs/tp.md). n_head,\n"
@@ -148,7 +150,7 @@ static bool is_help(const char *a)
 
 static int cmd_convert(int argc, char **argv)
 {
-	struct qc_convert_opts o = { .alignment = QC_BUNDLE_ALIGN, .plan_flags = QC_PLAN_FUSE_MOE, .verbose = 1 };
+	struct qc_convert_opts o = { .alignment = QC_BUNDLE_ALIGN, .plan_flags = QC_PLAN_FUSE_ALL, .verbose = 1 };
 	int target = -1;
 	char outbuf[4096];
 	for (int i = 1; i < argc; i++) {
@@ -183,7 +185,7 @@ static int cmd_convert(int argc, char **argv)
 				return usage_error("--tp '%s' must be a number of ranks from 1 to 8", argv[i]);
 			o.tp = (int)v;
 		} else if (strcmp(a, "--no-fuse") == 0) {
-			o.plan_flags &= ~(unsigned)QC_PLAN_FUSE_MOE;
+			o.plan_flags = 0;
 		} else if (strcmp(a, "-q") == 0 || strcmp(a, "--quiet") == 0) {
 			o.verbose = 0;
 		} else if (a[0] == '-' && a[1]) {

@@ -32,11 +32,15 @@ const struct qc_tp_rule qc_tp_rules[] = {
 	/* Phi-3: one matrix of Q rows, K rows, V rows */
 	{ "blk.#.attn_qkv.weight", QC_TP_ROWS, 3, { QC_TP_U_HEAD, QC_TP_U_KV, QC_TP_U_KV_V } },
 	{ "blk.#.attn_qkv.bias", QC_TP_ROWS, 3, { QC_TP_U_HEAD, QC_TP_U_KV, QC_TP_U_KV_V } },
+	/* plan.c's fusion where V's encoding differs: Q rows, K rows */
+	{ "blk.#.attn_qk.weight", QC_TP_ROWS, 2, { QC_TP_U_HEAD, QC_TP_U_KV } },
 	COLS1("blk.#.attn_output.weight", QC_TP_U_HEAD_V),
 	ROWS1("blk.#.ffn_gate.weight", QC_TP_U_FF),
 	ROWS1("blk.#.ffn_up.weight", QC_TP_U_FF),
 	/* Phi-3: gate rows then up rows in one ffn_up (2F rows; the extent tells) */
 	{ "blk.#.ffn_up.weight", QC_TP_ROWS, 2, { QC_TP_U_FF, QC_TP_U_FF } },
+	/* plan.c's fusion: gate rows then up rows */
+	{ "blk.#.ffn_gate_up.weight", QC_TP_ROWS, 2, { QC_TP_U_FF, QC_TP_U_FF } },
 	COLS1("blk.#.ffn_down.weight", QC_TP_U_FF),
 	REPL("blk.#.ffn_gate_inp.weight"),
 	ROWS1("blk.#.ffn_gate_exps.weight", QC_TP_U_FF_EXP),

@@ -86,13 +86,82 @@ static void check_with_libarchive(const char *path, const struct qc_bundle *b)
 	archive_read_free(a);
 }
 
+/* Encodings the sm80+ targets store in a marlin layout, and its stripe (rows);
+ * docs/layout-marlin.md's table, written out here. */
+static int marlin_stripe(enum qc_target tgt, enum qc_type t)
+{
+	static const struct { const char *type; int rows; } marlin[] = {
+		{ "q4_0", 64 }, { "q4_1", 64 }, { "q4_K", 64 }, { "q6_K", 64 }, { "q8_0", 32 }, { "q5_K", 32 },
+	};
+	if (tgt == QC_TARGET_CPU)
+		return 0;
+	for (size_t i = 0; i < sizeof marlin / sizeof marlin[0]; i++)
+		if (!strcmp(qc_type_get(t)->name, marlin[i].type))
+			return marlin[i].rows;
+	return 0;
+}
+
+/* Dense fusion (docs/bundle.md "Fusion"): on sm80+ targets, attn_q|attn_k|attn_v
+ * become attn_qkv (attn_q|attn_k attn_qk when attn_v's encoding differs) and
+ * ffn_gate|ffn_up ffn_gate_up, rows stacked in that order, where the encoding has a
+ * marlin layout and every part starts on its stripe; never on cpu. */
+static void check_dense_fusion(const struct qc_gguf_model *m, const struct qc_bundle *b, enum qc_target tgt,
+			       const char *out)
+{
+	static const struct { const char *part[3]; const char *fused[4]; } groups[] = {
+		{ { "attn_q", "attn_k", "attn_v" }, { NULL, NULL, "attn_qk", "attn_qkv" } },
+		{ { "ffn_gate", "ffn_up", NULL }, { NULL, NULL, "ffn_gate_up", NULL } },
+	};
+	for (long layer = 0;; layer++) {
+		char nm[96];
+		snprintf(nm, sizeof nm, "blk.%ld.attn_norm.weight", layer);
+		if (!qc_gguf_model_find(m, nm))
+			break;
+		for (size_t gi = 0; gi < sizeof groups / sizeof groups[0]; gi++) {
+			const struct qc_gguf_tensor *src[3] = { NULL };
+			int n_src = 0, want = 0;
+			for (int j = 0; j < 3 && groups[gi].part[j]; j++, n_src++) {
+				snprintf(nm, sizeof nm, "blk.%ld.%s.weight", layer, groups[gi].part[j]);
+				src[j] = qc_gguf_model_find(m, nm);
+			}
+			if (!src[0])
+				continue;
+			/* the run from the first part that shares its encoding, if that has a name */
+			const int stripe = marlin_stripe(tgt, src[0]->type);
+			int64_t rows = 0;
+			for (int j = 0; j < n_src && src[j] && src[j]->type == src[0]->type && stripe &&
+					rows % stripe == 0; j++) {
+				rows += src[j]->ne[1];
+				want = j + 1;
+			}
+			while (want > 1 && !groups[gi].fused[want])
+				want--;
+			for (int f = 2; f <= n_src; f++) {
+				if (!groups[gi].fused[f])
+					continue;
+				snprintf(nm, sizeof nm, "blk.%ld.%s.weight", layer, groups[gi].fused[f]);
+				const struct qc_bundle_tensor *t = qc_bundle_find(b, nm);
+				if (f != want) {
+					CHECK(!t, "%s: %s written (expected %d parts fused)", out, nm, want);
+					continue;
+				}
+				bool ok = t && t->n_parts == f && t->ne[0] == src[0]->ne[0] && t->ne[2] == 1;
+				for (int j = 0, r0 = 0; ok && j < f; r0 += (int)src[j]->ne[1], j++)
+					ok = !strcmp(t->parts[j].name, src[j]->name) && t->parts[j].row0 == r0 &&
+					     t->parts[j].n_rows == src[j]->ne[1] && !qc_bundle_find(b, src[j]->name);
+				CHECK(ok, "%s: %s missing or not its parts in order", out, nm);
+			}
+		}
+	}
+}
+
 static void check_model(const char *in, enum qc_target tgt, bool deep)
 {
 	char out[512], out2[512];
 	const char *base = strrchr(in, '/') + 1;
 	snprintf(out, sizeof out, "%s/%s.%s.qb", tmpdir, base, qc_target_name(tgt));
 	struct qc_convert_opts o = { .in = in, .out = out, .target = tgt, .alignment = QC_BUNDLE_ALIGN,
-				     .plan_flags = QC_PLAN_FUSE_MOE };
+				     .plan_flags = QC_PLAN_FUSE_ALL };
 	struct qc_err err = {0};
 	int rc = qc_convert_gguf(&o, NULL, &err);
 	CHECK(rc == QC_OK, "convert %s for %s: %s", in, qc_target_name(tgt), err.msg);
@@ -142,6 +211,7 @@ static void check_model(const char *in, enum qc_target tgt, bool deep)
 			CHECK(!f, "%s: %s fused although encodings differ", out, w13);
 		}
 	}
+	check_dense_fusion(m, b, tgt, out);
 	if (deep)
 		check_with_libarchive(out, b);
 	if (deep) {
@@ -219,7 +289,7 @@ static void check_split(void)
 		char out[512];
 		snprintf(out, sizeof out, "%s/sp.qb", tmpdir);
 		struct qc_convert_opts o = { .in = shard, .out = out, .target = QC_TARGET_SM90, .alignment = QC_BUNDLE_ALIGN,
-					     .plan_flags = QC_PLAN_FUSE_MOE };
+					     .plan_flags = QC_PLAN_FUSE_ALL };
 		struct qc_bundle *qb = NULL;
 		CHECK(qc_convert_gguf(&o, NULL, &err) == QC_OK && qc_bundle_open(out, &qb, &err) == QC_OK, "%s", err.msg);
 		if (qb) {

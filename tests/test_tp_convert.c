@@ -1,6 +1,7 @@
 /* test_tp_convert.c — `qconvert --tp N` (docs/tp.md) through the CLI ($QC_BIN/qconvert).
  * For dense llama, GQA, MoE (fused gate|up and --no-fuse), tied embeddings, qwen2
  * biases, a shared expert (qwen2moe), Phi-3's fused attn_qkv and gate|up ffn_up,
+ * the fused Q|K|V (or Q|K) and gate|up qconvert writes for sm80+ marlin layouts,
  * Gemma 2/3 (post norms, q/k norms), qwen3 and qwen3moe,
  * llama.cpp-quantized fixtures, a GPTQ checkpoint and a GGUF with act-order
  * permutations on its row-split weights, for targets cpu and sm90 (marlin layouts),
@@ -119,7 +120,12 @@ static enum kind kind_of(const struct qc_bundle *plain, const struct qc_bundle_t
 		units[0] = H, units[1] = G, units[2] = G;
 		return K_ROWS;
 	}
-	if (ends(n, ".ffn_gate_up_exps.weight")) {
+	if (ends(n, ".attn_qk.weight")) { /* plan.c's Q|K where V's encoding differs */
+		*n_sec = 2;
+		units[0] = H, units[1] = G;
+		return K_ROWS;
+	}
+	if (ends(n, ".ffn_gate_up_exps.weight") || ends(n, ".ffn_gate_up.weight")) {
 		*n_sec = 2;
 		units[1] = 1;
 		return K_ROWS;
