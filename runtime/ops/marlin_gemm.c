@@ -38,6 +38,19 @@ int qc_marlin_gemm_check(const struct qc_marlin_gemm_args *a, struct qc_err *err
 		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1,
 				  "marlin_gemm: grouped rows need n_tiles, seg_end, rows, n_sorted, max_tiles >= 1, group_rows 16, "
 				  "32, 64 or 128 and no expert (group_rows %lld)", (long long)a->group_rows);
+	if (a->n_parts < 0 || a->n_parts > QC_MARLIN_MAX_PARTS || (a->n_parts && (a->expert || a->tiles)))
+		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1,
+				  "marlin_gemm: %d output parts (at most %d, not with experts or grouped rows)", a->n_parts,
+				  QC_MARLIN_MAX_PARTS);
+	for (int i = 0; i < a->n_parts; i++) {
+		const int64_t c0 = a->part_col0[i], end = i + 1 < a->n_parts ? a->part_col0[i + 1] : a->n;
+		if (c0 <= (i ? a->part_col0[i - 1] : 0) || c0 >= end || c0 % 8 || !a->part_c[i] ||
+		    (uintptr_t)a->part_c[i] % 8 || a->part_ldc[i] < end - c0 || a->part_ldc[i] % 2)
+			return qc_err_set(err, QC_EINVAL, NULL, NULL, -1,
+					  "marlin_gemm: output part %d (columns %lld.., row stride %lld) is not ascending "
+					  "inside (0, n = %lld), a multiple of 8, or its output is NULL, misaligned or narrower",
+					  i, (long long)c0, (long long)a->part_ldc[i], (long long)a->n);
+	}
 	if ((a->expert || a->tiles) && a->mat_stride < (uint64_t)a->n * row)
 		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "marlin_gemm: mat_stride %llu is shorter than a slice",
 				  (unsigned long long)a->mat_stride);

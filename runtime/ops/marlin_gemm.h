@@ -31,6 +31,8 @@ enum qc_marlin_split {
 	QC_MARLIN_SPLIT_FIXED = 1, /* exactly split_k parts (clamped to the group count) */
 };
 
+#define QC_MARLIN_MAX_PARTS 2 /* column ranges past the first (qc_marlin_gemm_args.n_parts) */
+
 struct qc_marlin_gemm_args {
 	enum qc_layout layout;        /* QC_LAYOUT_MARLIN_I4, _I8, _I4Z, _I8Z or _I6 */
 	enum qc_type type;            /* the packed encoding (fixes the stripe size: i4z keeps headers) */
@@ -58,6 +60,16 @@ struct qc_marlin_gemm_args {
 	 * NULL). The reference ignores them. */
 	const int32_t *tiles, *n_tiles, *seg_end, *rows, *n_sorted;
 	int64_t max_tiles, group_rows;
+	/* Outputs of their own for column ranges (device only; a fused Q|K|V or gate|up
+	 * matrix, one GEMM for its parts): columns from part_col0[i] on (ascending, in
+	 * (0, n), multiples of 8) go to part_c[i] at column − part_col0[i], row stride
+	 * part_ldc[i] (even, >= the range's width; 8-byte aligned c), for i < n_parts;
+	 * the columns before part_col0[0] to c. 0: every column to c. Not with expert or
+	 * tiles. The reference ignores them. */
+	int n_parts;
+	int64_t part_col0[QC_MARLIN_MAX_PARTS];
+	void *part_c[QC_MARLIN_MAX_PARTS];
+	int64_t part_ldc[QC_MARLIN_MAX_PARTS];
 };
 
 /* Precision of the reference: F64 is the truth (exact weights, double sums);

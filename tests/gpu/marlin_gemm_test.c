@@ -326,6 +326,97 @@ static void check_experts(enum qc_layout l, int64_t m, int64_t n, int64_t k, int
 	free(base);
 }
 
+/* One GEMM over a fused matrix whose column ranges have outputs of their own
+ * (qc_marlin_gemm_args.part_*: qconvert's Q|K|V and gate|up): columns split at
+ * c1 and c2 (multiples of 32 inside (0, n)) into three fp32 outputs, each with a row
+ * stride 6 past its width and NaN-poisoned; each part against the reference's
+ * columns, and nothing written past a part's width. */
+static void check_parts(enum qc_layout l, int64_t m, int64_t n, int64_t k, enum qc_marlin_split sp, int split_k)
+{
+	const int64_t c1 = n / 2 / 32 * 32, c2 = n * 3 / 4 / 32 * 32;
+	QC_ASSERT(c1 > 0 && c2 > c1 && c2 < n);
+	const int64_t col0[3] = { 0, c1, c2 }, width[3] = { c1, c2 - c1, n - c2 };
+	uint64_t wb;
+	uint8_t *w = make_weights(l, n, k, &wb);
+	uint16_t *a = make_act(m, k);
+	double *truth = malloc((size_t)(m * n) * sizeof(double)), *base = malloc((size_t)(m * n) * sizeof(double));
+	double *tp = malloc((size_t)(m * n) * sizeof(double)), *bp = malloc((size_t)(m * n) * sizeof(double));
+	struct qc_marlin_gemm_args ar = { .layout = l, .type = type_of(l), .m = m, .n = n, .k = k, .a = a, .w = w,
+					  .ldc = width[0] + 6, .split = sp, .split_k = split_k };
+	struct qc_err err = { 0 };
+	QC_ASSERT(qc_marlin_gemm_ref(&ar, QC_MARLIN_PREC_F64, truth, &err) == QC_OK);
+	QC_ASSERT(qc_marlin_gemm_ref(&ar, QC_MARLIN_PREC_F16, base, &err) == QC_OK);
+	size_t wsb;
+	QC_ASSERT(qc_cuda_marlin_gemm_workspace(&ar, &wsb, &err) == QC_OK);
+	void *d_a, *d_w, *d_ws = NULL, *d_c[3];
+	CU(cudaMalloc(&d_a, (size_t)(m * k) * 2));
+	CU(cudaMalloc(&d_w, wb));
+	for (int i = 0; i < 3; i++) {
+		CU(cudaMalloc(&d_c[i], (size_t)(m * (width[i] + 6)) * 4));
+		CU(cudaMemset(d_c[i], 0xff, (size_t)(m * (width[i] + 6)) * 4));
+	}
+	if (wsb) {
+		CU(cudaMalloc(&d_ws, wsb));
+		CU(cudaMemset(d_ws, 0xff, wsb));
+	}
+	CU(cudaMemcpy(d_a, a, (size_t)(m * k) * 2, cudaMemcpyHostToDevice));
+	CU(cudaMemcpy(d_w, w, wb, cudaMemcpyHostToDevice));
+	struct qc_marlin_gemm_args dr = ar;
+	dr.a = d_a;
+	dr.w = d_w;
+	dr.c = d_c[0];
+	dr.workspace = d_ws;
+	dr.workspace_bytes = wsb;
+	dr.n_parts = 2;
+	for (int i = 0; i < 2; i++) {
+		dr.part_col0[i] = col0[i + 1];
+		dr.part_c[i] = d_c[i + 1];
+		dr.part_ldc[i] = width[i + 1] + 6;
+	}
+	bool wg = false;
+	int rc = qc_cuda_marlin_gemm_plan_wgmma(&dr, &wg, &err);
+	if (rc == QC_OK)
+		rc = qc_cuda_marlin_gemm(&dr, 0, &err);
+	if (rc == QC_OK)
+		rc = qc_cuda_check(cudaDeviceSynchronize(), "sync", &err);
+	int ok = rc == QC_OK && wg == want_wgmma;
+	double worst = 0, worst_base = 0;
+	int64_t n_nan = 0, n_touched = 0;
+	for (int i = 0; i < 3; i++) {
+		const int64_t ld = width[i] + 6;
+		float *hc = malloc((size_t)(m * ld) * 4);
+		CU(cudaMemcpy(hc, d_c[i], (size_t)(m * ld) * 4, cudaMemcpyDeviceToHost));
+		for (int64_t r = 0; r < m; r++)
+			for (int64_t c = 0; c < width[i]; c++) {
+				tp[r * width[i] + c] = truth[r * n + col0[i] + c];
+				bp[r * width[i] + c] = base[r * n + col0[i] + c];
+			}
+		const struct rows_cmp cm = compare_rows(hc, m, width[i], ld, tp, bp, NULL);
+		ok = ok && cm.n_nan == 0 && cm.n_touched == 0 && cm.rel_gpu <= 2 * cm.rel_base + 1e-6;
+		worst = cm.rel_gpu > worst ? cm.rel_gpu : worst;
+		worst_base = cm.rel_base > worst_base ? cm.rel_base : worst_base;
+		n_nan += cm.n_nan;
+		n_touched += cm.n_touched;
+		free(hc);
+	}
+	printf("%s %-10s %-5s parts m=%-4lld n=%lld+%lld+%lld k=%-5lld split=%-5s ws=%-8zu rel_err %.3e (fp16 plain %.3e) nan %lld written past a part %lld%s%s\n",
+	       ok ? "PASS" : "FAIL", qc_layout_name(l), wg ? "wgmma" : "mma", (long long)m, (long long)width[0],
+	       (long long)width[1], (long long)width[2], (long long)k, sp == QC_MARLIN_SPLIT_AUTO ? "auto" : "fixed", wsb,
+	       worst, worst_base, (long long)n_nan, (long long)n_touched, rc ? " err: " : "", rc ? err.msg : "");
+	ok ? n_pass++ : n_fail++;
+	cudaFree(d_a);
+	cudaFree(d_w);
+	cudaFree(d_ws);
+	for (int i = 0; i < 3; i++)
+		cudaFree(d_c[i]);
+	free(w);
+	free(a);
+	free(truth);
+	free(base);
+	free(tp);
+	free(bp);
+}
+
 /* Stacked experts, many rows (the layout table's moe_gemm kind: marlin_moe.cu, the
  * grouped warp-specialized GEMM): float x of n_rows / x_div tokens with ldx > k,
  * row r reads token r / x_div and expert ex[r] by `pattern` (0 spread, 1 every
@@ -543,7 +634,7 @@ static void check_table_entry(enum qc_layout l, int64_t rows, int64_t n, int64_t
 	   another width, then the first again, each output the bits of its matrix
 	   run alone (the second's alone run into d_yb first); the scratch is the
 	   group's, as the backend sizes it */
-	int64_t mu_differ = -1;
+	int64_t mu_differ = -1, fused_bad = -1;
 	if (!rc) {
 		const int64_t n2 = n >= 128 ? n / 2 / 64 * 64 : n;
 		uint64_t wb2;
@@ -574,8 +665,54 @@ static void check_table_entry(enum qc_layout l, int64_t rows, int64_t n, int64_t
 		rc = blas ? qc_cuda_marlin_f16(&m2, 0, &err) : qc_cuda_marlin_mm(&m2, 0, &err);
 		if (!rc)
 			rc = blas ? qc_cuda_marlin_f16(&m3, 0, &err) : qc_cuda_marlin_mm(&m3, 0, &err);
+		/* the two weights one after the other, as a fused tensor's parts: one GEMM
+		   (marlin_mm.cu's one_matrix) whose outputs hold each matrix's products
+		   (another K split than alone: within 1e-4 of the alone runs' values), and
+		   nothing past n written */
+		void *d_wf, *d_yf1, *d_yf2;
+		CU(cudaMalloc(&d_wf, wb + wb2));
+		CU(cudaMalloc(&d_yf1, ny * 4));
+		CU(cudaMalloc(&d_yf2, ny * 4));
+		CU(cudaMemcpy(d_wf, w, wb, cudaMemcpyHostToDevice));
+		CU(cudaMemcpy((uint8_t *)d_wf + wb, w2, wb2, cudaMemcpyHostToDevice));
+		CU(cudaMemset(d_yf1, 0xff, ny * 4));
+		CU(cudaMemset(d_yf2, 0xff, ny * 4));
+		struct qc_cuda_mm_args mf = m;
+		mf.d_w = d_wf;
+		mf.row_bytes = wb / (uint64_t)n;
+		mf.d_y = d_yf1;
+		mf.d_ws = d_ws3;
+		mf.ws_bytes = ws3;
+		mf.n_more = 1;
+		mf.more[0] = (struct qc_cuda_mm_more){(const uint8_t *)d_wf + wb, n2, d_yf2, ldy};
+		if (!rc)
+			rc = blas ? qc_cuda_marlin_f16(&mf, 0, &err) : qc_cuda_marlin_mm(&mf, 0, &err);
 		if (!rc)
 			rc = qc_cuda_check(cudaDeviceSynchronize(), "sync", &err);
+		float *yf1 = malloc(ny * 4), *yf2 = malloc(ny * 4);
+		CU(cudaMemcpy(yf1, d_yf1, ny * 4, cudaMemcpyDeviceToHost));
+		CU(cudaMemcpy(yf2, d_yf2, ny * 4, cudaMemcpyDeviceToHost));
+		CU(cudaMemcpy(yb, d_yb, ny * 4, cudaMemcpyDeviceToHost));
+		fused_bad = 0;
+		for (int64_t r = 0; r < rows; r++)
+			for (int64_t c = 0; c < ldy; c++) {
+				const float *pairs[2][2] = {{yf1, y}, {yf2, yb}};
+				const int64_t widths[2] = {n, n2};
+				for (int q = 0; q < 2; q++) {
+					const float g = pairs[q][0][r * ldy + c], t = pairs[q][1][r * ldy + c];
+					uint32_t bits;
+					memcpy(&bits, &g, 4);
+					if (c >= widths[q])
+						fused_bad += bits != 0xffffffffu;
+					else
+						fused_bad += !(fabsf(g - t) <= 1e-4f * (1.0f + fabsf(t)));
+				}
+			}
+		free(yf1);
+		free(yf2);
+		cudaFree(d_wf);
+		cudaFree(d_yf1);
+		cudaFree(d_yf2);
 		float *y1 = malloc(ny * 4);
 		CU(cudaMemcpy(ya, d_ya, ny * 4, cudaMemcpyDeviceToHost));
 		CU(cudaMemcpy(yb, d_yb, ny * 4, cudaMemcpyDeviceToHost));
@@ -597,12 +734,12 @@ static void check_table_entry(enum qc_layout l, int64_t rows, int64_t n, int64_t
 		free(yb);
 		free(yc);
 	}
-	int ok = rc == QC_OK && bad == 0 && rg <= 2 * rb + 1e-6 && fu_differ == 0 && mu_differ == 0;
+	int ok = rc == QC_OK && bad == 0 && rg <= 2 * rb + 1e-6 && fu_differ == 0 && mu_differ == 0 && fused_bad == 0;
 	printf("%s table entry %s %-9s rows=%lld n=%lld k=%lld (x_div 2, strided x and y%s) rel_err %.3e (fp16 plain %.3e) nan %lld, "
-	       "silu fused: %lld rows differ, three matrices on one x: %lld rows differ%s%s\n",
+	       "silu fused: %lld rows differ, three matrices on one x: %lld rows differ, two parts of one tensor: %lld values off%s%s\n",
 	       ok ? "PASS" : "FAIL", blas ? "qc_cuda_marlin_f16" : "qc_cuda_marlin_mm", qc_layout_name(l), (long long)rows, (long long)n, (long long)k,
 	       blas ? ", fp16 decode + cuBLAS" : "", rg, rb,
-	       (long long)bad, (long long)fu_differ, (long long)mu_differ, rc ? " err: " : "", rc ? err.msg : "");
+	       (long long)bad, (long long)fu_differ, (long long)mu_differ, (long long)fused_bad, rc ? " err: " : "", rc ? err.msg : "");
 	ok ? n_pass++ : n_fail++;
 	cudaFree(d_w);
 	cudaFree(d_x);
@@ -1522,6 +1659,16 @@ static void check_gemm_cases(void)
 			check_case(QC_LAYOUT_MARLIN_I6, c6[i].m, c6[i].n, c6[i].k, i % 2 ? QC_MARLIN_C_F16 : QC_MARLIN_C_F32,
 				   c6[i].split ? QC_MARLIN_SPLIT_FIXED : QC_MARLIN_SPLIT_AUTO, c6[i].split);
 	}
+	/* a fused matrix's parts to outputs of their own (Q|K|V, gate|up): forced and
+	 * automatic K splits (the reduce routes the columns), the decode and ws row counts */
+	for (int li = 0; li < n_layouts; li++) {
+		z_turn = li;
+		check_parts(layouts[li], 5, 512, 4096, QC_MARLIN_SPLIT_FIXED, 3);
+		check_parts(layouts[li], 64, 768, 1024, QC_MARLIN_SPLIT_AUTO, 0);
+		check_parts(layouts[li], 200, 1536, 2048, QC_MARLIN_SPLIT_AUTO, 0);
+	}
+	check_parts(QC_LAYOUT_MARLIN_I6, 130, 768, 1024, QC_MARLIN_SPLIT_AUTO, 0);
+	check_parts(QC_LAYOUT_MARLIN_I4, 256, 6144, 4096, QC_MARLIN_SPLIT_AUTO, 0);
 	/* token counts around the wgmma kernel's 64-token blocks; 3 stripes of 4 (an idle warp) */
 	check_case(QC_LAYOUT_MARLIN_I4, 65, 192, 1024, QC_MARLIN_C_F16, QC_MARLIN_SPLIT_AUTO, 0);
 	check_case(QC_LAYOUT_MARLIN_I4, 300, 448, 2048, QC_MARLIN_C_F32, QC_MARLIN_SPLIT_FIXED, 5);
@@ -1560,7 +1707,7 @@ int main(int argc, char **argv)
 	const bool wgmma_dev = prop.major == 9 && prop.minor == 0;
 	if (!gemv_check && !bench_profile && !skip_checks && !wg_bench) {
 		qc_cuda_marlin_gemm_wgmma_rows(0, INT64_MAX); /* first every case on the mma.sync kernel */
-		if (!table_check) {
+		if (!table_check && (!getenv("QC_GEMM_CHECK_FROM") || atoi(getenv("QC_GEMM_CHECK_FROM")) == 0)) {
 			static const int mma_rows[] = { 16, 64, 0 }; /* grouped: mma.sync tiles, then the rule */
 			check_gemm_cases();
 			check_moe_grouped_cases(mma_rows, 3);
@@ -1573,7 +1720,12 @@ int main(int argc, char **argv)
 							{ 6, 2, 1, 2 }, { 4, 1, 1, 2 } };
 			static const char *const form_file[] = { "marlin_wgmma.cu", "marlin_wgmma_ws.cu",
 								 "marlin_wgmma_ws.cu (form 2)" };
-			for (int t = 0; t < 6; t++) {
+			/* QC_GEMM_CHECK_FROM=t: only passes t.. (1: the first wgmma pass), and not the
+			 * mma.sync one unless t is 0 (a device call's time limit) */
+			const char *from = getenv("QC_GEMM_CHECK_FROM");
+			for (int t = from ? atoi(from) - 1 : 0; t < 6; t++) {
+				if (t < 0)
+					continue;
 				printf("wgmma pass: every case on %s, %d stages, %d warpgroups, split_free %d\n",
 				       form_file[tunes[t][3]], tunes[t][0], tunes[t][1], tunes[t][2]);
 				qc_cuda_marlin_gemm_wgmma_tune(tunes[t][0], tunes[t][1], tunes[t][2], tunes[t][3]);

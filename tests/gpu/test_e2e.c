@@ -231,6 +231,26 @@ static bool bundle_has(const char *path, int t, bool gpu_layout)
 	return any;
 }
 
+/* sm90 bundles compared with a fused Q|K|V (or Q|K) and gate|up (docs/bundle.md "Fusion") */
+static int n_dense_fused;
+static bool has_dense_fused(const char *path)
+{
+	struct qc_bundle *b = NULL;
+	struct qc_err err = {0};
+	bool qkv = false, gu = false;
+	if (qc_bundle_open(path, &b, &err))
+		return false;
+	for (uint64_t i = 0; i < b->n_tensors; i++) {
+		const char *n = b->tensors[i].name, *dot = strchr(n, '.') ? strchr(strchr(n, '.') + 1, '.') : NULL;
+		/* "blk.N.<what>" */
+		qkv |= b->tensors[i].n_parts > 1 && dot &&
+		       (!strcmp(dot, ".attn_qkv.weight") || !strcmp(dot, ".attn_qk.weight"));
+		gu |= b->tensors[i].n_parts == 2 && dot && !strcmp(dot, ".ffn_gate_up.weight");
+	}
+	qc_bundle_close(b);
+	return qkv && gu;
+}
+
 /* Whether formats/arch.h's CUDA column lacks a feature this bundle needs. */
 static bool cuda_lacks(const char *bundle)
 {
@@ -338,15 +358,19 @@ static void run_fixture(const char *dir, const char *name, const char *tmp, bool
 				compare_gpu(name, " [fp8 K/V]", out, QC_KV_FP8, prompt, n_prompt, &cpu8);
 			free(cpu8.logits);
 		}
-		/* the same model converted for sm90: tensor-core (marlin) layouts where the
-		 * type and shape allow, against the same CPU run */
+		/* the same model converted for sm90 as qconvert converts it: tensor-core
+		 * (marlin) layouts where the type and shape allow, Q|K|V and gate|up fused
+		 * there (one GEMM each past the GEMV's rows), against the same CPU run */
 		struct qc_convert_opts c9 = co;
 		c9.out = out90;
 		c9.target = QC_TARGET_SM90;
-		if (hf ? qc_convert_hf(&c9, NULL, &err) : qc_convert_gguf(&c9, NULL, &err))
+		c9.plan_flags = QC_PLAN_FUSE_ALL;
+		if (hf ? qc_convert_hf(&c9, NULL, &err) : qc_convert_gguf(&c9, NULL, &err)) {
 			CHECK(0, "%s: convert --target sm90: %s", name, err.msg);
-		else if (bundle_has(out90, -1, true))
+		} else if (bundle_has(out90, -1, true)) {
+			n_dense_fused += has_dense_fused(out90);
 			compare_gpu(name, " [sm90 layouts]", out90, QC_KV_F16, prompt, n_prompt, &cpu);
+		}
 		unlink(out90);
 		/* NVFP4 checkpoints for sm100: nvfp4_swz matrices (runtime/cuda/kernels/nvfp4_swz.cu,
 		 * built for sm_90a too, so they run here) */
@@ -907,6 +931,8 @@ int main(void)
 	}
 	/* every one of them ran on CUDA (QC_E2E_ONLY may pick fewer) */
 	const char *only = getenv("QC_E2E_ONLY");
+	printf("sm90 bundles with fused Q|K|V and gate|up compared: %d\n", n_dense_fused);
+	CHECK(n_dense_fused >= 10 || (only && *only), "only %d sm90 bundles had fused Q|K|V and gate|up", n_dense_fused);
 	for (int i = 0; i < 3 && !(only && *only); i++)
 		CHECK(n_extra_runs[i] >= 2, "%s: %d fixtures compared on cuda (want the mkgguf model and a Hugging Face "
 		      "checkpoint; set QC_GPU_GEN)", extra_archs[i], n_extra_runs[i]);

@@ -38,7 +38,7 @@ __device__ __forceinline__ void ldsm_x4(uint32_t r[4], const void *p)
 }
 
 template <int BITS, int MT, bool ZP>
-__global__ void __launch_bounds__(THREADS) marlin_gemm_kernel(const kparams p)
+__global__ void __launch_bounds__(THREADS) marlin_gemm_kernel(const kparams p, const c_parts cp)
 {
 	qc_pdl_enter();
 	using G = geo<BITS>;
@@ -142,12 +142,16 @@ __global__ void __launch_bounds__(THREADS) marlin_gemm_kernel(const kparams p)
 					continue;
 				const int r = p.rows ? p.rows[s] : s; /* grouped rows: the row's own place */
 				const float v0 = acc[mt][j][2 * h], v1 = acc[mt][j][2 * h + 1];
-				if (p.splits > 1)
+				if (p.splits > 1) {
 					*(float2 *)(p.ws + ((size_t)blockIdx.z * p.m + r) * p.n + col) = make_float2(v0, v1);
-				else if (p.c_f16)
-					*(__half2 *)((__half *)p.c + (size_t)r * p.ldc + col) = __floats2half2_rn(v0, v1);
+					continue;
+				}
+				const c_col w = c_where(p.c, p.ldc, cp, col);
+				const size_t o = (size_t)r * w.ldc + w.col;
+				if (p.c_f16)
+					*(__half2 *)((__half *)w.c + o) = __floats2half2_rn(v0, v1);
 				else
-					*(float2 *)((float *)p.c + (size_t)r * p.ldc + col) = make_float2(v0, v1);
+					*(float2 *)((float *)w.c + o) = make_float2(v0, v1);
 			}
 }
 
@@ -155,7 +159,7 @@ __global__ void __launch_bounds__(THREADS) marlin_gemm_kernel(const kparams p)
  * is sorted row i / n's, whose partials and output are at its own row rows[i / n]
  * (rows past *n_sorted are in no tile: left alone). */
 __global__ void marlin_reduce_kernel(const float *ws, void *c, int splits, size_t n, size_t mn, size_t ldc,
-				     int c_f16, const int32_t *rows, const int32_t *n_sorted)
+				     int c_f16, const int32_t *rows, const int32_t *n_sorted, c_parts parts)
 {
 	qc_pdl_enter();
 	size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 2;
@@ -167,7 +171,9 @@ __global__ void marlin_reduce_kernel(const float *ws, void *c, int splits, size_
 			return;
 		i = (size_t)rows[srow] * n + i % n;
 	}
-	const size_t o = i / n * ldc + i % n;
+	const c_col w = c_where(c, ldc, parts, i % n);
+	void *const cb = w.c;
+	const size_t o = i / n * w.ldc + w.col;
 	float2 s = make_float2(0.0f, 0.0f);
 	for (int z = 0; z < splits; z++) {
 		float2 v = *(const float2 *)(ws + (size_t)z * mn + i);
@@ -175,15 +181,15 @@ __global__ void marlin_reduce_kernel(const float *ws, void *c, int splits, size_
 		s.y += v.y;
 	}
 	if (c_f16)
-		*(__half2 *)((__half *)c + o) = __floats2half2_rn(s.x, s.y);
+		*(__half2 *)((__half *)cb + o) = __floats2half2_rn(s.x, s.y);
 	else
-		*(float2 *)((float *)c + o) = s;
+		*(float2 *)((float *)cb + o) = s;
 }
 
 template <int BITS, int MT, bool ZP>
-int launch(const kparams &p, dim3 grid, cudaStream_t s, struct qc_err *err)
+int launch(const kparams &p, const c_parts &cp, dim3 grid, cudaStream_t s, struct qc_err *err)
 {
-	(void)qc_launch(marlin_gemm_kernel<BITS, MT, ZP>, grid, dim3(THREADS), smem_plan<BITS, MT, ZP>::TOTAL, s, p);
+	(void)qc_launch(marlin_gemm_kernel<BITS, MT, ZP>, grid, dim3(THREADS), smem_plan<BITS, MT, ZP>::TOTAL, s, p, cp);
 	return qc_cuda_check(cudaGetLastError(), "marlin_gemm_kernel", err);
 }
 
@@ -196,7 +202,7 @@ int occupancy(int *per_sm, struct qc_err *err)
 				per_sm, err);
 }
 
-typedef int (*launch_fn)(const kparams &, dim3, cudaStream_t, struct qc_err *);
+typedef int (*launch_fn)(const kparams &, const c_parts &, dim3, cudaStream_t, struct qc_err *);
 typedef int (*occupancy_fn)(int *, struct qc_err *);
 
 /* The instantiated configurations: (bits, m16 tiles per block, offsets). */
@@ -394,10 +400,11 @@ extern "C" int qc_cuda_marlin_gemm(const struct qc_marlin_gemm_args *a, cudaStre
 	if (rc)
 		return rc;
 	if (!a->c || ((uintptr_t)a->a | (uintptr_t)a->w | (a->expert || a->tiles ? a->mat_stride : 0)) % 16 ||
-	    (uintptr_t)a->c % 8 || a->ldc < a->n || a->ldc % 2)
+	    (uintptr_t)a->c % 8 || a->ldc < (a->n_parts ? a->part_col0[0] : a->n) || a->ldc % 2)
 		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1,
 				  "marlin_gemm: a, w (and mat_stride) need 16-byte alignment, c 8-byte alignment, "
-				  "ldc (%lld) even and >= n (%lld)", (long long)a->ldc, (long long)a->n);
+				  "ldc (%lld) even and >= n (%lld, or the first part's width)", (long long)a->ldc,
+				  (long long)a->n);
 	struct plan pl;
 	if ((rc = make_plan(a, &pl, err)))
 		return rc;
@@ -428,15 +435,23 @@ extern "C" int qc_cuda_marlin_gemm(const struct qc_marlin_gemm_args *a, cudaStre
 	p.splits = pl.splits;
 	p.c_f16 = a->c_type == QC_MARLIN_C_F16;
 	p.stripe_bytes = (size_t)qc_marlin_stripe(a->layout) * row;
+	c_parts cp;
+	cp.n = a->n_parts;
+	for (int i = 0; i < QC_MARLIN_MAX_PARTS; i++) {
+		const bool on = i < a->n_parts;
+		cp.c[i] = on ? a->part_c[i] : NULL;
+		cp.ldc[i] = on ? (size_t)a->part_ldc[i] : 0;
+		cp.col0[i] = on ? (size_t)a->part_col0[i] : 0;
+	}
 	dim3 grid((unsigned)pl.m_blocks, (unsigned)pl.n_blocks, (unsigned)pl.splits);
-	if ((rc = pl.wg ? wg_launch(qc_marlin_bits(a->layout), qc_marlin_has_offsets(a->layout), pl.wg_tokens, p, grid, s, err)
-			: pl.cfg->launch(p, grid, s, err)))
+	if ((rc = pl.wg ? wg_launch(qc_marlin_bits(a->layout), qc_marlin_has_offsets(a->layout), pl.wg_tokens, p, cp, grid, s, err)
+			: pl.cfg->launch(p, cp, grid, s, err)))
 		return rc;
 	if (pl.splits > 1) {
 		size_t mn = (size_t)a->m * (size_t)a->n, pairs = mn / 2;
 		(void)qc_launch(marlin_reduce_kernel, dim3((unsigned)((pairs + 255) / 256)), dim3(256), 0, s, p.ws, a->c,
 				pl.splits, (size_t)a->n, mn, p.ldc, p.c_f16, a->tiles ? a->rows : (const int32_t *)NULL,
-				a->n_sorted);
+				a->n_sorted, cp);
 		rc = qc_cuda_check(cudaGetLastError(), "marlin_reduce_kernel", err);
 	}
 	return rc;

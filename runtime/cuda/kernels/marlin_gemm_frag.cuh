@@ -18,6 +18,9 @@
 #include <string.h>
 
 #include "qc_cuda.h"
+extern "C" {
+#include "marlin_gemm.h" /* QC_MARLIN_MAX_PARTS */
+}
 
 namespace qc_mrl {
 
@@ -50,6 +53,32 @@ template <int BITS, int MT, bool ZP> struct smem_plan {
 	static constexpr int TOTAL = STAGES * STAGE;
 };
 
+/* Column ranges of C with outputs of their own (qc_marlin_gemm_args.part_*: a
+ * fused matrix's parts); n = 0: all of C is c. */
+struct c_parts {
+	void *c[QC_MARLIN_MAX_PARTS];
+	size_t ldc[QC_MARLIN_MAX_PARTS], col0[QC_MARLIN_MAX_PARTS];
+	int n;
+};
+
+/* Where column col of C goes: its output (c or a part's), that output's row
+ * stride, and the column there. Columns of one 8-column tile never straddle parts
+ * (col0 % 8 == 0). Resolved once per column a thread stores. */
+struct c_col {
+	void *c;
+	size_t ldc, col;
+};
+static_assert(QC_MARLIN_MAX_PARTS == 2, "c_where tests two parts");
+__device__ __forceinline__ c_col c_where(void *c, size_t ldc, const c_parts cp, size_t col)
+{
+	c_col w = { c, ldc, col };
+	if (cp.n > 0 && col >= cp.col0[0])
+		w = { cp.c[0], cp.ldc[0], col - cp.col0[0] };
+	if (cp.n > 1 && col >= cp.col0[1])
+		w = { cp.c[1], cp.ldc[1], col - cp.col0[1] };
+	return w;
+}
+
 struct kparams {
 	const __half *a;   /* (m, k) */
 	const uint8_t *w;  /* packed slice */
@@ -63,17 +92,28 @@ struct kparams {
 	int m, n, k, groups, g_per_split, splits, c_f16;
 	size_t stripe_bytes; /* codes (k/16 tiles) then scales of one stripe */
 };
+/* kparams stays at 128 bytes: past that nvcc addresses the whole parameter block
+ * through a pointer in every kernel that takes it, main loops included (the
+ * warp-specialized GEMM 5-15% slower on an H200); the output parts (c_parts) are
+ * each kernel's parameter of their own. */
+static_assert(sizeof(kparams) <= 128, "kparams past 128 bytes");
 
-/* One output value of the GEMM at (token, column): the split's fp32 partial when K
- * is split, else C in fp16 or fp32 (the wgmma kernels' epilogues). */
-__device__ __forceinline__ void store_c(const kparams &p, int tok, size_t col, float v)
+/* One output value of the GEMM at (token, column col, which goes to w): the
+ * split's fp32 partial when K is split, else C in fp16 or fp32 (the wgmma kernels'
+ * epilogues). */
+__device__ __forceinline__ void store_at(const kparams &p, const c_col &w, int tok, size_t col, float v)
 {
 	if (p.splits > 1)
 		p.ws[((size_t)blockIdx.z * p.m + tok) * p.n + col] = v;
 	else if (p.c_f16)
-		((__half *)p.c)[(size_t)tok * p.ldc + col] = __float2half_rn(v);
+		((__half *)w.c)[(size_t)tok * w.ldc + w.col] = __float2half_rn(v);
 	else
-		((float *)p.c)[(size_t)tok * p.ldc + col] = v;
+		((float *)w.c)[(size_t)tok * w.ldc + w.col] = v;
+}
+
+__device__ __forceinline__ void store_c(const kparams &p, const c_parts &cp, int tok, size_t col, float v)
+{
+	store_at(p, c_where(p.c, p.ldc, cp, col), tok, col, v);
 }
 
 /* Raises kernel's dynamic shared-memory limit to smem, then *per_sm = the blocks of

@@ -169,9 +169,26 @@ static struct mm_mat mat_of(const struct qc_cuda_mm_args *a, int i)
 	return {a->more[i - 1].d_w, a->more[i - 1].n_out, a->more[i - 1].d_y, a->more[i - 1].ldy};
 }
 
+/* Whether the launch's matrices lie one after the other (the parts of a fused
+ * tensor: qconvert's Q|K|V and gate|up, docs/bundle.md): then they are one matrix
+ * of their summed width, whose column ranges have outputs of their own. */
+static bool one_matrix(const struct qc_cuda_mm_args *a)
+{
+	if (a->n_more < 1 || a->n_more > QC_MARLIN_MAX_PARTS || a->d_expert)
+		return false;
+	const uint8_t *end = a->d_w + (uint64_t)a->n_out * a->row_bytes;
+	for (int i = 0; i < a->n_more; i++) {
+		if (a->more[i].d_w != end)
+			return false;
+		end += (uint64_t)a->more[i].n_out * a->row_bytes;
+	}
+	return true;
+}
+
 /* QC_KERNEL_F16_BLAS: y = W x with W decoded to fp16 after the activations in the
  * scratch, one cuBLAS GemmEx; with n_more, each matrix in turn on the same fp16
- * activations (the decoded weight's scratch reused: stream order). No experts; the
+ * activations (the decoded weight's scratch reused: stream order; a fused tensor's
+ * parts decoded in one launch where the scratch holds them all). No experts; the
  * scratch must hold the activations and the largest matrix. */
 extern "C" int qc_cuda_marlin_f16(const struct qc_cuda_mm_args *a, cudaStream_t s, struct qc_err *err)
 {
@@ -182,10 +199,14 @@ extern "C" int qc_cuda_marlin_f16(const struct qc_cuda_mm_args *a, cudaStream_t 
 	if (a->n_more < 0 || a->n_more > QC_CUDA_MM_MORE)
 		return qc_err_set(err, QC_EINVAL, NULL, NULL, -1, "marlin_f16: %d more matrices (at most %d)",
 				  (int)a->n_more, QC_CUDA_MM_MORE);
-	int64_t most = 0;
-	for (int i = 0; i <= a->n_more; i++)
+	int64_t most = 0, all = 0;
+	for (int i = 0; i <= a->n_more; i++) {
 		most = mat_of(a, i).n_out > most ? mat_of(a, i).n_out : most;
+		all += mat_of(a, i).n_out;
+	}
 	const uint64_t ab = act_bytes(a->n_rows, a->n_in), wb = (uint64_t)a->n_in * (uint64_t)most * 2;
+	/* one fused matrix: decoded once, then each part's product from its rows */
+	const bool once = one_matrix(a) && a->ws_bytes >= ab + (uint64_t)a->n_in * (uint64_t)all * 2;
 	if (a->d_expert || !a->blas || a->n_rows > INT32_MAX || a->n_in > INT32_MAX || most > INT32_MAX ||
 	    a->ws_bytes < ab + wb)
 		return qc_err_set(err, QC_EUNSUPPORTED, NULL, NULL, -1,
@@ -204,10 +225,13 @@ extern "C" int qc_cuda_marlin_f16(const struct qc_cuda_mm_args *a, cudaStream_t 
 		return rc;
 	const float one = 1.0f, zero = 0.0f;
 	const int n = (int)a->n_rows, k = (int)a->n_in;
-	for (int i = 0; i <= a->n_more; i++) {
+	if (once && (rc = qc_cuda_marlin_to_f16(a->layout, a->type, a->d_w, all, a->n_in, w16, s, err)))
+		return rc;
+	for (int i = 0, row0 = 0; i <= a->n_more; row0 += (int)mat_of(a, i).n_out, i++) {
 		const struct mm_mat w = mat_of(a, i);
-		if ((rc = qc_cuda_marlin_to_f16(a->layout, a->type, w.d_w, w.n_out, a->n_in, w16, s, err)) ||
-		    (rc = blas_check(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)w.n_out, n, k, &one, w16, CUDA_R_16F,
+		const uint16_t *wi = once ? w16 + (size_t)row0 * (size_t)k : w16;
+		if ((!once && (rc = qc_cuda_marlin_to_f16(a->layout, a->type, w.d_w, w.n_out, a->n_in, w16, s, err))) ||
+		    (rc = blas_check(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)w.n_out, n, k, &one, wi, CUDA_R_16F,
 						  k, a->d_ws, CUDA_R_16F, k, &zero, w.d_y, CUDA_R_32F, (int)w.ldy,
 						  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
 				     "marlin_mm: cublasGemmEx", err)))
@@ -217,7 +241,8 @@ extern "C" int qc_cuda_marlin_f16(const struct qc_cuda_mm_args *a, cudaStream_t 
 }
 
 /* QC_KERNEL_MMA: y = W x through the marlin tensor-core GEMM (experts allowed); with
- * n_more, each matrix in turn on the same fp16 activations. */
+ * n_more, one GEMM where the matrices are one fused tensor's parts (one_matrix), else
+ * each matrix in turn on the same fp16 activations. */
 extern "C" int qc_cuda_marlin_mm(const struct qc_cuda_mm_args *a, cudaStream_t s, struct qc_err *err)
 {
 	if (qc_cuda_mm_check_fuse(a, QC_MM_FUSE_SILU | QC_MM_FUSE_MULTI, "marlin_mm", err))
@@ -231,9 +256,17 @@ extern "C" int qc_cuda_marlin_mm(const struct qc_cuda_mm_args *a, cudaStream_t s
 	int rc = rows_in(a, ab, "marlin_mm", s, err);
 	if (rc)
 		return rc;
-	for (int i = 0; i <= a->n_more; i++) {
-		const struct mm_mat w = mat_of(a, i);
+	const bool one = one_matrix(a);
+	for (int i = 0; i <= (one ? 0 : a->n_more); i++) {
+		struct mm_mat w = mat_of(a, i);
 		struct qc_marlin_gemm_args g = {};
+		for (int j = 0; one && j < a->n_more; j++) { /* the fused matrix's parts */
+			g.part_col0[j] = w.n_out;
+			g.part_c[j] = a->more[j].d_y;
+			g.part_ldc[j] = a->more[j].ldy;
+			w.n_out += a->more[j].n_out;
+		}
+		g.n_parts = one ? a->n_more : 0;
 		g.layout = a->layout;
 		g.type = a->type;
 		g.m = a->n_rows;

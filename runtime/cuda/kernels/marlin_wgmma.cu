@@ -125,7 +125,7 @@ __device__ __forceinline__ void wg_stage(const uint8_t *sa, const uint8_t *sb, c
 
 /* NST stages, loaded NST - 2 ahead; WGS warpgroups, 64·WGS tokens a block. */
 template <int BITS, bool ZP, int NST, int WGS>
-__global__ void __launch_bounds__(THREADS * WGS) marlin_wgmma_kernel(const kparams p)
+__global__ void __launch_bounds__(THREADS * WGS) marlin_wgmma_kernel(const kparams p, const c_parts cp)
 {
 #ifdef QC_WGMMA_BODY
 	qc_pdl_enter();
@@ -200,18 +200,19 @@ __global__ void __launch_bounds__(THREADS * WGS) marlin_wgmma_kernel(const kpara
 				const size_t col = (size_t)stripe * G::WN + 16 * (NIW * wgi + i) + 8 * (e >> 1) + r;
 				if (tok >= p.m)
 					continue;
-				store_c(p, tok, col, acc[i][4 * t + e]);
+				store_c(p, cp, tok, col, acc[i][4 * t + e]);
 			}
 #else
 	(void)p;
+	(void)cp;
 #endif
 }
 
 template <int BITS, bool ZP, int NST, int WGS>
-int launch(const kparams &p, dim3 grid, cudaStream_t s, struct qc_err *err)
+int launch(const kparams &p, const c_parts &cp, dim3 grid, cudaStream_t s, struct qc_err *err)
 {
 	(void)qc_launch(marlin_wgmma_kernel<BITS, ZP, NST, WGS>, grid, dim3(THREADS * WGS),
-			wg_plan<BITS, ZP, NST, WGS>::TOTAL, s, p);
+			wg_plan<BITS, ZP, NST, WGS>::TOTAL, s, p, cp);
 	return qc_cuda_check(cudaGetLastError(), "marlin_wgmma_kernel", err);
 }
 
@@ -224,7 +225,7 @@ template <int BITS, bool ZP, int NST, int WGS> int occupancy(int *per_sm, struct
 /* The instantiated (bits, offsets, stages, warpgroups): every marlin layout. */
 const struct wg_config {
 	int bits, zp, nst, wgs;
-	int (*launch)(const kparams &, dim3, cudaStream_t, struct qc_err *);
+	int (*launch)(const kparams &, const c_parts &, dim3, cudaStream_t, struct qc_err *);
 	int (*occupancy)(int *, struct qc_err *);
 } wg_configs[] = {
 #define QC_WG_CFG(B, Z, S, W) { B, Z, S, W, launch<B, Z, S, W>, occupancy<B, Z, S, W> }
@@ -300,13 +301,14 @@ int wg_occupancy(int bits, bool zp, int tokens, int *per_sm, struct qc_err *err)
 	return c->occupancy(per_sm, err);
 }
 
-int wg_launch(int bits, bool zp, int tokens, const kparams &p, dim3 grid, cudaStream_t s, struct qc_err *err)
+int wg_launch(int bits, bool zp, int tokens, const kparams &p, const c_parts &cp, dim3 grid, cudaStream_t s,
+	      struct qc_err *err)
 {
 	if (wg_form >= 1)
-		return ws_launch(bits, zp, wg_stages, tokens, p, grid, s, err);
+		return ws_launch(bits, zp, wg_stages, tokens, p, cp, grid, s, err);
 	const struct wg_config *c = wg_find(bits, zp, tokens / 64);
 	QC_ASSERT(c);
-	return c->launch(p, grid, s, err);
+	return c->launch(p, cp, grid, s, err);
 }
 
 } /* namespace qc_mrl */

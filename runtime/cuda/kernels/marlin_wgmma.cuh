@@ -32,13 +32,14 @@ int wg_block_cols(int bits);
  * shared-memory limit. */
 int wg_occupancy(int bits, bool zp, int tokens, int *per_sm, struct qc_err *err);
 /* Launch over grid (m blocks of `tokens`, n blocks of wg_block_cols, K splits). */
-int wg_launch(int bits, bool zp, int tokens, const kparams &p, dim3 grid, cudaStream_t s, struct qc_err *err);
+int wg_launch(int bits, bool zp, int tokens, const kparams &p, const c_parts &cp, dim3 grid, cudaStream_t s,
+	      struct qc_err *err);
 
 /* marlin_wgmma_ws.cu's kernel (form 1): blocks an SM holds, and its launch; raw
  * stages as wg_tune's (fewer where shared memory says), 128 or 256 tokens a block. */
 int ws_occupancy(int bits, bool zp, int stages, int tokens, int *per_sm, struct qc_err *err);
 void ws_set_form2(int on); /* form 2: the consumers decode (marlin_ws2_kernel) where it fits */
-int ws_launch(int bits, bool zp, int stages, int tokens, const kparams &p, dim3 grid, cudaStream_t s,
+int ws_launch(int bits, bool zp, int stages, int tokens, const kparams &p, const c_parts &cp, dim3 grid, cudaStream_t s,
 	      struct qc_err *err);
 
 } /* namespace qc_mrl */

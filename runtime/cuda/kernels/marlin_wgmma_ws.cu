@@ -200,20 +200,23 @@ __device__ __forceinline__ bool ws_rows(const kparams &p, int bt, int *m0, int *
  * tile's rows 16·warp.. belong to this warp); tokens from m_end on are not stored,
  * and grouped rows go to their own row. */
 template <int BITS, int BT>
-__device__ __forceinline__ void ws_store(const kparams &p, const float *acc, int m0, int m_end, int cw, int warp,
-					 int lane)
+__device__ __forceinline__ void ws_store(const kparams &p, const c_parts &cp, const float *acc, int m0, int m_end,
+					 int cw, int warp, int lane)
 {
 	const int c = lane % 4, r = lane / 4;
 	const size_t n_valid = (size_t)(p.n / geo<BITS>::WN * geo<BITS>::WN);
+	/* the lane's two columns, each's output resolved once */
+	const size_t col0 = (size_t)blockIdx.y * CB + 64 * cw + 16 * warp + r;
+	const c_col w[2] = { c_where(p.c, p.ldc, cp, col0), c_where(p.c, p.ldc, cp, col0 + 8) };
 #pragma unroll
 	for (int t = 0; t < BT / 8; t++)
 #pragma unroll
 		for (int e = 0; e < 4; e++) {
 			const int tok = m0 + 8 * t + 2 * c + (e & 1);
-			const size_t col = (size_t)blockIdx.y * CB + 64 * cw + 16 * warp + 8 * (e >> 1) + r;
+			const size_t col = col0 + 8 * (e >> 1);
 			if (tok >= m_end || col >= n_valid)
 				continue;
-			store_c(p, p.rows ? p.rows[tok] : tok, col, acc[4 * t + e]);
+			store_at(p, w[e >> 1], p.rows ? p.rows[tok] : tok, col, acc[4 * t + e]);
 		}
 }
 
@@ -269,7 +272,7 @@ __device__ __forceinline__ void cp_mbar_arrive(uint64_t *b)
  * up to ST stages ahead, with 40 registers (setmaxnreg) so the consumers get 232. */
 template <int BITS, bool ZP, int NST, int BT>
 __global__ void __launch_bounds__(WS_THREADS, 1)
-	marlin_ws2_kernel(const kparams p, const __grid_constant__ CUtensorMap amap)
+	marlin_ws2_kernel(const kparams p, const __grid_constant__ CUtensorMap amap, const c_parts cp)
 {
 #ifdef QC_WGMMA_BODY
 	qc_pdl_enter();
@@ -361,15 +364,17 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
 #pragma unroll
 	for (int e = 0; e < BT / 2; e++)
 		reg_fence(acc[e]);
-	ws_store<BITS, BT>(p, acc, m0, m_end, cw, warp, lane);
+	ws_store<BITS, BT>(p, cp, acc, m0, m_end, cw, warp, lane);
 #else
 	(void)p;
+	(void)cp;
 #endif
 }
 
 /* NST raw stages (fewer where shared memory says), BT tokens a block. */
 template <int BITS, bool ZP, int NST, int BT>
-__global__ void __launch_bounds__(WS_THREADS, 1) marlin_ws_kernel(const kparams p, const __grid_constant__ CUtensorMap amap)
+__global__ void __launch_bounds__(WS_THREADS, 1) marlin_ws_kernel(const kparams p, const __grid_constant__ CUtensorMap amap,
+									 const c_parts cp)
 {
 #ifdef QC_WGMMA_BODY
 	qc_pdl_enter();
@@ -474,9 +479,10 @@ __global__ void __launch_bounds__(WS_THREADS, 1) marlin_ws_kernel(const kparams 
 #pragma unroll
 	for (int e = 0; e < BT / 2; e++)
 		reg_fence(acc[e]);
-	ws_store<BITS, BT>(p, acc, m0, m_end, cw, warp, lane);
+	ws_store<BITS, BT>(p, cp, acc, m0, m_end, cw, warp, lane);
 #else
 	(void)p;
+	(void)cp;
 #endif
 }
 
@@ -531,7 +537,7 @@ int ws_form2 = 0; /* wg_tune's form 2: ws_launch / ws_occupancy take marlin_ws2_
 template <int BITS, bool ZP> constexpr bool ws2_fits = !(BITS == 4 && ZP) && BITS != 6;
 
 template <int BITS, bool ZP, int NST, int BT>
-int launch(const kparams &p, dim3 grid, cudaStream_t s, struct qc_err *err)
+int launch(const kparams &p, const c_parts &cp, dim3 grid, cudaStream_t s, struct qc_err *err)
 {
 	CUtensorMap map;
 	int rc = acts_map(p, BT, &map, err);
@@ -540,11 +546,11 @@ int launch(const kparams &p, dim3 grid, cudaStream_t s, struct qc_err *err)
 	if constexpr (ws2_fits<BITS, ZP>)
 		if (ws_form2) {
 			(void)qc_launch(marlin_ws2_kernel<BITS, ZP, NST, BT>, grid, dim3(WS_THREADS),
-					ws_plan<BITS, ZP, NST, BT>::TOTAL, s, p, map);
+					ws_plan<BITS, ZP, NST, BT>::TOTAL, s, p, map, cp);
 			return qc_cuda_check(cudaGetLastError(), "marlin_ws2_kernel", err);
 		}
 	(void)qc_launch(marlin_ws_kernel<BITS, ZP, NST, BT>, grid, dim3(WS_THREADS), ws_plan<BITS, ZP, NST, BT>::TOTAL, s,
-			p, map);
+			p, map, cp);
 	return qc_cuda_check(cudaGetLastError(), "marlin_ws_kernel", err);
 }
 
@@ -561,7 +567,7 @@ template <int BITS, bool ZP, int NST, int BT> int occupancy(int *per_sm, struct 
 /* The instantiated (bits, offsets, stages, tokens): every marlin layout. */
 const struct ws_config {
 	int bits, zp, nst, bt;
-	int (*launch)(const kparams &, dim3, cudaStream_t, struct qc_err *);
+	int (*launch)(const kparams &, const c_parts &, dim3, cudaStream_t, struct qc_err *);
 	int (*occupancy)(int *, struct qc_err *);
 } ws_configs[] = {
 #define QC_WS_CFG(B, Z, S, T) { B, Z, S, T, launch<B, Z, S, T>, occupancy<B, Z, S, T> }
@@ -597,12 +603,12 @@ int ws_occupancy(int bits, bool zp, int stages, int tokens, int *per_sm, struct 
 	return c->occupancy(per_sm, err);
 }
 
-int ws_launch(int bits, bool zp, int stages, int tokens, const kparams &p, dim3 grid, cudaStream_t s,
+int ws_launch(int bits, bool zp, int stages, int tokens, const kparams &p, const c_parts &cp, dim3 grid, cudaStream_t s,
 	      struct qc_err *err)
 {
 	const struct ws_config *c = ws_find(bits, zp, stages, tokens);
 	QC_ASSERT(c);
-	return c->launch(p, grid, s, err);
+	return c->launch(p, cp, grid, s, err);
 }
 
 } /* namespace qc_mrl */

@@ -62,7 +62,8 @@ struct qc_cuda_mm_args {
 	enum qc_type type;
 	enum qc_layout layout;
 	int64_t n_in, n_out;       /* elements per row, rows per matrix */
-	uint64_t row_bytes;        /* GGML layout: bytes per row */
+	uint64_t row_bytes;        /* bytes per row (qc_layout_row_bytes: rows r0.. of a marlin
+				      matrix start at r0 * row_bytes on a stripe) */
 	uint64_t mat_stride;       /* bytes from matrix e to e + 1 */
 	const float *d_x;          /* activations, row (r / x_div) at d_x + (r / x_div) * ldx */
 	int64_t ldx;               /* floats */
@@ -90,7 +91,8 @@ struct qc_cuda_mm_args {
 	/* QC_MM_FUSE_MULTI: n_more more matrices of the same layout, type and n_in, each
 	 * with its own weights, n_out, y and ldy, times the same activations in the same
 	 * launch (Q, K and V; gate and up): one kernel instead of up to three (GEMV), or
-	 * the activations rounded to fp16 once for all of them (MMA, F16_BLAS). */
+	 * the activations rounded to fp16 once for all of them (MMA, F16_BLAS), and one
+	 * GEMM where they are one fused tensor's parts, each after the last (MMA). */
 	/* QC_MM_FUSE_NORM: x is RMSNorm(x) * norm_w first (norm over the whole row of n_in,
 	 * eps norm_eps; rms_norm.cu's formula, its own fixed summation order) */
 	const float *d_norm_w;
