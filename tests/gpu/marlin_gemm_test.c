@@ -139,6 +139,17 @@ static uint16_t *make_act(int64_t m, int64_t k)
 	return a;
 }
 
+/* The GEMM on device arguments dr, to completion; *wg: whether it ran the wgmma kernels. */
+static int run_gemm(const struct qc_marlin_gemm_args *dr, bool *wg, struct qc_err *err)
+{
+	int rc = qc_cuda_marlin_gemm_plan_wgmma(dr, wg, err);
+	if (rc == QC_OK)
+		rc = qc_cuda_marlin_gemm(dr, 0, err);
+	if (rc == QC_OK)
+		rc = qc_cuda_check(cudaDeviceSynchronize(), "sync", err);
+	return rc;
+}
+
 static void check_case(enum qc_layout l, int64_t m, int64_t n, int64_t k, enum qc_marlin_c_type ct,
 		       enum qc_marlin_split sp, int split_k)
 {
@@ -176,11 +187,7 @@ static void check_case(enum qc_layout l, int64_t m, int64_t n, int64_t k, enum q
 	dr.workspace = d_ws;
 	dr.workspace_bytes = wsb;
 	bool wg = false;
-	int rc = qc_cuda_marlin_gemm_plan_wgmma(&dr, &wg, &err);
-	if (rc == QC_OK)
-		rc = qc_cuda_marlin_gemm(&dr, 0, &err);
-	if (rc == QC_OK)
-		rc = qc_cuda_check(cudaDeviceSynchronize(), "sync", &err);
+	int rc = run_gemm(&dr, &wg, &err);
 	void *hc = malloc(cb);
 	CU(cudaMemcpy(hc, d_c, cb, cudaMemcpyDeviceToHost));
 	double e_gpu = 0, e_base = 0, norm = 0, max_abs = 0;
@@ -374,11 +381,7 @@ static void check_parts(enum qc_layout l, int64_t m, int64_t n, int64_t k, enum 
 		dr.part_ldc[i] = width[i + 1] + 6;
 	}
 	bool wg = false;
-	int rc = qc_cuda_marlin_gemm_plan_wgmma(&dr, &wg, &err);
-	if (rc == QC_OK)
-		rc = qc_cuda_marlin_gemm(&dr, 0, &err);
-	if (rc == QC_OK)
-		rc = qc_cuda_check(cudaDeviceSynchronize(), "sync", &err);
+	int rc = run_gemm(&dr, &wg, &err);
 	int ok = rc == QC_OK && wg == want_wgmma;
 	double worst = 0, worst_base = 0;
 	int64_t n_nan = 0, n_touched = 0;
