@@ -127,12 +127,14 @@ static void fusion_of(const struct qc_gguf_model *m, const struct qc_gguf_tensor
 			why = g->n_dims == 3 ? "encodings or shapes differ" : "encodings differ";
 			break;
 		}
-		if (has_act_perm(m, fu->src[n])) {
+		if (g->n_dims == 2 && has_act_perm(m, fu->src[n])) {
 			why = "act-order permutations";
 			break;
 		}
 	}
-	if (has_act_perm(m, s0))
+	/* dense parts with act-order keep their own K order; stacked experts fuse with
+	 * theirs (hf_quant.h loads a pair only with equal permutations) */
+	if (g->n_dims == 2 && has_act_perm(m, s0))
 		n = 1, why = "act-order permutations";
 	if (g->n_dims == 3 && n < g->n)
 		n = 1; /* experts fuse whole pairs or not at all */
